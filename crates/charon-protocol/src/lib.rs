@@ -1,0 +1,1 @@
+//! charon-protocol
