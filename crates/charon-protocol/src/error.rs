@@ -1,0 +1,211 @@
+//! [`FrameError`]: everything that can be wrong with bytes a peer sent, each
+//! mapped to the AMQP reply code RabbitMQ 3.10.8 uses for it.
+//!
+//! What RabbitMQ 3.10.8 does (`rabbit_reader`, `rabbit_command_assembler`,
+//! generated `rabbit_framing_amqp_0_9_1`, `rabbit_binary_parser`):
+//!
+//! * payload size > frame_max (with an 8-byte tolerance), bad end octet,
+//!   unknown frame type, method payload shorter than 4 bytes, header payload
+//!   shorter than 12 bytes, heartbeat with a payload: `frame_error` (501).
+//! * method arguments that do not decode (truncated, trailing bytes,
+//!   malformed UTF-8 in a short string of a non-content method):
+//!   `frame_error` (501) "cannot decode …", carrying the method's ids. So a
+//!   malformed method is 501, *not* 502 SYNTAX_ERROR.
+//! * unknown class/method id: RabbitMQ's reader crashes on
+//!   `exit({unknown_method_id, …})` and drops the TCP connection without a
+//!   `connection.close`. Charon reports 540 NOT_IMPLEMENTED instead.
+//! * malformed field tables inside method arguments: RabbitMQ crashes
+//!   (function_clause in `rabbit_binary_parser:parse_table`) and drops the
+//!   connection. Charon reports 502 SYNTAX_ERROR.
+//! * content header for a class other than the pending method's, or with a
+//!   non-zero weight: `unexpected_frame` (505).
+//! * malformed properties: RabbitMQ crashes the channel when it decodes them
+//!   (541 INTERNAL_ERROR). Charon reports 502 SYNTAX_ERROR.
+
+/// Reply code FRAME-ERROR.
+pub const FRAME_ERROR: u16 = 501;
+/// Reply code SYNTAX-ERROR.
+pub const SYNTAX_ERROR: u16 = 502;
+/// Reply code COMMAND-INVALID.
+pub const COMMAND_INVALID: u16 = 503;
+/// Reply code UNEXPECTED-FRAME.
+pub const UNEXPECTED_FRAME: u16 = 505;
+/// Reply code NOT-IMPLEMENTED.
+pub const NOT_IMPLEMENTED: u16 = 540;
+
+/// A frame (or a part of one) that cannot be accepted. All of these are
+/// connection errors: the server should send `connection.close` with
+/// [`reply_code`](Self::reply_code) and [`class_method`](Self::class_method)
+/// and stop reading.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    /// The frame header announces a payload larger than the negotiated
+    /// frame_max allows. Detected from the 7-byte header alone, before any
+    /// of the payload is buffered.
+    #[error(
+        "frame too large: type {frame_type}, channel {channel}: payload of {size} bytes exceeds frame_max {frame_max}"
+    )]
+    FrameTooLarge {
+        /// Frame type octet.
+        frame_type: u8,
+        /// Channel number from the header.
+        channel: u16,
+        /// Announced payload size.
+        size: u32,
+        /// Negotiated frame_max (whole frame, including 8 bytes overhead).
+        frame_max: u32,
+    },
+    /// The octet after the payload is not 0xCE.
+    #[error(
+        "invalid frame end marker 0x{found:02x} at offset {offset} (expected 0xce): type {frame_type}, channel {channel}, payload {size} bytes"
+    )]
+    BadFrameEnd {
+        /// Frame type octet.
+        frame_type: u8,
+        /// Channel number from the header.
+        channel: u16,
+        /// Announced payload size.
+        size: u32,
+        /// Offset of the bad octet from the start of the frame (7 + size).
+        offset: usize,
+        /// The octet found instead of 0xCE.
+        found: u8,
+    },
+    /// Frame type other than 1 (method), 2 (header), 3 (body), 8 (heartbeat).
+    #[error("unknown frame type {frame_type} on channel {channel} (payload {size} bytes)")]
+    UnknownFrameType {
+        /// Frame type octet.
+        frame_type: u8,
+        /// Channel number from the header.
+        channel: u16,
+        /// Payload size.
+        size: u32,
+    },
+    /// A heartbeat frame must have an empty payload.
+    #[error("heartbeat frame on channel {channel} with a {size}-byte payload (must be empty)")]
+    HeartbeatWithPayload {
+        /// Channel number from the header.
+        channel: u16,
+        /// Payload size.
+        size: u32,
+    },
+    /// Method payload shorter than class-id + method-id (4 bytes).
+    #[error(
+        "method frame payload of {size} bytes is shorter than class-id and method-id (4 bytes)"
+    )]
+    MethodFrameTooShort {
+        /// Payload size.
+        size: usize,
+    },
+    /// Class/method id pair that AMQP 0-9-1 does not define.
+    #[error("unknown method: class-id {class_id}, method-id {method_id}")]
+    UnknownMethod {
+        /// Class id.
+        class_id: u16,
+        /// Method id.
+        method_id: u16,
+    },
+    /// Method arguments that do not decode.
+    #[error("cannot decode method {class_id}.{method_id} ({size}-byte arguments): {reason}")]
+    MalformedMethod {
+        /// Class id.
+        class_id: u16,
+        /// Method id.
+        method_id: u16,
+        /// Size of the arguments (payload after the 4 id bytes).
+        size: usize,
+        /// What was wrong.
+        reason: &'static str,
+    },
+    /// A field table inside method arguments is malformed or nested too deeply.
+    #[error(
+        "malformed field table in method {class_id}.{method_id} at payload offset {offset}: {reason}"
+    )]
+    MalformedTable {
+        /// Class id.
+        class_id: u16,
+        /// Method id.
+        method_id: u16,
+        /// Offset of the problem from the start of the method payload.
+        offset: usize,
+        /// What was wrong.
+        reason: &'static str,
+    },
+    /// Content-header payload shorter than class-id + weight + body-size (12 bytes).
+    #[error("content header payload of {size} bytes is shorter than 12 bytes")]
+    HeaderFrameTooShort {
+        /// Payload size.
+        size: usize,
+    },
+    /// Content header for a class other than basic (60), the only class
+    /// with content.
+    #[error("content header for class {class_id}; only class 60 (basic) has content")]
+    UnexpectedHeaderClass {
+        /// Class id found in the header.
+        class_id: u16,
+    },
+    /// Content header with a non-zero weight (RabbitMQ rejects these).
+    #[error("content header with weight {weight}; weight must be 0")]
+    NonZeroWeight {
+        /// Weight found.
+        weight: u16,
+    },
+    /// Content-header property flags / property list that do not decode.
+    #[error("malformed content properties at offset {offset}: {reason}")]
+    MalformedProperties {
+        /// Offset of the problem from the start of the property flags.
+        offset: usize,
+        /// What was wrong.
+        reason: &'static str,
+    },
+}
+
+impl FrameError {
+    /// The AMQP reply code for `connection.close`, as RabbitMQ 3.10.8 uses
+    /// them (see the module docs for where Charon deviates and why).
+    pub fn reply_code(&self) -> u16 {
+        match self {
+            FrameError::FrameTooLarge { .. }
+            | FrameError::BadFrameEnd { .. }
+            | FrameError::UnknownFrameType { .. }
+            | FrameError::HeartbeatWithPayload { .. }
+            | FrameError::MethodFrameTooShort { .. }
+            | FrameError::MalformedMethod { .. }
+            | FrameError::HeaderFrameTooShort { .. } => FRAME_ERROR,
+            FrameError::MalformedTable { .. } | FrameError::MalformedProperties { .. } => {
+                SYNTAX_ERROR
+            }
+            FrameError::UnexpectedHeaderClass { .. } | FrameError::NonZeroWeight { .. } => {
+                UNEXPECTED_FRAME
+            }
+            FrameError::UnknownMethod { .. } => NOT_IMPLEMENTED,
+        }
+    }
+
+    /// The class and method ids involved, for `connection.close`; `(0, 0)`
+    /// if none.
+    pub fn class_method(&self) -> (u16, u16) {
+        match *self {
+            FrameError::UnknownMethod {
+                class_id,
+                method_id,
+            }
+            | FrameError::MalformedMethod {
+                class_id,
+                method_id,
+                ..
+            }
+            | FrameError::MalformedTable {
+                class_id,
+                method_id,
+                ..
+            } => (class_id, method_id),
+            _ => (0, 0),
+        }
+    }
+
+    /// The reply code as an [`AMQPHardError`](crate::AMQPHardError).
+    pub fn hard_error(&self) -> crate::AMQPHardError {
+        crate::AMQPHardError::from_id(self.reply_code()).unwrap_or(crate::AMQPHardError::FRAMEERROR)
+    }
+}

@@ -1,0 +1,185 @@
+//! Hand-written hot paths, no `amq-protocol`, no allocation on encode.
+//!
+//! Encoders write complete method frames byte-identical to what
+//! `amq_protocol::protocol::gen_class` produces (checked by proptests).
+//! Short strings longer than 255 bytes are **truncated** to the longest
+//! prefix of at most 255 bytes that ends on a UTF-8 character boundary (they
+//! cannot occur for names that arrived from a client as short strings; this
+//! matters for `reply_text`). Nothing here panics.
+//!
+//! Decoders return `None` for anything unusual; the caller then falls back
+//! to `amq-protocol`, so results are always identical to `parse_class`.
+
+use bytes::{BufMut, BytesMut};
+
+use crate::methods::basic::{Ack, Publish};
+use crate::wire::Reader;
+use crate::{FRAME_END, FRAME_METHOD, ShortString};
+
+/// Longest prefix of `s` of at most 255 bytes ending on a char boundary.
+fn short(s: &str) -> &[u8] {
+    if s.len() <= 255 {
+        return s.as_bytes();
+    }
+    let mut end = 255;
+    while end > 0 && !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s.as_bytes().get(..end).unwrap_or_default()
+}
+
+fn put_short(out: &mut BytesMut, s: &[u8]) {
+    // `s` comes from `short`, so it is at most 255 bytes.
+    out.put_u8(u8::try_from(s.len()).unwrap_or(u8::MAX));
+    out.put_slice(s);
+}
+
+/// Write the frame header for a method frame whose payload is `size` bytes.
+fn method_header(out: &mut BytesMut, channel: u16, size: usize, class_id: u16, method_id: u16) {
+    out.reserve(size + 8);
+    out.put_u8(FRAME_METHOD);
+    out.put_u16(channel);
+    // Payload sizes here are bounded by 4 short strings + a few ints.
+    out.put_u32(u32::try_from(size).unwrap_or(u32::MAX));
+    out.put_u16(class_id);
+    out.put_u16(method_id);
+}
+
+/// `basic.deliver` (60.60) method frame.
+pub fn encode_basic_deliver(
+    out: &mut BytesMut,
+    channel: u16,
+    consumer_tag: &str,
+    delivery_tag: u64,
+    redelivered: bool,
+    exchange: &str,
+    routing_key: &str,
+) {
+    let (ct, ex, rk) = (short(consumer_tag), short(exchange), short(routing_key));
+    let size = 4 + 1 + ct.len() + 8 + 1 + 1 + ex.len() + 1 + rk.len();
+    method_header(out, channel, size, 60, 60);
+    put_short(out, ct);
+    out.put_u64(delivery_tag);
+    out.put_u8(u8::from(redelivered));
+    put_short(out, ex);
+    put_short(out, rk);
+    out.put_u8(FRAME_END);
+}
+
+/// `basic.get-ok` (60.71) method frame.
+pub fn encode_basic_get_ok(
+    out: &mut BytesMut,
+    channel: u16,
+    delivery_tag: u64,
+    redelivered: bool,
+    exchange: &str,
+    routing_key: &str,
+    message_count: u32,
+) {
+    let (ex, rk) = (short(exchange), short(routing_key));
+    let size = 4 + 8 + 1 + 1 + ex.len() + 1 + rk.len() + 4;
+    method_header(out, channel, size, 60, 71);
+    out.put_u64(delivery_tag);
+    out.put_u8(u8::from(redelivered));
+    put_short(out, ex);
+    put_short(out, rk);
+    out.put_u32(message_count);
+    out.put_u8(FRAME_END);
+}
+
+/// `basic.return` (60.50) method frame.
+pub fn encode_basic_return(
+    out: &mut BytesMut,
+    channel: u16,
+    reply_code: u16,
+    reply_text: &str,
+    exchange: &str,
+    routing_key: &str,
+) {
+    let (rt, ex, rk) = (short(reply_text), short(exchange), short(routing_key));
+    let size = 4 + 2 + 1 + rt.len() + 1 + ex.len() + 1 + rk.len();
+    method_header(out, channel, size, 60, 50);
+    out.put_u16(reply_code);
+    put_short(out, rt);
+    put_short(out, ex);
+    put_short(out, rk);
+    out.put_u8(FRAME_END);
+}
+
+/// `basic.ack` (60.80) method frame (sent by the server in confirm mode).
+pub fn encode_basic_ack(out: &mut BytesMut, channel: u16, delivery_tag: u64, multiple: bool) {
+    method_header(out, channel, 4 + 8 + 1, 60, 80);
+    out.put_u64(delivery_tag);
+    out.put_u8(u8::from(multiple));
+    out.put_u8(FRAME_END);
+}
+
+/// `basic.nack` (60.120) method frame (sent by the server in confirm mode).
+pub fn encode_basic_nack(
+    out: &mut BytesMut,
+    channel: u16,
+    delivery_tag: u64,
+    multiple: bool,
+    requeue: bool,
+) {
+    method_header(out, channel, 4 + 8 + 1, 60, 120);
+    out.put_u64(delivery_tag);
+    out.put_u8(u8::from(multiple) | (u8::from(requeue) << 1));
+    out.put_u8(FRAME_END);
+}
+
+fn utf8_short(b: &[u8]) -> Option<ShortString> {
+    let s = std::str::from_utf8(b).ok()?;
+    ShortString::try_new(s).ok()
+}
+
+/// Fast decode of `basic.publish` arguments (the method payload after the
+/// 4 id bytes). `None` if anything is off (truncated, trailing bytes,
+/// non-UTF-8 names); the caller falls back to `amq-protocol`.
+pub fn decode_basic_publish(args: &[u8]) -> Option<Publish> {
+    let mut r = Reader::new(args);
+    r.skip(2)?; // reserved-1 (ticket)
+    let exchange = r.short_str()?;
+    let routing_key = r.short_str()?;
+    let bits = r.u8()?;
+    if r.remaining() != 0 {
+        return None;
+    }
+    Some(Publish {
+        exchange: utf8_short(exchange)?,
+        routing_key: utf8_short(routing_key)?,
+        mandatory: bits & 1 != 0,
+        immediate: bits & 2 != 0,
+    })
+}
+
+/// Fast decode of `basic.ack` arguments (payload after the 4 id bytes).
+/// `None` if the length is not exactly 9 bytes.
+pub fn decode_basic_ack(args: &[u8]) -> Option<Ack> {
+    let mut r = Reader::new(args);
+    let delivery_tag = r.u64()?;
+    let bits = r.u8()?;
+    if r.remaining() != 0 {
+        return None;
+    }
+    Some(Ack {
+        delivery_tag,
+        multiple: bits & 1 != 0,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncation_is_char_boundary_safe() {
+        let s = "é".repeat(200); // 400 bytes, 2-byte chars
+        let t = short(&s);
+        assert_eq!(t.len(), 254);
+        assert!(std::str::from_utf8(t).is_ok());
+        let mut out = BytesMut::new();
+        encode_basic_return(&mut out, 1, 312, &s, "x", "y");
+        assert_eq!(out.get(13).copied(), Some(254));
+    }
+}
