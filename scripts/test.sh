@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The test command: builds the workspace, runs Rust tests, then the Python
+# end-to-end suite (pika / aio-pika) against target/debug/charon.
+# Extra args are passed to pytest (e.g. scripts/test.sh -k confirms).
+# Set CHARON_TEST_URL=amqp://guest:guest@127.0.0.1:5672/%2f to run the Python
+# suite against an external broker (e.g. RabbitMQ 3.10.8) instead.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+echo "==> cargo build --workspace --all-targets"
+cargo build --workspace --all-targets
+
+echo "==> cargo test --workspace"
+cargo test --workspace
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    echo "==> creating .venv"
+    "$PY" -m venv .venv
+fi
+REQ=tests/python/requirements.txt
+STAMP=.venv/.requirements.sha
+if [ ! -f "$STAMP" ] || ! sha256sum -c --status "$STAMP" 2>/dev/null; then
+    echo "==> pip install -r $REQ"
+    .venv/bin/pip install --disable-pip-version-check -q -r "$REQ"
+    sha256sum "$REQ" > "$STAMP"
+fi
+
+if [ -z "${CHARON_TEST_URL:-}" ]; then
+    export CHARON_BIN="$ROOT/target/debug/charon"
+    [ -x "$CHARON_BIN" ] || { echo "missing $CHARON_BIN"; exit 1; }
+fi
+
+echo "==> pytest tests/python"
+cd tests/python
+exec "$ROOT/.venv/bin/python" -m pytest -q -p no:cacheprovider "$@"
