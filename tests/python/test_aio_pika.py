@@ -44,7 +44,7 @@ def test_aio_declare_publish_consume_with_confirms(broker):
 
 
 def test_aio_headers_fidelity(broker):
-    headers = {"s": "str", "i": 123, "neg": -5, "big": 2 ** 40, "b": True, "n": None,
+    headers = {"s": "str", "i": 123, "neg": -70000, "big": 2 ** 40, "b": True, "n": None,
                "f": 1.5, "d": decimal.Decimal("1.23"),
                "ts": datetime.datetime(2024, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc),
                "arr": [1, "x", [2]], "tbl": {"k": {"kk": "v"}}}
