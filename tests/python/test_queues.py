@@ -201,7 +201,8 @@ def test_purge_does_not_remove_unacked_messages(ch, uniq):
     m, _, _ = ch.basic_get(q, auto_ack=False)
     assert ch.queue_purge(q).method.message_count == 2
     ch.basic_nack(m.delivery_tag, requeue=True)
-    assert ch.queue_declare(q, passive=True).method.message_count == 1
+    m2, _, b2 = ch.basic_get(q, auto_ack=True)
+    assert b2 == b"0" and m2.redelivered and m2.message_count == 0
 
 
 def test_purge_missing_queue_is_404(ch, uniq):
