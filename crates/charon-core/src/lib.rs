@@ -1,1 +1,25 @@
-//! charon-core
+//! `charon-core`: the broker domain as pure state machines (no I/O, no
+//! async runtime, no clock reads).
+//!
+//! * [`error`] – [`CoreError`] with RabbitMQ's exact reply texts.
+//! * [`message`] – [`Message`], shared as `Arc<Message>`.
+//! * [`value`] – field values as RabbitMQ sees them (type names, equality).
+//! * [`arguments`] – queue x-argument parsing/validation ([`QueueArgs`]).
+//! * [`exchange`] – exchange kinds and their binding tables.
+//! * [`vhost`] – [`VHost`]: exchanges, bindings, queue registry, routing.
+//! * [`queue`] – [`QueueState`]: one queue's messages and consumers.
+
+pub mod arguments;
+pub mod error;
+pub mod exchange;
+pub mod message;
+pub mod queue;
+pub mod value;
+pub mod vhost;
+
+pub use arguments::{Overflow, QueueArgs, QueueType};
+pub use error::{CoreError, ErrorKind};
+pub use exchange::{Binding, Destination, Exchange, ExchangeKind};
+pub use message::Message;
+pub use queue::{ConsumerId, ConsumerSpec, Delivery, GetResult, MsgId, QueueState};
+pub use vhost::{ConnectionId, ExchangeDeclare, QueueDeclare, QueueEntry, QueueMeta, VHost};

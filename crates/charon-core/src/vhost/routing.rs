@@ -1,0 +1,101 @@
+//! Routing a published message to queue handles (`rabbit_exchange:route/2`):
+//! follows exchange-to-exchange bindings (each exchange visited once, so
+//! cycles terminate), consults `alternate-exchange` when an exchange's own
+//! bindings match nothing, and returns each queue once.
+
+use charon_protocol::FieldTable;
+
+use super::VHost;
+use crate::error::CoreError;
+use crate::exchange::{Destination, Exchange};
+
+impl<Q: Clone> VHost<Q> {
+    /// Route one message. `routing_keys` is the publish routing key
+    /// followed by CC/BCC values. Pushes each destination queue's handle
+    /// once into `out`.
+    pub fn route(
+        &self,
+        exchange: &str,
+        routing_keys: &[&str],
+        headers: Option<&FieldTable>,
+        out: &mut Vec<Q>,
+    ) -> Result<(), CoreError> {
+        let x = self
+            .exchanges
+            .get(exchange)
+            .ok_or_else(|| self.exchange_not_found(exchange))?;
+        if x.internal {
+            return Err(CoreError::InternalExchange {
+                exchange: exchange.to_string(),
+                vhost: self.name.clone(),
+            });
+        }
+        if exchange.is_empty() {
+            self.route_default(routing_keys, out);
+            return Ok(());
+        }
+        let mut queues: Vec<&str> = Vec::new();
+        let mut work: Vec<&Exchange> = vec![x];
+        let mut seen: Vec<&str> = vec![&x.name];
+        let mut dests: Vec<&Destination> = Vec::new();
+        while let Some(x) = work.pop() {
+            dests.clear();
+            if x.name.is_empty() {
+                queues.extend(routing_keys.iter().copied());
+                continue;
+            }
+            x.bindings.route(routing_keys, headers, &mut dests);
+            if dests.is_empty()
+                && let Some(ae) = x.alternate_exchange()
+            {
+                self.visit(ae, &mut work, &mut seen);
+            }
+            for d in &dests {
+                match d {
+                    Destination::Queue(q) => queues.push(q),
+                    Destination::Exchange(e) => self.visit(e, &mut work, &mut seen),
+                }
+            }
+        }
+        if queues.len() > 1 {
+            queues.sort_unstable();
+            queues.dedup();
+        }
+        for q in queues {
+            if let Some(e) = self.queues.get(q) {
+                out.push(e.handle.clone());
+            }
+        }
+        Ok(())
+    }
+
+    fn visit<'a>(&'a self, name: &'a str, work: &mut Vec<&'a Exchange>, seen: &mut Vec<&'a str>) {
+        if seen.contains(&name) {
+            return;
+        }
+        seen.push(name);
+        if let Some(x) = self.exchanges.get(name) {
+            work.push(x);
+        }
+    }
+
+    fn route_default(&self, routing_keys: &[&str], out: &mut Vec<Q>) {
+        match routing_keys {
+            [one] => {
+                if let Some(e) = self.queues.get(*one) {
+                    out.push(e.handle.clone());
+                }
+            }
+            _ => {
+                let mut keys: Vec<&str> = routing_keys.to_vec();
+                keys.sort_unstable();
+                keys.dedup();
+                for k in keys {
+                    if let Some(e) = self.queues.get(k) {
+                        out.push(e.handle.clone());
+                    }
+                }
+            }
+        }
+    }
+}
