@@ -7,8 +7,9 @@ use charon_protocol::{AMQPValue, FieldTable};
 use crate::error::CoreError;
 use crate::value::{as_int_arg, as_longstr, lookup, type_name};
 
-/// RabbitMQ's `?MAX_EXPIRY_TIMER` (x-expires / x-message-ttl upper bound).
-pub const MAX_EXPIRY: i64 = 4_294_967_295;
+/// Upper bound of x-expires / x-message-ttl (ten years in ms; verified
+/// against RabbitMQ 3.10.8: 315360000001 is `value_too_large`).
+pub const MAX_EXPIRY: i64 = 315_360_000_000;
 /// RabbitMQ's `?MAX_SUPPORTED_PRIORITY`.
 pub const MAX_PRIORITY: i64 = 255;
 
@@ -85,6 +86,88 @@ pub const DECLARE_ARGS: &[&str] = &[
     "x-queue-leader-locator",
 ];
 
+/// Arguments each queue type supports (`capabilities/0` in 3.10.8);
+/// an argument listed for some type but not for the declared one is
+/// refused with `... of queue type rabbit_<type>_queue`.
+const CLASSIC_ARGS: &[&str] = &[
+    "x-expires",
+    "x-message-ttl",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-max-priority",
+    "x-overflow",
+    "x-queue-mode",
+    "x-single-active-consumer",
+    "x-queue-type",
+    "x-queue-master-locator",
+];
+const QUORUM_ARGS: &[&str] = &[
+    "x-expires",
+    "x-message-ttl",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-dead-letter-strategy",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-max-in-memory-length",
+    "x-max-in-memory-bytes",
+    "x-overflow",
+    "x-single-active-consumer",
+    "x-queue-type",
+    "x-quorum-initial-group-size",
+    "x-delivery-limit",
+];
+const STREAM_ARGS: &[&str] = &[
+    "x-max-length-bytes",
+    "x-queue-type",
+    "x-max-age",
+    "x-stream-max-segment-size-bytes",
+    "x-initial-cluster-size",
+    "x-queue-leader-locator",
+];
+
+impl QueueType {
+    /// RabbitMQ's module name for the type (used in error texts).
+    pub fn module(self) -> &'static str {
+        match self {
+            QueueType::Classic => "rabbit_classic_queue",
+            QueueType::Quorum => "rabbit_quorum_queue",
+            QueueType::Stream => "rabbit_stream_queue",
+        }
+    }
+
+    fn supported_args(self) -> &'static [&'static str] {
+        match self {
+            QueueType::Classic => CLASSIC_ARGS,
+            QueueType::Quorum => QUORUM_ARGS,
+            QueueType::Stream => STREAM_ARGS,
+        }
+    }
+
+    /// The first argument in `args` that some queue type knows but this
+    /// one does not support.
+    pub fn unsupported_arg(self, args: &FieldTable) -> Option<&str> {
+        let own = self.supported_args();
+        args.inner().keys().map(|k| k.as_str()).find(|k| {
+            !own.contains(k)
+                && [CLASSIC_ARGS, QUORUM_ARGS, STREAM_ARGS]
+                    .iter()
+                    .any(|l| l.contains(k))
+        })
+    }
+
+    /// The type named by `x-queue-type` (classic when absent or unknown).
+    pub fn from_args(args: &FieldTable) -> QueueType {
+        match lookup(args, "x-queue-type").and_then(as_longstr) {
+            Some(b"quorum") => QueueType::Quorum,
+            Some(b"stream") => QueueType::Stream,
+            _ => QueueType::Classic,
+        }
+    }
+}
+
 /// Validation failure as RabbitMQ's Erlang term (`{value_negative,-1}`).
 type Check = Result<(), String>;
 
@@ -160,7 +243,14 @@ fn check_one(key: &str, v: &AMQPValue, args: &FieldTable) -> Check {
             AMQPValue::Boolean(_) => Ok(()),
             other => Err(format!("{{unacceptable_type,{}}}", type_name(other))),
         },
-        "x-queue-type" => longstr_in(v, &["classic", "quorum", "stream"], "invalid_queue_type"),
+        "x-queue-type" => match as_longstr(v) {
+            Some(b"classic" | b"quorum" | b"stream") => Ok(()),
+            Some(other) => Err(format!(
+                "\"unsupported queue type '{}'\"",
+                String::from_utf8_lossy(other)
+            )),
+            None => Err(format!("{{unacceptable_type,{}}}", type_name(v))),
+        },
         "x-quorum-initial-group-size" | "x-initial-cluster-size" => {
             if non_neg(v)? == 0 {
                 return Err("{value_zero,0}".to_string());
@@ -196,6 +286,25 @@ impl QueueArgs {
     /// Validate `args` for queue `queue` in `vhost` and parse them.
     /// Errors are RabbitMQ's `invalid arg '...' for queue ...: Reason`.
     pub fn parse(args: &FieldTable, queue: &str, vhost: &str) -> Result<Self, CoreError> {
+        if let Some(v) = lookup(args, "x-queue-type")
+            && let Err(reason) = check_one("x-queue-type", v, args)
+        {
+            return Err(CoreError::InvalidQueueArg {
+                arg: "x-queue-type".to_string(),
+                queue: queue.to_string(),
+                vhost: vhost.to_string(),
+                reason,
+            });
+        }
+        let queue_type = QueueType::from_args(args);
+        if let Some(arg) = queue_type.unsupported_arg(args) {
+            return Err(CoreError::UnsupportedQueueArg {
+                arg: arg.to_string(),
+                queue: queue.to_string(),
+                vhost: vhost.to_string(),
+                queue_type: queue_type.module(),
+            });
+        }
         for key in DECLARE_ARGS {
             if let Some(v) = lookup(args, key)
                 && let Err(reason) = check_one(key, v, args)
@@ -212,11 +321,6 @@ impl QueueArgs {
             Some("reject-publish") => Overflow::RejectPublish,
             Some("reject-publish-dlx") => Overflow::RejectPublishDlx,
             _ => Overflow::DropHead,
-        };
-        let queue_type = match string_arg(args, "x-queue-type").as_deref() {
-            Some("quorum") => QueueType::Quorum,
-            Some("stream") => QueueType::Stream,
-            _ => QueueType::Classic,
         };
         Ok(QueueArgs {
             message_ttl: u64_arg(args, "x-message-ttl"),

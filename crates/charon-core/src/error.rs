@@ -174,9 +174,13 @@ pub enum CoreError {
         /// Erlang-formatted reason.
         reason: String,
     },
-    /// Argument not supported by the queue type (no reason part).
-    #[error("PRECONDITION_FAILED - invalid arg '{arg}' for queue '{queue}' in vhost '{vhost}'")]
+    /// Argument not supported by the queue type.
+    #[error(
+        "PRECONDITION_FAILED - invalid arg '{arg}' for queue '{queue}' in vhost '{vhost}' of queue type {queue_type}"
+    )]
     UnsupportedQueueArg {
+        /// RabbitMQ module of the queue type, e.g. `rabbit_quorum_queue`.
+        queue_type: &'static str,
         /// Argument name.
         arg: String,
         /// Queue name.

@@ -58,10 +58,38 @@ impl fmt::Display for ExchangeKind {
     }
 }
 
-/// Exchange type names that exist as atoms in RabbitMQ but are not
-/// registered exchange types, so RabbitMQ says "invalid" rather than
-/// "unknown" for them.
-const KNOWN_NON_TYPES: &[&str] = &["x-consistent-hash", "x-delayed-message", "x-random"];
+/// RabbitMQ says "invalid exchange type" when the name is an existing
+/// Erlang atom that is not a registered type, and "unknown exchange type"
+/// otherwise. We cannot see the atom table; these common atoms were
+/// checked against RabbitMQ 3.10.8 or are certain to exist.
+const KNOWN_ATOMS: &[&str] = &[
+    "",
+    "foo",
+    "bar",
+    "queue",
+    "exchange",
+    "binding",
+    "classic",
+    "quorum",
+    "stream",
+    "true",
+    "false",
+    "undefined",
+    "ok",
+    "error",
+    "none",
+    "all",
+    "any",
+    "default",
+    "local",
+    "global",
+    "test",
+    "type",
+    "name",
+    "value",
+    "x",
+    "match",
+];
 
 impl FromStr for ExchangeKind {
     type Err = CoreError;
@@ -73,7 +101,7 @@ impl FromStr for ExchangeKind {
             "topic" => Ok(ExchangeKind::Topic),
             "headers" => Ok(ExchangeKind::Headers),
             other => Err(CoreError::InvalidExchangeType {
-                reason: if KNOWN_NON_TYPES.contains(&other) {
+                reason: if KNOWN_ATOMS.contains(&other) {
                     "invalid"
                 } else {
                     "unknown"
@@ -221,7 +249,12 @@ mod tests {
         let e = "foo".parse::<ExchangeKind>().err();
         assert_eq!(
             e.map(|e| e.to_string()).as_deref(),
-            Some("COMMAND_INVALID - unknown exchange type 'foo'")
+            Some("COMMAND_INVALID - invalid exchange type 'foo'")
+        );
+        let e = "zqxwv123".parse::<ExchangeKind>().err();
+        assert_eq!(
+            e.map(|e| e.to_string()).as_deref(),
+            Some("COMMAND_INVALID - unknown exchange type 'zqxwv123'")
         );
     }
 }

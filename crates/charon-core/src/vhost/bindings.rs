@@ -23,7 +23,9 @@ impl<Q: Clone> VHost<Q> {
         self.add_binding(exchange, dest, routing_key, arguments)
     }
 
-    /// queue.unbind. Removing a binding that does not exist is OK.
+    /// queue.unbind. As in RabbitMQ 3.10.8, unbinding is OK even when the
+    /// binding, the queue or the exchange does not exist; only the default
+    /// exchange is refused.
     pub fn unbind_queue(
         &mut self,
         queue: &str,
@@ -31,7 +33,10 @@ impl<Q: Clone> VHost<Q> {
         routing_key: &str,
         arguments: &FieldTable,
     ) -> Result<(), CoreError> {
-        let dest = self.queue_destination(queue, exchange)?;
+        if exchange.is_empty() {
+            return Err(CoreError::DefaultExchange);
+        }
+        let dest = Destination::Queue(Arc::from(queue));
         self.remove_binding(exchange, dest, routing_key, arguments);
         Ok(())
     }
@@ -48,7 +53,8 @@ impl<Q: Clone> VHost<Q> {
         self.add_binding(source, dest, routing_key, arguments)
     }
 
-    /// exchange.unbind. Removing a binding that does not exist is OK.
+    /// exchange.unbind. OK even when the binding or either exchange does
+    /// not exist; only the default exchange is refused.
     pub fn unbind_exchange(
         &mut self,
         destination: &str,
@@ -56,7 +62,10 @@ impl<Q: Clone> VHost<Q> {
         routing_key: &str,
         arguments: &FieldTable,
     ) -> Result<(), CoreError> {
-        let dest = self.exchange_destination(destination, source)?;
+        if destination.is_empty() || source.is_empty() {
+            return Err(CoreError::DefaultExchange);
+        }
+        let dest = Destination::Exchange(Arc::from(destination));
         self.remove_binding(source, dest, routing_key, arguments);
         Ok(())
     }
@@ -127,8 +136,7 @@ impl<Q: Clone> VHost<Q> {
             .get_mut(source)
             .is_some_and(|x| x.bindings.remove(&b));
         if removed {
-            let source: Arc<str> = Arc::from(source);
-            self.maybe_auto_delete(&source);
+            self.maybe_auto_delete(source);
         }
     }
 }

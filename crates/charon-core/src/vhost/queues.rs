@@ -11,9 +11,6 @@ use crate::error::CoreError;
 use crate::exchange::Destination;
 use crate::value::{lookup, type_name};
 
-/// Arguments quorum queues refuse in 3.10 (`check_invalid_arguments`).
-const QUORUM_INVALID_ARGS: &[&str] = &["x-max-priority", "x-queue-mode"];
-
 impl<Q: Clone> VHost<Q> {
     /// queue.declare. Returns the queue name, its entry and whether it was
     /// created; `spawn` makes the server handle and runs only on creation.
@@ -100,15 +97,6 @@ impl<Q: Clone> VHost<Q> {
         }
         let args = QueueArgs::parse(&d.arguments, &name, &self.name)?;
         if args.queue_type == QueueType::Quorum {
-            for key in QUORUM_INVALID_ARGS {
-                if lookup(&d.arguments, key).is_some() {
-                    return Err(CoreError::UnsupportedQueueArg {
-                        arg: (*key).to_string(),
-                        queue: name.to_string(),
-                        vhost: self.name.clone(),
-                    });
-                }
-            }
             let bad = if d.auto_delete {
                 Some("auto-delete")
             } else if owner.is_some() {
