@@ -1,0 +1,92 @@
+//! Command-line arguments (`clap::Args`) shared by `charon bench` and the example.
+
+/// Options of a benchmark run, modelled on RabbitMQ PerfTest.
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Broker URI: amqp://user:pass@host:port/vhost (%2f = "/").
+    #[arg(
+        long,
+        env = "CHARON_BENCH_URI",
+        default_value = "amqp://guest:guest@127.0.0.1:5672/%2f"
+    )]
+    pub uri: String,
+    /// Number of producers (one connection each).
+    #[arg(short = 'x', long, default_value_t = 1)]
+    pub producers: usize,
+    /// Number of consumers (one connection each).
+    #[arg(short = 'y', long, default_value_t = 1)]
+    pub consumers: usize,
+    /// Number of queues; producer i and consumer i use queue i % queues.
+    #[arg(long, default_value_t = 1)]
+    pub queues: usize,
+    /// Queue name prefix (queues are named `<prefix>-<i>`).
+    #[arg(long, default_value = "charon-bench")]
+    pub queue_prefix: String,
+    /// Message body size in bytes (>= 8 to measure latency).
+    #[arg(short = 's', long, default_value_t = 16)]
+    pub size: usize,
+    /// Publishing rate per producer in msg/s (0 = unlimited).
+    #[arg(short = 'r', long, default_value_t = 0)]
+    pub rate: u64,
+    /// Persistent messages (delivery_mode 2) and durable queues.
+    #[arg(long)]
+    pub persistent: bool,
+    /// Publisher-confirm window: at most N unconfirmed messages per producer (0 = no confirms).
+    #[arg(short = 'c', long, default_value_t = 0)]
+    pub confirm: u32,
+    /// Consumer prefetch (basic.qos).
+    #[arg(short = 'q', long, default_value_t = 1000)]
+    pub prefetch: u16,
+    /// Ack every N deliveries with multiple=true (0 = auto-ack / no-ack).
+    #[arg(long, default_value_t = 100)]
+    pub multi_ack: u32,
+    /// Measurement duration in seconds (0 = until --pmessages are all consumed).
+    #[arg(short = 'z', long, default_value_t = 10)]
+    pub duration: u64,
+    /// Per-producer message count limit (0 = unlimited).
+    #[arg(long, default_value_t = 0)]
+    pub pmessages: u64,
+    /// Scenario: "throughput" (default).
+    #[arg(long, default_value = "throughput")]
+    pub scenario: String,
+    /// PID of the broker: report its CPU time per message and peak RSS (Linux /proc).
+    #[arg(long)]
+    pub broker_pid: Option<u32>,
+    /// Print the report as one JSON line on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Do not print per-second progress lines on stderr.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+impl Default for BenchArgs {
+    fn default() -> Self {
+        Self {
+            uri: "amqp://guest:guest@127.0.0.1:5672/%2f".into(),
+            producers: 1,
+            consumers: 1,
+            queues: 1,
+            queue_prefix: "charon-bench".into(),
+            size: 16,
+            rate: 0,
+            persistent: false,
+            confirm: 0,
+            prefetch: 1000,
+            multi_ack: 100,
+            duration: 10,
+            pmessages: 0,
+            scenario: "throughput".into(),
+            broker_pid: None,
+            json: false,
+            quiet: false,
+        }
+    }
+}
+
+impl BenchArgs {
+    /// Name of queue `i`.
+    pub(crate) fn queue_name(&self, i: usize) -> String {
+        format!("{}-{}", self.queue_prefix, i % self.queues.max(1))
+    }
+}

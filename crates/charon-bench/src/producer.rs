@@ -1,0 +1,257 @@
+//! Producer: publishes pre-encoded messages in batches (many per syscall).
+//!
+//! Pacing: socket writes are awaited (TCP backpressure), `--rate` is enforced
+//! with a schedule, and `--confirm N` keeps at most N unconfirmed messages
+//! in flight (a semaphore refilled by the confirm reader task).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use amq_protocol::frame::AMQPFrame;
+use amq_protocol::protocol::{AMQPClass, connection};
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::sync::Semaphore;
+
+use crate::BenchError;
+use crate::client::Connection;
+use crate::client::connection::{CHANNEL, check_async_method, encode};
+use crate::client::frame_io::{FRAME_METHOD, FrameReader};
+use crate::client::wire::{self, PublishTemplate};
+use crate::stats::Shared;
+
+/// Target size of one write (bytes).
+const BATCH_BYTES: usize = 128 * 1024;
+
+/// What a producer publishes and how.
+#[derive(Debug, Clone)]
+pub(crate) struct ProducerCfg {
+    pub(crate) queue: String,
+    pub(crate) size: usize,
+    pub(crate) persistent: bool,
+    pub(crate) rate: u64,
+    pub(crate) confirm: u32,
+    pub(crate) limit: u64,
+}
+
+/// Tracks publisher confirms (possibly multiple / out of order) and refills the window.
+#[derive(Debug, Default)]
+struct ConfirmTracker {
+    acked_upto: u64,
+    singles: BTreeSet<u64>,
+}
+
+impl ConfirmTracker {
+    /// Returns how many new messages this ack/nack confirms.
+    fn confirm(&mut self, tag: u64, multiple: bool) -> u64 {
+        if tag <= self.acked_upto {
+            return 0;
+        }
+        if multiple {
+            let already = self.singles.range(..=tag).count() as u64;
+            self.singles = self.singles.split_off(&(tag + 1));
+            let n = tag - self.acked_upto - already;
+            self.acked_upto = tag;
+            self.advance();
+            n
+        } else if self.singles.insert(tag) {
+            self.advance();
+            1
+        } else {
+            0
+        }
+    }
+
+    fn advance(&mut self) {
+        while self.singles.remove(&(self.acked_upto + 1)) {
+            self.acked_upto += 1;
+        }
+    }
+}
+
+/// Reads the producer connection: confirms, closes; everything else is ignored.
+async fn confirm_reader(
+    mut reader: FrameReader,
+    window: Option<Arc<Semaphore>>,
+    shared: Arc<Shared>,
+) -> Result<(), BenchError> {
+    let mut tracker = ConfirmTracker::default();
+    loop {
+        tokio::select! {
+            r = reader.fill() => r?,
+            _ = shared.stop.cancelled() => return Ok(()),
+        }
+        let mut confirmed = 0u64;
+        let mut nacked = 0u64;
+        while let Some(f) = reader.next_frame()? {
+            if f.kind != FRAME_METHOD {
+                continue;
+            }
+            match wire::method_ids(f.payload) {
+                Some((wire::CLASS_BASIC, m)) if m == wire::BASIC_ACK || m == wire::BASIC_NACK => {
+                    let (tag, multiple) = wire::ack_fields(f.payload)
+                        .ok_or_else(|| BenchError::Protocol("short basic.ack".into()))?;
+                    let n = tracker.confirm(tag, multiple);
+                    confirmed += n;
+                    if m == wire::BASIC_NACK {
+                        nacked += n;
+                    }
+                }
+                Some((wire::CLASS_BASIC, wire::BASIC_RETURN)) => {}
+                _ => {
+                    // connection.blocked/unblocked and others are informational;
+                    // closes become errors.
+                    check_async_method(f.full)?;
+                }
+            }
+        }
+        if confirmed > 0 {
+            shared.confirmed.fetch_add(confirmed, Ordering::Relaxed);
+            if let Some(w) = &window {
+                w.add_permits(confirmed as usize);
+            }
+        }
+        if nacked > 0 {
+            shared.nacked.fetch_add(nacked, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Runs one producer until `shared.stop` or its message limit.
+/// `conn` must already be in confirm mode if `cfg.confirm > 0`.
+pub(crate) async fn run_producer(
+    conn: Connection,
+    cfg: ProducerCfg,
+    shared: Arc<Shared>,
+) -> Result<(), BenchError> {
+    let Connection {
+        reader,
+        writer,
+        frame_max,
+    } = conn;
+    let window = (cfg.confirm > 0).then(|| Arc::new(Semaphore::new(cfg.confirm as usize)));
+    let reader_task = tokio::spawn(confirm_reader(reader, window.clone(), shared.clone()));
+    let result = publish_loop(writer, &cfg, frame_max, window, &shared).await;
+    if let Err(e) = result {
+        shared.fail(e);
+    }
+    match reader_task.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            if !shared.stop.is_cancelled() {
+                shared.fail(e);
+            }
+        }
+        Err(e) => shared.fail(BenchError::Task(e.to_string())),
+    }
+    Ok(())
+}
+
+async fn publish_loop(
+    mut writer: OwnedWriteHalf,
+    cfg: &ProducerCfg,
+    frame_max: u32,
+    window: Option<Arc<Semaphore>>,
+    shared: &Shared,
+) -> Result<(), BenchError> {
+    let template =
+        PublishTemplate::new(CHANNEL, "", &cfg.queue, cfg.size, cfg.persistent, frame_max);
+    let per_batch = (BATCH_BYTES / template.bytes.len().max(1)).max(1) as u64;
+    let mut buf = Vec::with_capacity(BATCH_BYTES + template.bytes.len());
+    let started = Instant::now();
+    let mut sent = 0u64;
+    loop {
+        if shared.stop.is_cancelled() {
+            break;
+        }
+        let mut n = per_batch;
+        if cfg.limit > 0 {
+            n = n.min(cfg.limit - sent);
+            if n == 0 {
+                shared.producers_done.fetch_add(1, Ordering::Relaxed);
+                break;
+            }
+        }
+        if cfg.rate > 0 {
+            let due = (started.elapsed().as_secs_f64() * cfg.rate as f64) as u64 + 1;
+            if due <= sent {
+                let next = started + Duration::from_secs_f64(sent as f64 / cfg.rate as f64);
+                tokio::select! {
+                    _ = tokio::time::sleep_until(next.into()) => {}
+                    _ = shared.stop.cancelled() => break,
+                }
+                continue;
+            }
+            n = n.min(due - sent);
+        }
+        if let Some(w) = &window {
+            let avail = w.available_permits() as u64;
+            if avail == 0 {
+                tokio::select! {
+                    p = w.acquire() => {
+                        p.map_err(|e| BenchError::Task(e.to_string()))?.forget();
+                    }
+                    _ = shared.stop.cancelled() => break,
+                }
+                let more = (w.available_permits() as u64).min(n - 1);
+                if more > 0
+                    && let Ok(p) = w.try_acquire_many(more as u32)
+                {
+                    p.forget();
+                }
+                n = 1 + more;
+            } else {
+                n = n.min(avail);
+                if let Ok(p) = w.try_acquire_many(n as u32) {
+                    p.forget();
+                }
+            }
+        }
+        buf.clear();
+        let ts = shared.now_nanos();
+        for _ in 0..n {
+            template.append(&mut buf, ts);
+        }
+        tokio::select! {
+            r = writer.write_all(&buf) => r?,
+            // A partial frame may be left on the wire: the socket is dropped, not closed.
+            _ = shared.stop.cancelled() => return Ok(()),
+        }
+        sent += n;
+        shared.published.fetch_add(n, Ordering::Relaxed);
+    }
+    // Stay connected until the end of the run (confirms may still arrive),
+    // then close the connection cleanly.
+    shared.stop.cancelled().await;
+    let close = AMQPFrame::Method(
+        0,
+        AMQPClass::Connection(connection::AMQPMethod::Close(connection::Close {
+            reply_code: 200,
+            reply_text: "bye".into(),
+            class_id: 0,
+            method_id: 0,
+        })),
+    );
+    let _ = writer.write_all(&encode(&close)?).await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ConfirmTracker;
+
+    #[test]
+    fn confirms_mixed() {
+        let mut t = ConfirmTracker::default();
+        assert_eq!(t.confirm(2, false), 1);
+        assert_eq!(t.confirm(1, false), 1);
+        assert_eq!(t.acked_upto, 2);
+        assert_eq!(t.confirm(5, false), 1);
+        assert_eq!(t.confirm(6, true), 3);
+        assert_eq!(t.confirm(6, true), 0);
+        assert_eq!(t.confirm(10, true), 4);
+        assert!(t.singles.is_empty());
+    }
+}

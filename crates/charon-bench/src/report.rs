@@ -1,0 +1,149 @@
+//! Benchmark report: human (PerfTest-like) and JSON renderings.
+
+use std::fmt;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+/// Latency percentiles in microseconds (publish → delivery).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct LatencyUs {
+    /// Number of samples (0 when the body is too small for a timestamp).
+    pub samples: u64,
+    /// Median.
+    pub p50: u64,
+    /// 75th percentile.
+    pub p75: u64,
+    /// 95th percentile.
+    pub p95: u64,
+    /// 99th percentile.
+    pub p99: u64,
+    /// Maximum.
+    pub max: u64,
+}
+
+impl LatencyUs {
+    pub(crate) fn from_histogram(h: &Histogram<u64>) -> Self {
+        if h.is_empty() {
+            return Self::default();
+        }
+        Self {
+            samples: h.len(),
+            p50: h.value_at_quantile(0.50),
+            p75: h.value_at_quantile(0.75),
+            p95: h.value_at_quantile(0.95),
+            p99: h.value_at_quantile(0.99),
+            max: h.max(),
+        }
+    }
+}
+
+fn ser_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
+}
+
+/// Result of a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Scenario name.
+    pub scenario: String,
+    /// Human description of the run parameters.
+    pub params: String,
+    /// Messages published during the measurement window.
+    pub published: u64,
+    /// Messages confirmed by the broker (confirm mode only).
+    pub confirmed: u64,
+    /// Messages nacked by the broker (confirm mode only).
+    pub nacked: u64,
+    /// Messages consumed during the measurement window.
+    pub consumed: u64,
+    /// Length of the measurement window.
+    #[serde(rename = "duration_s", serialize_with = "ser_duration")]
+    pub duration: Duration,
+    /// published / duration (msg/s).
+    pub publish_rate: f64,
+    /// consumed / duration (msg/s).
+    pub consume_rate: f64,
+    /// Publish → consume latency.
+    pub latency_us: LatencyUs,
+    /// Broker CPU time (user+sys) per message: CPU µs / max(published, consumed).
+    pub broker_cpu_us_per_msg: Option<f64>,
+    /// Broker CPU utilisation during the window (1.0 = one core).
+    pub broker_cpu_cores: Option<f64>,
+    /// Broker peak RSS during the run (VmHWM; reset at start when permitted).
+    pub broker_peak_rss_kib: Option<u64>,
+    /// Broker RSS at start / end.
+    pub broker_rss_before_kib: Option<u64>,
+    /// Broker RSS at the end of the window.
+    pub broker_rss_after_kib: Option<u64>,
+    /// CPU time of this tool per message (its own overhead).
+    pub tool_cpu_us_per_msg: Option<f64>,
+    /// CPU utilisation of this tool during the window (1.0 = one core).
+    pub tool_cpu_cores: Option<f64>,
+}
+
+impl Report {
+    /// One-line JSON rendering.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+
+    /// Messages per second through the broker: the consume rate when there
+    /// are consumers, the publish rate otherwise.
+    pub fn throughput(&self) -> f64 {
+        if self.consumed > 0 {
+            self.consume_rate
+        } else {
+            self.publish_rate
+        }
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "scenario: {} ({})", self.scenario, self.params)?;
+        writeln!(
+            f,
+            "duration: {:.2} s, sent: {} msg ({:.0} msg/s), received: {} msg ({:.0} msg/s)",
+            self.duration.as_secs_f64(),
+            self.published,
+            self.publish_rate,
+            self.consumed,
+            self.consume_rate
+        )?;
+        if self.confirmed > 0 || self.nacked > 0 {
+            writeln!(
+                f,
+                "confirmed: {} msg, nacked: {} msg",
+                self.confirmed, self.nacked
+            )?;
+        }
+        let l = &self.latency_us;
+        if l.samples > 0 {
+            writeln!(
+                f,
+                "latency min/median/75th/95th/99th/max: p50 {} µs, p75 {} µs, p95 {} µs, p99 {} µs, max {} µs",
+                l.p50, l.p75, l.p95, l.p99, l.max
+            )?;
+        }
+        if let Some(cpu) = self.broker_cpu_us_per_msg {
+            write!(f, "broker CPU: {cpu:.2} µs/msg")?;
+            if let Some(c) = self.broker_cpu_cores {
+                write!(f, " ({c:.2} cores)")?;
+            }
+            if let Some(rss) = self.broker_peak_rss_kib {
+                write!(f, ", peak RSS {:.1} MiB", rss as f64 / 1024.0)?;
+            }
+            writeln!(f)?;
+        }
+        if let Some(cpu) = self.tool_cpu_us_per_msg {
+            write!(f, "bench tool CPU: {cpu:.2} µs/msg")?;
+            if let Some(c) = self.tool_cpu_cores {
+                write!(f, " ({c:.2} cores)")?;
+            }
+            writeln!(f)?;
+        }
+        Ok(())
+    }
+}

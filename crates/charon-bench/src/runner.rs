@@ -1,0 +1,278 @@
+//! Orchestration: declare/purge queues, connect every worker, release them
+//! together, measure for `--duration`, print progress, collect the report and
+//! clean up.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinHandle;
+
+use crate::client::Connection;
+use crate::consumer::{ConsumerCfg, run_consumer};
+use crate::histogram::new_latency_histogram;
+use crate::proc_stats::{self, ProcSample};
+use crate::producer::{ProducerCfg, run_producer};
+use crate::report::{LatencyUs, Report};
+use crate::stats::Shared;
+use crate::uri::AmqpUri;
+use crate::{BenchArgs, BenchError};
+
+const TICK: Duration = Duration::from_millis(50);
+
+fn validate(args: &BenchArgs) -> Result<(), BenchError> {
+    if args.scenario != "throughput" {
+        return Err(BenchError::Args(format!(
+            "unknown scenario {:?} (supported: throughput)",
+            args.scenario
+        )));
+    }
+    if args.queues == 0 {
+        return Err(BenchError::Args("--queues must be >= 1".into()));
+    }
+    if args.producers == 0 && args.consumers == 0 {
+        return Err(BenchError::Args(
+            "need at least one producer or consumer".into(),
+        ));
+    }
+    if args.duration == 0 && args.pmessages == 0 {
+        return Err(BenchError::Args("--duration 0 requires --pmessages".into()));
+    }
+    Ok(())
+}
+
+fn params(args: &BenchArgs) -> String {
+    format!(
+        "{} producers, {} consumers, {} queues, {} B, {}{}{}, prefetch {}, multi-ack {}",
+        args.producers,
+        args.consumers,
+        args.queues,
+        args.size,
+        if args.persistent {
+            "persistent"
+        } else {
+            "transient"
+        },
+        if args.confirm > 0 {
+            format!(", confirm window {}", args.confirm)
+        } else {
+            String::new()
+        },
+        if args.rate > 0 {
+            format!(", rate {} msg/s/producer", args.rate)
+        } else {
+            String::new()
+        },
+        args.prefetch,
+        args.multi_ack
+    )
+}
+
+async fn connect_all<F, Fut>(
+    n: usize,
+    uri: &AmqpUri,
+    setup: F,
+) -> Result<Vec<Connection>, BenchError>
+where
+    F: Fn(usize, Connection) -> Fut,
+    Fut: std::future::Future<Output = Result<Connection, BenchError>> + Send + 'static,
+{
+    let mut handles: Vec<JoinHandle<Result<Connection, BenchError>>> = Vec::with_capacity(n);
+    for i in 0..n {
+        let uri = uri.clone();
+        let conn = Connection::open(&uri).await?;
+        handles.push(tokio::spawn(setup(i, conn)));
+    }
+    let mut out = Vec::with_capacity(n);
+    for h in handles {
+        out.push(h.await.map_err(|e| BenchError::Task(e.to_string()))??);
+    }
+    Ok(out)
+}
+
+/// Runs a benchmark described by `args` and returns its report.
+pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
+    validate(&args)?;
+    let uri = AmqpUri::parse(&args.uri)?;
+    let queue_names: Vec<String> = (0..args.queues).map(|i| args.queue_name(i)).collect();
+
+    // Admin connection: (re)declare and purge queues.
+    let mut admin = Connection::open(&uri).await?;
+    for q in &queue_names {
+        admin.declare_queue(q, args.persistent).await?;
+        admin.purge_queue(q).await?;
+    }
+
+    // Connect consumers first (so that nothing is published to an unconsumed queue).
+    let no_ack = args.multi_ack == 0;
+    let consumers = {
+        let qs = queue_names.clone();
+        let prefetch = args.prefetch;
+        connect_all(args.consumers, &uri, move |i, mut c| {
+            let q = qs[i % qs.len()].clone();
+            async move {
+                if !no_ack {
+                    c.qos(prefetch).await?;
+                }
+                c.consume(&q, no_ack).await?;
+                Ok(c)
+            }
+        })
+        .await?
+    };
+    let confirm = args.confirm;
+    let producers = connect_all(args.producers, &uri, move |_, mut c| async move {
+        if confirm > 0 {
+            c.confirm_select().await?;
+        }
+        Ok(c)
+    })
+    .await?;
+
+    let shared = Arc::new(Shared::new());
+    let multi_ack = match (args.multi_ack, args.prefetch) {
+        (0, _) => 0,
+        (n, 0) => n,
+        (n, p) => n.min(u32::from(p).div_ceil(2)).max(1),
+    };
+    let ccfg = ConsumerCfg {
+        multi_ack,
+        timestamps: args.size >= 8,
+    };
+
+    let broker_before = args.broker_pid.and_then(|p| {
+        proc_stats::reset_peak_rss(p);
+        proc_stats::sample(Some(p))
+    });
+    let tool_before = proc_stats::sample(None);
+    let t0 = Instant::now();
+
+    let consumer_tasks: Vec<_> = consumers
+        .into_iter()
+        .map(|c| tokio::spawn(run_consumer(c, ccfg, shared.clone())))
+        .collect();
+    let producer_tasks: Vec<_> = producers
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let cfg = ProducerCfg {
+                queue: queue_names[i % queue_names.len()].clone(),
+                size: args.size,
+                persistent: args.persistent,
+                rate: args.rate,
+                confirm: args.confirm,
+                limit: args.pmessages,
+            };
+            tokio::spawn(run_producer(c, cfg, shared.clone()))
+        })
+        .collect();
+
+    // Measurement loop with per-second progress.
+    let deadline = (args.duration > 0).then(|| t0 + Duration::from_secs(args.duration));
+    let expected = args.pmessages.saturating_mul(args.producers as u64);
+    let mut next_print = t0 + Duration::from_secs(1);
+    let (mut last_pub, mut last_cons) = (0u64, 0u64);
+    let mut peak_rss = broker_before.map(|s| s.rss_kib).unwrap_or(0);
+    let mut sec = 0u64;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(TICK) => {}
+            _ = shared.stop.cancelled() => break,
+        }
+        let now = Instant::now();
+        if now >= next_print {
+            sec += 1;
+            let p = shared.load(&shared.published);
+            let c = shared.load(&shared.consumed);
+            if !args.quiet {
+                eprintln!(
+                    "time: {sec:>3} s, sent: {} msg/s, received: {} msg/s",
+                    p - last_pub,
+                    c - last_cons
+                );
+            }
+            (last_pub, last_cons) = (p, c);
+            next_print += Duration::from_secs(1);
+            if let Some(s) = args.broker_pid.and_then(|p| proc_stats::sample(Some(p))) {
+                peak_rss = peak_rss.max(s.rss_kib);
+            }
+        }
+        if deadline.is_some_and(|d| now >= d) {
+            break;
+        }
+        if expected > 0 {
+            let done = if args.consumers > 0 {
+                shared.load(&shared.consumed) >= expected
+            } else {
+                shared.load(&shared.producers_done) >= args.producers as u64
+                    && (args.confirm == 0 || shared.load(&shared.confirmed) >= expected)
+            };
+            if done {
+                break;
+            }
+        }
+    }
+    let elapsed = t0.elapsed();
+    let published = shared.load(&shared.published);
+    let consumed = shared.load(&shared.consumed);
+    let confirmed = shared.load(&shared.confirmed);
+    let nacked = shared.load(&shared.nacked);
+    let broker_after = args.broker_pid.and_then(|p| proc_stats::sample(Some(p)));
+    let tool_after = proc_stats::sample(None);
+    shared.stop.cancel();
+
+    let mut hist = new_latency_histogram();
+    for t in consumer_tasks {
+        match tokio::time::timeout(Duration::from_secs(5), t).await {
+            Ok(Ok(h)) => {
+                let _ = hist.add(&h);
+            }
+            Ok(Err(e)) => shared.fail(BenchError::Task(e.to_string())),
+            Err(_) => {}
+        }
+    }
+    for t in producer_tasks {
+        if let Ok(Err(e)) = tokio::time::timeout(Duration::from_secs(5), t).await {
+            shared.fail(BenchError::Task(e.to_string()));
+        }
+    }
+    if let Some(e) = shared.take_error() {
+        return Err(e);
+    }
+
+    // Cleanup.
+    for q in &queue_names {
+        admin.delete_queue(q).await?;
+    }
+    admin.close().await;
+
+    let secs = elapsed.as_secs_f64().max(1e-9);
+    let msgs = published.max(consumed).max(1) as f64;
+    let cpu = |b: Option<ProcSample>, a: Option<ProcSample>| {
+        b.zip(a)
+            .map(|(b, a)| a.cpu_us.saturating_sub(b.cpu_us) as f64)
+    };
+    let broker_cpu = cpu(broker_before, broker_after);
+    let tool_cpu = cpu(tool_before, tool_after);
+    if let Some(a) = broker_after {
+        peak_rss = peak_rss.max(a.rss_kib).max(a.hwm_kib);
+    }
+    Ok(Report {
+        scenario: args.scenario.clone(),
+        params: params(&args),
+        published,
+        confirmed,
+        nacked,
+        consumed,
+        duration: elapsed,
+        publish_rate: published as f64 / secs,
+        consume_rate: consumed as f64 / secs,
+        latency_us: LatencyUs::from_histogram(&hist),
+        broker_cpu_us_per_msg: broker_cpu.map(|c| c / msgs),
+        broker_cpu_cores: broker_cpu.map(|c| c / 1e6 / secs),
+        broker_peak_rss_kib: broker_after.map(|_| peak_rss),
+        broker_rss_before_kib: broker_before.map(|s| s.rss_kib),
+        broker_rss_after_kib: broker_after.map(|s| s.rss_kib),
+        tool_cpu_us_per_msg: tool_cpu.map(|c| c / msgs),
+        tool_cpu_cores: tool_cpu.map(|c| c / 1e6 / secs),
+    })
+}
