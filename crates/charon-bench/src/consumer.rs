@@ -10,7 +10,7 @@ use tokio::io::AsyncWriteExt;
 
 use crate::BenchError;
 use crate::client::Connection;
-use crate::client::connection::{CHANNEL, check_async_method};
+use crate::client::connection::{CHANNEL, check_async_method, close_frame};
 use crate::client::frame_io::{FRAME_BODY, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD};
 use crate::client::wire;
 use crate::histogram::new_latency_histogram;
@@ -150,5 +150,7 @@ async fn consume_loop(
             acks.clear();
         }
     }
+    // Best-effort clean close (unacked deliveries are requeued by the broker).
+    let _ = writer.write_all(&close_frame()?).await;
     Ok(())
 }

@@ -9,21 +9,22 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use amq_protocol::frame::AMQPFrame;
-use amq_protocol::protocol::{AMQPClass, connection};
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::Semaphore;
 
 use crate::BenchError;
 use crate::client::Connection;
-use crate::client::connection::{CHANNEL, check_async_method, encode};
+use crate::client::connection::{CHANNEL, check_async_method, close_frame};
 use crate::client::frame_io::{FRAME_METHOD, FrameReader};
 use crate::client::wire::{self, PublishTemplate};
 use crate::stats::Shared;
 
 /// Target size of one write (bytes).
 const BATCH_BYTES: usize = 128 * 1024;
+
+/// How long to wait for the broker to drain a producer connection at the end.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// What a producer publishes and how.
 #[derive(Debug, Clone)]
@@ -79,10 +80,9 @@ async fn confirm_reader(
 ) -> Result<(), BenchError> {
     let mut tracker = ConfirmTracker::default();
     loop {
-        tokio::select! {
-            r = reader.fill() => r?,
-            _ = shared.stop.cancelled() => return Ok(()),
-        }
+        // Runs until connection.close-ok (after the publisher's close) or EOF;
+        // the caller bounds it with a timeout.
+        reader.fill().await?;
         let mut confirmed = 0u64;
         let mut nacked = 0u64;
         while let Some(f) = reader.next_frame()? {
@@ -100,6 +100,7 @@ async fn confirm_reader(
                     }
                 }
                 Some((wire::CLASS_BASIC, wire::BASIC_RETURN)) => {}
+                Some((wire::CLASS_CONNECTION, wire::CONNECTION_CLOSE_OK)) => return Ok(()),
                 _ => {
                     // connection.blocked/unblocked and others are informational;
                     // closes become errors.
@@ -137,14 +138,21 @@ pub(crate) async fn run_producer(
     if let Err(e) = result {
         shared.fail(e);
     }
-    match reader_task.await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => {
+    // Wait for close-ok: it guarantees the broker routed everything this
+    // connection published, so no late message lands in a later run's queue.
+    let abort = reader_task.abort_handle();
+    match tokio::time::timeout(CLOSE_TIMEOUT, reader_task).await {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => {
             if !shared.stop.is_cancelled() {
                 shared.fail(e);
             }
         }
-        Err(e) => shared.fail(BenchError::Task(e.to_string())),
+        Ok(Err(e)) => shared.fail(BenchError::Task(e.to_string())),
+        Err(_) => {
+            abort.abort();
+            tracing::warn!("producer connection: no close-ok within {CLOSE_TIMEOUT:?}");
+        }
     }
     Ok(())
 }
@@ -216,8 +224,12 @@ async fn publish_loop(
         }
         tokio::select! {
             r = writer.write_all(&buf) => r?,
-            // A partial frame may be left on the wire: the socket is dropped, not closed.
-            _ = shared.stop.cancelled() => return Ok(()),
+            // A blocked broker: give up; a partial frame may be left on the
+            // wire, so the socket is dropped, not closed.
+            _ = async {
+                shared.stop.cancelled().await;
+                tokio::time::sleep(CLOSE_TIMEOUT).await;
+            } => return Ok(()),
         }
         sent += n;
         shared.published.fetch_add(n, Ordering::Relaxed);
@@ -225,16 +237,7 @@ async fn publish_loop(
     // Stay connected until the end of the run (confirms may still arrive),
     // then close the connection cleanly.
     shared.stop.cancelled().await;
-    let close = AMQPFrame::Method(
-        0,
-        AMQPClass::Connection(connection::AMQPMethod::Close(connection::Close {
-            reply_code: 200,
-            reply_text: "bye".into(),
-            class_id: 0,
-            method_id: 0,
-        })),
-    );
-    let _ = writer.write_all(&encode(&close)?).await;
+    let _ = writer.write_all(&close_frame()?).await;
     Ok(())
 }
 

@@ -231,7 +231,7 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
         }
     }
     for t in producer_tasks {
-        if let Ok(Err(e)) = tokio::time::timeout(Duration::from_secs(5), t).await {
+        if let Ok(Err(e)) = tokio::time::timeout(Duration::from_secs(30), t).await {
             shared.fail(BenchError::Task(e.to_string()));
         }
     }

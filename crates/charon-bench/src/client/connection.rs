@@ -33,6 +33,19 @@ pub fn encode(frame: &AMQPFrame) -> Result<Vec<u8>, BenchError> {
     Ok(ctx.into_inner().0)
 }
 
+/// Encoded `connection.close(200, "bye")`.
+pub fn close_frame() -> Result<Vec<u8>, BenchError> {
+    encode(&AMQPFrame::Method(
+        0,
+        AMQPClass::Connection(connection::AMQPMethod::Close(connection::Close {
+            reply_code: 200,
+            reply_text: "bye".into(),
+            class_id: 0,
+            method_id: 0,
+        })),
+    ))
+}
+
 /// Decodes a complete frame with `amq-protocol`.
 pub fn decode(full: &[u8]) -> Result<AMQPFrame, BenchError> {
     parse_frame(full)
@@ -313,20 +326,8 @@ impl Connection {
 
     /// Sends `connection.close` and waits briefly for close-ok (best effort).
     pub async fn close(mut self) {
-        let m = connection::Close {
-            reply_code: 200,
-            reply_text: "bye".into(),
-            class_id: 0,
-            method_id: 0,
-        };
-        if Self::send(
-            &mut self.writer,
-            0,
-            AMQPClass::Connection(connection::AMQPMethod::Close(m)),
-        )
-        .await
-        .is_err()
-        {
+        let Ok(frame) = close_frame() else { return };
+        if self.writer.write_all(&frame).await.is_err() {
             return;
         }
         let wait = async {

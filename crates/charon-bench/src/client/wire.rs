@@ -18,6 +18,8 @@ pub const BASIC_NACK: u16 = 120;
 pub const BASIC_RETURN: u16 = 50;
 /// class connection
 pub const CLASS_CONNECTION: u16 = 10;
+/// connection.close-ok
+pub const CONNECTION_CLOSE_OK: u16 = 51;
 /// class channel
 pub const CLASS_CHANNEL: u16 = 20;
 
