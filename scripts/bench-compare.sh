@@ -16,6 +16,7 @@ ROOT=$(pwd)
 CHARON=${1:-$ROOT/target/release/charon}
 DURATION=${BENCH_DURATION:-10}
 WORK=$(mktemp -d /tmp/bench-compare.XXXXXX)
+chmod 755 "$WORK" # the broker may run as another user (rabbitmq)
 RMQ_NODE=bench-compare@localhost
 RMQ_URI="amqp://guest:guest@127.0.0.1:5673/%2f"
 CHARON_URI="amqp://guest:guest@127.0.0.1:5674/%2f"
@@ -37,10 +38,11 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-wait_port() { # host port seconds
+wait_port() { # host port seconds [pid that must stay alive]
     local i
     for ((i = 0; i < $3 * 10; i++)); do
         (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null && return 0
+        if [ -n "${4:-}" ] && ! kill -0 "$4" 2>/dev/null; then return 1; fi
         sleep 0.1
     done
     return 1
@@ -72,13 +74,19 @@ start_rabbitmq() {
         RABBITMQ_PID_FILE=$WORK/rmq/pid RABBITMQ_ENABLED_PLUGINS_FILE=$WORK/rmq/enabled_plugins \
         RABBITMQ_SERVER_START_ARGS="-rabbitmq_management listener [{port,15673}]" \
         rabbitmq-server >"$WORK/rmq/stdout" 2>&1 &
-    if ! rabbitmqctl -n "$RMQ_NODE" -q wait --timeout 90 "$WORK/rmq/pid" >/dev/null 2>&1 ||
-        ! wait_port 127.0.0.1 5673 30; then
-        log "RabbitMQ did not start; see $WORK/rmq/stdout"
+    if ! wait_port 127.0.0.1 5673 120 $!; then
+        log "RabbitMQ did not start:"
         tail -5 "$WORK/rmq/stdout" >&2
+        rabbitmqctl -n "$RMQ_NODE" stop >/dev/null 2>&1
         return 1
     fi
-    RMQ_PID=$(cat "$WORK/rmq/pid")
+    RMQ_PID=$(rabbitmqctl -n "$RMQ_NODE" status 2>/dev/null | sed -n 's/^OS PID: *//p')
+    if [ -z "$RMQ_PID" ]; then RMQ_PID=$(cat "$WORK/rmq/pid" 2>/dev/null); fi
+    if [ -z "$RMQ_PID" ]; then
+        log "cannot find the RabbitMQ PID; stopping it"
+        rabbitmqctl -n "$RMQ_NODE" stop >/dev/null 2>&1
+        return 1
+    fi
 }
 
 start_charon() {
@@ -91,7 +99,7 @@ start_charon() {
     "$CHARON" server --amqp-listen 127.0.0.1:5674 --http-listen 127.0.0.1:15674 \
         --data-dir "$WORK/charon" >"$WORK/charon/stdout" 2>&1 &
     CHARON_PID=$!
-    if ! wait_port 127.0.0.1 5674 30; then
+    if ! wait_port 127.0.0.1 5674 30 "$CHARON_PID"; then
         log "Charon did not start; see output below"
         tail -5 "$WORK/charon/stdout" >&2
         kill "$CHARON_PID" 2>/dev/null
