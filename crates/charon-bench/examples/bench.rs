@@ -23,16 +23,8 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    let json = cli.args.json;
-    match rt.block_on(charon_bench::run(cli.args)) {
-        Ok(report) => {
-            if json {
-                println!("{}", report.to_json());
-            } else {
-                print!("{report}");
-            }
-            std::process::ExitCode::SUCCESS
-        }
+    match rt.block_on(charon_bench::run_and_print(cli.args)) {
+        Ok(_) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("bench failed: {e}");
             std::process::ExitCode::FAILURE

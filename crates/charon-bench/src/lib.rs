@@ -8,7 +8,9 @@
 //! can fairly measure RabbitMQ, LavinMQ and Charon.
 //!
 //! Entry point: [`run`] with [`BenchArgs`] (a `clap::Args` struct, embedded
-//! by `charon bench`), returning a [`Report`].
+//! by `charon bench`), returning a [`Report`]; [`run_and_print`] also prints
+//! it. Examples: `bench` (stand-alone driver) and `null_broker` (a sink used
+//! to measure the tool's own ceiling).
 
 mod args;
 pub mod client;
@@ -25,4 +27,4 @@ mod uri;
 pub use args::BenchArgs;
 pub use error::BenchError;
 pub use report::{LatencyUs, Report};
-pub use runner::run;
+pub use runner::{run, run_and_print};

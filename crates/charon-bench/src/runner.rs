@@ -89,6 +89,19 @@ where
     Ok(out)
 }
 
+/// Runs a benchmark and prints its report on stdout (one JSON line with
+/// `--json`, the human summary otherwise): the whole `charon bench` command.
+pub async fn run_and_print(args: BenchArgs) -> Result<Report, BenchError> {
+    let json = args.json;
+    let report = run(args).await?;
+    if json {
+        println!("{}", report.to_json());
+    } else {
+        print!("{report}");
+    }
+    Ok(report)
+}
+
 /// Runs a benchmark described by `args` and returns its report.
 pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
     validate(&args)?;
