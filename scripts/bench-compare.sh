@@ -5,6 +5,7 @@
 # Usage: scripts/bench-compare.sh [path/to/charon]     (default target/release/charon)
 # Env:
 #   BENCH_DURATION   seconds per scenario (default 10)
+#   BENCH_PAUSE      seconds to let a broker settle between runs (default 3)
 #   SKIP_RABBITMQ=1  do not start/measure RabbitMQ
 #   LAVINMQ_URI      amqp URI of an already running LavinMQ (adds a column);
 #   LAVINMQ_PID      its PID (for CPU/RSS figures). LavinMQ is never built here.
@@ -130,9 +131,10 @@ ARGS=(
 # run_one URI PID ARGS -> "rate cpu" (or "- -")
 run_one() {
     local uri=$1 pid=$2 args=$3 out pidarg=()
+    sleep "${BENCH_PAUSE:-3}"
     [ -n "$pid" ] && pidarg=(--broker-pid "$pid")
     # shellcheck disable=SC2086
-    if out=$("${BENCH[@]}" --uri "$uri" -z "$DURATION" --json --quiet "${pidarg[@]}" $args); then
+    if out=$("${BENCH[@]}" --uri "$uri" -z "$DURATION" --json "${pidarg[@]}" $args); then
         echo "$out" >>"$WORK/results.jsonl"
         jq -r '[(.consume_rate // .publish_rate | floor), (.broker_cpu_us_per_msg // "-" | if type == "number" then (. * 100 | round / 100) else . end)] | @tsv' <<<"$out" | tail -1
     else

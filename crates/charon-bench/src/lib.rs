@@ -17,6 +17,7 @@ pub mod client;
 mod consumer;
 mod error;
 mod histogram;
+pub mod null_broker;
 mod proc_stats;
 mod producer;
 mod report;
