@@ -1,0 +1,105 @@
+//! Broker configuration: the TOML file's shape and its defaults.
+//!
+//! Owns only the data; the binary layers file, `CHARON_*` environment variables and flags on top
+//! of each other and hands the result to [`crate::Broker::new`].
+
+use serde::Deserialize;
+
+/// Everything the broker reads at start-up. Every field has a default so that an empty file
+/// (or no file) gives a working broker, as `charon server` with no arguments must.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// AMQP listener address.
+    pub amqp_listen: String,
+    /// HTTP (management/health) listener address.
+    pub http_listen: String,
+    /// Directory for the broker's data.
+    pub data_dir: String,
+    /// Log filter (`tracing` env-filter syntax).
+    pub log_level: String,
+    /// Heartbeat interval, seconds, the server proposes in connection.tune (0 disables).
+    pub heartbeat: u16,
+    /// Largest frame the server accepts, bytes, proposed in connection.tune.
+    pub frame_max: u32,
+    /// Highest channel number, proposed in connection.tune.
+    pub channel_max: u16,
+    /// Users. When empty, the default user `guest`/`guest` (loopback only) exists.
+    pub users: Vec<UserConfig>,
+    /// Virtual hosts besides the default "/".
+    pub vhosts: Vec<VHostConfig>,
+    /// Permissions of users on vhosts. `guest` always has full permissions on "/".
+    pub permissions: Vec<PermissionConfig>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            amqp_listen: "127.0.0.1:5672".into(),
+            http_listen: "127.0.0.1:15672".into(),
+            data_dir: "./charon-data".into(),
+            log_level: "info".into(),
+            heartbeat: 60,
+            frame_max: 131_072,
+            channel_max: 2047,
+            users: Vec::new(),
+            vhosts: Vec::new(),
+            permissions: Vec::new(),
+        }
+    }
+}
+
+/// One user account.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserConfig {
+    /// Login name.
+    pub name: String,
+    /// Password (plain text in the file for now).
+    pub password: String,
+    /// Tags such as `administrator`, used by the management API.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// Allow logins only from loopback addresses (RabbitMQ's `loopback_users`). Defaults to true
+    /// for `guest`, false otherwise.
+    #[serde(default)]
+    pub loopback_only: Option<bool>,
+}
+
+/// One virtual host.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VHostConfig {
+    /// Name of the vhost.
+    pub name: String,
+}
+
+/// Permissions of one user on one vhost: three regular expressions over resource names.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PermissionConfig {
+    /// User name.
+    pub user: String,
+    /// Vhost name.
+    pub vhost: String,
+    /// Resources the user may declare and delete.
+    #[serde(default = "match_all")]
+    pub configure: String,
+    /// Resources the user may publish to / bind to.
+    #[serde(default = "match_all")]
+    pub write: String,
+    /// Resources the user may consume from / bind from.
+    #[serde(default = "match_all")]
+    pub read: String,
+}
+
+fn match_all() -> String {
+    ".*".into()
+}
+
+impl Config {
+    /// Parses a TOML document.
+    pub fn from_toml(text: &str) -> Result<Self, toml::de::Error> {
+        toml::from_str(text)
+    }
+}
