@@ -1,16 +1,115 @@
-//! The handle through which everything else reaches a queue actor.
+//! The handle through which everything else reaches a queue actor, and the commands it takes.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tokio::sync::mpsc;
+use charon_core::{ConsumerId, ConsumerSpec, CoreError, GetResult, Message, MsgId};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::flow::ChannelLimit;
+use crate::outbound::ConnHandle;
 
 /// Capacity of a queue's command channel: publishers wait (TCP backpressure) when it is full.
 pub(crate) const QUEUE_COMMAND_CAPACITY: usize = 4096;
 
-/// Commands a queue actor accepts. Extended as the actor lands (publish, consume, ack, ...).
+/// Where a publisher wants its confirm.
+#[derive(Debug)]
+pub struct ConfirmTo {
+    /// The publishing connection.
+    pub conn: ConnHandle,
+    /// Its channel.
+    pub channel: u16,
+    /// The publish sequence number.
+    pub seq: u64,
+}
+
+/// Where a consumer's deliveries go.
+#[derive(Debug, Clone)]
+pub struct ConsumerTarget {
+    /// The consuming connection.
+    pub conn: ConnHandle,
+    /// Its channel.
+    pub channel: u16,
+    /// The channel's flow/prefetch gate.
+    pub limit: Arc<ChannelLimit>,
+    /// Consumer tag.
+    pub tag: Arc<str>,
+}
+
+/// Counts a queue reports (declare-ok, delete checks, management).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Ready messages.
+    pub messages: u32,
+    /// Delivered, not yet acked.
+    pub unacked: u32,
+    /// Consumers.
+    pub consumers: u32,
+}
+
+/// Commands a queue actor accepts.
 #[derive(Debug)]
 pub enum QueueCmd {
+    /// Enqueue a routed message.
+    Publish {
+        /// The message, shared by every queue it was routed to.
+        message: Arc<Message>,
+        /// Confirm target when the channel is in confirm mode.
+        confirm: Option<ConfirmTo>,
+    },
+    /// Register a consumer.
+    Consume {
+        /// Broker-unique consumer id.
+        id: ConsumerId,
+        /// no-ack, prefetch, exclusive.
+        spec: ConsumerSpec,
+        /// Where deliveries go.
+        target: ConsumerTarget,
+        /// Accepted, or refused (exclusive use).
+        reply: oneshot::Sender<Result<(), CoreError>>,
+    },
+    /// Remove a consumer (its unacked messages stay with its channel).
+    Cancel {
+        /// The consumer.
+        id: ConsumerId,
+    },
+    /// Settle delivered messages.
+    Ack {
+        /// Message ids.
+        ids: Vec<MsgId>,
+    },
+    /// Return delivered messages to their original positions.
+    Requeue {
+        /// Message ids.
+        ids: Vec<MsgId>,
+    },
+    /// Discard delivered messages (dead-lettering hooks in here).
+    Reject {
+        /// Message ids.
+        ids: Vec<MsgId>,
+    },
+    /// basic.get.
+    Get {
+        /// Settle at once.
+        no_ack: bool,
+        /// The message, or None when empty.
+        reply: oneshot::Sender<Option<GetResult>>,
+    },
+    /// queue.purge: drop ready messages, reply with how many.
+    Purge {
+        /// Count purged.
+        reply: oneshot::Sender<u32>,
+    },
+    /// Report counts.
+    Stats {
+        /// The counts.
+        reply: oneshot::Sender<QueueStats>,
+    },
+    /// The queue was removed from its vhost: cancel consumers, reply with the message count, stop.
+    Delete {
+        /// Ready messages at deletion.
+        reply: oneshot::Sender<u32>,
+    },
     /// Credit became available (connection backlog drained, channel acks, channel.flow on):
     /// run the delivery loop again.
     Kick,

@@ -1,0 +1,79 @@
+//! Events that queue actors send to a connection task, and the handle they send them through.
+//!
+//! The channel is unbounded in type but bounded in practice: deliveries take credit from
+//! [`ConnFlow`] (at most [`crate::flow::MAX_PENDING_DELIVERIES`] unwritten) and from the channel's
+//! prefetch; confirms are bounded by the publisher's own in-flight publishes, which wait on the
+//! bounded queue command channels.
+
+use std::sync::Arc;
+
+use charon_core::Delivery;
+use tokio::sync::mpsc;
+
+use crate::flow::ConnFlow;
+use crate::queue::QueueHandle;
+
+/// What a queue tells a connection.
+#[derive(Debug)]
+pub enum ConnEvent {
+    /// Messages for one consumer, in queue order; delivery tags are assigned by the connection.
+    Deliver {
+        /// Channel of the consumer.
+        channel: u16,
+        /// Consumer tag.
+        consumer_tag: Arc<str>,
+        /// Whether the consumer is no-ack (nothing to track).
+        no_ack: bool,
+        /// The queue, for acks.
+        queue: QueueHandle,
+        /// The deliveries.
+        deliveries: Vec<Delivery>,
+    },
+    /// A publish with confirms was accepted (`ack`) or refused by one queue.
+    Confirm {
+        /// Publishing channel.
+        channel: u16,
+        /// Publish sequence number on that channel.
+        seq: u64,
+        /// Accepted or refused.
+        ack: bool,
+    },
+    /// The queue was deleted under a consumer: send basic.cancel (consumer_cancel_notify).
+    ConsumerCancelled {
+        /// Channel of the consumer.
+        channel: u16,
+        /// Consumer tag.
+        consumer_tag: Arc<str>,
+    },
+}
+
+/// How queues reach one connection.
+#[derive(Debug, Clone)]
+pub struct ConnHandle {
+    tx: mpsc::UnboundedSender<ConnEvent>,
+    flow: Arc<ConnFlow>,
+}
+
+impl ConnHandle {
+    /// A handle plus the receiver the connection task drains.
+    pub fn new() -> (Self, mpsc::UnboundedReceiver<ConnEvent>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (
+            Self {
+                tx,
+                flow: Arc::new(ConnFlow::default()),
+            },
+            rx,
+        )
+    }
+
+    /// The connection's delivery credit.
+    pub fn flow(&self) -> &ConnFlow {
+        &self.flow
+    }
+
+    /// Sends an event; false if the connection is gone.
+    pub fn send(&self, event: ConnEvent) -> bool {
+        self.tx.send(event).is_ok()
+    }
+}

@@ -1,0 +1,312 @@
+//! The queue actor: one task owns one `QueueState` and carries out what it decides.
+//!
+//! It drains its command channel in batches (up to [`BATCH`] commands), applies them to the state,
+//! then runs the delivery loop once for the whole batch, sending each consumer's deliveries as one
+//! event. Delivery credit comes from [`crate::flow`]; the actor never awaits a connection.
+
+use std::collections::HashMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use charon_core::{ConsumerId, Delivery, QueueState};
+use tokio::sync::mpsc;
+
+use super::handle::{ConsumerTarget, QueueCmd, QueueHandle, QueueStats};
+use crate::outbound::ConnEvent;
+
+/// Most commands handled between two runs of the delivery loop.
+const BATCH: usize = 512;
+
+/// Wall-clock milliseconds: TTLs count from enqueue time by the wall clock (they must survive
+/// restarts once the store lands).
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+struct Consumer {
+    target: ConsumerTarget,
+    no_ack: bool,
+}
+
+/// Spawns the actor for `state`, reachable through `handle`.
+///
+/// The actor keeps a clone of its own handle to register for credit wake-ups, so it lives until
+/// it is told to stop ([`QueueCmd::Delete`]); a queue is always removed explicitly.
+pub fn spawn(state: QueueState, handle: &QueueHandle, rx: mpsc::Receiver<QueueCmd>) {
+    tokio::spawn(run(state, handle.clone(), rx));
+}
+
+async fn run(mut state: QueueState, me: QueueHandle, mut rx: mpsc::Receiver<QueueCmd>) {
+    let mut consumers: HashMap<ConsumerId, Consumer> = HashMap::new();
+    let mut batch = Vec::with_capacity(BATCH);
+    let mut out: Vec<Delivery> = Vec::new();
+    loop {
+        if rx.recv_many(&mut batch, BATCH).await == 0 {
+            return;
+        }
+        let now = now_ms();
+        for cmd in batch.drain(..) {
+            match cmd {
+                QueueCmd::Publish { message, confirm } => {
+                    state.publish(message, now);
+                    if let Some(c) = confirm {
+                        let _ = c.conn.send(ConnEvent::Confirm {
+                            channel: c.channel,
+                            seq: c.seq,
+                            ack: true,
+                        });
+                    }
+                }
+                QueueCmd::Consume {
+                    id,
+                    spec,
+                    target,
+                    reply,
+                } => {
+                    let result = state.add_consumer(id, spec);
+                    if result.is_ok() {
+                        consumers.insert(
+                            id,
+                            Consumer {
+                                target,
+                                no_ack: spec.no_ack,
+                            },
+                        );
+                    }
+                    let _ = reply.send(result);
+                }
+                QueueCmd::Cancel { id } => {
+                    state.remove_consumer(id);
+                    consumers.remove(&id);
+                }
+                QueueCmd::Ack { ids } => state.ack(&ids),
+                QueueCmd::Requeue { ids } => state.requeue(&ids),
+                QueueCmd::Reject { ids } => {
+                    // Dead-lettering (issue 3) takes these messages; until then they are dropped.
+                    let _ = state.reject(&ids);
+                }
+                QueueCmd::Get { no_ack, reply } => {
+                    let _ = reply.send(state.get(no_ack, now));
+                }
+                QueueCmd::Purge { reply } => {
+                    let _ = reply.send(state.purge());
+                }
+                QueueCmd::Stats { reply } => {
+                    let _ = reply.send(stats_of(&state));
+                }
+                QueueCmd::Delete { reply } => {
+                    for c in consumers.values() {
+                        let _ = c.target.conn.send(ConnEvent::ConsumerCancelled {
+                            channel: c.target.channel,
+                            consumer_tag: c.target.tag.clone(),
+                        });
+                    }
+                    let _ = reply.send(state.message_count());
+                    return;
+                }
+                QueueCmd::Kick => {}
+            }
+        }
+        deliver(&mut state, &me, &consumers, now, &mut out);
+    }
+}
+
+/// Runs the delivery loop and sends each consumer's share as one event.
+fn deliver(
+    state: &mut QueueState,
+    me: &QueueHandle,
+    consumers: &HashMap<ConsumerId, Consumer>,
+    now: u64,
+    out: &mut Vec<Delivery>,
+) {
+    if consumers.is_empty() || state.message_count() == 0 {
+        return;
+    }
+    let mut may_deliver = |id: ConsumerId| -> bool {
+        let Some(c) = consumers.get(&id) else {
+            return false;
+        };
+        if !c.target.limit.try_take(me, !c.no_ack) {
+            return false;
+        }
+        if !c.target.conn.flow().try_take(me) {
+            if !c.no_ack {
+                c.target.limit.settle(1);
+            }
+            return false;
+        }
+        true
+    };
+    state.next_deliveries(now, &mut may_deliver, out);
+    // Group consecutive deliveries per consumer, preserving queue order within each consumer.
+    let mut grouped: Vec<(ConsumerId, Vec<Delivery>)> = Vec::new();
+    for d in out.drain(..) {
+        match grouped.iter_mut().find(|(id, _)| *id == d.consumer) {
+            Some((_, v)) => v.push(d),
+            None => grouped.push((d.consumer, vec![d])),
+        }
+    }
+    for (id, deliveries) in grouped {
+        if let Some(c) = consumers.get(&id) {
+            let _ = c.target.conn.send(ConnEvent::Deliver {
+                channel: c.target.channel,
+                consumer_tag: c.target.tag.clone(),
+                no_ack: c.no_ack,
+                queue: me.clone(),
+                deliveries,
+            });
+        }
+    }
+}
+
+/// The counts a queue reports.
+fn stats_of(state: &QueueState) -> QueueStats {
+    QueueStats {
+        messages: state.message_count(),
+        unacked: state.unacked_count(),
+        consumers: state.consumer_count(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use charon_core::{ConsumerSpec, Message, QueueArgs, QueueState};
+    use charon_protocol::RawProperties;
+    use tokio::sync::oneshot;
+
+    use super::spawn;
+    use crate::flow::ChannelLimit;
+    use crate::outbound::{ConnEvent, ConnHandle};
+    use crate::queue::{ConsumerTarget, QueueCmd, QueueHandle};
+
+    fn msg(body: &'static str) -> Arc<Message> {
+        Arc::new(Message::new(
+            Arc::from(""),
+            Arc::from("q"),
+            RawProperties::empty(),
+            Bytes::from_static(body.as_bytes()),
+        ))
+    }
+
+    fn start() -> QueueHandle {
+        let (handle, rx) = QueueHandle::new(Arc::from("q"));
+        spawn(
+            QueueState::new(Arc::from("q"), QueueArgs::default()),
+            &handle,
+            rx,
+        );
+        handle
+    }
+
+    #[tokio::test]
+    async fn deliveries_reach_the_consumer_in_publish_order_and_delete_cancels_it() {
+        let q = start();
+        let (conn, mut events) = ConnHandle::new();
+        for b in ["a", "b", "c"] {
+            assert!(
+                q.send(QueueCmd::Publish {
+                    message: msg(b),
+                    confirm: None
+                })
+                .await
+            );
+        }
+        let (tx, rx) = oneshot::channel();
+        let target = ConsumerTarget {
+            conn: conn.clone(),
+            channel: 1,
+            limit: Arc::new(ChannelLimit::default()),
+            tag: Arc::from("ctag"),
+        };
+        let spec = ConsumerSpec {
+            no_ack: false,
+            prefetch: 0,
+            exclusive: false,
+        };
+        assert!(
+            q.send(QueueCmd::Consume {
+                id: 7,
+                spec,
+                target,
+                reply: tx
+            })
+            .await
+        );
+        assert_eq!(rx.await.ok(), Some(Ok(())));
+        let mut bodies = Vec::new();
+        while bodies.len() < 3 {
+            match events.recv().await {
+                Some(ConnEvent::Deliver {
+                    deliveries,
+                    consumer_tag,
+                    ..
+                }) => {
+                    assert_eq!(&*consumer_tag, "ctag");
+                    bodies.extend(deliveries.iter().map(|d| d.message.body.clone()));
+                }
+                other => panic!("unexpected event {other:?}"),
+            }
+        }
+        assert_eq!(
+            bodies,
+            vec![Bytes::from("a"), Bytes::from("b"), Bytes::from("c")]
+        );
+        let (tx, rx) = oneshot::channel();
+        assert!(q.send(QueueCmd::Delete { reply: tx }).await);
+        assert_eq!(rx.await.ok(), Some(0));
+        match events.recv().await {
+            Some(ConnEvent::ConsumerCancelled {
+                channel,
+                consumer_tag,
+            }) => {
+                assert_eq!((channel, &*consumer_tag), (1, "ctag"));
+            }
+            other => panic!("expected basic.cancel, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn get_returns_messages_with_remaining_count_then_empty() {
+        let q = start();
+        for b in ["x", "y"] {
+            assert!(
+                q.send(QueueCmd::Publish {
+                    message: msg(b),
+                    confirm: None
+                })
+                .await
+            );
+        }
+        let (tx, rx) = oneshot::channel();
+        assert!(
+            q.send(QueueCmd::Get {
+                no_ack: true,
+                reply: tx
+            })
+            .await
+        );
+        let got = rx
+            .await
+            .ok()
+            .flatten()
+            .map(|g| (g.message.body.clone(), g.remaining));
+        assert_eq!(got, Some((Bytes::from("x"), 1)));
+        let (tx, rx) = oneshot::channel();
+        assert!(q.send(QueueCmd::Purge { reply: tx }).await);
+        assert_eq!(rx.await.ok(), Some(1));
+        let (tx, rx) = oneshot::channel();
+        assert!(
+            q.send(QueueCmd::Get {
+                no_ack: true,
+                reply: tx
+            })
+            .await
+        );
+        assert!(matches!(rx.await, Ok(None)));
+    }
+}
