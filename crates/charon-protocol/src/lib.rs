@@ -54,7 +54,7 @@ pub use frame::{ContentHeader, Frame, decode_frame};
 pub use header::{ProtocolHeaderCheck, check_protocol_header};
 pub use method::decode_method;
 pub use properties::RawProperties;
-pub use table::MAX_TABLE_NESTING;
+pub use table::{MAX_TABLE_NESTING, decode_amqplain};
 
 /// The protocol header an AMQP 0-9-1 client sends first (`AMQP 0 0 9 1`).
 pub const PROTOCOL_HEADER: [u8; 8] = *b"AMQP\x00\x00\x09\x01";

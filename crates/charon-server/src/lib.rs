@@ -7,14 +7,18 @@
 //! - [`outbound`]: events queue actors send to connections.
 //! - [`queue`]: queue actors, their handles and commands.
 //!
-//! Connections, channels and the accept loop are not written yet; docs/ARCHITECTURE.md
-//! describes the design they follow.
+//! - [`broker`]: vhosts, users, ids.
+//! - [`connection`]: one task per AMQP connection (handshake, channels, methods) + its writer.
+//! - [`server`]: the accept loop and shutdown.
 
+pub mod broker;
 pub mod config;
+pub mod connection;
 pub mod error;
 pub mod flow;
 pub mod outbound;
 pub mod queue;
+pub mod server;
 
 pub use config::Config;
 pub use error::AmqpError;

@@ -72,6 +72,11 @@ impl ConnHandle {
         &self.flow
     }
 
+    /// The connection's delivery credit, shared with its writer task.
+    pub fn flow_arc(&self) -> Arc<ConnFlow> {
+        self.flow.clone()
+    }
+
     /// Sends an event; false if the connection is gone.
     pub fn send(&self, event: ConnEvent) -> bool {
         self.tx.send(event).is_ok()

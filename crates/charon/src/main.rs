@@ -1,9 +1,11 @@
-//! The `charon` binary.
-//!
-//! Subcommands today: `bench` (the load tool, usable against any AMQP 0-9-1 broker).
-//! `server` and `ctl` land with the server crate (see docs/ARCHITECTURE.md).
+//! The `charon` binary: `charon server` (the broker) and `charon bench` (the load tool).
 
+use std::sync::Arc;
+
+use anyhow::Context;
+use charon_server::Config;
 use clap::{Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -18,21 +20,101 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run the broker.
+    Server(ServerArgs),
     /// Measure an AMQP 0-9-1 broker (Charon, RabbitMQ, LavinMQ) in the spirit of PerfTest.
     Bench(charon_bench::BenchArgs),
 }
 
+/// Flags override the config file; each flag also reads a `CHARON_*` variable.
+#[derive(clap::Args, Debug)]
+struct ServerArgs {
+    /// TOML configuration file.
+    #[arg(long, env = "CHARON_CONFIG")]
+    config: Option<std::path::PathBuf>,
+    /// AMQP listen address [default: 127.0.0.1:5672].
+    #[arg(long, env = "CHARON_AMQP_LISTEN")]
+    amqp_listen: Option<String>,
+    /// HTTP listen address [default: 127.0.0.1:15672].
+    #[arg(long, env = "CHARON_HTTP_LISTEN")]
+    http_listen: Option<String>,
+    /// Data directory [default: ./charon-data].
+    #[arg(long, env = "CHARON_DATA_DIR")]
+    data_dir: Option<String>,
+    /// Log filter, e.g. info or charon_server=debug [default: info].
+    #[arg(long, env = "CHARON_LOG_LEVEL")]
+    log_level: Option<String>,
+}
+
+fn load_config(args: ServerArgs) -> anyhow::Result<Config> {
+    let mut config = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            Config::from_toml(&text).with_context(|| format!("parsing {}", path.display()))?
+        }
+        None => Config::default(),
+    };
+    if let Some(v) = args.amqp_listen {
+        config.amqp_listen = v;
+    }
+    if let Some(v) = args.http_listen {
+        config.http_listen = v;
+    }
+    if let Some(v) = args.data_dir {
+        config.data_dir = v;
+    }
+    if let Some(v) = args.log_level {
+        config.log_level = v;
+    }
+    Ok(config)
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("creating data dir {}", config.data_dir))?;
+    let amqp = tokio::net::TcpListener::bind(&config.amqp_listen)
+        .await
+        .with_context(|| format!("binding AMQP on {}", config.amqp_listen))?;
+    let http = tokio::net::TcpListener::bind(&config.http_listen)
+        .await
+        .with_context(|| format!("binding HTTP on {}", config.http_listen))?;
+    tracing::info!(amqp = %config.amqp_listen, http = %config.http_listen, data_dir = %config.data_dir, "charon started");
+    let shutdown = CancellationToken::new();
+    let broker = Arc::new(charon_server::broker::Broker::new(config));
+    let http_task = tokio::spawn(charon_http::run(http, shutdown.clone()));
+    let amqp_task = tokio::spawn(charon_server::server::run(amqp, broker, shutdown.clone()));
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutting down");
+    shutdown.cancel();
+    let _ = amqp_task.await;
+    let _ = http_task.await;
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_writer(std::io::stderr)
-        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     match cli.command {
+        Command::Server(args) => {
+            let config = load_config(args)?;
+            tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(&config.log_level))
+                .with_writer(std::io::stderr)
+                .init();
+            runtime.block_on(serve(config))?;
+        }
         Command::Bench(args) => {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()?;
+            tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+                .with_writer(std::io::stderr)
+                .init();
             runtime.block_on(charon_bench::run_and_print(args))?;
         }
     }

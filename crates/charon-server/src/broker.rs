@@ -1,0 +1,140 @@
+//! Broker-wide state: virtual hosts, users, id counters.
+//!
+//! Each vhost's topology sits behind a `std::sync::RwLock`, taken only for routing and for
+//! declare/bind/delete, never across an `.await` (critical sections are short; see
+//! docs/ARCHITECTURE.md).
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use charon_core::{QueueMeta, QueueState, VHost};
+
+use crate::config::Config;
+use crate::queue::{self, QueueHandle};
+
+/// One virtual host: its topology (exchanges, bindings, queue handles).
+#[derive(Debug)]
+pub struct VHostState {
+    /// Exchanges, bindings and the registry of queue actors.
+    pub topology: RwLock<VHost<QueueHandle>>,
+}
+
+impl VHostState {
+    fn new(name: &str, seed: u64) -> Self {
+        let mut v = VHost::new(name);
+        v.seed_names(seed);
+        Self {
+            topology: RwLock::new(v),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct User {
+    password: String,
+    loopback_only: bool,
+    vhosts: Vec<String>,
+}
+
+/// The running broker's shared state.
+#[derive(Debug)]
+pub struct Broker {
+    config: Config,
+    vhosts: HashMap<String, Arc<VHostState>>,
+    users: HashMap<String, User>,
+    next_id: AtomicU64,
+}
+
+impl Broker {
+    /// Builds vhosts and users from the configuration. Without configured users, `guest`/`guest`
+    /// exists and may log in from loopback only, as in RabbitMQ.
+    pub fn new(config: Config) -> Self {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1);
+        let mut vhosts = HashMap::new();
+        vhosts.insert("/".to_string(), Arc::new(VHostState::new("/", seed)));
+        for v in &config.vhosts {
+            vhosts
+                .entry(v.name.clone())
+                .or_insert_with(|| Arc::new(VHostState::new(&v.name, seed ^ 0x9e37)));
+        }
+        let mut users = HashMap::new();
+        let has_guest = config.users.iter().any(|u| u.name == "guest");
+        if !has_guest {
+            users.insert(
+                "guest".to_string(),
+                User {
+                    password: "guest".into(),
+                    loopback_only: true,
+                    vhosts: vec!["/".into()],
+                },
+            );
+        }
+        for u in &config.users {
+            let vhosts = config
+                .permissions
+                .iter()
+                .filter(|p| p.user == u.name)
+                .map(|p| p.vhost.clone())
+                .chain((u.name == "guest").then(|| "/".to_string()))
+                .collect();
+            users.insert(
+                u.name.clone(),
+                User {
+                    password: u.password.clone(),
+                    loopback_only: u.loopback_only.unwrap_or(u.name == "guest"),
+                    vhosts,
+                },
+            );
+        }
+        Self {
+            config,
+            vhosts,
+            users,
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    /// The configuration the broker runs with.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// A broker-unique id (connections, consumers).
+    pub fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Checks a login; `peer` is the client's address (loopback-only users).
+    pub fn authenticate(&self, user: &str, password: &str, peer: IpAddr) -> bool {
+        match self.users.get(user) {
+            Some(u) => u.password == password && (!u.loopback_only || peer.is_loopback()),
+            None => false,
+        }
+    }
+
+    /// The vhost, if it exists.
+    pub fn vhost(&self, name: &str) -> Option<Arc<VHostState>> {
+        self.vhosts.get(name).cloned()
+    }
+
+    /// Whether `user` has any permission on `vhost`.
+    pub fn may_access(&self, user: &str, vhost: &str) -> bool {
+        self.users
+            .get(user)
+            .is_some_and(|u| u.vhosts.iter().any(|v| v == vhost))
+    }
+}
+
+/// Makes the actor for a newly declared queue; passed to `VHost::declare_queue`.
+pub fn spawn_queue(meta: &QueueMeta, vhost: &str) -> QueueHandle {
+    let (handle, rx) = QueueHandle::new(meta.name.clone());
+    let mut state = QueueState::new(meta.name.clone(), meta.args.clone());
+    state.set_vhost(vhost);
+    queue::spawn(state, &handle, rx);
+    handle
+}

@@ -1,0 +1,91 @@
+//! Per-channel state held by the connection task.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use charon_core::{ConsumerId, MsgId};
+use charon_protocol::methods::basic;
+
+use crate::flow::ChannelLimit;
+use crate::queue::QueueHandle;
+
+/// A publish waiting for its content header and body frames.
+#[derive(Debug)]
+pub(crate) struct PendingPublish {
+    pub(crate) method: basic::Publish,
+    pub(crate) header: Option<(u64, charon_protocol::RawProperties)>,
+    pub(crate) body: BytesMut,
+    pub(crate) first_body: Option<Bytes>,
+}
+
+/// One delivered, unacked message.
+#[derive(Debug)]
+pub(crate) struct Unacked {
+    pub(crate) queue: QueueHandle,
+    pub(crate) id: MsgId,
+}
+
+/// A consumer registered on this channel.
+#[derive(Debug)]
+pub(crate) struct ChannelConsumer {
+    pub(crate) queue: QueueHandle,
+    pub(crate) id: ConsumerId,
+}
+
+/// State of one open channel.
+#[derive(Debug, Default)]
+pub(crate) struct Channel {
+    /// channel.close sent, waiting for close-ok: other frames are ignored.
+    pub(crate) closing: bool,
+    pub(crate) publish: Option<PendingPublish>,
+    pub(crate) confirm: bool,
+    pub(crate) next_seq: u64,
+    /// seq → queues that still have to accept it.
+    pub(crate) pending_confirms: BTreeMap<u64, u32>,
+    /// Highest seq already acked to the client.
+    pub(crate) acked_upto: u64,
+    pub(crate) next_tag: u64,
+    pub(crate) unacked: BTreeMap<u64, Unacked>,
+    pub(crate) consumers: HashMap<Arc<str>, ChannelConsumer>,
+    pub(crate) limit: Arc<ChannelLimit>,
+    /// Per-consumer prefetch for consumers created from now on (basic.qos global=false).
+    pub(crate) prefetch: u16,
+}
+
+impl Channel {
+    /// Settles the given tags, grouping message ids per queue.
+    pub(crate) fn take_tags(
+        &mut self,
+        tag: u64,
+        multiple: bool,
+    ) -> Option<Vec<(QueueHandle, Vec<MsgId>)>> {
+        let tags: Vec<u64> = if multiple {
+            if tag == 0 {
+                self.unacked.keys().copied().collect()
+            } else {
+                self.unacked.range(..=tag).map(|(t, _)| *t).collect()
+            }
+        } else {
+            if !self.unacked.contains_key(&tag) {
+                return None;
+            }
+            vec![tag]
+        };
+        if multiple && tag != 0 && tags.is_empty() && !self.unacked.contains_key(&tag) {
+            return None;
+        }
+        let mut groups: Vec<(QueueHandle, Vec<MsgId>)> = Vec::new();
+        for t in tags {
+            if let Some(u) = self.unacked.remove(&t) {
+                match groups.iter_mut().find(|(q, _)| q.same(&u.queue)) {
+                    Some((_, ids)) => ids.push(u.id),
+                    None => groups.push((u.queue, vec![u.id])),
+                }
+            }
+        }
+        let n: usize = groups.iter().map(|(_, ids)| ids.len()).sum();
+        self.limit.settle(u32::try_from(n).unwrap_or(u32::MAX));
+        Some(groups)
+    }
+}

@@ -1,0 +1,226 @@
+//! Connection opening: protocol header, start/start-ok (PLAIN, AMQPLAIN), tune/tune-ok, open.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use charon_protocol::methods::connection;
+use charon_protocol::{
+    AMQPClass, AMQPValue, FRAME_MIN_SIZE, FieldTable, Frame, LongString, PROTOCOL_HEADER,
+    ProtocolHeaderCheck, ShortString, check_protocol_header, decode_frame, encode_method,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::broker::{Broker, VHostState};
+use crate::error::{AmqpError, code};
+
+/// What an opened connection negotiated.
+#[derive(Debug)]
+pub(crate) struct Opened {
+    pub(crate) user: String,
+    pub(crate) vhost: Arc<VHostState>,
+    pub(crate) vhost_name: String,
+    pub(crate) frame_max: u32,
+    pub(crate) channel_max: u16,
+    pub(crate) heartbeat: u16,
+}
+
+/// Why the handshake ended without an open connection.
+#[derive(Debug)]
+pub(crate) enum HandshakeEnd {
+    /// Close the socket silently (wrong header, I/O error, bad tune-ok).
+    Drop,
+    /// Send connection.close with this error, then close.
+    Refuse(AmqpError),
+}
+
+async fn read_frame(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<Frame, HandshakeEnd> {
+    loop {
+        match decode_frame(buf, FRAME_MIN_SIZE) {
+            Ok(Some(f)) => return Ok(f),
+            Ok(None) => {}
+            Err(e) => return Err(HandshakeEnd::Refuse(e.into())),
+        }
+        if stream.read_buf(buf).await.map_err(|_| HandshakeEnd::Drop)? == 0 {
+            return Err(HandshakeEnd::Drop);
+        }
+    }
+}
+
+async fn read_method(
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+) -> Result<AMQPClass, HandshakeEnd> {
+    match read_frame(stream, buf).await? {
+        Frame::Method { channel: 0, method } => Ok(*method),
+        Frame::Heartbeat { .. } => Box::pin(read_method(stream, buf)).await,
+        _ => Err(HandshakeEnd::Refuse(AmqpError::unexpected_frame(
+            "expected method frame on channel 0",
+        ))),
+    }
+}
+
+async fn send(stream: &mut TcpStream, method: AMQPClass) -> Result<(), HandshakeEnd> {
+    let mut out = BytesMut::new();
+    encode_method(&mut out, 0, &method);
+    stream.write_all(&out).await.map_err(|_| HandshakeEnd::Drop)
+}
+
+fn server_properties() -> FieldTable {
+    let mut caps = FieldTable::default();
+    for c in [
+        "publisher_confirms",
+        "exchange_exchange_bindings",
+        "basic.nack",
+        "consumer_cancel_notify",
+        "connection.blocked",
+        "authentication_failure_close",
+        "per_consumer_qos",
+        "direct_reply_to",
+    ] {
+        caps.insert(ShortString::from(c), AMQPValue::Boolean(true));
+    }
+    let mut props = FieldTable::default();
+    props.insert("capabilities".into(), AMQPValue::FieldTable(caps));
+    for (k, v) in [
+        ("product", "Charon"),
+        ("version", env!("CARGO_PKG_VERSION")),
+        ("platform", "Rust"),
+        ("cluster_name", "charon"),
+        ("copyright", "The Charon authors"),
+        ("information", "Licensed under Apache-2.0"),
+    ] {
+        props.insert(k.into(), AMQPValue::LongString(LongString::from(v)));
+    }
+    props
+}
+
+/// PLAIN: "\0user\0password"; AMQPLAIN: a field table without its length prefix.
+fn credentials(mechanism: &str, response: &[u8]) -> Option<(String, String)> {
+    match mechanism {
+        "PLAIN" => {
+            let mut parts = response.split(|b| *b == 0);
+            let _authzid = parts.next()?;
+            let user = String::from_utf8(parts.next()?.to_vec()).ok()?;
+            let pass = String::from_utf8(parts.next()?.to_vec()).ok()?;
+            Some((user, pass))
+        }
+        "AMQPLAIN" => {
+            let table = charon_protocol::decode_amqplain(response)?;
+            let get = |k: &str| match table.inner().get(&ShortString::from(k)) {
+                Some(AMQPValue::LongString(s)) => {
+                    Some(String::from_utf8_lossy(s.as_bytes()).into_owned())
+                }
+                Some(AMQPValue::ShortString(s)) => Some(s.as_str().to_string()),
+                _ => None,
+            };
+            Some((get("LOGIN")?, get("PASSWORD")?))
+        }
+        _ => None,
+    }
+}
+
+/// Runs the opening handshake up to connection.open-ok.
+pub(crate) async fn open(
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+    broker: &Broker,
+    peer: IpAddr,
+) -> Result<Opened, HandshakeEnd> {
+    while buf.len() < 8 {
+        if let ProtocolHeaderCheck::Invalid = check_protocol_header(buf) {
+            break;
+        }
+        if stream.read_buf(buf).await.map_err(|_| HandshakeEnd::Drop)? == 0 {
+            return Err(HandshakeEnd::Drop);
+        }
+    }
+    if !matches!(check_protocol_header(buf), ProtocolHeaderCheck::Valid) {
+        let _ = stream.write_all(&PROTOCOL_HEADER).await;
+        return Err(HandshakeEnd::Drop);
+    }
+    let _ = buf.split_to(8);
+    send(
+        stream,
+        AMQPClass::Connection(connection::AMQPMethod::Start(connection::Start {
+            version_major: 0,
+            version_minor: 9,
+            server_properties: server_properties(),
+            mechanisms: LongString::from("PLAIN AMQPLAIN"),
+            locales: LongString::from("en_US"),
+        })),
+    )
+    .await?;
+    let AMQPClass::Connection(connection::AMQPMethod::StartOk(start_ok)) =
+        read_method(stream, buf).await?
+    else {
+        return Err(HandshakeEnd::Drop);
+    };
+    let mechanism = start_ok.mechanism.as_str().to_string();
+    if mechanism != "PLAIN" && mechanism != "AMQPLAIN" {
+        return Err(HandshakeEnd::Drop);
+    }
+    let login = credentials(&mechanism, start_ok.response.as_bytes());
+    let user = match login {
+        Some((user, pass)) if broker.authenticate(&user, &pass, peer) => user,
+        _ => {
+            return Err(HandshakeEnd::Refuse(AmqpError::access_refused(format!(
+                "Login was refused using authentication mechanism {mechanism}. For details see the broker logfile."
+            ))));
+        }
+    };
+    let cfg = broker.config();
+    send(
+        stream,
+        AMQPClass::Connection(connection::AMQPMethod::Tune(connection::Tune {
+            channel_max: cfg.channel_max,
+            frame_max: cfg.frame_max,
+            heartbeat: cfg.heartbeat,
+        })),
+    )
+    .await?;
+    let AMQPClass::Connection(connection::AMQPMethod::TuneOk(tune)) =
+        read_method(stream, buf).await?
+    else {
+        return Err(HandshakeEnd::Drop);
+    };
+    if tune.frame_max < FRAME_MIN_SIZE
+        || tune.frame_max > cfg.frame_max
+        || tune.channel_max == 0
+        || tune.channel_max > cfg.channel_max
+    {
+        return Err(HandshakeEnd::Drop);
+    }
+    let AMQPClass::Connection(connection::AMQPMethod::Open(open)) =
+        read_method(stream, buf).await?
+    else {
+        return Err(HandshakeEnd::Drop);
+    };
+    let vhost_name = open.virtual_host.as_str().to_string();
+    let Some(vhost) = broker.vhost(&vhost_name) else {
+        return Err(HandshakeEnd::Refuse(AmqpError::new(
+            code::NOT_ALLOWED,
+            format!("vhost {vhost_name} not found"),
+        )));
+    };
+    if !broker.may_access(&user, &vhost_name) {
+        return Err(HandshakeEnd::Refuse(AmqpError::new(
+            code::NOT_ALLOWED,
+            format!("access to vhost '{vhost_name}' refused for user '{user}'"),
+        )));
+    }
+    send(
+        stream,
+        AMQPClass::Connection(connection::AMQPMethod::OpenOk(connection::OpenOk {})),
+    )
+    .await?;
+    Ok(Opened {
+        user,
+        vhost,
+        vhost_name,
+        frame_max: tune.frame_max,
+        channel_max: tune.channel_max,
+        heartbeat: tune.heartbeat,
+    })
+}

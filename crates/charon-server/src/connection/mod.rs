@@ -1,0 +1,285 @@
+//! One AMQP connection: the task that reads frames, owns every channel's state and answers
+//! methods, plus its writer task ([`writer`]).
+//!
+//! Frames are decoded from a read buffer, handled in order, and replies are encoded into an
+//! output buffer that goes to the writer once per read batch, so many replies share a syscall.
+
+mod channel;
+mod handshake;
+mod methods;
+mod writer;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use charon_core::ConnectionId;
+use charon_protocol::methods::connection;
+use charon_protocol::{AMQPClass, Frame, decode_frame, encode_heartbeat, encode_method};
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+use tokio::net::tcp::OwnedReadHalf;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::broker::{Broker, VHostState};
+use crate::error::{AmqpError, code};
+use crate::outbound::{ConnEvent, ConnHandle};
+use channel::Channel;
+use handshake::HandshakeEnd;
+use writer::Outgoing;
+
+/// Serves one accepted TCP connection until it closes.
+pub async fn serve(
+    stream: TcpStream,
+    peer: SocketAddr,
+    broker: Arc<Broker>,
+    shutdown: CancellationToken,
+) {
+    let _ = stream.set_nodelay(true);
+    let mut stream = stream;
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let opened = tokio::time::timeout(
+        Duration::from_secs(10),
+        handshake::open(&mut stream, &mut buf, &broker, peer.ip()),
+    )
+    .await;
+    let opened = match opened {
+        Ok(Ok(o)) => o,
+        Ok(Err(HandshakeEnd::Refuse(err))) => {
+            refuse(stream, buf, err).await;
+            return;
+        }
+        Ok(Err(HandshakeEnd::Drop)) | Err(_) => return,
+    };
+    let (reader, write_half) = stream.into_split();
+    let (handle, events) = ConnHandle::new();
+    let (wtx, wrx) = mpsc::unbounded_channel();
+    let writer = tokio::spawn(writer::run(write_half, wrx, handle.flow_arc()));
+    let mut conn = Connection {
+        id: broker.next_id(),
+        broker,
+        vhost: opened.vhost,
+        vhost_name: opened.vhost_name,
+        user: opened.user,
+        frame_max: opened.frame_max,
+        channel_max: opened.channel_max,
+        heartbeat: opened.heartbeat,
+        channels: HashMap::new(),
+        out: BytesMut::with_capacity(64 * 1024),
+        out_deliveries: 0,
+        wtx,
+        handle,
+        closing: false,
+    };
+    conn.run(reader, buf, events, shutdown).await;
+    conn.cleanup().await;
+    drop(conn);
+    let _ = writer.await;
+}
+
+/// Sends connection.close for a failed handshake, waits briefly for close-ok, closes.
+async fn refuse(mut stream: TcpStream, mut buf: BytesMut, err: AmqpError) {
+    use tokio::io::AsyncWriteExt;
+    let mut out = BytesMut::new();
+    encode_method(&mut out, 0, &close_method(&err));
+    if stream.write_all(&out).await.is_ok() {
+        let _ = tokio::time::timeout(Duration::from_secs(3), async {
+            loop {
+                match decode_frame(&mut buf, 0) {
+                    Ok(Some(Frame::Method { method, .. }))
+                        if matches!(
+                            *method,
+                            AMQPClass::Connection(connection::AMQPMethod::CloseOk(_))
+                        ) =>
+                    {
+                        return;
+                    }
+                    Ok(Some(_)) => continue,
+                    Ok(None) => {}
+                    Err(_) => return,
+                }
+                match stream.read_buf(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await;
+    }
+}
+
+fn close_method(err: &AmqpError) -> AMQPClass {
+    AMQPClass::Connection(connection::AMQPMethod::Close(connection::Close {
+        reply_code: err.code,
+        reply_text: err.text.as_str().into(),
+        class_id: err.class_id,
+        method_id: err.method_id,
+    }))
+}
+
+/// State of one open connection, owned by its task.
+pub(crate) struct Connection {
+    pub(crate) id: ConnectionId,
+    pub(crate) broker: Arc<Broker>,
+    pub(crate) vhost: Arc<VHostState>,
+    pub(crate) vhost_name: String,
+    pub(crate) user: String,
+    pub(crate) frame_max: u32,
+    pub(crate) channel_max: u16,
+    pub(crate) heartbeat: u16,
+    pub(crate) channels: HashMap<u16, Channel>,
+    /// Encoded frames not yet handed to the writer.
+    pub(crate) out: BytesMut,
+    pub(crate) out_deliveries: usize,
+    wtx: mpsc::UnboundedSender<Outgoing>,
+    pub(crate) handle: ConnHandle,
+    /// connection.close sent; waiting for close-ok.
+    pub(crate) closing: bool,
+}
+
+/// How the connection loop goes on after a frame.
+pub(crate) enum Next {
+    Continue,
+    Stop,
+}
+
+impl Connection {
+    async fn run(
+        &mut self,
+        mut reader: OwnedReadHalf,
+        mut buf: BytesMut,
+        mut events: mpsc::UnboundedReceiver<ConnEvent>,
+        shutdown: CancellationToken,
+    ) {
+        let interval = if self.heartbeat == 0 {
+            Duration::from_secs(3600)
+        } else {
+            Duration::from_secs(u64::from(self.heartbeat))
+        };
+        let mut ticker = tokio::time::interval(interval / 2);
+        let mut last_read = Instant::now();
+        let mut shutdown_sent = false;
+        let mut close_deadline: Option<Instant> = None;
+        // Frames that arrived with the handshake's last read.
+        if let Next::Stop = self.process(&mut buf).await {
+            self.flush();
+            return;
+        }
+        self.flush();
+        loop {
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled(), if !shutdown_sent => {
+                    shutdown_sent = true;
+                    let err = AmqpError::new(code::CONNECTION_FORCED, "broker forced connection closure with reason 'shutdown'");
+                    self.close_connection(err);
+                    close_deadline = Some(Instant::now() + Duration::from_secs(3));
+                }
+                ev = events.recv() => {
+                    let Some(ev) = ev else { return };
+                    self.on_event(ev);
+                    for _ in 0..256 {
+                        match events.try_recv() {
+                            Ok(ev) => self.on_event(ev),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                r = reader.read_buf(&mut buf) => {
+                    match r {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) => {
+                            last_read = Instant::now();
+                            if let Next::Stop = self.process(&mut buf).await {
+                                self.flush();
+                                return;
+                            }
+                        }
+                    }
+                }
+                _ = ticker.tick() => {
+                    if self.heartbeat > 0 && last_read.elapsed() > interval * 2 {
+                        tracing::info!(conn = self.id, "missed heartbeats from client, closing");
+                        return;
+                    }
+                    if self.heartbeat > 0 {
+                        encode_heartbeat(&mut self.out);
+                    }
+                    if close_deadline.is_some_and(|d| Instant::now() > d) {
+                        self.flush();
+                        return;
+                    }
+                }
+            }
+            self.flush();
+        }
+    }
+
+    /// Decodes and handles every complete frame in `buf`.
+    async fn process(&mut self, buf: &mut BytesMut) -> Next {
+        loop {
+            let frame = match decode_frame(buf, self.frame_max) {
+                Ok(Some(f)) => f,
+                Ok(None) => return Next::Continue,
+                Err(e) => {
+                    self.close_connection(e.into());
+                    return Next::Stop;
+                }
+            };
+            if let Next::Stop = self.on_frame(frame).await {
+                return Next::Stop;
+            }
+        }
+    }
+
+    /// Hands encoded output to the writer.
+    pub(crate) fn flush(&mut self) {
+        if self.out.is_empty() {
+            return;
+        }
+        let bytes = self.out.split().freeze();
+        let deliveries = std::mem::take(&mut self.out_deliveries);
+        if self.wtx.send(Outgoing { bytes, deliveries }).is_err() {
+            self.handle.flow().release(deliveries);
+        }
+    }
+
+    /// Sends connection.close and ignores everything but close/close-ok from now on.
+    pub(crate) fn close_connection(&mut self, err: AmqpError) {
+        if self.closing {
+            return;
+        }
+        tracing::debug!(conn = self.id, code = err.code, text = %err.text, "closing connection");
+        self.closing = true;
+        encode_method(&mut self.out, 0, &close_method(&err));
+    }
+
+    /// Releases everything the connection holds: consumers, unacked messages, exclusive queues.
+    async fn cleanup(&mut self) {
+        let ids: Vec<u16> = self.channels.keys().copied().collect();
+        for id in ids {
+            if let Some(ch) = self.channels.remove(&id) {
+                methods::release_channel(ch).await;
+            }
+        }
+        let owned: Vec<_> = {
+            let mut topo = self
+                .vhost
+                .topology
+                .write()
+                .unwrap_or_else(|p| p.into_inner());
+            let names = topo.queues_owned_by(self.id);
+            names.iter().filter_map(|n| topo.remove_queue(n)).collect()
+        };
+        for entry in owned {
+            let (tx, _rx) = tokio::sync::oneshot::channel();
+            let _ = entry
+                .handle
+                .send(crate::queue::QueueCmd::Delete { reply: tx })
+                .await;
+        }
+    }
+}

@@ -1,0 +1,45 @@
+//! The writer task: the only code that writes to a connection's socket.
+//!
+//! The connection task encodes frames and hands them over as [`Outgoing`] chunks; the writer
+//! coalesces whatever is queued into one write and, once written, releases the delivery credit
+//! those chunks held (see [`crate::flow::ConnFlow`]).
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::sync::mpsc;
+
+use crate::flow::ConnFlow;
+
+/// Encoded frames plus the number of deliveries among them.
+#[derive(Debug)]
+pub(crate) struct Outgoing {
+    pub(crate) bytes: Bytes,
+    pub(crate) deliveries: usize,
+}
+
+/// Writes until the sender side is dropped or the socket fails; then shuts the socket down.
+pub(crate) async fn run(
+    mut socket: OwnedWriteHalf,
+    mut rx: mpsc::UnboundedReceiver<Outgoing>,
+    flow: Arc<ConnFlow>,
+) {
+    let mut batch = Vec::with_capacity(64);
+    let mut buf = BytesMut::new();
+    while rx.recv_many(&mut batch, 64).await > 0 {
+        let mut delivered = 0;
+        buf.clear();
+        for o in batch.drain(..) {
+            delivered += o.deliveries;
+            buf.extend_from_slice(&o.bytes);
+        }
+        let ok = socket.write_all(&buf).await.is_ok();
+        flow.release(delivered);
+        if !ok {
+            break;
+        }
+    }
+    let _ = socket.shutdown().await;
+}

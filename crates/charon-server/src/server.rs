@@ -1,0 +1,42 @@
+//! The accept loop: one task per connection, bounded by a semaphore, stopped by a token.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::broker::Broker;
+use crate::connection;
+
+/// Most concurrent connections.
+pub const MAX_CONNECTIONS: usize = 10_000;
+
+/// Serves AMQP on `listener` until `shutdown` is cancelled, then closes every connection with
+/// 320 CONNECTION_FORCED and waits (up to 5 s) for them to finish.
+pub async fn run(listener: TcpListener, broker: Arc<Broker>, shutdown: CancellationToken) {
+    let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut tasks = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => {
+                let Ok((stream, peer)) = accepted else { continue };
+                let Ok(permit) = limit.clone().acquire_owned().await else { break };
+                let broker = broker.clone();
+                let token = shutdown.clone();
+                tasks.spawn(async move {
+                    connection::serve(stream, peer, broker, token).await;
+                    drop(permit);
+                });
+            }
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+        }
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(5), async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+}
