@@ -131,10 +131,12 @@ impl Broker {
 }
 
 /// Makes the actor for a newly declared queue; passed to `VHost::declare_queue`.
-pub fn spawn_queue(meta: &QueueMeta, vhost: &str) -> QueueHandle {
+/// An auto-delete queue gets its vhost so that it can remove itself after its last consumer.
+pub fn spawn_queue(meta: &QueueMeta, vhost: &Arc<VHostState>, vhost_name: &str) -> QueueHandle {
     let (handle, rx) = QueueHandle::new(meta.name.clone());
     let mut state = QueueState::new(meta.name.clone(), meta.args.clone());
-    state.set_vhost(vhost);
-    queue::spawn(state, &handle, rx);
+    state.set_vhost(vhost_name);
+    let owner = meta.auto_delete.then(|| vhost.clone());
+    queue::spawn(state, &handle, rx, owner);
     handle
 }

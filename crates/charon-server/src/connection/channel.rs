@@ -51,6 +51,17 @@ pub(crate) struct Channel {
     pub(crate) limit: Arc<ChannelLimit>,
     /// Per-consumer prefetch for consumers created from now on (basic.qos global=false).
     pub(crate) prefetch: u16,
+    /// tx.select seen: publishes and settlements wait for tx.commit.
+    pub(crate) tx: Option<TxBuffer>,
+}
+
+/// What a transaction holds until tx.commit.
+#[derive(Debug, Default)]
+pub(crate) struct TxBuffer {
+    /// Routed publishes: (targets, message).
+    pub(crate) publishes: Vec<(Vec<QueueHandle>, Arc<charon_core::Message>)>,
+    /// basic.ack/nack/reject as received: (delivery tag, multiple, ack/requeue/reject as 0/1/2).
+    pub(crate) settles: Vec<(u64, bool, u8)>,
 }
 
 impl Channel {

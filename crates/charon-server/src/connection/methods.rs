@@ -8,14 +8,14 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use charon_core::{ConsumerSpec, ExchangeDeclare, Message, QueueDeclare};
-use charon_protocol::methods::{basic, channel as chm, confirm, connection, exchange, queue};
+use charon_protocol::methods::{basic, channel as chm, confirm, connection, exchange, queue, tx};
 use charon_protocol::{
     AMQPClass, AMQPValue, CLASS_BASIC, Frame, encode_basic_ack, encode_basic_deliver,
     encode_basic_get_ok, encode_basic_return, encode_content, encode_method,
 };
 use tokio::sync::oneshot;
 
-use super::channel::{Channel, ChannelConsumer, PendingPublish, Unacked};
+use super::channel::{Channel, ChannelConsumer, PendingPublish, TxBuffer, Unacked};
 use super::{Connection, Next};
 use crate::broker::spawn_queue;
 use crate::error::{AmqpError, code};
@@ -226,9 +226,13 @@ impl Connection {
             AMQPClass::Queue(m) => self.on_queue(channel, m).await?,
             AMQPClass::Basic(m) => self.on_basic(channel, m).await?,
             AMQPClass::Confirm(confirm::AMQPMethod::Select(s)) => {
-                if let Some(ch) = self.channels.get_mut(&channel) {
-                    ch.confirm = true;
+                let ch = self.channel_mut(channel)?;
+                if ch.tx.is_some() {
+                    return Err(AmqpError::precondition(
+                        "cannot switch from tx to confirm mode",
+                    ));
                 }
+                ch.confirm = true;
                 if !s.nowait {
                     self.reply(
                         channel,
@@ -240,6 +244,68 @@ impl Connection {
                 return Err(AmqpError::not_implemented(
                     "transactions are not implemented yet",
                 ));
+            }
+            _ => {
+                return Err(AmqpError::new(
+                    code::COMMAND_INVALID,
+                    "unimplemented method",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    async fn on_tx(&mut self, channel: u16, m: tx::AMQPMethod) -> Result<(), AmqpError> {
+        let ch = self.channel_mut(channel)?;
+        match m {
+            tx::AMQPMethod::Select(_) => {
+                if ch.confirm {
+                    return Err(AmqpError::precondition(
+                        "cannot switch from confirm to tx mode",
+                    ));
+                }
+                ch.tx.get_or_insert_with(TxBuffer::default);
+                self.reply(
+                    channel,
+                    AMQPClass::Tx(tx::AMQPMethod::SelectOk(tx::SelectOk {})),
+                );
+            }
+            tx::AMQPMethod::Commit(_) => {
+                let Some(buf) = ch.tx.replace(TxBuffer::default()) else {
+                    return Err(AmqpError::precondition("channel is not transactional"));
+                };
+                for (targets, message) in buf.publishes {
+                    for q in targets {
+                        let _ = q
+                            .send(QueueCmd::Publish {
+                                message: message.clone(),
+                                confirm: None,
+                            })
+                            .await;
+                    }
+                }
+                for (tag, multiple, how) in buf.settles {
+                    let how = match how {
+                        0 => Settle::Ack,
+                        1 => Settle::Requeue,
+                        _ => Settle::Reject,
+                    };
+                    self.settle_now(channel, tag, multiple, how).await?;
+                }
+                self.reply(
+                    channel,
+                    AMQPClass::Tx(tx::AMQPMethod::CommitOk(tx::CommitOk {})),
+                );
+            }
+            tx::AMQPMethod::Rollback(_) => {
+                // Publishes and settlements are dropped; the messages stay unacked.
+                if ch.tx.replace(TxBuffer::default()).is_none() {
+                    return Err(AmqpError::precondition("channel is not transactional"));
+                }
+                self.reply(
+                    channel,
+                    AMQPClass::Tx(tx::AMQPMethod::RollbackOk(tx::RollbackOk {})),
+                );
             }
             _ => {
                 return Err(AmqpError::new(
@@ -341,6 +407,7 @@ impl Connection {
         match m {
             queue::AMQPMethod::Declare(d) => {
                 let vhost_name = self.vhost_name.clone();
+                let vhost = self.vhost.clone();
                 let (name, handle) = {
                     let mut topo = self
                         .vhost
@@ -357,7 +424,7 @@ impl Connection {
                             arguments: d.arguments,
                         },
                         self.id,
-                        |meta| spawn_queue(meta, &vhost_name),
+                        |meta| spawn_queue(meta, &vhost, &vhost_name),
                     )?;
                     (name, entry.handle.clone())
                 };
@@ -450,7 +517,7 @@ impl Connection {
                     }
                     if d.if_empty && stats.messages > 0 {
                         return Err(AmqpError::precondition(format!(
-                            "queue '{name}' in vhost '{}' is not empty",
+                            "queue '{name}' in vhost '{}' not empty",
                             self.vhost_name
                         )));
                     }
@@ -621,7 +688,7 @@ impl Connection {
     async fn consume(&mut self, channel: u16, c: basic::Consume) -> Result<(), AmqpError> {
         let q = self.queue_handle(c.queue.as_str())?;
         let tag: Arc<str> = if c.consumer_tag.as_str().is_empty() {
-            Arc::from(format!("amq.ctag-{}-{}", self.id, self.broker.next_id()))
+            Arc::from(server_tag("amq.ctag-"))
         } else {
             Arc::from(c.consumer_tag.as_str())
         };
@@ -666,6 +733,31 @@ impl Connection {
     }
 
     async fn settle(
+        &mut self,
+        channel: u16,
+        tag: u64,
+        multiple: bool,
+        how: Settle,
+    ) -> Result<(), AmqpError> {
+        let ch = self.channel_mut(channel)?;
+        if let Some(buf) = ch.tx.as_mut() {
+            if !(multiple && tag == 0) && !ch.unacked.contains_key(&tag) {
+                return Err(AmqpError::precondition(format!(
+                    "unknown delivery tag {tag}"
+                )));
+            }
+            let code = match how {
+                Settle::Ack => 0,
+                Settle::Requeue => 1,
+                Settle::Reject => 2,
+            };
+            buf.settles.push((tag, multiple, code));
+            return Ok(());
+        }
+        self.settle_now(channel, tag, multiple, how).await
+    }
+
+    async fn settle_now(
         &mut self,
         channel: u16,
         tag: u64,
@@ -867,6 +959,10 @@ impl Connection {
             }
             self.flush_confirms(channel);
         }
+        if let Some(buf) = self.channel_mut(channel)?.tx.as_mut() {
+            buf.publishes.push((targets, message));
+            return Ok(());
+        }
         for q in targets {
             let confirm = seq.map(|seq| ConfirmTo {
                 conn: self.handle.clone(),
@@ -983,6 +1079,19 @@ impl Connection {
             }
         }
     }
+}
+
+/// A server-made name: `prefix` + 22 URL-safe base64 characters (128 random bits), as RabbitMQ.
+fn server_tag(prefix: &str) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let bits: u128 = rand::random();
+    let mut s = String::with_capacity(prefix.len() + 22);
+    s.push_str(prefix);
+    for i in 0..22 {
+        let idx = ((bits >> (i * 6)) & 63) as usize;
+        s.push(char::from(ALPHABET.get(idx).copied().unwrap_or(b'A')));
+    }
+    s
 }
 
 #[derive(Clone, Copy)]

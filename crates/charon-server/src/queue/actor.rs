@@ -7,10 +7,13 @@
 use std::collections::HashMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use std::sync::Arc;
+
 use charon_core::{ConsumerId, Delivery, QueueState};
 use tokio::sync::mpsc;
 
 use super::handle::{ConsumerTarget, QueueCmd, QueueHandle, QueueStats};
+use crate::broker::VHostState;
 use crate::outbound::ConnEvent;
 
 /// Most commands handled between two runs of the delivery loop.
@@ -34,11 +37,24 @@ struct Consumer {
 ///
 /// The actor keeps a clone of its own handle to register for credit wake-ups, so it lives until
 /// it is told to stop ([`QueueCmd::Delete`]); a queue is always removed explicitly.
-pub fn spawn(state: QueueState, handle: &QueueHandle, rx: mpsc::Receiver<QueueCmd>) {
-    tokio::spawn(run(state, handle.clone(), rx));
+///
+/// `auto_delete_from`: for an auto-delete queue, the vhost it removes itself from once its last
+/// consumer is gone (RabbitMQ's rule: only after it has had at least one consumer).
+pub fn spawn(
+    state: QueueState,
+    handle: &QueueHandle,
+    rx: mpsc::Receiver<QueueCmd>,
+    auto_delete_from: Option<Arc<VHostState>>,
+) {
+    tokio::spawn(run(state, handle.clone(), rx, auto_delete_from));
 }
 
-async fn run(mut state: QueueState, me: QueueHandle, mut rx: mpsc::Receiver<QueueCmd>) {
+async fn run(
+    mut state: QueueState,
+    me: QueueHandle,
+    mut rx: mpsc::Receiver<QueueCmd>,
+    auto_delete_from: Option<Arc<VHostState>>,
+) {
     let mut consumers: HashMap<ConsumerId, Consumer> = HashMap::new();
     let mut batch = Vec::with_capacity(BATCH);
     let mut out: Vec<Delivery> = Vec::new();
@@ -80,6 +96,16 @@ async fn run(mut state: QueueState, me: QueueHandle, mut rx: mpsc::Receiver<Queu
                 QueueCmd::Cancel { id } => {
                     state.remove_consumer(id);
                     consumers.remove(&id);
+                    if consumers.is_empty() {
+                        if let Some(vhost) = &auto_delete_from {
+                            let mut topo =
+                                vhost.topology.write().unwrap_or_else(|p| p.into_inner());
+                            if topo.queue(me.name()).is_some_and(|e| e.handle.same(&me)) {
+                                topo.remove_queue(me.name());
+                                return;
+                            }
+                        }
+                    }
                 }
                 QueueCmd::Ack { ids } => state.ack(&ids),
                 QueueCmd::Requeue { ids } => state.requeue(&ids),
