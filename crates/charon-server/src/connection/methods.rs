@@ -240,11 +240,7 @@ impl Connection {
                     );
                 }
             }
-            AMQPClass::Tx(_) => {
-                return Err(AmqpError::not_implemented(
-                    "transactions are not implemented yet",
-                ));
-            }
+            AMQPClass::Tx(m) => self.on_tx(channel, m).await?,
             _ => {
                 return Err(AmqpError::new(
                     code::COMMAND_INVALID,

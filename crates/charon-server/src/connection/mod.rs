@@ -161,6 +161,7 @@ impl Connection {
         };
         let mut ticker = tokio::time::interval(interval / 2);
         let mut last_read = Instant::now();
+        tracing::debug!(conn = self.id, user = %self.user, vhost = %self.vhost_name, "connection opened");
         let mut shutdown_sent = false;
         let mut close_deadline: Option<Instant> = None;
         // Frames that arrived with the handshake's last read.
