@@ -119,6 +119,19 @@ fn skip_value(r: &mut Reader<'_>, base: usize, depth: usize) -> Result<(), Table
         .ok_or_else(|| err(r, base, "truncated field value"))
 }
 
+/// Decodes an AMQPLAIN SASL response: a field table *without* its 4-byte length prefix
+/// (`LOGIN` and `PASSWORD` keys). `None` when it is malformed or nested too deeply.
+pub fn decode_amqplain(response: &[u8]) -> Option<crate::FieldTable> {
+    let len = u32::try_from(response.len()).ok()?;
+    let mut framed = Vec::with_capacity(response.len() + 4);
+    framed.extend_from_slice(&len.to_be_bytes());
+    framed.extend_from_slice(response);
+    let mut r = Reader::new(&framed);
+    skip_table(&mut r, 0, 0).ok()?;
+    let (_, table) = amq_protocol::types::parsing::parse_field_table(framed.as_slice()).ok()?;
+    Some(table)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,17 +186,4 @@ mod tests {
         );
         assert!(check(&nested(2_000)).is_err());
     }
-}
-
-/// Decodes an AMQPLAIN SASL response: a field table *without* its 4-byte length prefix
-/// (`LOGIN` and `PASSWORD` keys). `None` when it is malformed or nested too deeply.
-pub fn decode_amqplain(response: &[u8]) -> Option<crate::FieldTable> {
-    let len = u32::try_from(response.len()).ok()?;
-    let mut framed = Vec::with_capacity(response.len() + 4);
-    framed.extend_from_slice(&len.to_be_bytes());
-    framed.extend_from_slice(response);
-    let mut r = Reader::new(&framed);
-    skip_table(&mut r, 0, 0).ok()?;
-    let (_, table) = amq_protocol::types::parsing::parse_field_table(framed.as_slice()).ok()?;
-    Some(table)
 }

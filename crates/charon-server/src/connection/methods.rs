@@ -737,7 +737,7 @@ impl Connection {
     ) -> Result<(), AmqpError> {
         let ch = self.channel_mut(channel)?;
         if let Some(buf) = ch.tx.as_mut() {
-            if !(multiple && tag == 0) && !ch.unacked.contains_key(&tag) {
+            if !(ch.unacked.contains_key(&tag) || multiple && tag == 0) {
                 return Err(AmqpError::precondition(format!(
                     "unknown delivery tag {tag}"
                 )));
@@ -947,9 +947,7 @@ impl Connection {
         }
         if let Some(seq) = seq {
             let ch = self.channel_mut(channel)?;
-            if targets.is_empty() {
-                ch.acked_upto = ch.acked_upto.max(0);
-            } else {
+            if !targets.is_empty() {
                 ch.pending_confirms
                     .insert(seq, u32::try_from(targets.len()).unwrap_or(u32::MAX));
             }
@@ -1061,8 +1059,10 @@ impl Connection {
                 channel,
                 consumer_tag,
             } => {
-                if let Some(ch) = self.channels.get_mut(&channel) {
-                    if ch.consumers.remove(&consumer_tag).is_some() {
+                if let Some(ch) = self.channels.get_mut(&channel)
+                    && ch.consumers.remove(&consumer_tag).is_some()
+                {
+                    {
                         self.reply(
                             channel,
                             AMQPClass::Basic(basic::AMQPMethod::Cancel(basic::Cancel {

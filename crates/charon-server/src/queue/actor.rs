@@ -96,8 +96,10 @@ async fn run(
                 QueueCmd::Cancel { id } => {
                     state.remove_consumer(id);
                     consumers.remove(&id);
-                    if consumers.is_empty() {
-                        if let Some(vhost) = &auto_delete_from {
+                    if consumers.is_empty()
+                        && let Some(vhost) = &auto_delete_from
+                    {
+                        {
                             let mut topo =
                                 vhost.topology.write().unwrap_or_else(|p| p.into_inner());
                             if topo.queue(me.name()).is_some_and(|e| e.handle.same(&me)) {
@@ -225,6 +227,7 @@ mod tests {
             QueueState::new(Arc::from("q"), QueueArgs::default()),
             &handle,
             rx,
+            None,
         );
         handle
     }
