@@ -775,25 +775,32 @@ impl Connection {
         Ok(())
     }
 
-    async fn on_header(
+    /// The publish a content frame belongs to; `None` on a closing channel (frame ignored);
+    /// 505 when the channel has no publish waiting for content.
+    fn pending_publish(
         &mut self,
         channel: u16,
-        header: charon_protocol::ContentHeader,
-    ) -> Result<(), (u16, AmqpError)> {
+    ) -> Result<Option<&mut PendingPublish>, (u16, AmqpError)> {
         let unexpected = || {
             (
                 channel,
                 AmqpError::unexpected_frame("expected method frame, got non method frame instead"),
             )
         };
-        let Some(ch) = self.channels.get_mut(&channel) else {
-            return Err(unexpected());
-        };
+        let ch = self.channels.get_mut(&channel).ok_or_else(unexpected)?;
         if ch.closing {
-            return Ok(());
+            return Ok(None);
         }
-        let Some(p) = ch.publish.as_mut() else {
-            return Err(unexpected());
+        ch.publish.as_mut().map(Some).ok_or_else(unexpected)
+    }
+
+    async fn on_header(
+        &mut self,
+        channel: u16,
+        header: charon_protocol::ContentHeader,
+    ) -> Result<(), (u16, AmqpError)> {
+        let Some(p) = self.pending_publish(channel)? else {
+            return Ok(());
         };
         if p.header.is_some() {
             return Err((
@@ -827,20 +834,8 @@ impl Connection {
         channel: u16,
         payload: bytes::Bytes,
     ) -> Result<(), (u16, AmqpError)> {
-        let unexpected = || {
-            (
-                channel,
-                AmqpError::unexpected_frame("expected method frame, got non method frame instead"),
-            )
-        };
-        let Some(ch) = self.channels.get_mut(&channel) else {
-            return Err(unexpected());
-        };
-        if ch.closing {
+        let Some(p) = self.pending_publish(channel)? else {
             return Ok(());
-        }
-        let Some(p) = ch.publish.as_mut() else {
-            return Err(unexpected());
         };
         let Some((size, _)) = &p.header else {
             return Err((

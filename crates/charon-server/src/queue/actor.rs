@@ -99,13 +99,10 @@ async fn run(
                     if consumers.is_empty()
                         && let Some(vhost) = &auto_delete_from
                     {
-                        {
-                            let mut topo =
-                                vhost.topology.write().unwrap_or_else(|p| p.into_inner());
-                            if topo.queue(me.name()).is_some_and(|e| e.handle.same(&me)) {
-                                topo.remove_queue(me.name());
-                                return;
-                            }
+                        let mut topo = vhost.topology.write().unwrap_or_else(|p| p.into_inner());
+                        if topo.queue(me.name()).is_some_and(|e| e.handle.same(&me)) {
+                            topo.remove_queue(me.name());
+                            return;
                         }
                     }
                 }
