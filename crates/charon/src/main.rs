@@ -1,4 +1,7 @@
-//! The `charon` binary: `charon server` (the broker) and `charon bench` (the load tool).
+//! The `charon` binary: `charon server` (the broker), `charon ctl` (the rabbitmqctl-style CLI, a
+//! client of the management API) and `charon bench` (the load tool).
+
+mod ctl;
 
 use std::sync::Arc;
 
@@ -22,6 +25,8 @@ struct Cli {
 enum Command {
     /// Run the broker.
     Server(ServerArgs),
+    /// Administer a running broker through its management API (rabbitmqctl-style).
+    Ctl(ctl::CtlArgs),
     /// Measure an AMQP 0-9-1 broker (Charon, RabbitMQ, LavinMQ) in the spirit of PerfTest.
     Bench(charon_bench::BenchArgs),
 }
@@ -110,6 +115,7 @@ fn main() -> anyhow::Result<()> {
                 .init();
             runtime.block_on(serve(config))?;
         }
+        Command::Ctl(args) => ctl::run(args)?,
         Command::Bench(args) => {
             tracing_subscriber::fmt()
                 .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
