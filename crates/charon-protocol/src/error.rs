@@ -158,6 +158,14 @@ pub enum FrameError {
         /// Weight found.
         weight: u16,
     },
+    /// basic.qos with a non-zero prefetch_size. The method decodes, but
+    /// `amq-protocol` drops the field, so the framer refuses it here the way
+    /// RabbitMQ's channel does: 540 NOT_IMPLEMENTED, a connection error.
+    #[error("prefetch_size!=0 ({prefetch_size})")]
+    PrefetchSize {
+        /// The prefetch_size sent.
+        prefetch_size: u32,
+    },
     /// Content-header property flags / property list that do not decode.
     #[error("malformed content properties at offset {offset}: {reason}")]
     MalformedProperties {
@@ -188,7 +196,7 @@ impl FrameError {
                 SYNTAX_ERROR
             }
             FrameError::NonZeroWeight { .. } => UNEXPECTED_FRAME,
-            FrameError::UnknownMethod { .. } => NOT_IMPLEMENTED,
+            FrameError::UnknownMethod { .. } | FrameError::PrefetchSize { .. } => NOT_IMPLEMENTED,
         }
     }
 
@@ -210,6 +218,7 @@ impl FrameError {
                 method_id,
                 ..
             } => (class_id, method_id),
+            FrameError::PrefetchSize { .. } => (60, 10),
             _ => (0, 0),
         }
     }

@@ -126,6 +126,14 @@ pub fn decode_method(payload: &[u8]) -> Result<AMQPClass, FrameError> {
                 return Ok(AMQPClass::Basic(basic::AMQPMethod::Ack(a)));
             }
         }
+        (60, 10) => {
+            // basic.qos: amq-protocol does not keep prefetch_size.
+            if let Some(prefetch_size) = crate::wire::be_u32_at(args, 0)
+                && prefetch_size != 0
+            {
+                return Err(FrameError::PrefetchSize { prefetch_size });
+            }
+        }
         _ => {}
     }
     if !is_known_method(class_id, method_id) {

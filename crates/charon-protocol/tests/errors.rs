@@ -265,3 +265,14 @@ fn peek_frame_sees_complete_frames_only() {
     assert_eq!(peek_frame(&f), Some((1, 7, &[0u8, 20, 0, 10, 1, 48][..])));
     assert_eq!(peek_frame(&f[..f.len() - 1]), None);
 }
+
+#[test]
+fn basic_qos_prefetch_size_is_540() {
+    // basic.qos prefetch_size=1 prefetch_count=0 global=false
+    let e = err(&frame(1, 1, &[0, 60, 0, 10, 0, 0, 0, 1, 0, 0, 0]), 0);
+    assert_eq!(e, FrameError::PrefetchSize { prefetch_size: 1 });
+    assert_eq!((e.reply_code(), e.class_method()), (540, (60, 10)));
+    assert_eq!(e.to_string(), "prefetch_size!=0 (1)");
+    // prefetch_size=0 decodes
+    assert!(decode(&frame(1, 1, &[0, 60, 0, 10, 0, 0, 0, 0, 0, 5, 0]), 0).is_ok());
+}

@@ -31,6 +31,7 @@ impl Connection {
                 });
             }
             basic::AMQPMethod::Qos(q) => {
+                // prefetch_size != 0 is refused by the framer (FrameError::PrefetchSize).
                 let ch = self.channel_mut(channel)?;
                 if q.global {
                     ch.limit.set_limit(u32::from(q.prefetch_count));

@@ -9,7 +9,7 @@
 //! are turned into channel.close or connection.close in [`Connection::on_frame`].
 
 use charon_protocol::methods::{channel as chm, confirm, connection};
-use charon_protocol::{AMQPClass, Frame, encode_method};
+use charon_protocol::{AMQPClass, FRAME_BODY, FRAME_HEADER, FRAME_HEARTBEAT, Frame, encode_method};
 
 use super::channel::Channel;
 use super::{Connection, Next};
@@ -69,10 +69,19 @@ impl Connection {
             Frame::Heartbeat { channel: 0 } => Ok(()),
             Frame::Heartbeat { channel } => Err((
                 channel,
-                AmqpError::unexpected_frame("type 8, all octets = <<>>"),
+                AmqpError::unexpected_frame_octets(FRAME_HEARTBEAT, &[]),
             )),
             Frame::Method { channel: 0, method } => return self.on_connection_method(*method),
             Frame::Method { channel, method } => self.on_channel_method(channel, *method).await,
+            // Content on channel 0: RabbitMQ's reader refuses the frame itself.
+            Frame::Header { channel: 0, header } => Err((
+                0,
+                AmqpError::unexpected_frame_octets(FRAME_HEADER, &header.payload()),
+            )),
+            Frame::Body {
+                channel: 0,
+                payload,
+            } => Err((0, AmqpError::unexpected_frame_octets(FRAME_BODY, &payload))),
             Frame::Header { channel, header } => self.on_header(channel, header).await,
             Frame::Body { channel, payload } => self.on_body(channel, payload).await,
         };
@@ -188,14 +197,8 @@ impl Connection {
             }
             return Ok(());
         }
-        if ch.publish.is_some() {
-            return Err((
-                channel,
-                AmqpError::unexpected_frame(
-                    "expected content header for class 60, got non content header frame instead",
-                )
-                .on(cid, mid),
-            ));
+        if let Some(p) = &ch.publish {
+            return Err((channel, p.content_expected()));
         }
         self.dispatch(channel, method)
             .await

@@ -8,7 +8,7 @@ use charon_protocol::{
 };
 
 use super::super::Connection;
-use super::super::channel::PendingPublish;
+use super::super::channel::{PUBLISH_METHOD_ID, PendingPublish};
 use crate::error::{AmqpError, code};
 use crate::queue::{ConfirmTo, QueueCmd, QueueHandle};
 
@@ -41,12 +41,7 @@ impl Connection {
             return Ok(());
         };
         if p.header.is_some() {
-            return Err((
-                channel,
-                AmqpError::unexpected_frame(
-                    "expected content body, got non content body frame instead",
-                ),
-            ));
+            return Err((channel, p.content_expected()));
         }
         if header.class_id != CLASS_BASIC {
             return Err((
@@ -54,7 +49,8 @@ impl Connection {
                 AmqpError::unexpected_frame(format!(
                     "expected content header for class 60, got one for class {} instead",
                     header.class_id
-                )),
+                ))
+                .on(CLASS_BASIC, PUBLISH_METHOD_ID),
             ));
         }
         p.header = Some((header.body_size, header.properties));
@@ -62,7 +58,7 @@ impl Connection {
             return self
                 .complete_publish(channel)
                 .await
-                .map_err(|e| (channel, e.on(60, 40)));
+                .map_err(|e| (channel, e.on(CLASS_BASIC, PUBLISH_METHOD_ID)));
         }
         Ok(())
     }
@@ -76,12 +72,7 @@ impl Connection {
             return Ok(());
         };
         let Some((size, _)) = &p.header else {
-            return Err((
-                channel,
-                AmqpError::unexpected_frame(
-                    "expected content header for class 60, got non content header frame instead",
-                ),
-            ));
+            return Err((channel, p.content_expected()));
         };
         let size = *size;
         if p.first_body.is_none() && p.body.is_empty() && payload.len() as u64 == size {
@@ -97,7 +88,7 @@ impl Connection {
             return self
                 .complete_publish(channel)
                 .await
-                .map_err(|e| (channel, e.on(60, 40)));
+                .map_err(|e| (channel, e.on(CLASS_BASIC, PUBLISH_METHOD_ID)));
         }
         Ok(())
     }
