@@ -9,6 +9,7 @@ use charon_protocol::{AMQPClass, CLASS_BASIC, encode_basic_get_ok, encode_conten
 
 use super::super::Connection;
 use super::super::channel::{ChannelConsumer, PendingPublish, Unacked};
+use crate::access::{Permission, ResourceKind};
 use crate::error::{AmqpError, code};
 use crate::queue::{ConsumerTarget, QueueCmd};
 
@@ -60,6 +61,7 @@ impl Connection {
                 }
             }
             basic::AMQPMethod::Get(g) => {
+                self.permit(ResourceKind::Queue, g.queue.as_str(), Permission::Read)?;
                 let q = self.queue_handle(g.queue.as_str())?;
                 let got = Self::ask(&q, |reply| QueueCmd::Get {
                     no_ack: g.no_ack,
@@ -148,19 +150,20 @@ impl Connection {
         channel: u16,
         c: basic::Consume,
     ) -> Result<(), AmqpError> {
-        let q = self.queue_handle(c.queue.as_str())?;
         let tag: Arc<str> = if c.consumer_tag.as_str().is_empty() {
             Arc::from(server_tag("amq.ctag-"))
         } else {
             Arc::from(c.consumer_tag.as_str())
         };
-        let conn = self.handle.clone();
-        let ch = self.channel_mut(channel)?;
-        if ch.consumers.contains_key(&tag) {
+        if self.channel_mut(channel)?.consumers.contains_key(&tag) {
             return Err(AmqpError::not_allowed(format!(
                 "attempt to reuse consumer tag '{tag}'"
             )));
         }
+        self.permit(ResourceKind::Queue, c.queue.as_str(), Permission::Read)?;
+        let q = self.queue_handle(c.queue.as_str())?;
+        let conn = self.handle.clone();
+        let ch = self.channel_mut(channel)?;
         let spec = ConsumerSpec {
             no_ack: c.no_ack,
             prefetch: ch.prefetch,

@@ -1,10 +1,11 @@
 //! exchange.declare/delete/bind/unbind.
 
-use charon_core::ExchangeDeclare;
+use charon_core::{ExchangeDeclare, ExchangeKind};
 use charon_protocol::AMQPClass;
 use charon_protocol::methods::exchange;
 
 use super::super::Connection;
+use crate::access::{Permission, ResourceKind};
 use crate::error::{AmqpError, code};
 
 impl Connection {
@@ -20,6 +21,15 @@ impl Connection {
             .unwrap_or_else(|p| p.into_inner());
         let (reply, nowait) = match m {
             exchange::AMQPMethod::Declare(d) => {
+                // rabbit_channel: type and default-exchange checks come first (the vhost
+                // reports those), then configure permission.
+                let name = d.exchange.as_str();
+                if !d.passive && !name.is_empty() && d.kind.as_str().parse::<ExchangeKind>().is_ok()
+                {
+                    let new_args = (topo.exchange(name).is_none() && !name.starts_with("amq."))
+                        .then_some(&d.arguments);
+                    self.access.check_exchange_declare(name, new_args)?;
+                }
                 topo.declare_exchange(&ExchangeDeclare {
                     name: d.exchange.as_str().into(),
                     kind: d.kind.as_str().into(),
@@ -35,6 +45,11 @@ impl Connection {
                 )
             }
             exchange::AMQPMethod::Delete(d) => {
+                // The default and amq.* exchanges are refused by the vhost first.
+                let name = d.exchange.as_str();
+                if !name.is_empty() && !name.starts_with("amq.") {
+                    self.permit(ResourceKind::Exchange, name, Permission::Configure)?;
+                }
                 topo.delete_exchange(d.exchange.as_str(), d.if_unused)?;
                 (
                     exchange::AMQPMethod::DeleteOk(exchange::DeleteOk {}),
@@ -42,6 +57,11 @@ impl Connection {
                 )
             }
             exchange::AMQPMethod::Bind(b) => {
+                self.access.check_bind(
+                    b.source.as_str(),
+                    ResourceKind::Exchange,
+                    b.destination.as_str(),
+                )?;
                 topo.bind_exchange(
                     b.destination.as_str(),
                     b.source.as_str(),
@@ -51,6 +71,11 @@ impl Connection {
                 (exchange::AMQPMethod::BindOk(exchange::BindOk {}), b.nowait)
             }
             exchange::AMQPMethod::Unbind(b) => {
+                self.access.check_bind(
+                    b.source.as_str(),
+                    ResourceKind::Exchange,
+                    b.destination.as_str(),
+                )?;
                 topo.unbind_exchange(
                     b.destination.as_str(),
                     b.source.as_str(),

@@ -13,6 +13,7 @@ use charon_protocol::{AMQPClass, FRAME_BODY, FRAME_HEADER, FRAME_HEARTBEAT, Fram
 
 use super::channel::Channel;
 use super::{Connection, Next};
+use crate::access::{Permission, ResourceKind};
 use crate::error::{AmqpError, code};
 use crate::queue::{QueueCmd, QueueHandle};
 
@@ -241,6 +242,11 @@ impl Connection {
             }
         }
         Ok(())
+    }
+
+    /// Checks one permission of this connection's user on its vhost (403 when refused).
+    fn permit(&self, kind: ResourceKind, name: &str, perm: Permission) -> Result<(), AmqpError> {
+        Ok(self.access.check(kind, name, perm)?)
     }
 
     fn channel_mut(&mut self, channel: u16) -> Result<&mut Channel, AmqpError> {

@@ -3,12 +3,15 @@
 use std::sync::Arc;
 
 use charon_core::Message;
+use charon_core::arguments::MAX_EXPIRY;
 use charon_protocol::{
-    AMQPValue, CLASS_BASIC, encode_basic_ack, encode_basic_return, encode_content,
+    AMQPValue, BasicProperties, CLASS_BASIC, encode_basic_ack, encode_basic_return, encode_content,
+    erlang,
 };
 
 use super::super::Connection;
 use super::super::channel::{PUBLISH_METHOD_ID, PendingPublish};
+use crate::access::{Permission, ResourceKind};
 use crate::error::{AmqpError, code};
 use crate::queue::{ConfirmTo, QueueCmd, QueueHandle};
 
@@ -113,8 +116,11 @@ impl Connection {
         };
         let exchange = p.method.exchange.as_str();
         let routing_key = p.method.routing_key.as_str();
-        // CC/BCC and headers-exchange matching need the headers; decode only when present.
-        let decoded = if properties.flags() & 0x2000 != 0 {
+        self.access
+            .check(ResourceKind::Exchange, exchange, Permission::Write)?;
+        // CC/BCC, headers-exchange matching and the user_id/expiration checks need decoded
+        // properties; decode only when one of those is present.
+        let decoded = if properties.flags() & (FLAG_HEADERS | FLAG_EXPIRATION | FLAG_USER_ID) != 0 {
             properties.decode().ok()
         } else {
             None
@@ -144,6 +150,10 @@ impl Connection {
                 .read()
                 .unwrap_or_else(|p| p.into_inner());
             topo.route(exchange, &keys, headers, &mut targets)?;
+        }
+        if let Some(props) = &decoded {
+            check_user_id(props, &self.user, self.impersonator)?;
+            check_expiration(props)?;
         }
         let message = Arc::new(Message::new(
             Arc::from(exchange),
@@ -211,5 +221,99 @@ impl Connection {
             ch.acked_upto = upto;
             encode_basic_ack(&mut self.out, channel, upto, multiple);
         }
+    }
+}
+
+/// Property flag bits (basic class) of the properties the broker looks at.
+const FLAG_HEADERS: u16 = 0x2000;
+const FLAG_EXPIRATION: u16 = 0x0100;
+const FLAG_USER_ID: u16 = 0x0010;
+
+/// `rabbit_channel:check_user_id_header/2`: a user_id property must name the authenticated
+/// user, unless the user is an impersonator.
+fn check_user_id(props: &BasicProperties, user: &str, impersonator: bool) -> Result<(), AmqpError> {
+    match props.user_id() {
+        Some(claimed) if claimed.as_str() != user && !impersonator => {
+            Err(AmqpError::precondition(format!(
+                "user_id property set to '{}' but authenticated user was '{user}'",
+                claimed.as_str()
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `rabbit_channel:check_expiration_header/1`: an expiration property must be a non-negative
+/// integer (as Erlang's `string:to_integer/1` reads it) no larger than the TTL limit.
+fn check_expiration(props: &BasicProperties) -> Result<(), AmqpError> {
+    let Some(expiration) = props.expiration() else {
+        return Ok(());
+    };
+    match parse_expiration(expiration.as_str()) {
+        Ok(()) => Ok(()),
+        Err(reason) => Err(AmqpError::precondition(format!(
+            "invalid expiration '{}': {reason}",
+            expiration.as_str()
+        ))),
+    }
+}
+
+/// The Erlang error term for an invalid expiration, or `Ok`.
+fn parse_expiration(s: &str) -> Result<(), String> {
+    let (negative, rest) = match s.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
+    };
+    let digits_end = rest
+        .bytes()
+        .position(|b| !b.is_ascii_digit())
+        .unwrap_or(rest.len());
+    if digits_end == 0 {
+        return Err("no_integer".to_string());
+    }
+    let (digits, leftover) = rest.split_at(digits_end);
+    if !leftover.is_empty() {
+        return Err(format!(
+            "{{leftover_string,{}}}",
+            erlang::string_p(leftover)
+        ));
+    }
+    let trimmed = digits.trim_start_matches('0');
+    let magnitude = if trimmed.is_empty() { "0" } else { trimmed };
+    let value = magnitude.parse::<i64>().ok();
+    if negative && magnitude != "0" {
+        return Err(format!("{{value_negative,-{magnitude}}}"));
+    }
+    match value {
+        Some(v) if v <= MAX_EXPIRY => Ok(()),
+        _ => Err(format!("{{value_too_large,{magnitude}}}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_expiration;
+
+    #[test]
+    fn expiration_parses_like_erlang_string_to_integer() {
+        assert_eq!(parse_expiration("1000"), Ok(()));
+        assert_eq!(parse_expiration("+0"), Ok(()));
+        assert_eq!(parse_expiration("-0"), Ok(()));
+        assert_eq!(parse_expiration("abc"), Err("no_integer".into()));
+        assert_eq!(parse_expiration(""), Err("no_integer".into()));
+        assert_eq!(parse_expiration("-"), Err("no_integer".into()));
+        assert_eq!(
+            parse_expiration("12ab"),
+            Err("{leftover_string,\"ab\"}".into())
+        );
+        assert_eq!(parse_expiration("-5"), Err("{value_negative,-5}".into()));
+        assert_eq!(
+            parse_expiration("315360000001"),
+            Err("{value_too_large,315360000001}".into())
+        );
+        assert_eq!(
+            parse_expiration("99999999999999999999999"),
+            Err("{value_too_large,99999999999999999999999}".into())
+        );
     }
 }

@@ -6,6 +6,7 @@ use charon_protocol::methods::queue;
 use tokio::sync::oneshot;
 
 use super::super::Connection;
+use crate::access::{Permission, ResourceKind};
 use crate::broker::spawn_queue;
 use crate::error::{AmqpError, code};
 use crate::queue::{QueueCmd, QueueHandle};
@@ -42,13 +43,14 @@ impl Connection {
             queue::AMQPMethod::Declare(d) => {
                 let vhost_name = self.vhost_name.clone();
                 let vhost = self.vhost.clone();
+                let access = self.access.clone();
                 let (name, handle) = {
                     let mut topo = self
                         .vhost
                         .topology
                         .write()
                         .unwrap_or_else(|p| p.into_inner());
-                    let (name, entry, _) = topo.declare_queue(
+                    let (name, entry, _) = topo.declare_queue_with(
                         &QueueDeclare {
                             name: d.queue.as_str().into(),
                             passive: d.passive,
@@ -58,6 +60,11 @@ impl Connection {
                             arguments: d.arguments,
                         },
                         self.id,
+                        |name, new_args| {
+                            access
+                                .check_queue_declare(name, new_args)
+                                .map_err(AmqpError::from)
+                        },
                         |meta| spawn_queue(meta, &vhost, &vhost_name),
                     )?;
                     (name, entry.handle.clone())
@@ -75,6 +82,11 @@ impl Connection {
                 }
             }
             queue::AMQPMethod::Bind(b) => {
+                self.access.check_bind(
+                    b.exchange.as_str(),
+                    ResourceKind::Queue,
+                    b.queue.as_str(),
+                )?;
                 {
                     let mut topo = self
                         .vhost
@@ -99,6 +111,11 @@ impl Connection {
                 }
             }
             queue::AMQPMethod::Unbind(b) => {
+                self.access.check_bind(
+                    b.exchange.as_str(),
+                    ResourceKind::Queue,
+                    b.queue.as_str(),
+                )?;
                 {
                     let mut topo = self
                         .vhost
@@ -118,6 +135,7 @@ impl Connection {
                 );
             }
             queue::AMQPMethod::Purge(p) => {
+                self.permit(ResourceKind::Queue, p.queue.as_str(), Permission::Read)?;
                 let q = self.queue_handle(p.queue.as_str())?;
                 let n = Self::ask(&q, |reply| QueueCmd::Purge { reply }).await?;
                 if !p.nowait {
@@ -131,6 +149,7 @@ impl Connection {
             }
             queue::AMQPMethod::Delete(d) => {
                 let name = d.queue.as_str().to_string();
+                self.permit(ResourceKind::Queue, &name, Permission::Configure)?;
                 let exists = {
                     let topo = self
                         .vhost
