@@ -171,8 +171,10 @@ impl QueueType {
 /// Validation failure as RabbitMQ's Erlang term (`{value_negative,-1}`).
 type Check = Result<(), String>;
 
+/// RabbitMQ 3.10's `check_int_arg` reports a wrong type as a formatted string, so the
+/// reason is printed quoted: `"expected integer, got longstr"`.
 fn int_arg(v: &AMQPValue) -> Result<i64, String> {
-    as_int_arg(v).ok_or_else(|| format!("{{unacceptable_type,{}}}", type_name(v)))
+    as_int_arg(v).ok_or_else(|| format!("\"expected integer, got {}\"", type_name(v)))
 }
 
 fn non_neg(v: &AMQPValue) -> Result<i64, String> {
@@ -370,13 +372,13 @@ mod tests {
     }
 
     #[test]
-    fn string_ttl_is_unacceptable_type() {
+    fn string_ttl_is_expected_integer() {
         assert_eq!(
             err(&[(
                 "x-message-ttl",
                 AMQPValue::LongString(LongString::from("1"))
             )]),
-            "PRECONDITION_FAILED - invalid arg 'x-message-ttl' for queue 'q' in vhost '/': {unacceptable_type,longstr}"
+            "PRECONDITION_FAILED - invalid arg 'x-message-ttl' for queue 'q' in vhost '/': \"expected integer, got longstr\""
         );
     }
 

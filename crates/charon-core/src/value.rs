@@ -195,6 +195,11 @@ pub fn describe_arg(v: Option<&AMQPValue>) -> String {
     }
 }
 
+/// RabbitMQ `val/1` for a bare value (both sides of a comparison present): `'V'`.
+pub fn quoted_value(v: &AMQPValue) -> String {
+    format!("'{}'", format_value(v))
+}
+
 /// Look up a key in a field table.
 pub fn lookup<'a>(t: &'a FieldTable, key: &str) -> Option<&'a AMQPValue> {
     t.inner().get(key)

@@ -17,10 +17,17 @@
 //! * malformed field tables inside method arguments: RabbitMQ crashes
 //!   (function_clause in `rabbit_binary_parser:parse_table`) and drops the
 //!   connection. Charon reports 502 SYNTAX_ERROR.
-//! * content header for a class other than the pending method's, or with a
-//!   non-zero weight: `unexpected_frame` (505).
+//! * content header with a non-zero weight: `unexpected_frame` (505). A
+//!   header for a class other than the pending method's is a well-formed
+//!   frame; the server refuses it (505) knowing what it waits for.
+//!
+//! The `Display` texts of the RabbitMQ-compatible variants are RabbitMQ's
+//! reply texts (Erlang-formatted, see [`crate::erlang`]) without the
+//! "FRAME_ERROR - " prefix.
 //! * malformed properties: RabbitMQ crashes the channel when it decodes them
 //!   (541 INTERNAL_ERROR). Charon reports 502 SYNTAX_ERROR.
+
+use crate::erlang::{binary_w, frame_octets};
 
 /// Reply code FRAME-ERROR.
 pub const FRAME_ERROR: u16 = 501;
@@ -42,9 +49,7 @@ pub enum FrameError {
     /// The frame header announces a payload larger than the negotiated
     /// frame_max allows. Detected from the 7-byte header alone, before any
     /// of the payload is buffered.
-    #[error(
-        "frame too large: type {frame_type}, channel {channel}: payload of {size} bytes exceeds frame_max {frame_max}"
-    )]
+    #[error("type {frame_type}, all octets = <<>>: {{frame_too_large,{size},{}}}", frame_max.saturating_sub(crate::FRAME_OVERHEAD))]
     FrameTooLarge {
         /// Frame type octet.
         frame_type: u8,
@@ -56,9 +61,7 @@ pub enum FrameError {
         frame_max: u32,
     },
     /// The octet after the payload is not 0xCE.
-    #[error(
-        "invalid frame end marker 0x{found:02x} at offset {offset} (expected 0xce): type {frame_type}, channel {channel}, payload {size} bytes"
-    )]
+    #[error("{}: {{invalid_frame_end_marker,{found}}}", frame_octets(*frame_type, *size as usize, head))]
     BadFrameEnd {
         /// Frame type octet.
         frame_type: u8,
@@ -70,9 +73,11 @@ pub enum FrameError {
         offset: usize,
         /// The octet found instead of 0xCE.
         found: u8,
+        /// The payload's first octets ([`crate::erlang::snippet`]).
+        head: Vec<u8>,
     },
     /// Frame type other than 1 (method), 2 (header), 3 (body), 8 (heartbeat).
-    #[error("unknown frame type {frame_type} on channel {channel} (payload {size} bytes)")]
+    #[error("{}: unknown_frame", frame_octets(*frame_type, *size as usize, head))]
     UnknownFrameType {
         /// Frame type octet.
         frame_type: u8,
@@ -80,22 +85,26 @@ pub enum FrameError {
         channel: u16,
         /// Payload size.
         size: u32,
+        /// The payload's first octets.
+        head: Vec<u8>,
     },
     /// A heartbeat frame must have an empty payload.
-    #[error("heartbeat frame on channel {channel} with a {size}-byte payload (must be empty)")]
+    #[error("{}: unknown_frame", frame_octets(crate::FRAME_HEARTBEAT, *size as usize, head))]
     HeartbeatWithPayload {
         /// Channel number from the header.
         channel: u16,
         /// Payload size.
         size: u32,
+        /// The payload's first octets.
+        head: Vec<u8>,
     },
     /// Method payload shorter than class-id + method-id (4 bytes).
-    #[error(
-        "method frame payload of {size} bytes is shorter than class-id and method-id (4 bytes)"
-    )]
+    #[error("{}: unknown_frame", frame_octets(crate::FRAME_METHOD, *size, head))]
     MethodFrameTooShort {
         /// Payload size.
         size: usize,
+        /// The payload (under 4 octets).
+        head: Vec<u8>,
     },
     /// Class/method id pair that AMQP 0-9-1 does not define.
     #[error("unknown method: class-id {class_id}, method-id {method_id}")]
@@ -105,8 +114,9 @@ pub enum FrameError {
         /// Method id.
         method_id: u16,
     },
-    /// Method arguments that do not decode.
-    #[error("cannot decode method {class_id}.{method_id} ({size}-byte arguments): {reason}")]
+    /// Method arguments that do not decode: `cannot decode <<...>>` (the
+    /// arguments with `~w`, as RabbitMQ's generated framing code writes them).
+    #[error("cannot decode {}", binary_w(args))]
     MalformedMethod {
         /// Class id.
         class_id: u16,
@@ -114,8 +124,10 @@ pub enum FrameError {
         method_id: u16,
         /// Size of the arguments (payload after the 4 id bytes).
         size: usize,
-        /// What was wrong.
+        /// What was wrong (for logs).
         reason: &'static str,
+        /// The arguments' first [`MAX_ARGS_IN_TEXT`] octets.
+        args: Vec<u8>,
     },
     /// A field table inside method arguments is malformed or nested too deeply.
     #[error(
@@ -132,23 +144,27 @@ pub enum FrameError {
         reason: &'static str,
     },
     /// Content-header payload shorter than class-id + weight + body-size (12 bytes).
-    #[error("content header payload of {size} bytes is shorter than 12 bytes")]
+    #[error("{}: unknown_frame", frame_octets(crate::FRAME_HEADER, *size, head))]
     HeaderFrameTooShort {
         /// Payload size.
         size: usize,
+        /// The payload's first octets.
+        head: Vec<u8>,
     },
-    /// Content header for a class other than basic (60), the only class
-    /// with content.
-    #[error("content header for class {class_id}; only class 60 (basic) has content")]
-    UnexpectedHeaderClass {
-        /// Class id found in the header.
-        class_id: u16,
-    },
-    /// Content header with a non-zero weight (RabbitMQ rejects these).
-    #[error("content header with weight {weight}; weight must be 0")]
+    /// Content header with a non-zero weight (RabbitMQ's command assembler
+    /// does not take it for a content header).
+    #[error("expected content header for class 60, got non content header frame instead")]
     NonZeroWeight {
         /// Weight found.
         weight: u16,
+    },
+    /// basic.qos with a non-zero prefetch_size. The method decodes, but
+    /// `amq-protocol` drops the field, so the framer refuses it here the way
+    /// RabbitMQ's channel does: 540 NOT_IMPLEMENTED, a connection error.
+    #[error("prefetch_size!=0 ({prefetch_size})")]
+    PrefetchSize {
+        /// The prefetch_size sent.
+        prefetch_size: u32,
     },
     /// Content-header property flags / property list that do not decode.
     #[error("malformed content properties at offset {offset}: {reason}")]
@@ -159,6 +175,10 @@ pub enum FrameError {
         reason: &'static str,
     },
 }
+
+/// How many argument octets [`FrameError::MalformedMethod`] keeps: enough to
+/// fill a reply text (255 octets) written with `~w`.
+pub const MAX_ARGS_IN_TEXT: usize = 64;
 
 impl FrameError {
     /// The AMQP reply code for `connection.close`, as RabbitMQ 3.10.8 uses
@@ -175,10 +195,8 @@ impl FrameError {
             FrameError::MalformedTable { .. } | FrameError::MalformedProperties { .. } => {
                 SYNTAX_ERROR
             }
-            FrameError::UnexpectedHeaderClass { .. } | FrameError::NonZeroWeight { .. } => {
-                UNEXPECTED_FRAME
-            }
-            FrameError::UnknownMethod { .. } => NOT_IMPLEMENTED,
+            FrameError::NonZeroWeight { .. } => UNEXPECTED_FRAME,
+            FrameError::UnknownMethod { .. } | FrameError::PrefetchSize { .. } => NOT_IMPLEMENTED,
         }
     }
 
@@ -200,6 +218,7 @@ impl FrameError {
                 method_id,
                 ..
             } => (class_id, method_id),
+            FrameError::PrefetchSize { .. } => (60, 10),
             _ => (0, 0),
         }
     }

@@ -7,6 +7,7 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 
+use crate::erlang::snippet;
 use crate::error::FrameError;
 use crate::method::decode_method;
 use crate::properties::RawProperties;
@@ -51,12 +52,38 @@ pub enum Frame {
 /// The content header: what follows a content-bearing method.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ContentHeader {
-    /// Class id; always 60 (basic) in frames produced by [`decode_frame`].
+    /// Class id; 60 (basic) is the only one with content, the server refuses others.
     pub class_id: u16,
     /// Total size of the body that follows in body frames.
     pub body_size: u64,
     /// Property flags + property list, as received.
     pub properties: RawProperties,
+}
+
+impl ContentHeader {
+    /// The frame payload this header was decoded from (class, weight 0,
+    /// body size, properties), for error texts that quote the octets.
+    pub fn payload(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(12 + self.properties.0.len());
+        v.extend_from_slice(&self.class_id.to_be_bytes());
+        v.extend_from_slice(&[0, 0]);
+        v.extend_from_slice(&self.body_size.to_be_bytes());
+        v.extend_from_slice(&self.properties.0);
+        v
+    }
+}
+
+/// A complete frame at the front of `buf`, without decoding it: type,
+/// channel and payload. `None` while incomplete or when the end octet is
+/// wrong ([`decode_frame`] reports that). Used where a refused frame's
+/// octets go into the reply text.
+pub fn peek_frame(buf: &[u8]) -> Option<(u8, u16, &[u8])> {
+    let (&frame_type, channel, size) = (buf.first()?, be_u16_at(buf, 1)?, be_u32_at(buf, 3)?);
+    let end_at = usize::try_from(size).ok()?.checked_add(7)?;
+    if *buf.get(end_at)? != FRAME_END {
+        return None;
+    }
+    Some((frame_type, channel, buf.get(7..end_at)?))
 }
 
 /// Decode one frame from the front of `buf`, advancing it past the frame.
@@ -109,6 +136,7 @@ pub fn decode_frame(buf: &mut BytesMut, frame_max: u32) -> Result<Option<Frame>,
             size,
             offset: end_at,
             found: end,
+            head: snippet(buf.get(7..end_at).unwrap_or_default()),
         });
     }
     let mut payload = buf.split_to(end_at + 1);
@@ -137,11 +165,16 @@ fn decode_payload(
             payload: payload.freeze(),
         }),
         FRAME_HEARTBEAT if payload.is_empty() => Ok(Frame::Heartbeat { channel }),
-        FRAME_HEARTBEAT => Err(FrameError::HeartbeatWithPayload { channel, size }),
+        FRAME_HEARTBEAT => Err(FrameError::HeartbeatWithPayload {
+            channel,
+            size,
+            head: snippet(&payload),
+        }),
         _ => Err(FrameError::UnknownFrameType {
             frame_type,
             channel,
             size,
+            head: snippet(&payload),
         }),
     }
 }
@@ -151,17 +184,19 @@ fn decode_header(mut payload: Bytes) -> Result<ContentHeader, FrameError> {
     let (Some(class_id), Some(weight), Some(body_size)) = (r.u16(), r.u16(), r.u64()) else {
         return Err(FrameError::HeaderFrameTooShort {
             size: payload.len(),
+            head: snippet(&payload),
         });
     };
-    if class_id != CLASS_BASIC {
-        return Err(FrameError::UnexpectedHeaderClass { class_id });
-    }
     if weight != 0 {
         return Err(FrameError::NonZeroWeight { weight });
     }
     payload.advance(12);
     let properties = RawProperties(payload);
-    properties.validate()?;
+    // Only basic has content; a header of another class is refused by the
+    // server (505) without looking at its properties.
+    if class_id == CLASS_BASIC {
+        properties.validate()?;
+    }
     Ok(ContentHeader {
         class_id,
         body_size,

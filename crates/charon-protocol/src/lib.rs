@@ -19,6 +19,8 @@
 //! * `table` – allocation-free structural walker for field tables.
 //! * `wire` – bounds-checked big-endian reader used by all of the above.
 //! * `error` – [`FrameError`].
+//! * [`erlang`] – Erlang term formatting (`~p`/`~w` of binaries) for the
+//!   reply texts RabbitMQ writes about bad frames.
 //!
 //! Method *types* come from `amq-protocol` and are re-exported as
 //! [`methods`].
@@ -27,6 +29,7 @@
 #![deny(clippy::indexing_slicing)]
 
 mod encode;
+pub mod erlang;
 mod error;
 mod fastpath;
 mod frame;
@@ -45,12 +48,12 @@ pub use amq_protocol::types::{
 };
 
 pub use encode::{encode_content, encode_heartbeat, encode_method};
-pub use error::FrameError;
+pub use error::{FrameError, MAX_ARGS_IN_TEXT};
 pub use fastpath::{
     decode_basic_ack, decode_basic_publish, encode_basic_ack, encode_basic_deliver,
     encode_basic_get_ok, encode_basic_nack, encode_basic_return,
 };
-pub use frame::{ContentHeader, Frame, decode_frame};
+pub use frame::{ContentHeader, Frame, decode_frame, peek_frame};
 pub use header::{ProtocolHeaderCheck, check_protocol_header};
 pub use method::decode_method;
 pub use properties::RawProperties;

@@ -9,7 +9,7 @@
 use amq_protocol::protocol::{basic, parse_class};
 
 use crate::AMQPClass;
-use crate::error::FrameError;
+use crate::error::{FrameError, MAX_ARGS_IN_TEXT};
 use crate::fastpath::{decode_basic_ack, decode_basic_publish};
 use crate::table::skip_table;
 use crate::wire::{Reader, be_u16_at};
@@ -111,6 +111,7 @@ pub fn decode_method(payload: &[u8]) -> Result<AMQPClass, FrameError> {
     let (Some(class_id), Some(method_id)) = (be_u16_at(payload, 0), be_u16_at(payload, 2)) else {
         return Err(FrameError::MethodFrameTooShort {
             size: payload.len(),
+            head: payload.to_vec(),
         });
     };
     let args = payload.get(4..).unwrap_or_default();
@@ -123,6 +124,14 @@ pub fn decode_method(payload: &[u8]) -> Result<AMQPClass, FrameError> {
         (60, 80) => {
             if let Some(a) = decode_basic_ack(args) {
                 return Ok(AMQPClass::Basic(basic::AMQPMethod::Ack(a)));
+            }
+        }
+        (60, 10) => {
+            // basic.qos: amq-protocol does not keep prefetch_size.
+            if let Some(prefetch_size) = crate::wire::be_u32_at(args, 0)
+                && prefetch_size != 0
+            {
+                return Err(FrameError::PrefetchSize { prefetch_size });
             }
         }
         _ => {}
@@ -139,6 +148,7 @@ pub fn decode_method(payload: &[u8]) -> Result<AMQPClass, FrameError> {
         method_id,
         size: args.len(),
         reason,
+        args: args.iter().take(MAX_ARGS_IN_TEXT).copied().collect(),
     };
     match parse_class(payload) {
         Ok(([], class)) => Ok(class),

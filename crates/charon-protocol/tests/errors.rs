@@ -57,10 +57,15 @@ fn bad_end_byte_is_501() {
             channel: 0,
             size: 0,
             offset: 7,
-            found: 0xCD
+            found: 0xCD,
+            head: vec![],
         }
     );
     assert_eq!(e.reply_code(), 501);
+    assert_eq!(
+        e.to_string(),
+        "type 8, all octets = <<>>: {invalid_frame_end_marker,205}"
+    );
 }
 
 #[test]
@@ -69,6 +74,10 @@ fn unknown_frame_type_is_501() {
         let e = err(&frame(ty, 2, b"abc"), 0);
         assert!(matches!(e, FrameError::UnknownFrameType { .. }), "{e:?}");
         assert_eq!(e.reply_code(), 501);
+        assert_eq!(
+            e.to_string(),
+            format!("type {ty}, all octets = <<\"abc\">>: unknown_frame")
+        );
     }
 }
 
@@ -81,7 +90,11 @@ fn heartbeat_with_payload_is_501() {
 fn truncated_method_is_501_with_ids() {
     // method payload shorter than the ids
     let e = err(&frame(1, 1, &[0, 60, 0]), 0);
-    assert!(matches!(e, FrameError::MethodFrameTooShort { size: 3 }));
+    assert!(matches!(e, FrameError::MethodFrameTooShort { size: 3, .. }));
+    assert_eq!(
+        e.to_string(),
+        "type 1, all octets = <<0,60,0>>: unknown_frame"
+    );
     assert_eq!(e.reply_code(), 501);
     // basic.ack missing its bits octet
     let e = err(&frame(1, 1, &[0, 60, 0, 80, 0, 0, 0, 0, 0, 0, 0, 1]), 0);
@@ -95,6 +108,7 @@ fn truncated_method_is_501_with_ids() {
     // queue.declare truncated
     let e = err(&frame(1, 1, &[0, 50, 0, 10, 0, 0, 1, b'q']), 0);
     assert_eq!((e.reply_code(), e.class_method()), (501, (50, 10)));
+    assert_eq!(e.to_string(), "cannot decode <<0,0,1,113>>");
 }
 
 #[test]
@@ -190,13 +204,21 @@ fn content_header_errors() {
     // too short: 501
     let e = err(&frame(2, 1, &[0, 60, 0, 0, 0, 0, 0, 0, 0, 0, 0]), 0);
     assert_eq!(e.reply_code(), 501);
-    // class other than basic: 505
-    let e = err(
+    // class other than basic: a well-formed frame; the server refuses it
+    let f = decode(
         &frame(2, 1, &[0, 50, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0]),
         0,
+    )
+    .unwrap()
+    .unwrap();
+    let Frame::Header { header, .. } = f else {
+        panic!("{f:?}")
+    };
+    assert_eq!(header.class_id, 50);
+    assert_eq!(
+        header.payload(),
+        [0, 50, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0]
     );
-    assert_eq!(e, FrameError::UnexpectedHeaderClass { class_id: 50 });
-    assert_eq!(e.reply_code(), 505);
     // weight != 0: 505
     let e = err(
         &frame(2, 1, &[0, 60, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0]),
@@ -229,8 +251,28 @@ fn incomplete_input_leaves_buffer_untouched() {
 }
 
 #[test]
-fn display_messages_mention_sizes() {
-    let e = err(&[1u8, 0, 0, 0, 1, 0, 0], 4096);
-    let s = e.to_string();
-    assert!(s.contains("65536") && s.contains("4096"), "{s}");
+fn frame_too_large_text_is_rabbitmqs() {
+    let e = err(&[3u8, 0, 1, 0, 0, 0x27, 0x10], 4096);
+    assert_eq!(
+        e.to_string(),
+        "type 3, all octets = <<>>: {frame_too_large,10000,4088}"
+    );
+}
+
+#[test]
+fn peek_frame_sees_complete_frames_only() {
+    let f = frame(1, 7, &[0, 20, 0, 10, 1, 48]);
+    assert_eq!(peek_frame(&f), Some((1, 7, &[0u8, 20, 0, 10, 1, 48][..])));
+    assert_eq!(peek_frame(&f[..f.len() - 1]), None);
+}
+
+#[test]
+fn basic_qos_prefetch_size_is_540() {
+    // basic.qos prefetch_size=1 prefetch_count=0 global=false
+    let e = err(&frame(1, 1, &[0, 60, 0, 10, 0, 0, 0, 1, 0, 0, 0]), 0);
+    assert_eq!(e, FrameError::PrefetchSize { prefetch_size: 1 });
+    assert_eq!((e.reply_code(), e.class_method()), (540, (60, 10)));
+    assert_eq!(e.to_string(), "prefetch_size!=0 (1)");
+    // prefetch_size=0 decodes
+    assert!(decode(&frame(1, 1, &[0, 60, 0, 10, 0, 0, 0, 0, 0, 5, 0]), 0).is_ok());
 }

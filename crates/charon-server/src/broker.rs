@@ -1,4 +1,4 @@
-//! Broker-wide state: virtual hosts, users, id counters.
+//! Broker-wide state: virtual hosts, users and permissions ([`crate::access`]), id counters.
 //!
 //! Each vhost's topology sits behind a `std::sync::RwLock`, taken only for routing and for
 //! declare/bind/delete, never across an `.await` (critical sections are short; see
@@ -11,6 +11,7 @@ use std::sync::{Arc, RwLock};
 
 use charon_core::{QueueMeta, QueueState, VHost};
 
+use crate::access::{AccessControl, ConfigError};
 use crate::config::Config;
 use crate::queue::{self, QueueHandle};
 
@@ -31,26 +32,19 @@ impl VHostState {
     }
 }
 
-#[derive(Debug, Clone)]
-struct User {
-    password: String,
-    loopback_only: bool,
-    vhosts: Vec<String>,
-}
-
 /// The running broker's shared state.
 #[derive(Debug)]
 pub struct Broker {
     config: Config,
     vhosts: HashMap<String, Arc<VHostState>>,
-    users: HashMap<String, User>,
+    access: AccessControl,
     next_id: AtomicU64,
 }
 
 impl Broker {
-    /// Builds vhosts and users from the configuration. Without configured users, `guest`/`guest`
-    /// exists and may log in from loopback only, as in RabbitMQ.
-    pub fn new(config: Config) -> Self {
+    /// Builds vhosts, users and permissions from the configuration (see
+    /// [`AccessControl::from_config`] for the default `guest`).
+    pub fn new(config: Config) -> Result<Self, ConfigError> {
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
@@ -62,41 +56,13 @@ impl Broker {
                 .entry(v.name.clone())
                 .or_insert_with(|| Arc::new(VHostState::new(&v.name, seed ^ 0x9e37)));
         }
-        let mut users = HashMap::new();
-        let has_guest = config.users.iter().any(|u| u.name == "guest");
-        if !has_guest {
-            users.insert(
-                "guest".to_string(),
-                User {
-                    password: "guest".into(),
-                    loopback_only: true,
-                    vhosts: vec!["/".into()],
-                },
-            );
-        }
-        for u in &config.users {
-            let vhosts = config
-                .permissions
-                .iter()
-                .filter(|p| p.user == u.name)
-                .map(|p| p.vhost.clone())
-                .chain((u.name == "guest").then(|| "/".to_string()))
-                .collect();
-            users.insert(
-                u.name.clone(),
-                User {
-                    password: u.password.clone(),
-                    loopback_only: u.loopback_only.unwrap_or(u.name == "guest"),
-                    vhosts,
-                },
-            );
-        }
-        Self {
+        let access = AccessControl::from_config(&config)?;
+        Ok(Self {
             config,
             vhosts,
-            users,
+            access,
             next_id: AtomicU64::new(1),
-        }
+        })
     }
 
     /// The configuration the broker runs with.
@@ -109,12 +75,14 @@ impl Broker {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// Users and permissions.
+    pub fn access(&self) -> &AccessControl {
+        &self.access
+    }
+
     /// Checks a login; `peer` is the client's address (loopback-only users).
     pub fn authenticate(&self, user: &str, password: &str, peer: IpAddr) -> bool {
-        match self.users.get(user) {
-            Some(u) => u.password == password && (!u.loopback_only || peer.is_loopback()),
-            None => false,
-        }
+        self.access.authenticate(user, password, peer)
     }
 
     /// The vhost, if it exists.
@@ -124,9 +92,7 @@ impl Broker {
 
     /// Whether `user` has any permission on `vhost`.
     pub fn may_access(&self, user: &str, vhost: &str) -> bool {
-        self.users
-            .get(user)
-            .is_some_and(|u| u.vhosts.iter().any(|v| v == vhost))
+        self.access.may_access_vhost(user, vhost)
     }
 }
 

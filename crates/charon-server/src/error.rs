@@ -1,12 +1,15 @@
 //! The one place where errors of every layer become AMQP replies.
 //!
 //! [`AmqpError`] is what a connection sends: a reply code, RabbitMQ's reply text, and the
-//! method that failed. Protocol errors ([`FrameError`]) and domain errors ([`CoreError`]) are
-//! mapped here and nowhere else; whether an error closes the channel or the whole connection
-//! follows from its code, as in the AMQP 0-9-1 spec (soft errors close the channel).
+//! method that failed. Protocol errors ([`FrameError`]), domain errors ([`CoreError`]) and
+//! permission refusals ([`AccessRefused`], 403) are mapped here and nowhere else; whether an
+//! error closes the channel or the whole connection follows from its code, as in the AMQP 0-9-1
+//! spec (soft errors close the channel).
 
 use charon_core::{CoreError, ErrorKind};
-use charon_protocol::FrameError;
+use charon_protocol::{FrameError, erlang};
+
+use crate::access::AccessRefused;
 
 /// AMQP 0-9-1 reply codes used by the broker.
 pub mod code {
@@ -85,7 +88,7 @@ impl AmqpError {
     pub fn new(code: u16, detail: impl AsRef<str>) -> Self {
         Self {
             code,
-            text: format!("{} - {}", code_name(code), detail.as_ref()),
+            text: fit_short_string(format!("{} - {}", code_name(code), detail.as_ref())),
             class_id: 0,
             method_id: 0,
         }
@@ -113,6 +116,16 @@ impl AmqpError {
     /// 505 UNEXPECTED_FRAME.
     pub fn unexpected_frame(detail: impl AsRef<str>) -> Self {
         Self::new(code::UNEXPECTED_FRAME, detail)
+    }
+
+    /// 505 UNEXPECTED_FRAME for a frame refused as a whole, quoting its octets as RabbitMQ's
+    /// reader does: "type 2, all octets = <<...>>".
+    pub fn unexpected_frame_octets(frame_type: u8, payload: &[u8]) -> Self {
+        Self::unexpected_frame(erlang::frame_octets(
+            frame_type,
+            payload.len(),
+            &erlang::snippet(payload),
+        ))
     }
 
     /// 504 CHANNEL_ERROR.
@@ -164,10 +177,25 @@ fn kind_code(kind: ErrorKind) -> u16 {
 fn with_code_name(code: u16, text: String) -> String {
     let name = code_name(code);
     if text.starts_with(name) {
-        text
+        fit_short_string(text)
     } else {
-        format!("{name} - {text}")
+        fit_short_string(format!("{name} - {text}"))
     }
+}
+
+/// A reply text is a short string (at most 255 octets). Like RabbitMQ
+/// (`rabbit_binary_generator`), a longer one is cut to 252 octets + "...".
+fn fit_short_string(mut text: String) -> String {
+    if text.len() <= 255 {
+        return text;
+    }
+    let mut cut = 252;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    text.truncate(cut);
+    text.push_str("...");
+    text
 }
 
 impl From<CoreError> for AmqpError {
@@ -182,6 +210,12 @@ impl From<CoreError> for AmqpError {
     }
 }
 
+impl From<AccessRefused> for AmqpError {
+    fn from(err: AccessRefused) -> Self {
+        Self::access_refused(err.to_string())
+    }
+}
+
 impl From<FrameError> for AmqpError {
     fn from(err: FrameError) -> Self {
         let code = err.reply_code();
@@ -192,5 +226,19 @@ impl From<FrameError> for AmqpError {
             class_id,
             method_id,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_texts_are_cut_like_rabbitmq() {
+        let e = AmqpError::precondition("x".repeat(300));
+        assert_eq!(e.text.len(), 255);
+        assert!(e.text.ends_with("..."));
+        let short = AmqpError::precondition("short");
+        assert_eq!(short.text, "PRECONDITION_FAILED - short");
     }
 }

@@ -1,6 +1,7 @@
 //! charon-server: the tokio side of the broker.
 //!
 //! # Layout
+//! - [`access`]: users, vhost access and resource permissions (configure/write/read).
 //! - [`config`]: the configuration file's shape and defaults.
 //! - [`error`]: the one place where protocol and domain errors become AMQP replies.
 //! - [`flow`]: delivery credit between queue actors and connections (no lock across `.await`).
@@ -11,6 +12,7 @@
 //! - [`connection`]: one task per AMQP connection (handshake, channels, methods) + its writer.
 //! - [`server`]: the accept loop and shutdown.
 
+pub mod access;
 pub mod broker;
 pub mod config;
 pub mod connection;

@@ -76,6 +76,9 @@ fn load_config(args: ServerArgs) -> anyhow::Result<Config> {
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
+    let broker = Arc::new(
+        charon_server::broker::Broker::new(config.clone()).context("invalid configuration")?,
+    );
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating data dir {}", config.data_dir))?;
     let amqp = tokio::net::TcpListener::bind(&config.amqp_listen)
@@ -86,7 +89,6 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("binding HTTP on {}", config.http_listen))?;
     tracing::info!(amqp = %config.amqp_listen, http = %config.http_listen, data_dir = %config.data_dir, "charon started");
     let shutdown = CancellationToken::new();
-    let broker = Arc::new(charon_server::broker::Broker::new(config));
     let http_task = tokio::spawn(charon_http::run(http, shutdown.clone()));
     let amqp_task = tokio::spawn(charon_server::server::run(amqp, broker, shutdown.clone()));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

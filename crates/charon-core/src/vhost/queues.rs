@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use charon_protocol::AMQPValue;
+use charon_protocol::{AMQPValue, FieldTable};
 
 use super::equivalence::{self, resource};
 use super::{ConnectionId, QueueDeclare, QueueEntry, QueueMeta, VHost};
@@ -20,6 +20,21 @@ impl<Q: Clone> VHost<Q> {
         owner: ConnectionId,
         spawn: impl FnOnce(&QueueMeta) -> Q,
     ) -> Result<(Arc<str>, &QueueEntry<Q>, bool), CoreError> {
+        self.declare_queue_with(d, owner, |_, _| Ok::<(), CoreError>(()), spawn)
+    }
+
+    /// queue.declare with an authorisation hook, as `rabbit_channel` checks
+    /// permissions: `authorize(name, new_args)` runs once the name is known
+    /// (server-generated names included) and before equivalence checks or
+    /// creation; `new_args` is `Some(arguments)` when the queue does not exist
+    /// yet. Passive declares do not call it.
+    pub fn declare_queue_with<E: From<CoreError>>(
+        &mut self,
+        d: &QueueDeclare,
+        owner: ConnectionId,
+        authorize: impl FnOnce(&str, Option<&FieldTable>) -> Result<(), E>,
+        spawn: impl FnOnce(&QueueMeta) -> Q,
+    ) -> Result<(Arc<str>, &QueueEntry<Q>, bool), E> {
         if d.passive {
             let e = self.check_queue_access(&d.name, owner)?;
             return Ok((e.meta.name.clone(), e, false));
@@ -30,19 +45,22 @@ impl<Q: Clone> VHost<Q> {
             return Err(CoreError::ReservedPrefix {
                 kind: "queue",
                 name: d.name.clone(),
-            });
+            }
+            .into());
         } else {
             Arc::from(d.name.as_str())
         };
         let owner = d.exclusive.then_some(owner);
         let durable = d.durable && !d.exclusive;
         if self.queues.contains_key(&name) {
+            authorize(&name, None)?;
             self.assert_queue_equivalence(&name, d, durable, owner)?;
             let e = self
                 .queue(&name)
                 .ok_or_else(|| self.queue_not_found(&name))?;
             return Ok((name, e, false));
         }
+        authorize(&name, Some(&d.arguments))?;
         let meta = self.new_queue_meta(name.clone(), d, durable, owner)?;
         let handle = spawn(&meta);
         let entry = QueueEntry { meta, handle };

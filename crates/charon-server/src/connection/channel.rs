@@ -5,8 +5,10 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use charon_core::{ConsumerId, MsgId};
+use charon_protocol::CLASS_BASIC;
 use charon_protocol::methods::basic;
 
+use crate::error::AmqpError;
 use crate::flow::ChannelLimit;
 use crate::queue::QueueHandle;
 
@@ -18,6 +20,22 @@ pub(crate) struct PendingPublish {
     pub(crate) body: BytesMut,
     pub(crate) first_body: Option<Bytes>,
 }
+
+impl PendingPublish {
+    /// 505 for a frame other than the content this publish waits for: its header first, then
+    /// body frames (RabbitMQ's `rabbit_command_assembler` texts, reported on basic.publish).
+    pub(crate) fn content_expected(&self) -> AmqpError {
+        let text = if self.header.is_some() {
+            "expected content body, got non content body frame instead"
+        } else {
+            "expected content header for class 60, got non content header frame instead"
+        };
+        AmqpError::unexpected_frame(text).on(CLASS_BASIC, PUBLISH_METHOD_ID)
+    }
+}
+
+/// Method id of basic.publish.
+pub(crate) const PUBLISH_METHOD_ID: u16 = 40;
 
 /// One delivered, unacked message.
 #[derive(Debug)]

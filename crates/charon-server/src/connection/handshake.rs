@@ -7,11 +7,13 @@ use bytes::BytesMut;
 use charon_protocol::methods::connection;
 use charon_protocol::{
     AMQPClass, AMQPValue, FRAME_MIN_SIZE, FieldTable, Frame, LongString, PROTOCOL_HEADER,
-    ProtocolHeaderCheck, ShortString, check_protocol_header, decode_frame, encode_method,
+    ProtocolHeaderCheck, ShortString, check_protocol_header, decode_frame, encode_method, erlang,
+    peek_frame,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::access::VHostAccess;
 use crate::broker::{Broker, VHostState};
 use crate::error::{AmqpError, code};
 
@@ -19,6 +21,7 @@ use crate::error::{AmqpError, code};
 #[derive(Debug)]
 pub(crate) struct Opened {
     pub(crate) user: String,
+    pub(crate) access: Arc<VHostAccess>,
     pub(crate) vhost: Arc<VHostState>,
     pub(crate) vhost_name: String,
     pub(crate) frame_max: u32,
@@ -58,6 +61,34 @@ async fn read_method(
         _ => Err(HandshakeEnd::Refuse(AmqpError::unexpected_frame(
             "expected method frame on channel 0",
         ))),
+    }
+}
+
+/// Reads the method after tune-ok. A frame on a channel other than 0 before
+/// connection.open is refused like RabbitMQ's reader does in state `opening`:
+/// 505 quoting the frame's octets.
+async fn read_opening_method(
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+) -> Result<AMQPClass, HandshakeEnd> {
+    loop {
+        if let Some((frame_type, channel, payload)) = peek_frame(buf)
+            && channel != 0
+        {
+            return Err(HandshakeEnd::Refuse(AmqpError::unexpected_frame(
+                erlang::frame_octets(frame_type, payload.len(), &erlang::snippet(payload)),
+            )));
+        }
+        match decode_frame(buf, FRAME_MIN_SIZE) {
+            Ok(Some(Frame::Method { method, .. })) => return Ok(*method),
+            Ok(Some(Frame::Heartbeat { .. })) => continue,
+            Ok(Some(_)) => return Err(HandshakeEnd::Drop),
+            Ok(None) => {}
+            Err(e) => return Err(HandshakeEnd::Refuse(e.into())),
+        }
+        if stream.read_buf(buf).await.map_err(|_| HandshakeEnd::Drop)? == 0 {
+            return Err(HandshakeEnd::Drop);
+        }
     }
 }
 
@@ -193,7 +224,7 @@ pub(crate) async fn open(
         return Err(HandshakeEnd::Drop);
     }
     let AMQPClass::Connection(connection::AMQPMethod::Open(open)) =
-        read_method(stream, buf).await?
+        read_opening_method(stream, buf).await?
     else {
         return Err(HandshakeEnd::Drop);
     };
@@ -204,12 +235,12 @@ pub(crate) async fn open(
             format!("vhost {vhost_name} not found"),
         )));
     };
-    if !broker.may_access(&user, &vhost_name) {
+    let Some(access) = broker.access().permissions(&user, &vhost_name) else {
         return Err(HandshakeEnd::Refuse(AmqpError::new(
             code::NOT_ALLOWED,
             format!("access to vhost '{vhost_name}' refused for user '{user}'"),
         )));
-    }
+    };
     send(
         stream,
         AMQPClass::Connection(connection::AMQPMethod::OpenOk(connection::OpenOk {})),
@@ -217,6 +248,7 @@ pub(crate) async fn open(
     .await?;
     Ok(Opened {
         user,
+        access,
         vhost,
         vhost_name,
         frame_max: tune.frame_max,

@@ -24,6 +24,7 @@ use tokio::net::tcp::OwnedReadHalf;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::access::VHostAccess;
 use crate::broker::{Broker, VHostState};
 use crate::error::{AmqpError, code};
 use crate::outbound::{ConnEvent, ConnHandle};
@@ -58,12 +59,15 @@ pub async fn serve(
     let (handle, events) = ConnHandle::new();
     let (wtx, wrx) = mpsc::unbounded_channel();
     let writer = tokio::spawn(writer::run(write_half, wrx, handle.flow_arc()));
+    let impersonator = broker.access().has_tag(&opened.user, "impersonator");
     let mut conn = Connection {
         id: broker.next_id(),
+        impersonator,
         broker,
         vhost: opened.vhost,
         vhost_name: opened.vhost_name,
         user: opened.user,
+        access: opened.access,
         frame_max: opened.frame_max,
         channel_max: opened.channel_max,
         heartbeat: opened.heartbeat,
@@ -127,6 +131,10 @@ pub(crate) struct Connection {
     pub(crate) vhost: Arc<VHostState>,
     pub(crate) vhost_name: String,
     pub(crate) user: String,
+    /// The user's permissions on this vhost, resolved at connection.open.
+    pub(crate) access: Arc<VHostAccess>,
+    /// The user may publish with any user_id (tag `impersonator`).
+    pub(crate) impersonator: bool,
     pub(crate) frame_max: u32,
     pub(crate) channel_max: u16,
     pub(crate) heartbeat: u16,

@@ -1,0 +1,98 @@
+//! Events from queue actors: deliveries, confirms, consumer cancellations.
+
+use charon_protocol::methods::basic;
+use charon_protocol::{AMQPClass, CLASS_BASIC, encode_basic_deliver, encode_content};
+
+use super::super::Connection;
+use super::super::channel::Unacked;
+use crate::outbound::ConnEvent;
+use crate::queue::QueueCmd;
+
+impl Connection {
+    pub(crate) fn on_event(&mut self, ev: ConnEvent) {
+        match ev {
+            ConnEvent::Deliver {
+                channel,
+                consumer_tag,
+                no_ack,
+                queue,
+                deliveries,
+            } => {
+                let n = deliveries.len();
+                let Some(ch) = self.channels.get_mut(&channel).filter(|c| !c.closing) else {
+                    // Channel gone: hand the messages back.
+                    let ids: Vec<u64> = deliveries.iter().map(|d| d.id).collect();
+                    if !no_ack {
+                        queue.kick();
+                        let q = queue.clone();
+                        tokio::spawn(async move { q.send(QueueCmd::Requeue { ids }).await });
+                    }
+                    self.handle.flow().release(n);
+                    return;
+                };
+                for d in deliveries {
+                    ch.next_tag += 1;
+                    let tag = ch.next_tag;
+                    if !no_ack {
+                        ch.unacked.insert(
+                            tag,
+                            Unacked {
+                                queue: queue.clone(),
+                                id: d.id,
+                            },
+                        );
+                    }
+                    let m = &d.message;
+                    encode_basic_deliver(
+                        &mut self.out,
+                        channel,
+                        &consumer_tag,
+                        tag,
+                        d.redelivered,
+                        &m.exchange,
+                        &m.routing_key,
+                    );
+                    encode_content(
+                        &mut self.out,
+                        channel,
+                        CLASS_BASIC,
+                        &m.properties,
+                        &m.body,
+                        self.frame_max,
+                    );
+                }
+                self.out_deliveries += n;
+            }
+            ConnEvent::Confirm { channel, seq, ack } => {
+                let Some(ch) = self.channels.get_mut(&channel) else {
+                    return;
+                };
+                if let Some(left) = ch.pending_confirms.get_mut(&seq) {
+                    *left = left.saturating_sub(1);
+                    if *left == 0 || !ack {
+                        ch.pending_confirms.remove(&seq);
+                    }
+                }
+                self.flush_confirms(channel);
+            }
+            ConnEvent::ConsumerCancelled {
+                channel,
+                consumer_tag,
+            } => {
+                if let Some(ch) = self.channels.get_mut(&channel)
+                    && ch.consumers.remove(&consumer_tag).is_some()
+                {
+                    {
+                        self.reply(
+                            channel,
+                            AMQPClass::Basic(basic::AMQPMethod::Cancel(basic::Cancel {
+                                consumer_tag: consumer_tag.as_ref().into(),
+                                nowait: true,
+                            })),
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

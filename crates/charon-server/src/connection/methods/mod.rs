@@ -1,0 +1,257 @@
+//! Frame and method handling for an open connection.
+//!
+//! This module takes frames apart (method/header/body/heartbeat, connection vs channel), handles
+//! the channel class and dispatches the other classes to one file each: [`exchanges`],
+//! [`queues`], [`consume`] (basic minus publish), [`publish`] (basic.publish and its content
+//! frames), [`transactions`] (tx and confirm.select); [`events`] handles what queue actors send.
+//! Domain rules (routing, declare equivalence, queue state) live in `charon-core` and in the
+//! queue actors; permission checks in [`crate::access`]. Errors come back as [`AmqpError`] and
+//! are turned into channel.close or connection.close in [`Connection::on_frame`].
+
+use charon_protocol::methods::{channel as chm, confirm, connection};
+use charon_protocol::{AMQPClass, FRAME_BODY, FRAME_HEADER, FRAME_HEARTBEAT, Frame, encode_method};
+
+use super::channel::Channel;
+use super::{Connection, Next};
+use crate::access::{Permission, ResourceKind};
+use crate::error::{AmqpError, code};
+use crate::queue::{QueueCmd, QueueHandle};
+
+mod consume;
+mod events;
+mod exchanges;
+mod publish;
+mod queues;
+mod transactions;
+
+fn method_ids(m: &AMQPClass) -> (u16, u16) {
+    (m.get_amqp_class_id(), m.get_amqp_method_id())
+}
+
+/// Cancels a channel's consumers and returns its unacked messages to their queues, in order.
+pub(crate) async fn release_channel(ch: Channel) {
+    for (_, c) in ch.consumers {
+        let _ = c.queue.send(QueueCmd::Cancel { id: c.id }).await;
+    }
+    let mut groups: Vec<(QueueHandle, Vec<u64>)> = Vec::new();
+    for (_, u) in ch.unacked {
+        match groups.iter_mut().find(|(q, _)| q.same(&u.queue)) {
+            Some((_, ids)) => ids.push(u.id),
+            None => groups.push((u.queue, vec![u.id])),
+        }
+    }
+    for (q, ids) in groups {
+        let _ = q.send(QueueCmd::Requeue { ids }).await;
+    }
+}
+
+impl Connection {
+    pub(super) async fn on_frame(&mut self, frame: Frame) -> Next {
+        if self.closing {
+            if let Frame::Method { method, .. } = &frame {
+                match **method {
+                    AMQPClass::Connection(connection::AMQPMethod::CloseOk(_)) => return Next::Stop,
+                    AMQPClass::Connection(connection::AMQPMethod::Close(_)) => {
+                        encode_method(
+                            &mut self.out,
+                            0,
+                            &AMQPClass::Connection(connection::AMQPMethod::CloseOk(
+                                connection::CloseOk {},
+                            )),
+                        );
+                        return Next::Stop;
+                    }
+                    _ => {}
+                }
+            }
+            return Next::Continue;
+        }
+        let result = match frame {
+            Frame::Heartbeat { channel: 0 } => Ok(()),
+            Frame::Heartbeat { channel } => Err((
+                channel,
+                AmqpError::unexpected_frame_octets(FRAME_HEARTBEAT, &[]),
+            )),
+            Frame::Method { channel: 0, method } => return self.on_connection_method(*method),
+            Frame::Method { channel, method } => self.on_channel_method(channel, *method).await,
+            // Content on channel 0: RabbitMQ's reader refuses the frame itself.
+            Frame::Header { channel: 0, header } => Err((
+                0,
+                AmqpError::unexpected_frame_octets(FRAME_HEADER, &header.payload()),
+            )),
+            Frame::Body {
+                channel: 0,
+                payload,
+            } => Err((0, AmqpError::unexpected_frame_octets(FRAME_BODY, &payload))),
+            Frame::Header { channel, header } => self.on_header(channel, header).await,
+            Frame::Body { channel, payload } => self.on_body(channel, payload).await,
+        };
+        match result {
+            Ok(()) => Next::Continue,
+            Err((channel, err)) if !err.is_connection_error() && channel != 0 => {
+                self.close_channel(channel, err).await;
+                Next::Continue
+            }
+            Err((_, err)) => {
+                self.close_connection(err);
+                Next::Continue
+            }
+        }
+    }
+
+    fn on_connection_method(&mut self, method: AMQPClass) -> Next {
+        match method {
+            AMQPClass::Connection(connection::AMQPMethod::Close(_)) => {
+                encode_method(
+                    &mut self.out,
+                    0,
+                    &AMQPClass::Connection(connection::AMQPMethod::CloseOk(connection::CloseOk {})),
+                );
+                Next::Stop
+            }
+            AMQPClass::Connection(connection::AMQPMethod::CloseOk(_)) => Next::Stop,
+            other => {
+                let (c, m) = method_ids(&other);
+                self.close_connection(
+                    AmqpError::channel_error("unexpected method in connection state running")
+                        .on(c, m),
+                );
+                Next::Continue
+            }
+        }
+    }
+
+    async fn close_channel(&mut self, channel: u16, err: AmqpError) {
+        if let Some(ch) = self.channels.get_mut(&channel) {
+            ch.closing = true;
+            ch.publish = None;
+            let consumers = std::mem::take(&mut ch.consumers);
+            let unacked = std::mem::take(&mut ch.unacked);
+            release_channel(Channel {
+                consumers,
+                unacked,
+                ..Default::default()
+            })
+            .await;
+        }
+        encode_method(
+            &mut self.out,
+            channel,
+            &AMQPClass::Channel(chm::AMQPMethod::Close(chm::Close {
+                reply_code: err.code,
+                reply_text: err.text.as_str().into(),
+                class_id: err.class_id,
+                method_id: err.method_id,
+            })),
+        );
+    }
+
+    fn reply(&mut self, channel: u16, method: AMQPClass) {
+        encode_method(&mut self.out, channel, &method);
+    }
+
+    async fn on_channel_method(
+        &mut self,
+        channel: u16,
+        method: AMQPClass,
+    ) -> Result<(), (u16, AmqpError)> {
+        let (cid, mid) = method_ids(&method);
+        if let AMQPClass::Channel(chm::AMQPMethod::Open(_)) = method {
+            if self.channels.contains_key(&channel) {
+                return Err((
+                    channel,
+                    AmqpError::channel_error("second 'channel.open' seen").on(cid, mid),
+                ));
+            }
+            if self.channels.len() >= usize::from(self.channel_max) {
+                return Err((channel, AmqpError::not_allowed(format!(
+                    "number of channels opened ({}) has reached the negotiated channel_max ({})",
+                    self.channels.len(), self.channel_max
+                )).on(cid, mid)));
+            }
+            self.channels.insert(channel, Channel::default());
+            self.reply(
+                channel,
+                AMQPClass::Channel(chm::AMQPMethod::OpenOk(chm::OpenOk {})),
+            );
+            return Ok(());
+        }
+        let Some(ch) = self.channels.get(&channel) else {
+            return Err((
+                channel,
+                AmqpError::channel_error("expected 'channel.open'").on(cid, mid),
+            ));
+        };
+        if ch.closing {
+            match method {
+                AMQPClass::Channel(chm::AMQPMethod::CloseOk(_)) => {
+                    self.channels.remove(&channel);
+                }
+                AMQPClass::Channel(chm::AMQPMethod::Close(_)) => {
+                    self.channels.remove(&channel);
+                    self.reply(
+                        channel,
+                        AMQPClass::Channel(chm::AMQPMethod::CloseOk(chm::CloseOk {})),
+                    );
+                }
+                _ => {}
+            }
+            return Ok(());
+        }
+        if let Some(p) = &ch.publish {
+            return Err((channel, p.content_expected()));
+        }
+        self.dispatch(channel, method)
+            .await
+            .map_err(|e| (channel, e.on(cid, mid)))
+    }
+
+    async fn dispatch(&mut self, channel: u16, method: AMQPClass) -> Result<(), AmqpError> {
+        match method {
+            AMQPClass::Channel(chm::AMQPMethod::Close(_)) => {
+                if let Some(ch) = self.channels.remove(&channel) {
+                    release_channel(ch).await;
+                }
+                self.reply(
+                    channel,
+                    AMQPClass::Channel(chm::AMQPMethod::CloseOk(chm::CloseOk {})),
+                );
+            }
+            AMQPClass::Channel(chm::AMQPMethod::CloseOk(_)) => {}
+            AMQPClass::Channel(chm::AMQPMethod::Flow(f)) => {
+                if !f.active {
+                    return Err(AmqpError::not_implemented("active=false"));
+                }
+                self.reply(
+                    channel,
+                    AMQPClass::Channel(chm::AMQPMethod::FlowOk(chm::FlowOk { active: true })),
+                );
+            }
+            AMQPClass::Exchange(m) => self.on_exchange(channel, m)?,
+            AMQPClass::Queue(m) => self.on_queue(channel, m).await?,
+            AMQPClass::Basic(m) => self.on_basic(channel, m).await?,
+            AMQPClass::Confirm(confirm::AMQPMethod::Select(s)) => {
+                self.on_confirm_select(channel, s)?
+            }
+            AMQPClass::Tx(m) => self.on_tx(channel, m).await?,
+            _ => {
+                return Err(AmqpError::new(
+                    code::COMMAND_INVALID,
+                    "unimplemented method",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks one permission of this connection's user on its vhost (403 when refused).
+    fn permit(&self, kind: ResourceKind, name: &str, perm: Permission) -> Result<(), AmqpError> {
+        Ok(self.access.check(kind, name, perm)?)
+    }
+
+    fn channel_mut(&mut self, channel: u16) -> Result<&mut Channel, AmqpError> {
+        self.channels
+            .get_mut(&channel)
+            .ok_or_else(|| AmqpError::channel_error("expected 'channel.open'"))
+    }
+}

@@ -1,0 +1,209 @@
+//! queue.declare/bind/unbind/purge/delete, and asking queue actors.
+
+use charon_core::QueueDeclare;
+use charon_protocol::AMQPClass;
+use charon_protocol::methods::queue;
+use tokio::sync::oneshot;
+
+use super::super::Connection;
+use crate::access::{Permission, ResourceKind};
+use crate::broker::spawn_queue;
+use crate::error::{AmqpError, code};
+use crate::queue::{QueueCmd, QueueHandle};
+
+impl Connection {
+    /// The queue `name` (or the channel's... RabbitMQ's "last declared" is not tracked yet).
+    pub(super) fn queue_handle(&self, name: &str) -> Result<QueueHandle, AmqpError> {
+        let topo = self
+            .vhost
+            .topology
+            .read()
+            .unwrap_or_else(|p| p.into_inner());
+        Ok(topo.check_queue_access(name, self.id)?.handle.clone())
+    }
+
+    pub(super) async fn ask<T>(
+        q: &QueueHandle,
+        make: impl FnOnce(oneshot::Sender<T>) -> QueueCmd,
+    ) -> Result<T, AmqpError> {
+        let (tx, rx) = oneshot::channel();
+        if !q.send(make(tx)).await {
+            return Err(AmqpError::not_found(format!("no queue '{}'", q.name())));
+        }
+        rx.await
+            .map_err(|_| AmqpError::not_found(format!("no queue '{}'", q.name())))
+    }
+
+    pub(super) async fn on_queue(
+        &mut self,
+        channel: u16,
+        m: queue::AMQPMethod,
+    ) -> Result<(), AmqpError> {
+        match m {
+            queue::AMQPMethod::Declare(d) => {
+                let vhost_name = self.vhost_name.clone();
+                let vhost = self.vhost.clone();
+                let access = self.access.clone();
+                let (name, handle) = {
+                    let mut topo = self
+                        .vhost
+                        .topology
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner());
+                    let (name, entry, _) = topo.declare_queue_with(
+                        &QueueDeclare {
+                            name: d.queue.as_str().into(),
+                            passive: d.passive,
+                            durable: d.durable,
+                            exclusive: d.exclusive,
+                            auto_delete: d.auto_delete,
+                            arguments: d.arguments,
+                        },
+                        self.id,
+                        |name, new_args| {
+                            access
+                                .check_queue_declare(name, new_args)
+                                .map_err(AmqpError::from)
+                        },
+                        |meta| spawn_queue(meta, &vhost, &vhost_name),
+                    )?;
+                    (name, entry.handle.clone())
+                };
+                let stats = Self::ask(&handle, |reply| QueueCmd::Stats { reply }).await?;
+                if !d.nowait {
+                    self.reply(
+                        channel,
+                        AMQPClass::Queue(queue::AMQPMethod::DeclareOk(queue::DeclareOk {
+                            queue: name.as_ref().into(),
+                            message_count: stats.messages,
+                            consumer_count: stats.consumers,
+                        })),
+                    );
+                }
+            }
+            queue::AMQPMethod::Bind(b) => {
+                self.access.check_bind(
+                    b.exchange.as_str(),
+                    ResourceKind::Queue,
+                    b.queue.as_str(),
+                )?;
+                {
+                    let mut topo = self
+                        .vhost
+                        .topology
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner());
+                    if topo.queue(b.queue.as_str()).is_some() {
+                        topo.check_queue_access(b.queue.as_str(), self.id)?;
+                    }
+                    topo.bind_queue(
+                        b.queue.as_str(),
+                        b.exchange.as_str(),
+                        b.routing_key.as_str(),
+                        &b.arguments,
+                    )?;
+                }
+                if !b.nowait {
+                    self.reply(
+                        channel,
+                        AMQPClass::Queue(queue::AMQPMethod::BindOk(queue::BindOk {})),
+                    );
+                }
+            }
+            queue::AMQPMethod::Unbind(b) => {
+                self.access.check_bind(
+                    b.exchange.as_str(),
+                    ResourceKind::Queue,
+                    b.queue.as_str(),
+                )?;
+                {
+                    let mut topo = self
+                        .vhost
+                        .topology
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner());
+                    topo.unbind_queue(
+                        b.queue.as_str(),
+                        b.exchange.as_str(),
+                        b.routing_key.as_str(),
+                        &b.arguments,
+                    )?;
+                }
+                self.reply(
+                    channel,
+                    AMQPClass::Queue(queue::AMQPMethod::UnbindOk(queue::UnbindOk {})),
+                );
+            }
+            queue::AMQPMethod::Purge(p) => {
+                self.permit(ResourceKind::Queue, p.queue.as_str(), Permission::Read)?;
+                let q = self.queue_handle(p.queue.as_str())?;
+                let n = Self::ask(&q, |reply| QueueCmd::Purge { reply }).await?;
+                if !p.nowait {
+                    self.reply(
+                        channel,
+                        AMQPClass::Queue(queue::AMQPMethod::PurgeOk(queue::PurgeOk {
+                            message_count: n,
+                        })),
+                    );
+                }
+            }
+            queue::AMQPMethod::Delete(d) => {
+                let name = d.queue.as_str().to_string();
+                self.permit(ResourceKind::Queue, &name, Permission::Configure)?;
+                let exists = {
+                    let topo = self
+                        .vhost
+                        .topology
+                        .read()
+                        .unwrap_or_else(|p| p.into_inner());
+                    topo.queue(&name).is_some()
+                };
+                let mut count = 0;
+                if exists {
+                    let q = self.queue_handle(&name)?;
+                    let stats = Self::ask(&q, |reply| QueueCmd::Stats { reply }).await?;
+                    if d.if_unused && stats.consumers > 0 {
+                        return Err(AmqpError::precondition(format!(
+                            "queue '{name}' in vhost '{}' in use",
+                            self.vhost_name
+                        )));
+                    }
+                    if d.if_empty && stats.messages > 0 {
+                        return Err(AmqpError::precondition(format!(
+                            "queue '{name}' in vhost '{}' not empty",
+                            self.vhost_name
+                        )));
+                    }
+                    let removed = {
+                        let mut topo = self
+                            .vhost
+                            .topology
+                            .write()
+                            .unwrap_or_else(|p| p.into_inner());
+                        topo.remove_queue(&name)
+                    };
+                    if let Some(entry) = removed {
+                        count = Self::ask(&entry.handle, |reply| QueueCmd::Delete { reply })
+                            .await
+                            .unwrap_or(0);
+                    }
+                }
+                if !d.nowait {
+                    self.reply(
+                        channel,
+                        AMQPClass::Queue(queue::AMQPMethod::DeleteOk(queue::DeleteOk {
+                            message_count: count,
+                        })),
+                    );
+                }
+            }
+            _ => {
+                return Err(AmqpError::new(
+                    code::COMMAND_INVALID,
+                    "unimplemented method",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
