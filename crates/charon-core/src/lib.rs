@@ -7,12 +7,14 @@
 //! * [`arguments`] – queue x-argument parsing/validation ([`QueueArgs`]).
 //! * [`exchange`] – exchange kinds and their binding tables.
 //! * [`vhost`] – [`VHost`]: exchanges, bindings, queue registry, routing.
+//! * [`policy`] – [`Policies`]: policies and the effective queue settings.
 //! * [`queue`] – [`QueueState`]: one queue's messages and consumers.
 
 pub mod arguments;
 pub mod error;
 pub mod exchange;
 pub mod message;
+pub mod policy;
 pub mod queue;
 pub mod value;
 pub mod vhost;
@@ -21,5 +23,6 @@ pub use arguments::{Overflow, QueueArgs, QueueType};
 pub use error::{CoreError, ErrorKind};
 pub use exchange::{Binding, Destination, Exchange, ExchangeKind};
 pub use message::Message;
+pub use policy::{ApplyTo, DefValue, Policies, Policy, PolicyDefinition, PolicyError};
 pub use queue::{ConsumerId, ConsumerSpec, Delivery, GetResult, MsgId, QueueState};
 pub use vhost::{ConnectionId, ExchangeDeclare, QueueDeclare, QueueEntry, QueueMeta, VHost};

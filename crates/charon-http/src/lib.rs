@@ -1,21 +1,48 @@
-//! charon-http: the HTTP side of the broker. For now the health endpoint; the management API,
-//! metrics and UI come with their issues.
+//! charon-http: the HTTP side of the broker: the management API (RabbitMQ-compatible shapes for
+//! the parts implemented), health, and later metrics and the UI. It is a client of
+//! `charon-server`'s [`Broker`] interface, the same one the AMQP side uses.
+//!
+//! - [`auth`]: basic authentication against the broker's users.
+//! - [`error`]: error JSON and status codes.
+//! - [`policies`]: `/api/policies`.
 
-use axum::{Json, Router, routing::get};
+pub mod auth;
+pub mod error;
+pub mod policies;
+
+use std::sync::Arc;
+
+use axum::routing::get;
+use axum::{Json, Router};
+use charon_server::broker::Broker;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-/// The router: `GET /api/health` → `{"status":"ok"}`.
-pub fn router() -> Router {
-    Router::new().route(
-        "/api/health",
-        get(|| async { Json(serde_json::json!({"status": "ok"})) }),
-    )
+/// The router over `broker`.
+pub fn router(broker: Arc<Broker>) -> Router {
+    Router::new()
+        .route(
+            "/api/health",
+            get(|| async { Json(serde_json::json!({"status": "ok"})) }),
+        )
+        .route("/api/policies", get(policies::list_all))
+        .route("/api/policies/{vhost}", get(policies::list_vhost))
+        .route(
+            "/api/policies/{vhost}/{name}",
+            get(policies::get_one)
+                .put(policies::put)
+                .delete(policies::delete),
+        )
+        .with_state(broker)
 }
 
 /// Serves HTTP on `listener` until `shutdown` is cancelled.
-pub async fn run(listener: TcpListener, shutdown: CancellationToken) -> std::io::Result<()> {
-    axum::serve(listener, router())
+pub async fn run(
+    listener: TcpListener,
+    broker: Arc<Broker>,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(broker))
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await
 }

@@ -1,0 +1,146 @@
+//! Policy rules, each test named after the rule it checks.
+
+use super::*;
+use crate::arguments::{Overflow, QueueArgs};
+
+fn def(entries: &[(&str, DefValue)]) -> PolicyDefinition {
+    match PolicyDefinition::parse(
+        entries
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), v.clone()))
+            .collect(),
+    ) {
+        Ok(d) => d,
+        Err(e) => panic!("definition refused: {e}"),
+    }
+}
+
+fn policy(
+    name: &str,
+    pattern: &str,
+    apply_to: ApplyTo,
+    priority: i64,
+    d: PolicyDefinition,
+) -> Policy {
+    match Policy::new(name, pattern, apply_to, priority, d) {
+        Ok(p) => p,
+        Err(e) => panic!("policy refused: {e}"),
+    }
+}
+
+fn dlx(x: &str) -> PolicyDefinition {
+    def(&[("dead-letter-exchange", DefValue::Str(x.into()))])
+}
+
+#[test]
+fn highest_priority_matching_policy_applies() {
+    let mut ps = Policies::default();
+    ps.set(policy("low", ".*", ApplyTo::Queues, 1, dlx("low-x")));
+    ps.set(policy("high", "^orders", ApplyTo::Queues, 7, dlx("high-x")));
+    ps.set(policy(
+        "higher-nomatch",
+        "^other",
+        ApplyTo::Queues,
+        9,
+        dlx("n"),
+    ));
+    assert_eq!(
+        ps.for_queue("orders.q").map(|p| p.name.as_str()),
+        Some("high")
+    );
+    assert_eq!(ps.for_queue("misc").map(|p| p.name.as_str()), Some("low"));
+}
+
+#[test]
+fn pattern_matches_anywhere_in_the_name() {
+    let p = policy("p", "dlq", ApplyTo::All, 0, dlx("x"));
+    assert!(p.matches_queue("orders.dlq.v1"));
+    assert!(!p.matches_queue("orders"));
+}
+
+#[test]
+fn apply_to_exchanges_does_not_apply_to_queues() {
+    let mut ps = Policies::default();
+    ps.set(policy("x", ".*", ApplyTo::Exchanges, 5, dlx("x")));
+    assert!(ps.for_queue("q").is_none());
+    assert!(ps.for_exchange("e").is_some());
+}
+
+#[test]
+fn set_replaces_and_clear_removes_a_policy() {
+    let mut ps = Policies::default();
+    assert!(ps.set(policy("p", ".*", ApplyTo::All, 0, dlx("a"))));
+    assert!(!ps.set(policy("p", ".*", ApplyTo::All, 0, dlx("b"))));
+    assert_eq!(
+        ps.for_queue("q")
+            .and_then(|p| p.definition.dead_letter_exchange.clone()),
+        Some("b".into())
+    );
+    assert!(ps.clear("p"));
+    assert!(!ps.clear("p"));
+    assert!(ps.for_queue("q").is_none());
+}
+
+#[test]
+fn queue_argument_overrides_policy_dead_letter_exchange_and_routing_key() {
+    let declared = QueueArgs {
+        dead_letter_exchange: Some("arg-x".into()),
+        ..QueueArgs::default()
+    };
+    let p = def(&[
+        ("dead-letter-exchange", DefValue::Str("pol-x".into())),
+        ("dead-letter-routing-key", DefValue::Str("pol-k".into())),
+    ]);
+    let e = effective_args(&declared, false, Some(&p));
+    assert_eq!(e.dead_letter_exchange.as_deref(), Some("arg-x"));
+    assert_eq!(e.dead_letter_routing_key.as_deref(), Some("pol-k"));
+}
+
+#[test]
+fn smaller_of_policy_and_argument_wins_for_ttl_and_lengths() {
+    let declared = QueueArgs {
+        message_ttl: Some(5000),
+        max_length: Some(3),
+        max_length_bytes: Some(100),
+        ..QueueArgs::default()
+    };
+    let p = def(&[
+        ("message-ttl", DefValue::Int(1000)),
+        ("max-length", DefValue::Int(10)),
+        ("expires", DefValue::Int(60000)),
+    ]);
+    let e = effective_args(&declared, false, Some(&p));
+    assert_eq!(e.message_ttl, Some(1000));
+    assert_eq!(e.max_length, Some(3));
+    assert_eq!(e.max_length_bytes, Some(100));
+    assert_eq!(e.expires, Some(60000));
+}
+
+#[test]
+fn queue_argument_overflow_overrides_policy_overflow() {
+    let p = def(&[("overflow", DefValue::Str("reject-publish".into()))]);
+    let declared = QueueArgs::default();
+    assert_eq!(
+        effective_args(&declared, false, Some(&p)).overflow,
+        Overflow::RejectPublish
+    );
+    assert_eq!(
+        effective_args(&declared, true, Some(&p)).overflow,
+        Overflow::DropHead
+    );
+}
+
+#[test]
+fn definition_values_are_validated() {
+    let bad = |k: &str, v: DefValue| PolicyDefinition::parse(vec![(k.to_string(), v)]).is_err();
+    assert!(bad("message-ttl", DefValue::Int(-1)));
+    assert!(bad("message-ttl", DefValue::Str("10".into())));
+    assert!(bad("max-length", DefValue::Str("x".into())));
+    assert!(bad("overflow", DefValue::Str("drop-tail".into())));
+    assert!(bad("dead-letter-exchange", DefValue::Int(1)));
+    assert!(bad("expires", DefValue::Int(0)));
+    assert!(bad("no-such-key", DefValue::Int(1)));
+    assert!(PolicyDefinition::parse(Vec::new()).is_err());
+    assert!(Policy::new("p", "(", ApplyTo::All, 0, dlx("x")).is_err());
+    assert!(ApplyTo::parse("bindings").is_err());
+}
