@@ -8,9 +8,11 @@
 //! * [`exchange`] – exchange kinds and their binding tables.
 //! * [`vhost`] – [`VHost`]: exchanges, bindings, queue registry, routing.
 //! * [`policy`] – [`Policies`]: policies and the effective queue settings.
+//! * [`dead_letter`] – the dead-lettered message: x-death headers, routing keys, cycles.
 //! * [`queue`] – [`QueueState`]: one queue's messages and consumers.
 
 pub mod arguments;
+pub mod dead_letter;
 pub mod error;
 pub mod exchange;
 pub mod message;
@@ -24,5 +26,8 @@ pub use error::{CoreError, ErrorKind};
 pub use exchange::{Binding, Destination, Exchange, ExchangeKind};
 pub use message::Message;
 pub use policy::{ApplyTo, DefValue, Policies, Policy, PolicyDefinition, PolicyError};
-pub use queue::{ConsumerId, ConsumerSpec, Delivery, GetResult, MsgId, QueueState};
+pub use queue::{
+    ConsumerId, ConsumerSpec, DeadLetter, DeadReason, Delivery, GetResult, MsgId, PublishOutcome,
+    QueueState,
+};
 pub use vhost::{ConnectionId, ExchangeDeclare, QueueDeclare, QueueEntry, QueueMeta, VHost};

@@ -17,6 +17,10 @@ pub struct Message {
     pub properties: RawProperties,
     /// Body (all body frames concatenated).
     pub body: Bytes,
+    /// The `BCC` routing keys it was published with: the header itself is removed at publish
+    /// (BCC never reaches a consumer), but dead-lettering without a dead-letter routing key
+    /// routes by them again.
+    pub bcc: Vec<Arc<str>>,
 }
 
 impl Message {
@@ -32,7 +36,15 @@ impl Message {
             routing_key: routing_key.into(),
             properties,
             body,
+            bcc: Vec::new(),
         }
+    }
+
+    /// The same message with its BCC routing keys recorded.
+    #[must_use]
+    pub fn with_bcc(mut self, bcc: Vec<Arc<str>>) -> Self {
+        self.bcc = bcc;
+        self
     }
 
     /// Body size in bytes (what RabbitMQ counts for `x-max-length-bytes`).

@@ -305,6 +305,14 @@ impl AccessControl {
         self.permissions(user, vhost).is_some()
     }
 
+    /// A management API login: the user's tags when the password is right.
+    pub fn management_login(&self, user: &str, password: &str) -> Option<Vec<String>> {
+        self.users
+            .get(user)
+            .filter(|u| u.password == password)
+            .map(|u| u.tags.clone())
+    }
+
     /// Whether `user` has `tag` (`administrator`, `impersonator`, ...).
     pub fn has_tag(&self, user: &str, tag: &str) -> bool {
         self.users

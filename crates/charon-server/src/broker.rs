@@ -9,26 +9,48 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use charon_core::{QueueMeta, QueueState, VHost};
+use charon_core::policy::effective_args;
+use charon_core::{Policies, QueueArgs, QueueMeta, QueueState, VHost};
 
 use crate::access::{AccessControl, ConfigError};
 use crate::config::Config;
 use crate::queue::{self, QueueHandle};
 
-/// One virtual host: its topology (exchanges, bindings, queue handles).
+/// One virtual host: its topology (exchanges, bindings, queue handles) and its policies.
+///
+/// Lock order: never hold `policies` while taking `topology` (declare takes `topology` then reads
+/// `policies`; policy changes release `policies` before visiting the queues).
 #[derive(Debug)]
 pub struct VHostState {
+    /// The vhost's name.
+    pub name: Arc<str>,
     /// Exchanges, bindings and the registry of queue actors.
     pub topology: RwLock<VHost<QueueHandle>>,
+    /// Policies (see [`crate::policies`]).
+    pub policies: RwLock<Policies>,
 }
 
 impl VHostState {
-    fn new(name: &str, seed: u64) -> Self {
+    /// An empty vhost; `seed` varies server-made queue names across restarts.
+    pub fn new(name: &str, seed: u64) -> Self {
         let mut v = VHost::new(name);
         v.seed_names(seed);
         Self {
+            name: Arc::from(name),
             topology: RwLock::new(v),
+            policies: RwLock::new(Policies::default()),
         }
+    }
+
+    /// The settings queue `meta` runs with: its arguments overlaid with the policy that applies.
+    pub fn effective_args(&self, meta: &QueueMeta) -> QueueArgs {
+        let policies = self.policies.read().unwrap_or_else(|p| p.into_inner());
+        let declared_overflow = charon_core::value::lookup(&meta.arguments, "x-overflow").is_some();
+        effective_args(
+            &meta.args,
+            declared_overflow,
+            policies.for_queue(&meta.name).map(|p| &p.definition),
+        )
     }
 }
 
@@ -90,19 +112,36 @@ impl Broker {
         self.vhosts.get(name).cloned()
     }
 
+    /// All vhosts.
+    pub fn vhosts(&self) -> Vec<Arc<VHostState>> {
+        let mut v: Vec<_> = self.vhosts.values().cloned().collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
+    /// A management API login: the user's tags when the password is right (from any address,
+    /// as RabbitMQ's management plugin, which has no loopback restriction of its own for
+    /// `guest` on localhost). An empty list means the user may not use the API.
+    pub fn management_login(&self, user: &str, password: &str) -> Option<Vec<String>> {
+        self.access.management_login(user, password)
+    }
+
     /// Whether `user` has any permission on `vhost`.
     pub fn may_access(&self, user: &str, vhost: &str) -> bool {
         self.access.may_access_vhost(user, vhost)
     }
 }
 
-/// Makes the actor for a newly declared queue; passed to `VHost::declare_queue`.
-/// An auto-delete queue gets its vhost so that it can remove itself after its last consumer.
+/// Makes the actor for a newly declared queue; passed to `VHost::declare_queue`. It runs with
+/// its arguments overlaid with the vhost's applicable policy.
 pub fn spawn_queue(meta: &QueueMeta, vhost: &Arc<VHostState>, vhost_name: &str) -> QueueHandle {
     let (handle, rx) = QueueHandle::new(meta.name.clone());
-    let mut state = QueueState::new(meta.name.clone(), meta.args.clone());
+    let mut state = QueueState::new(meta.name.clone(), vhost.effective_args(meta));
     state.set_vhost(vhost_name);
-    let owner = meta.auto_delete.then(|| vhost.clone());
-    queue::spawn(state, &handle, rx, owner);
+    let ctx = queue::QueueContext {
+        vhost: vhost.clone(),
+        auto_delete: meta.auto_delete,
+    };
+    queue::spawn(state, &handle, rx, ctx);
     handle
 }

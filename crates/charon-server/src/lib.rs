@@ -6,7 +6,8 @@
 //! - [`error`]: the one place where protocol and domain errors become AMQP replies.
 //! - [`flow`]: delivery credit between queue actors and connections (no lock across `.await`).
 //! - [`outbound`]: events queue actors send to connections.
-//! - [`queue`]: queue actors, their handles and commands.
+//! - [`queue`]: queue actors, their handles and commands, dead-letter dispatch.
+//! - [`policies`]: setting/clearing/listing policies and applying them to existing queues.
 //!
 //! - [`broker`]: vhosts, users, ids.
 //! - [`connection`]: one task per AMQP connection (handshake, channels, methods) + its writer.
@@ -19,8 +20,10 @@ pub mod connection;
 pub mod error;
 pub mod flow;
 pub mod outbound;
+pub mod policies;
 pub mod queue;
 pub mod server;
 
+pub use charon_core::DefValue;
 pub use config::Config;
 pub use error::AmqpError;

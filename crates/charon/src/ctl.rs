@@ -11,7 +11,11 @@ use serde_json::Value;
 #[derive(Args, Debug)]
 pub(crate) struct CtlArgs {
     /// Management API base URL.
-    #[arg(long, env = "CHARON_HTTP_URL", default_value = "http://127.0.0.1:15672")]
+    #[arg(
+        long,
+        env = "CHARON_HTTP_URL",
+        default_value = "http://127.0.0.1:15672"
+    )]
     url: String,
     /// User for the management API.
     #[arg(long, env = "CHARON_USER", default_value = "guest")]
@@ -103,7 +107,8 @@ impl Client {
                 .header("Authorization", &self.auth)
                 .call(),
         };
-        let mut resp = result.with_context(|| format!("cannot reach the management API at {url}"))?;
+        let mut resp =
+            result.with_context(|| format!("cannot reach the management API at {url}"))?;
         let status = resp.status();
         let text = resp.body_mut().read_to_string().unwrap_or_default();
         let value: Value = if text.trim().is_empty() {

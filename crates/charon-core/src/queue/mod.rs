@@ -7,6 +7,8 @@ mod state;
 
 #[cfg(test)]
 mod model_tests;
+#[cfg(test)]
+mod rule_tests;
 
 use std::sync::Arc;
 
@@ -41,6 +43,66 @@ pub struct Delivery {
     pub message: Arc<Message>,
     /// Delivered before.
     pub redelivered: bool,
+    /// Times returned to the queue before (quorum queues' `x-delivery-count`).
+    pub returns: u32,
+}
+
+/// Why a message left its queue other than by acknowledgement (the `reason` of `x-death`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadReason {
+    /// basic.reject / basic.nack with requeue=false.
+    Rejected,
+    /// Its TTL passed.
+    Expired,
+    /// The queue exceeded max-length / max-length-bytes.
+    Maxlen,
+    /// It was returned more often than the delivery limit.
+    DeliveryLimit,
+}
+
+impl DeadReason {
+    /// The `x-death` reason text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeadReason::Rejected => "rejected",
+            DeadReason::Expired => "expired",
+            DeadReason::Maxlen => "maxlen",
+            DeadReason::DeliveryLimit => "delivery_limit",
+        }
+    }
+}
+
+/// A message that left its queue for `reason`, to be dead-lettered (or dropped when the queue
+/// has no dead-letter exchange).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeadLetter {
+    /// The message as it sat in the queue.
+    pub message: Arc<Message>,
+    /// Why it left.
+    pub reason: DeadReason,
+}
+
+/// What became of a publish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PublishOutcome {
+    /// Enqueued under this id.
+    Enqueued(MsgId),
+    /// Refused by a full queue (`reject-publish` / `reject-publish-dlx`); the publisher gets a
+    /// nack under confirms. `dead_lettered`: it was also dead-lettered (reason `maxlen`).
+    Rejected {
+        /// Whether it became a dead letter.
+        dead_lettered: bool,
+    },
+}
+
+impl PublishOutcome {
+    /// The id when enqueued.
+    pub fn id(self) -> Option<MsgId> {
+        match self {
+            PublishOutcome::Enqueued(id) => Some(id),
+            PublishOutcome::Rejected { .. } => None,
+        }
+    }
 }
 
 /// Result of basic.get.
@@ -54,4 +116,6 @@ pub struct GetResult {
     pub redelivered: bool,
     /// Ready messages left after this get.
     pub remaining: u32,
+    /// Times returned to the queue before.
+    pub returns: u32,
 }

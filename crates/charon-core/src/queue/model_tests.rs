@@ -159,7 +159,7 @@ fn reject_removes_and_returns_messages_purge_counts_ready() {
         s.publish(msg(i), 0);
     }
     let g = s.get(false, 0).map(|g| g.id).unwrap_or_default();
-    assert_eq!(s.reject(&[g, 99]).len(), 1);
+    assert_eq!(s.reject(&[g, 99]), 1);
     assert_eq!(s.purge(), 2);
     assert_eq!(s.ready_bytes(), 0);
 }
@@ -177,7 +177,7 @@ fn message_ttl_expires_at_head() {
     s.publish(msg(1), 50);
     assert_eq!(s.next_expiry(), Some(100));
     assert_eq!(s.get(true, 120).map(|g| g.id), Some(1));
-    assert_eq!(s.take_dropped().len(), 1);
+    assert_eq!(s.take_dead_letters().len(), 1);
 }
 
 #[test]
@@ -252,7 +252,7 @@ proptest! {
         for o in ops {
             match o {
                 Op::Publish => {
-                    let id = s.publish(msg(0), 0);
+                    let id = s.publish(msg(0), 0).id().unwrap_or_default();
                     prop_assert!(ready.iter().chain(unacked.keys()).chain(gone.iter()).all(|x| *x < id));
                     ready.insert(id);
                 }
@@ -316,7 +316,7 @@ proptest! {
                     match o {
                         Op::Ack(_) => { s.ack(&[id]); gone.insert(id); }
                         Op::Requeue(_) => { s.requeue(&[id]); ready.insert(id); }
-                        _ => { prop_assert_eq!(s.reject(&[id]).len(), 1); gone.insert(id); }
+                        _ => { prop_assert_eq!(s.reject(&[id]), 1); gone.insert(id); }
                     }
                 }
                 _ => {}

@@ -1,13 +1,18 @@
-//! [`QueueState`]: ready messages ordered by id (so requeued messages go
-//! back to their original position), unacked deliveries, consumers,
-//! message TTL and max-length (drop-head) enforcement.
+//! [`QueueState`]: ready messages ordered by id (so requeued messages go back to their original
+//! position), unacked deliveries, consumers, and the rules that take messages out of a queue
+//! other than by acknowledgement: message TTL (per queue and per message, expiring wherever the
+//! message sits, not only at the head), max-length / max-length-bytes with each overflow mode,
+//! rejection and the delivery limit. Every message leaving that way becomes a [`DeadLetter`]
+//! value with its reason; whether it goes to a dead-letter exchange is the caller's business.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use super::consumers::Consumers;
-use super::{ConsumerId, ConsumerSpec, Delivery, GetResult, MsgId};
-use crate::arguments::QueueArgs;
+use super::{
+    ConsumerId, ConsumerSpec, DeadLetter, DeadReason, Delivery, GetResult, MsgId, PublishOutcome,
+};
+use crate::arguments::{Overflow, QueueArgs, QueueType};
 use crate::error::CoreError;
 use crate::message::Message;
 
@@ -15,8 +20,10 @@ use crate::message::Message;
 struct Ready {
     message: Arc<Message>,
     redelivered: bool,
-    /// Absolute expiry time (ms), from x-message-ttl.
+    /// Absolute expiry time (ms), from x-message-ttl / expiration.
     expires_at: Option<u64>,
+    /// Times the message was returned to the queue (for x-delivery-limit).
+    returns: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -24,6 +31,7 @@ struct Unacked {
     message: Arc<Message>,
     consumer: Option<ConsumerId>,
     expires_at: Option<u64>,
+    returns: u32,
 }
 
 /// The state of one queue.
@@ -35,9 +43,17 @@ pub struct QueueState {
     next_id: MsgId,
     ready: BTreeMap<MsgId, Ready>,
     ready_bytes: u64,
+    /// Ready messages with an expiry, by expiry time.
+    expiry: BTreeSet<(u64, MsgId)>,
     unacked: HashMap<MsgId, Unacked>,
     consumers: Consumers,
-    dropped: Vec<Arc<Message>>,
+    dead: Vec<DeadLetter>,
+}
+
+/// The per-message TTL of `message` (its `expiration` property, milliseconds), if valid.
+fn message_ttl(message: &Message) -> Option<u64> {
+    let raw = message.properties.expiration()?;
+    std::str::from_utf8(raw).ok()?.trim().parse().ok()
 }
 
 impl QueueState {
@@ -50,9 +66,10 @@ impl QueueState {
             next_id: 0,
             ready: BTreeMap::new(),
             ready_bytes: 0,
+            expiry: BTreeSet::new(),
             unacked: HashMap::new(),
             consumers: Consumers::default(),
-            dropped: Vec::new(),
+            dead: Vec::new(),
         }
     }
 
@@ -66,31 +83,76 @@ impl QueueState {
         &self.name
     }
 
-    /// Parsed arguments.
+    /// The settings the queue runs with (arguments overlaid with its policy).
     pub fn args(&self) -> &QueueArgs {
         &self.args
     }
 
-    /// Enqueue a message; applies x-message-ttl and drop-head max-length.
-    pub fn publish(&mut self, message: Arc<Message>, now_ms: u64) -> MsgId {
+    /// Apply new effective settings at once (a policy was set, changed or cleared): a lowered
+    /// max-length drops (dead-letters) heads now; a new TTL applies to messages enqueued from now
+    /// on, as in RabbitMQ.
+    pub fn set_args(&mut self, args: QueueArgs) {
+        self.args = args;
+        self.enforce_limits();
+    }
+
+    /// Enqueue a message at `now_ms`. With `reject-publish`/`reject-publish-dlx` overflow a full
+    /// queue refuses it (the latter also dead-letters it, reason `maxlen`); with drop-head the
+    /// oldest ready messages are dead-lettered until the limits hold.
+    pub fn publish(&mut self, message: Arc<Message>, now_ms: u64) -> PublishOutcome {
+        if self.args.overflow != Overflow::DropHead && self.is_full_for(message.body_size()) {
+            let dead_lettered = self.args.overflow == Overflow::RejectPublishDlx;
+            if dead_lettered {
+                self.dead.push(DeadLetter {
+                    message,
+                    reason: DeadReason::Maxlen,
+                });
+            }
+            return PublishOutcome::Rejected { dead_lettered };
+        }
         let id = self.next_id;
         self.next_id += 1;
-        let expires_at = self.args.message_ttl.map(|t| now_ms.saturating_add(t));
-        self.ready_bytes += message.body_size();
-        self.ready.insert(
+        let ttl = match (self.args.message_ttl, message_ttl(&message)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let expires_at = ttl.map(|t| now_ms.saturating_add(t));
+        self.insert_ready(
             id,
             Ready {
                 message,
                 redelivered: false,
                 expires_at,
+                returns: 0,
             },
         );
         self.enforce_limits();
-        id
+        PublishOutcome::Enqueued(id)
     }
 
-    /// Would publishing a message of `body_size` exceed max-length /
-    /// max-length-bytes (for `reject-publish` overflow)?
+    fn insert_ready(&mut self, id: MsgId, r: Ready) {
+        self.ready_bytes += r.message.body_size();
+        if let Some(t) = r.expires_at {
+            self.expiry.insert((t, id));
+        }
+        self.ready.insert(id, r);
+    }
+
+    fn remove_ready(&mut self, id: MsgId) -> Option<Ready> {
+        let r = self.ready.remove(&id)?;
+        self.ready_bytes -= r.message.body_size();
+        if let Some(t) = r.expires_at {
+            self.expiry.remove(&(t, id));
+        }
+        Some(r)
+    }
+
+    fn pop_ready(&mut self) -> Option<(MsgId, Ready)> {
+        let id = *self.ready.keys().next()?;
+        self.remove_ready(id).map(|r| (id, r))
+    }
+
+    /// Would publishing a message of `body_size` exceed max-length / max-length-bytes?
     pub fn is_full_for(&self, body_size: u64) -> bool {
         self.args
             .max_length
@@ -102,6 +164,9 @@ impl QueueState {
     }
 
     fn enforce_limits(&mut self) {
+        if self.args.overflow != Overflow::DropHead {
+            return;
+        }
         loop {
             let over_len = self
                 .args
@@ -115,44 +180,51 @@ impl QueueState {
                 return;
             }
             match self.pop_ready() {
-                Some((_, r)) => self.dropped.push(r.message),
+                Some((_, r)) => self.dead.push(DeadLetter {
+                    message: r.message,
+                    reason: DeadReason::Maxlen,
+                }),
                 None => return,
             }
         }
     }
 
-    fn pop_ready(&mut self) -> Option<(MsgId, Ready)> {
-        let (id, r) = self.ready.pop_first()?;
-        self.ready_bytes -= r.message.body_size();
-        Some((id, r))
-    }
-
-    /// Drop expired messages at the head (RabbitMQ expires from the head).
+    /// Dead-letter (reason `expired`) every ready message whose expiry is at or before
+    /// `now_ms`, wherever it sits in the queue.
     pub fn expire(&mut self, now_ms: u64) {
-        while let Some((_, r)) = self.ready.first_key_value() {
-            if r.expires_at.is_some_and(|t| t <= now_ms) {
-                if let Some((_, r)) = self.pop_ready() {
-                    self.dropped.push(r.message);
-                }
-            } else {
+        while let Some(&(t, id)) = self.expiry.first() {
+            if t > now_ms {
                 return;
+            }
+            if let Some(r) = self.remove_ready(id) {
+                self.dead.push(DeadLetter {
+                    message: r.message,
+                    reason: DeadReason::Expired,
+                });
+            } else {
+                self.expiry.remove(&(t, id));
             }
         }
     }
 
-    /// When the head message expires, if it has a TTL (for the server's timer).
+    /// The earliest expiry among ready messages (for the owner's timer).
     pub fn next_expiry(&self) -> Option<u64> {
-        self.ready.first_key_value().and_then(|(_, r)| r.expires_at)
+        self.expiry.first().map(|(t, _)| *t)
     }
 
-    /// Messages dropped by TTL or max-length since the last call (for
-    /// dead-lettering).
-    pub fn take_dropped(&mut self) -> Vec<Arc<Message>> {
-        std::mem::take(&mut self.dropped)
+    /// Messages that left the queue by TTL, max-length, rejection or delivery limit since the
+    /// last call, in the order they left.
+    pub fn take_dead_letters(&mut self) -> Vec<DeadLetter> {
+        std::mem::take(&mut self.dead)
     }
 
-    /// Register a consumer. Exclusive consumers need an unused queue, and
-    /// no consumer may join an exclusively consumed queue.
+    /// Whether dead letters are waiting to be taken.
+    pub fn has_dead_letters(&self) -> bool {
+        !self.dead.is_empty()
+    }
+
+    /// Register a consumer. Exclusive consumers need an unused queue, and no consumer may join
+    /// an exclusively consumed queue.
     pub fn add_consumer(&mut self, id: ConsumerId, spec: ConsumerSpec) -> Result<(), CoreError> {
         if self.consumers.any_exclusive() || (spec.exclusive && !self.consumers.is_empty()) {
             return Err(CoreError::ExclusiveConsume {
@@ -169,19 +241,20 @@ impl QueueState {
         self.consumers.remove(id);
     }
 
-    /// Hand out ready messages round-robin to consumers with credit.
-    /// `may_deliver` is called right before each delivery and a `true`
-    /// always results in exactly one delivery to that consumer.
+    /// Hand out ready messages round-robin to consumers with credit. `may_deliver` is called
+    /// right before each delivery and a `true` always results in exactly one delivery to that
+    /// consumer. Messages that expired before `now_ms` are never delivered; a message expiring
+    /// exactly now (TTL 0) is delivered if a consumer can take it at once.
     pub fn next_deliveries(
         &mut self,
         now_ms: u64,
         may_deliver: &mut dyn FnMut(ConsumerId) -> bool,
         out: &mut Vec<Delivery>,
     ) {
+        self.expire(now_ms.saturating_sub(1));
         let sac = self.args.single_active_consumer;
         let mut idle = 0;
         while idle < self.consumers.len() {
-            self.expire(now_ms);
             if self.ready.is_empty() {
                 return;
             }
@@ -208,6 +281,7 @@ impl QueueState {
                         message: r.message.clone(),
                         consumer: Some(cid),
                         expires_at: r.expires_at,
+                        returns: r.returns,
                     },
                 );
             }
@@ -216,13 +290,14 @@ impl QueueState {
                 id,
                 message: r.message,
                 redelivered: r.redelivered,
+                returns: r.returns,
             });
             self.consumers.rotate();
             idle = 0;
         }
     }
 
-    /// basic.get: the head message, if any.
+    /// basic.get: the head message, if any (expired messages are dead-lettered first).
     pub fn get(&mut self, no_ack: bool, now_ms: u64) -> Option<GetResult> {
         self.expire(now_ms);
         let (id, r) = self.pop_ready()?;
@@ -233,6 +308,7 @@ impl QueueState {
                     message: r.message.clone(),
                     consumer: None,
                     expires_at: r.expires_at,
+                    returns: r.returns,
                 },
             );
         }
@@ -241,6 +317,7 @@ impl QueueState {
             message: r.message,
             redelivered: r.redelivered,
             remaining: self.message_count(),
+            returns: r.returns,
         })
     }
 
@@ -259,17 +336,35 @@ impl QueueState {
         }
     }
 
-    /// Put unacked messages back at their original position, redelivered.
+    /// The delivery limit in force: `x-delivery-limit` applies to quorum queues.
+    fn delivery_limit(&self) -> Option<u64> {
+        (self.args.queue_type == QueueType::Quorum)
+            .then_some(self.args.delivery_limit)
+            .flatten()
+    }
+
+    /// Return unacked messages (requeue=true, or their channel closed) to their original
+    /// position, marked redelivered. A message returned more times than the delivery limit is
+    /// dead-lettered (reason `delivery_limit`) instead.
     pub fn requeue(&mut self, ids: &[MsgId]) {
+        let limit = self.delivery_limit();
         for id in ids {
             if let Some(u) = self.settle(*id) {
-                self.ready_bytes += u.message.body_size();
-                self.ready.insert(
+                let returns = u.returns.saturating_add(1);
+                if limit.is_some_and(|l| u64::from(returns) > l) {
+                    self.dead.push(DeadLetter {
+                        message: u.message,
+                        reason: DeadReason::DeliveryLimit,
+                    });
+                    continue;
+                }
+                self.insert_ready(
                     *id,
                     Ready {
                         message: u.message,
                         redelivered: true,
                         expires_at: u.expires_at,
+                        returns,
                     },
                 );
             }
@@ -277,19 +372,44 @@ impl QueueState {
         self.enforce_limits();
     }
 
-    /// Remove unacked messages without requeueing; returns them.
-    pub fn reject(&mut self, ids: &[MsgId]) -> Vec<Arc<Message>> {
-        ids.iter()
-            .filter_map(|id| self.settle(*id).map(|u| u.message))
-            .collect()
+    /// Reject unacked messages without requeueing (basic.reject / basic.nack requeue=false):
+    /// they are dead-lettered with reason `rejected`. Returns how many were known.
+    pub fn reject(&mut self, ids: &[MsgId]) -> usize {
+        let mut n = 0;
+        for id in ids {
+            if let Some(u) = self.settle(*id) {
+                self.dead.push(DeadLetter {
+                    message: u.message,
+                    reason: DeadReason::Rejected,
+                });
+                n += 1;
+            }
+        }
+        n
     }
 
-    /// Remove all ready messages; returns how many.
+    /// Remove all ready messages (not dead-lettered); returns how many.
     pub fn purge(&mut self) -> u32 {
         let n = self.message_count();
         self.ready.clear();
+        self.expiry.clear();
         self.ready_bytes = 0;
         n
+    }
+
+    /// Up to `limit` ready messages from position `from` (0 = head), without removing them.
+    pub fn browse(&self, from: usize, limit: usize) -> Vec<(MsgId, Arc<Message>)> {
+        self.ready
+            .iter()
+            .skip(from)
+            .take(limit)
+            .map(|(id, r)| (*id, r.message.clone()))
+            .collect()
+    }
+
+    /// Remove one ready message by id (not dead-lettered); returns it.
+    pub fn remove(&mut self, id: MsgId) -> Option<Arc<Message>> {
+        self.remove_ready(id).map(|r| r.message)
     }
 
     /// Ready messages.

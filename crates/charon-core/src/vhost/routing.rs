@@ -30,9 +30,38 @@ impl<Q: Clone> VHost<Q> {
                 vhost: self.name.clone(),
             });
         }
-        if exchange.is_empty() {
+        self.route_via(x, routing_keys, headers, out);
+        Ok(())
+    }
+
+    /// Route a dead-lettered message through `exchange`, which may be internal (a DLX may be of
+    /// any kind). Returns false when the exchange does not exist (the message is dropped).
+    pub fn route_dead_letter(
+        &self,
+        exchange: &str,
+        routing_keys: &[&str],
+        headers: Option<&FieldTable>,
+        out: &mut Vec<Q>,
+    ) -> bool {
+        match self.exchanges.get(exchange) {
+            Some(x) => {
+                self.route_via(x, routing_keys, headers, out);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn route_via(
+        &self,
+        x: &Exchange,
+        routing_keys: &[&str],
+        headers: Option<&FieldTable>,
+        out: &mut Vec<Q>,
+    ) {
+        if x.name.is_empty() {
             self.route_default(routing_keys, out);
-            return Ok(());
+            return;
         }
         let mut queues: Vec<&str> = Vec::new();
         let mut work: Vec<&Exchange> = vec![x];
@@ -66,7 +95,6 @@ impl<Q: Clone> VHost<Q> {
                 out.push(e.handle.clone());
             }
         }
-        Ok(())
     }
 
     fn visit<'a>(&'a self, name: &'a str, work: &mut Vec<&'a Exchange>, seen: &mut Vec<&'a str>) {

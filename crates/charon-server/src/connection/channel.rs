@@ -63,6 +63,8 @@ pub(crate) struct Channel {
     pub(crate) pending_confirms: BTreeMap<u64, u32>,
     /// Highest seq already acked to the client.
     pub(crate) acked_upto: u64,
+    /// Refused publishes (some queue's `reject-publish`) waiting to be nacked in seq order.
+    pub(crate) nacked: std::collections::BTreeSet<u64>,
     pub(crate) next_tag: u64,
     pub(crate) unacked: BTreeMap<u64, Unacked>,
     pub(crate) consumers: HashMap<Arc<str>, ChannelConsumer>,

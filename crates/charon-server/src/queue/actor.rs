@@ -2,16 +2,19 @@
 //!
 //! It drains its command channel in batches (up to [`BATCH`] commands), applies them to the state,
 //! then runs the delivery loop once for the whole batch, sending each consumer's deliveries as one
-//! event. Delivery credit comes from [`crate::flow`]; the actor never awaits a connection.
+//! event. Delivery credit comes from [`crate::flow`]; the actor never awaits a connection. It
+//! wakes on its own for the earliest message expiry, for dead letters waiting to be retried and
+//! for its own `x-expires`; what left the queue goes to [`super::dead_letters`].
 
 use std::collections::HashMap;
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use charon_core::{ConsumerId, Delivery, QueueState};
+use charon_core::dead_letter::DeadLetterTarget;
+use charon_core::{ConsumerId, Delivery, Overflow, PublishOutcome, QueueState};
 use tokio::sync::mpsc;
 
+use super::dead_letters::{self, DeadLetterer};
 use super::handle::{ConsumerTarget, QueueCmd, QueueHandle, QueueStats};
 use crate::broker::VHostState;
 use crate::outbound::ConnEvent;
@@ -33,54 +36,118 @@ struct Consumer {
     no_ack: bool,
 }
 
+/// Where a queue lives and how it ends.
+#[derive(Debug, Clone)]
+pub struct QueueContext {
+    /// Its vhost (dead-letter routing, self-removal).
+    pub vhost: Arc<VHostState>,
+    /// Auto-delete: remove itself once its last consumer is gone (RabbitMQ's rule: only after
+    /// it has had at least one consumer).
+    pub auto_delete: bool,
+}
+
 /// Spawns the actor for `state`, reachable through `handle`.
 ///
 /// The actor keeps a clone of its own handle to register for credit wake-ups, so it lives until
-/// it is told to stop ([`QueueCmd::Delete`]); a queue is always removed explicitly.
-///
-/// `auto_delete_from`: for an auto-delete queue, the vhost it removes itself from once its last
-/// consumer is gone (RabbitMQ's rule: only after it has had at least one consumer).
+/// it is told to stop ([`QueueCmd::Delete`]), its last consumer leaves an auto-delete queue, or it
+/// expires (`x-expires`).
 pub fn spawn(
     state: QueueState,
     handle: &QueueHandle,
     rx: mpsc::Receiver<QueueCmd>,
-    auto_delete_from: Option<Arc<VHostState>>,
+    ctx: QueueContext,
 ) {
-    tokio::spawn(run(state, handle.clone(), rx, auto_delete_from));
+    tokio::spawn(run(state, handle.clone(), rx, ctx));
+}
+
+fn dl_target(state: &QueueState) -> Option<DeadLetterTarget> {
+    let a = state.args();
+    a.dead_letter_exchange.as_ref().map(|x| DeadLetterTarget {
+        exchange: Arc::from(x.as_str()),
+        routing_key: a.dead_letter_routing_key.as_deref().map(Arc::from),
+    })
+}
+
+/// Removes the queue from its vhost if the registered queue of that name is this one.
+fn remove_self(ctx: &QueueContext, me: &QueueHandle) -> bool {
+    let mut topo = ctx
+        .vhost
+        .topology
+        .write()
+        .unwrap_or_else(|p| p.into_inner());
+    if topo.queue(me.name()).is_some_and(|e| e.handle.same(me)) {
+        topo.remove_queue(me.name());
+        return true;
+    }
+    false
 }
 
 async fn run(
     mut state: QueueState,
     me: QueueHandle,
     mut rx: mpsc::Receiver<QueueCmd>,
-    auto_delete_from: Option<Arc<VHostState>>,
+    ctx: QueueContext,
 ) {
     let mut consumers: HashMap<ConsumerId, Consumer> = HashMap::new();
     let mut batch = Vec::with_capacity(BATCH);
     let mut out: Vec<Delivery> = Vec::new();
+    let mut dl = DeadLetterer::new(ctx.vhost.clone());
+    let mut target = dl_target(&state);
+    let mut last_used = now_ms();
     loop {
-        if rx.recv_many(&mut batch, BATCH).await == 0 {
-            return;
+        let now = now_ms();
+        let expires_at = if consumers.is_empty() {
+            state.args().expires.map(|e| last_used.saturating_add(e))
+        } else {
+            None
+        };
+        let wake = [state.next_expiry(), dl.next_retry(), expires_at]
+            .into_iter()
+            .flatten()
+            .min();
+        let timer = wake.map(|t| Duration::from_millis(t.saturating_sub(now)));
+        tokio::select! {
+            n = rx.recv_many(&mut batch, BATCH) => if n == 0 { return },
+            () = tokio::time::sleep(timer.unwrap_or_default()), if timer.is_some() => {}
         }
         let now = now_ms();
         for cmd in batch.drain(..) {
             match cmd {
                 QueueCmd::Publish { message, confirm } => {
-                    state.publish(message, now);
+                    let outcome = state.publish(message, now);
                     if let Some(c) = confirm {
                         let _ = c.conn.send(ConnEvent::Confirm {
                             channel: c.channel,
                             seq: c.seq,
-                            ack: true,
+                            ack: matches!(outcome, PublishOutcome::Enqueued(_)),
                         });
                     }
                 }
+                QueueCmd::DeadLetter { message, from } => {
+                    // A full reject-publish(-dlx) queue refuses it; it stays with its source.
+                    if state.args().overflow != Overflow::DropHead
+                        && state.is_full_for(message.body_size())
+                    {
+                        dead_letters::refuse(from, message, me.clone());
+                    } else {
+                        state.publish(message, now);
+                    }
+                }
+                QueueCmd::DeadLetterRefused { message, target } => {
+                    dl.refused(message, target, now);
+                }
+                QueueCmd::SetArgs { args } => {
+                    state.set_args(args);
+                    target = dl_target(&state);
+                }
+                QueueCmd::Touch => last_used = now,
                 QueueCmd::Consume {
                     id,
                     spec,
                     target,
                     reply,
                 } => {
+                    last_used = now;
                     let result = state.add_consumer(id, spec);
                     if result.is_ok() {
                         consumers.insert(
@@ -94,32 +161,29 @@ async fn run(
                     let _ = reply.send(result);
                 }
                 QueueCmd::Cancel { id } => {
+                    last_used = now;
                     state.remove_consumer(id);
                     consumers.remove(&id);
-                    if consumers.is_empty()
-                        && let Some(vhost) = &auto_delete_from
-                    {
-                        let mut topo = vhost.topology.write().unwrap_or_else(|p| p.into_inner());
-                        if topo.queue(me.name()).is_some_and(|e| e.handle.same(&me)) {
-                            topo.remove_queue(me.name());
-                            return;
-                        }
+                    if consumers.is_empty() && ctx.auto_delete && remove_self(&ctx, &me) {
+                        return;
                     }
                 }
                 QueueCmd::Ack { ids } => state.ack(&ids),
                 QueueCmd::Requeue { ids } => state.requeue(&ids),
                 QueueCmd::Reject { ids } => {
-                    // Dead-lettering (issue 3) takes these messages; until then they are dropped.
-                    let _ = state.reject(&ids);
+                    state.reject(&ids);
                 }
                 QueueCmd::Get { no_ack, reply } => {
+                    last_used = now;
                     let _ = reply.send(state.get(no_ack, now));
                 }
                 QueueCmd::Purge { reply } => {
                     let _ = reply.send(state.purge());
                 }
                 QueueCmd::Stats { reply } => {
-                    let _ = reply.send(stats_of(&state));
+                    let mut s = stats_of(&state);
+                    s.dead_letters_dropped_no_dlx = dl.dropped_no_dlx;
+                    let _ = reply.send(s);
                 }
                 QueueCmd::Delete { reply } => {
                     for c in consumers.values() {
@@ -135,6 +199,28 @@ async fn run(
             }
         }
         deliver(&mut state, &me, &consumers, now, &mut out);
+        state.expire(now);
+        // Dead letters routed back to this queue are enqueued here, which may dead-letter
+        // others (drop-head); loop until settled (cycle detection bounds it).
+        let mut rounds = 0;
+        while state.has_dead_letters() && rounds < 16 {
+            rounds += 1;
+            let dead = state.take_dead_letters();
+            for m in dl.dispatch(&me, target.as_ref(), dead, now) {
+                state.publish(m, now);
+            }
+        }
+        dl.retry(&me, now);
+        if consumers.is_empty()
+            && state
+                .args()
+                .expires
+                .is_some_and(|e| now >= last_used.saturating_add(e))
+            && remove_self(&ctx, &me)
+        {
+            // x-expires: the queue goes with its messages, which are not dead-lettered.
+            return;
+        }
     }
 }
 
@@ -192,6 +278,7 @@ fn stats_of(state: &QueueState) -> QueueStats {
         messages: state.message_count(),
         unacked: state.unacked_count(),
         consumers: state.consumer_count(),
+        dead_letters_dropped_no_dlx: 0,
     }
 }
 
@@ -204,7 +291,8 @@ mod tests {
     use charon_protocol::RawProperties;
     use tokio::sync::oneshot;
 
-    use super::spawn;
+    use super::{QueueContext, spawn};
+    use crate::broker::VHostState;
     use crate::flow::ChannelLimit;
     use crate::outbound::{ConnEvent, ConnHandle};
     use crate::queue::{ConsumerTarget, QueueCmd, QueueHandle};
@@ -224,7 +312,10 @@ mod tests {
             QueueState::new(Arc::from("q"), QueueArgs::default()),
             &handle,
             rx,
-            None,
+            QueueContext {
+                vhost: Arc::new(VHostState::new("/", 1)),
+                auto_delete: false,
+            },
         );
         handle
     }

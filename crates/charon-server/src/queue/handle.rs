@@ -45,6 +45,8 @@ pub struct QueueStats {
     pub unacked: u32,
     /// Consumers.
     pub consumers: u32,
+    /// Dead letters dropped because the dead-letter exchange did not exist.
+    pub dead_letters_dropped_no_dlx: u64,
 }
 
 /// Commands a queue actor accepts.
@@ -110,6 +112,29 @@ pub enum QueueCmd {
         /// Ready messages at deletion.
         reply: oneshot::Sender<u32>,
     },
+    /// A dead-lettered message routed here from another queue. When this queue refuses it
+    /// (full, `reject-publish`), it goes back to `from`, which keeps it and retries: a dead
+    /// letter is never dropped for lack of room.
+    DeadLetter {
+        /// The dead-lettered copy (x-death already updated).
+        message: Arc<Message>,
+        /// The source queue.
+        from: QueueHandle,
+    },
+    /// A dead letter this queue sent was refused by `target`; keep it and retry later.
+    DeadLetterRefused {
+        /// The dead-lettered copy.
+        message: Arc<Message>,
+        /// The queue that refused it.
+        target: QueueHandle,
+    },
+    /// New effective settings (a policy changed).
+    SetArgs {
+        /// Declared arguments overlaid with the policy.
+        args: charon_core::QueueArgs,
+    },
+    /// The queue was used (redeclared): restarts its `x-expires` countdown.
+    Touch,
     /// Credit became available (connection backlog drained, channel acks, channel.flow on):
     /// run the delivery loop again.
     Kick,
@@ -162,6 +187,16 @@ impl QueueHandle {
     /// Returns false if the queue is gone (deleted).
     pub async fn send(&self, cmd: QueueCmd) -> bool {
         self.shared.tx.send(cmd).await.is_ok()
+    }
+
+    /// Sends a command without waiting; gives it back if the queue's channel is full, drops it
+    /// (returning None) if the queue is gone.
+    pub fn try_send(&self, cmd: QueueCmd) -> Result<(), Option<QueueCmd>> {
+        match self.shared.tx.try_send(cmd) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Full(c)) => Err(Some(c)),
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(None),
+        }
     }
 
     /// Asks the actor to retry deliveries. Never blocks: if the channel is full the actor is

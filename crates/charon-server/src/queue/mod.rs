@@ -4,7 +4,8 @@
 //! (a bounded command channel of [`QueueCmd`]s).
 
 mod actor;
+mod dead_letters;
 mod handle;
 
-pub use actor::spawn;
+pub use actor::{QueueContext, spawn};
 pub use handle::{ConfirmTo, ConsumerTarget, QueueCmd, QueueHandle, QueueStats};

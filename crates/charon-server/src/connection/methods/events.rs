@@ -69,7 +69,10 @@ impl Connection {
                 };
                 if let Some(left) = ch.pending_confirms.get_mut(&seq) {
                     *left = left.saturating_sub(1);
-                    if *left == 0 || !ack {
+                    if !ack {
+                        ch.pending_confirms.remove(&seq);
+                        ch.nacked.insert(seq);
+                    } else if *left == 0 {
                         ch.pending_confirms.remove(&seq);
                     }
                 }

@@ -2,11 +2,11 @@
 
 use std::sync::Arc;
 
-use charon_core::Message;
 use charon_core::arguments::MAX_EXPIRY;
+use charon_core::{Message, dead_letter};
 use charon_protocol::{
-    AMQPValue, BasicProperties, CLASS_BASIC, encode_basic_ack, encode_basic_return, encode_content,
-    erlang,
+    AMQPValue, BasicProperties, CLASS_BASIC, encode_basic_ack, encode_basic_nack,
+    encode_basic_return, encode_content, erlang,
 };
 
 use super::super::Connection;
@@ -155,12 +155,23 @@ impl Connection {
             check_user_id(props, &self.user, self.impersonator)?;
             check_expiration(props)?;
         }
-        let message = Arc::new(Message::new(
-            Arc::from(exchange),
-            Arc::from(routing_key),
-            properties,
-            body,
-        ));
+        // BCC routes but never reaches a consumer: the message goes on without that header.
+        let (properties, bcc) = match decoded
+            .as_ref()
+            .and_then(|d| dead_letter::strip_bcc(d).map(|p| (p, dead_letter::bcc_keys(d))))
+        {
+            Some((p, bcc)) => (p, bcc),
+            None => (properties, Vec::new()),
+        };
+        let message = Arc::new(
+            Message::new(
+                Arc::from(exchange),
+                Arc::from(routing_key),
+                properties,
+                body,
+            )
+            .with_bcc(bcc),
+        );
         if targets.is_empty() && p.method.mandatory {
             encode_basic_return(
                 &mut self.out,
@@ -216,6 +227,18 @@ impl Connection {
             Some(first) => first - 1,
             None => ch.next_seq,
         };
+        // Refused publishes: ack what precedes each, then nack it alone.
+        while let Some(&n) = ch.nacked.first() {
+            if n > upto {
+                break;
+            }
+            ch.nacked.remove(&n);
+            if n - 1 > ch.acked_upto {
+                encode_basic_ack(&mut self.out, channel, n - 1, n - 1 - ch.acked_upto > 1);
+            }
+            encode_basic_nack(&mut self.out, channel, n, false, false);
+            ch.acked_upto = n;
+        }
         if upto > ch.acked_upto {
             let multiple = upto - ch.acked_upto > 1;
             ch.acked_upto = upto;

@@ -44,13 +44,13 @@ impl Connection {
                 let vhost_name = self.vhost_name.clone();
                 let vhost = self.vhost.clone();
                 let access = self.access.clone();
-                let (name, handle) = {
+                let (name, handle, created) = {
                     let mut topo = self
                         .vhost
                         .topology
                         .write()
                         .unwrap_or_else(|p| p.into_inner());
-                    let (name, entry, _) = topo.declare_queue_with(
+                    let (name, entry, created) = topo.declare_queue_with(
                         &QueueDeclare {
                             name: d.queue.as_str().into(),
                             passive: d.passive,
@@ -67,8 +67,12 @@ impl Connection {
                         },
                         |meta| spawn_queue(meta, &vhost, &vhost_name),
                     )?;
-                    (name, entry.handle.clone())
+                    (name, entry.handle.clone(), created)
                 };
+                if !created {
+                    // A redeclare counts as use for `x-expires`.
+                    let _ = handle.try_send(QueueCmd::Touch);
+                }
                 let stats = Self::ask(&handle, |reply| QueueCmd::Stats { reply }).await?;
                 if !d.nowait {
                     self.reply(

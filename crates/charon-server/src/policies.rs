@@ -1,0 +1,139 @@
+//! Setting, clearing and listing policies of a vhost, and applying them at once to its existing
+//! queues (each queue actor gets its new effective settings). The management API and `charon
+//! ctl` go through these functions; nothing else changes policies.
+
+use charon_core::{ApplyTo, DefValue, Policy, PolicyDefinition, PolicyError};
+
+use crate::broker::{Broker, VHostState};
+use crate::queue::QueueCmd;
+
+/// A policy as submitted (`PUT /api/policies/{vhost}/{name}`).
+#[derive(Debug, Clone)]
+pub struct PolicyInput {
+    /// Name.
+    pub name: String,
+    /// Regular expression over queue/exchange names.
+    pub pattern: String,
+    /// Definition entries, in order.
+    pub definition: Vec<(String, DefValue)>,
+    /// Priority (higher wins).
+    pub priority: i64,
+    /// `queues`, `exchanges` or `all`.
+    pub apply_to: String,
+}
+
+/// Whether a set created or replaced a policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicySetOutcome {
+    /// A new policy.
+    Created,
+    /// An existing policy was replaced.
+    Updated,
+}
+
+/// A policy as listed.
+#[derive(Debug, Clone)]
+pub struct PolicyView {
+    /// Vhost.
+    pub vhost: String,
+    /// Name.
+    pub name: String,
+    /// Pattern.
+    pub pattern: String,
+    /// apply-to.
+    pub apply_to: &'static str,
+    /// Definition entries as given.
+    pub definition: Vec<(String, DefValue)>,
+    /// Priority.
+    pub priority: i64,
+}
+
+/// Why a policy change was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyChangeError {
+    /// No such vhost.
+    #[error("no such vhost")]
+    NoVHost,
+    /// Validation failed.
+    #[error(transparent)]
+    Invalid(#[from] PolicyError),
+}
+
+/// Sends every queue of `vhost` its current effective settings.
+fn reapply(vhost: &VHostState) {
+    let topo = vhost.topology.read().unwrap_or_else(|p| p.into_inner());
+    for entry in topo.queues() {
+        let args = vhost.effective_args(&entry.meta);
+        let handle = entry.handle.clone();
+        if let Err(Some(cmd)) = handle.try_send(QueueCmd::SetArgs { args }) {
+            tokio::spawn(async move { handle.send(cmd).await });
+        }
+    }
+}
+
+impl Broker {
+    /// Sets (creates or replaces) a policy and applies it to existing queues at once.
+    pub fn set_policy(
+        &self,
+        vhost: &str,
+        input: PolicyInput,
+    ) -> Result<PolicySetOutcome, PolicyChangeError> {
+        let v = self.vhost(vhost).ok_or(PolicyChangeError::NoVHost)?;
+        let apply_to = ApplyTo::parse(&input.apply_to)?;
+        let definition = PolicyDefinition::parse(input.definition)?;
+        let policy = Policy::new(
+            &input.name,
+            &input.pattern,
+            apply_to,
+            input.priority,
+            definition,
+        )?;
+        let created = {
+            let mut ps = v.policies.write().unwrap_or_else(|p| p.into_inner());
+            ps.set(policy)
+        };
+        reapply(&v);
+        Ok(if created {
+            PolicySetOutcome::Created
+        } else {
+            PolicySetOutcome::Updated
+        })
+    }
+
+    /// Clears a policy; false when the vhost or policy does not exist.
+    pub fn clear_policy(&self, vhost: &str, name: &str) -> bool {
+        let Some(v) = self.vhost(vhost) else {
+            return false;
+        };
+        let removed = {
+            let mut ps = v.policies.write().unwrap_or_else(|p| p.into_inner());
+            ps.clear(name)
+        };
+        if removed {
+            reapply(&v);
+        }
+        removed
+    }
+
+    /// Policies of one vhost, or of all vhosts.
+    pub fn list_policies(&self, vhost: Option<&str>) -> Vec<PolicyView> {
+        let mut out = Vec::new();
+        for v in self.vhosts() {
+            if vhost.is_some_and(|n| n != &*v.name) {
+                continue;
+            }
+            let ps = v.policies.read().unwrap_or_else(|p| p.into_inner());
+            for p in ps.iter() {
+                out.push(PolicyView {
+                    vhost: v.name.to_string(),
+                    name: p.name.clone(),
+                    pattern: p.pattern.clone(),
+                    apply_to: p.apply_to.as_str(),
+                    definition: p.definition.raw.clone(),
+                    priority: p.priority,
+                });
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,163 @@
+//! Carrying out dead-lettering for one queue actor: the queue's state machine reports the
+//! messages that left it ([`DeadLetter`]s); this module turns each into its dead-lettered copy
+//! (`charon_core::dead_letter`), routes it through the dead-letter exchange, drops targets that
+//! would close an automatic cycle, and hands it to the target queues.
+//!
+//! Nothing is lost on the way: a target whose command channel is full, or that refuses the
+//! message (`reject-publish` overflow), leaves it in this queue's outbox, retried until it is
+//! taken (at-least-once between queues, as quorum queues' `at-least-once` strategy). A message is
+//! dropped only when the spec says so: no dead-letter exchange configured, the dead-letter
+//! exchange does not exist (counted per queue, logged once per queue), or the routing reaches no
+//! queue.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use charon_core::dead_letter::{self, DeadLetterTarget};
+use charon_core::{DeadLetter, Message};
+
+use super::handle::{QueueCmd, QueueHandle};
+use crate::broker::VHostState;
+
+/// Delay before a refused or blocked dead letter is offered again (ms).
+const RETRY_MS: u64 = 50;
+
+#[derive(Debug)]
+struct Pending {
+    message: Arc<Message>,
+    target: QueueHandle,
+    not_before: u64,
+}
+
+/// The dead-lettering side of one queue actor.
+#[derive(Debug)]
+pub(super) struct DeadLetterer {
+    vhost: Arc<VHostState>,
+    outbox: VecDeque<Pending>,
+    /// Dead letters dropped because the DLX did not exist.
+    pub(super) dropped_no_dlx: u64,
+    warned_no_dlx: bool,
+}
+
+impl DeadLetterer {
+    pub(super) fn new(vhost: Arc<VHostState>) -> Self {
+        Self {
+            vhost,
+            outbox: VecDeque::new(),
+            dropped_no_dlx: 0,
+            warned_no_dlx: false,
+        }
+    }
+
+    /// When the outbox next wants to retry (wall-clock ms).
+    pub(super) fn next_retry(&self) -> Option<u64> {
+        self.outbox.iter().map(|p| p.not_before).min()
+    }
+
+    /// Dead-letters `dead` from queue `me` to `target`'s exchange at `now`. Messages routed back
+    /// to `me` are returned for the caller to enqueue locally.
+    pub(super) fn dispatch(
+        &mut self,
+        me: &QueueHandle,
+        target: Option<&DeadLetterTarget>,
+        dead: Vec<DeadLetter>,
+        now: u64,
+    ) -> Vec<Arc<Message>> {
+        let mut local = Vec::new();
+        let Some(target) = target else {
+            return local;
+        };
+        for d in dead {
+            let out = dead_letter::dead_letter(&d.message, me.name(), d.reason, target, now);
+            let message = Arc::new(out.message);
+            let headers = message.properties.decode().ok();
+            let headers = headers.as_ref().and_then(|p| p.headers().as_ref());
+            let keys: Vec<&str> = out.routing_keys.iter().map(|k| k.as_ref()).collect();
+            let mut queues: Vec<QueueHandle> = Vec::new();
+            let routed = {
+                let topo = self
+                    .vhost
+                    .topology
+                    .read()
+                    .unwrap_or_else(|p| p.into_inner());
+                topo.route_dead_letter(&target.exchange, &keys, headers, &mut queues)
+            };
+            if !routed {
+                self.dropped_no_dlx += 1;
+                if !self.warned_no_dlx {
+                    self.warned_no_dlx = true;
+                    tracing::warn!(
+                        queue = %me.name(),
+                        dlx = %target.exchange,
+                        "dead-letter exchange does not exist: dead letters from this queue are dropped (logged once per queue)"
+                    );
+                }
+                continue;
+            }
+            for q in queues {
+                if dead_letter::is_cycle(d.reason, &message, q.name()) {
+                    continue;
+                }
+                if q.same(me) {
+                    local.push(message.clone());
+                } else {
+                    self.offer(me, message.clone(), q, now);
+                }
+            }
+        }
+        local
+    }
+
+    /// A target refused `message`: keep it, retry later.
+    pub(super) fn refused(&mut self, message: Arc<Message>, target: QueueHandle, now: u64) {
+        self.outbox.push_back(Pending {
+            message,
+            target,
+            not_before: now + RETRY_MS,
+        });
+    }
+
+    /// Retries due outbox entries.
+    pub(super) fn retry(&mut self, me: &QueueHandle, now: u64) {
+        let n = self.outbox.len();
+        for _ in 0..n {
+            let Some(p) = self.outbox.pop_front() else {
+                break;
+            };
+            if p.not_before > now {
+                self.outbox.push_back(p);
+                continue;
+            }
+            self.offer(me, p.message, p.target, now);
+        }
+    }
+
+    fn offer(&mut self, me: &QueueHandle, message: Arc<Message>, target: QueueHandle, now: u64) {
+        let cmd = QueueCmd::DeadLetter {
+            message,
+            from: me.clone(),
+        };
+        match target.try_send(cmd) {
+            Ok(()) | Err(None) => {}
+            Err(Some(QueueCmd::DeadLetter { message, .. })) => {
+                self.outbox.push_back(Pending {
+                    message,
+                    target,
+                    not_before: now + RETRY_MS,
+                });
+            }
+            Err(Some(_)) => {}
+        }
+    }
+}
+
+/// Sends a refused dead letter back to its source without blocking the refusing actor.
+pub(super) fn refuse(from: QueueHandle, message: Arc<Message>, me: QueueHandle) {
+    let cmd = QueueCmd::DeadLetterRefused {
+        message,
+        target: me,
+    };
+    if let Err(Some(cmd)) = from.try_send(cmd) {
+        tokio::spawn(async move { from.send(cmd).await });
+    }
+}
