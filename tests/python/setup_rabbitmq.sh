@@ -11,3 +11,7 @@ $CTL -n "$NODE" add_vhost other || true
 $CTL -n "$NODE" set_permissions -p / alice '.*' '.*' '.*'
 $CTL -n "$NODE" set_permissions -p other alice '.*' '.*' '.*'
 $CTL -n "$NODE" set_permissions -p / reader '^$' '^$' '.*'
+$CTL -n "$NODE" add_user dlxuser dlxuser || true
+$CTL -n "$NODE" set_permissions -p / dlxuser '.*' '^allowed-' '.*'
+$CTL -n "$NODE" add_user dlxnoread dlxnoread || true
+$CTL -n "$NODE" set_permissions -p / dlxnoread '.*' '.*' '^$'
