@@ -4,7 +4,7 @@
 //!
 //! - [`auth`]: basic authentication against the broker's users.
 //! - [`error`]: error JSON and status codes.
-//! - [`policies`]: `/api/policies`.
+//! - [`policies`]: the `/api/policies` endpoints.
 
 pub mod auth;
 pub mod error;

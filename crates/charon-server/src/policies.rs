@@ -65,7 +65,9 @@ fn reapply(vhost: &VHostState) {
     for entry in topo.queues() {
         let args = vhost.effective_args(&entry.meta);
         let handle = entry.handle.clone();
-        if let Err(Some(cmd)) = handle.try_send(QueueCmd::SetArgs { args }) {
+        if let Err(Some(cmd)) = handle.try_send(QueueCmd::SetArgs {
+            args: Box::new(args),
+        }) {
             tokio::spawn(async move { handle.send(cmd).await });
         }
     }

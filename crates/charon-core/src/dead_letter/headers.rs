@@ -59,7 +59,14 @@ pub(super) fn update(props: &BasicProperties, d: &Death<'_>, drop_cc: bool) -> B
     if drop_cc {
         headers.remove(&key("CC"));
     }
-    let expiration = props.expiration().as_ref().map(|e| e.as_str().to_string());
+    // The TTL as RabbitMQ parsed it, printed back ("0100" -> "100").
+    let expiration = props.expiration().as_ref().map(|e| {
+        let raw = e.as_str();
+        raw.trim()
+            .parse::<u64>()
+            .map(|v| v.to_string())
+            .unwrap_or_else(|_| raw.to_string())
+    });
 
     let old: Vec<AMQPValue> = match headers.get(&key("x-death")) {
         Some(AMQPValue::FieldArray(a)) => a.as_slice().to_vec(),
@@ -69,33 +76,44 @@ pub(super) fn update(props: &BasicProperties, d: &Death<'_>, drop_cc: bool) -> B
         str_of(t.inner().get(&key("queue"))).as_deref() == Some(d.queue)
             && str_of(t.inner().get(&key("reason"))).as_deref() == Some(d.reason.as_str())
     };
-    let mut count = 1;
+    // A repeated {queue, reason} keeps its entry (time, exchange, routing-keys and
+    // original-expiration of its first death, as RabbitMQ 4.0 `mc:record_death`), with `count`
+    // incremented, and moves it to the front.
+    let mut previous: Option<BTreeMap<ShortString, AMQPValue>> = None;
     let mut rest = Vec::with_capacity(old.len());
-    let mut matched = false;
     for v in old {
         match &v {
-            AMQPValue::FieldTable(t) if !matched && is_same(t) => {
-                count = count_of(t.inner().get(&key("count"))).saturating_add(1);
-                matched = true;
+            AMQPValue::FieldTable(t) if previous.is_none() && is_same(t) => {
+                previous = Some(t.inner().clone());
             }
             _ => rest.push(v),
         }
     }
-    let mut entry = BTreeMap::new();
-    entry.insert(key("count"), AMQPValue::LongLongInt(count));
-    entry.insert(key("reason"), s(d.reason.as_str()));
-    entry.insert(key("queue"), s(d.queue));
-    entry.insert(key("time"), AMQPValue::Timestamp(d.time_secs));
-    entry.insert(key("exchange"), s(d.exchange));
-    entry.insert(
-        key("routing-keys"),
-        AMQPValue::FieldArray(FieldArray::from(
-            d.routing_keys.iter().map(|k| s(k)).collect::<Vec<_>>(),
-        )),
-    );
-    if let Some(e) = &expiration {
-        entry.insert(key("original-expiration"), s(e));
-    }
+    let entry = match previous {
+        Some(mut e) => {
+            let count = count_of(e.get(&key("count"))).saturating_add(1);
+            e.insert(key("count"), AMQPValue::LongLongInt(count));
+            e
+        }
+        None => {
+            let mut e = BTreeMap::new();
+            e.insert(key("count"), AMQPValue::LongLongInt(1));
+            e.insert(key("reason"), s(d.reason.as_str()));
+            e.insert(key("queue"), s(d.queue));
+            e.insert(key("time"), AMQPValue::Timestamp(d.time_secs));
+            e.insert(key("exchange"), s(d.exchange));
+            e.insert(
+                key("routing-keys"),
+                AMQPValue::FieldArray(FieldArray::from(
+                    d.routing_keys.iter().map(|k| s(k)).collect::<Vec<_>>(),
+                )),
+            );
+            if let Some(e2) = &expiration {
+                e.insert(key("original-expiration"), s(e2));
+            }
+            e
+        }
+    };
     let mut deaths = vec![AMQPValue::FieldTable(FieldTable::from(entry))];
     deaths.extend(rest);
     headers.insert(

@@ -222,8 +222,9 @@ fn x_death_repeated_queue_and_reason_increments_count_and_moves_to_front() {
     assert_eq!(x.len(), 2);
     assert_eq!(get(&x[0], "queue"), Some(&ls("a")));
     assert_eq!(get(&x[0], "count"), Some(&AMQPValue::LongLongInt(2)));
-    assert_eq!(get(&x[0], "time"), Some(&AMQPValue::Timestamp(3)));
-    assert_eq!(get(&x[0], "exchange"), Some(&ls("dlx2")));
+    // time and exchange stay those of the first death for {a, expired} (RabbitMQ 4.0)
+    assert_eq!(get(&x[0], "time"), Some(&AMQPValue::Timestamp(1)));
+    assert_eq!(get(&x[0], "exchange"), Some(&ls("orders")));
     assert_eq!(get(&x[1], "queue"), Some(&ls("b")));
     assert_eq!(get(&x[1], "count"), Some(&AMQPValue::LongLongInt(1)));
 }
@@ -269,6 +270,22 @@ fn original_expiration_is_recorded_and_expiration_removed() {
     let p = d.message.properties.decode().unwrap_or_default();
     assert!(p.expiration().is_none());
     assert!(d.message.properties.expiration().is_none());
+}
+
+#[test]
+fn original_expiration_is_the_ttl_as_parsed() {
+    let props = BasicProperties::default().with_expiration("0100".into());
+    let d = dead_letter(
+        &message("rk", props),
+        "q",
+        Reason::Expired,
+        &target("dlx", None),
+        0,
+    );
+    assert_eq!(
+        get(&deaths(&d.message)[0], "original-expiration"),
+        Some(&ls("100"))
+    );
 }
 
 #[test]

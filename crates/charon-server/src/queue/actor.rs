@@ -137,7 +137,7 @@ async fn run(
                     dl.refused(message, target, now);
                 }
                 QueueCmd::SetArgs { args } => {
-                    state.set_args(args);
+                    state.set_args(*args);
                     target = dl_target(&state);
                 }
                 QueueCmd::Touch => last_used = now,

@@ -131,7 +131,7 @@ pub enum QueueCmd {
     /// New effective settings (a policy changed).
     SetArgs {
         /// Declared arguments overlaid with the policy.
-        args: charon_core::QueueArgs,
+        args: Box<charon_core::QueueArgs>,
     },
     /// The queue was used (redeclared): restarts its `x-expires` countdown.
     Touch,
