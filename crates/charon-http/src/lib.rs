@@ -5,10 +5,12 @@
 //! - [`auth`]: basic authentication against the broker's users.
 //! - [`error`]: error JSON and status codes.
 //! - [`policies`]: the `/api/policies` endpoints.
+//! - [`queues`]: the `/api/queues` endpoints.
 
 pub mod auth;
 pub mod error;
 pub mod policies;
+pub mod queues;
 
 use std::sync::Arc;
 
@@ -33,6 +35,9 @@ pub fn router(broker: Arc<Broker>) -> Router {
                 .put(policies::put)
                 .delete(policies::delete),
         )
+        .route("/api/queues", get(queues::list_all))
+        .route("/api/queues/{vhost}", get(queues::list_vhost))
+        .route("/api/queues/{vhost}/{name}", get(queues::get_one))
         .with_state(broker)
 }
 

@@ -7,6 +7,7 @@
 //! - [`flow`]: delivery credit between queue actors and connections (no lock across `.await`).
 //! - [`outbound`]: events queue actors send to connections.
 //! - [`queue`]: queue actors, their handles and commands, dead-letter dispatch.
+//! - [`queues_info`]: listing queues with counts (management API, CLI).
 //! - [`policies`]: setting/clearing/listing policies and applying them to existing queues.
 //!
 //! - [`broker`]: vhosts, users, ids.
@@ -22,6 +23,7 @@ pub mod flow;
 pub mod outbound;
 pub mod policies;
 pub mod queue;
+pub mod queues_info;
 pub mod server;
 
 pub use charon_core::DefValue;

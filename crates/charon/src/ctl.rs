@@ -57,6 +57,13 @@ enum CtlCommand {
         /// Policy name.
         name: String,
     },
+    /// Lists the queues of a vhost with their counts.
+    #[command(name = "list_queues")]
+    ListQueues {
+        /// Virtual host.
+        #[arg(short = 'p', long = "vhost", default_value = "/")]
+        vhost: String,
+    },
     /// Lists the policies of a vhost.
     #[command(name = "list_policies")]
     ListPolicies {
@@ -168,6 +175,29 @@ pub(crate) fn run(args: CtlArgs) -> anyhow::Result<()> {
                 &format!("/api/policies/{}/{}", enc(&vhost), enc(&name)),
                 None,
             )?;
+        }
+        CtlCommand::ListQueues { vhost } => {
+            println!("Timeout: 60.0 seconds ...\nListing queues for vhost {vhost} ...");
+            let list = client.call("GET", &format!("/api/queues/{}", enc(&vhost)), None)?;
+            println!(
+                "name\tmessages\tmessages_unacknowledged\tconsumers\tpolicy\tdead_letters_dropped_no_dlx"
+            );
+            for q in list.as_array().map(Vec::as_slice).unwrap_or_default() {
+                let s = |k: &str| match q.get(k) {
+                    Some(Value::String(v)) => v.clone(),
+                    Some(Value::Null) | None => String::new(),
+                    Some(v) => v.to_string(),
+                };
+                println!(
+                    "{}\t{}\t{}\t{}\t{}\t{}",
+                    s("name"),
+                    s("messages_ready"),
+                    s("messages_unacknowledged"),
+                    s("consumers"),
+                    s("policy"),
+                    s("dead_letters_dropped_no_dlx")
+                );
+            }
         }
         CtlCommand::ListPolicies { vhost } => {
             println!("Listing policies for vhost \"{vhost}\" ...");

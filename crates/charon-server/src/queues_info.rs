@@ -1,0 +1,75 @@
+//! Listing queues with their counts for the management API and the CLI (the same interface for
+//! both). Counts come from each queue actor (`QueueCmd::Stats`), asked without holding any lock.
+
+use charon_core::policy::Policy;
+use tokio::sync::oneshot;
+
+use crate::broker::Broker;
+use crate::queue::{QueueCmd, QueueHandle, QueueStats};
+
+/// A queue as listed.
+#[derive(Debug, Clone)]
+pub struct QueueInfo {
+    /// Vhost.
+    pub vhost: String,
+    /// Name.
+    pub name: String,
+    /// Durable flag.
+    pub durable: bool,
+    /// Auto-delete flag.
+    pub auto_delete: bool,
+    /// Exclusive to a connection.
+    pub exclusive: bool,
+    /// The policy that applies, if any.
+    pub policy: Option<String>,
+    /// Effective dead-letter exchange (argument or policy).
+    pub dead_letter_exchange: Option<String>,
+    /// Counts (ready, unacked, consumers, dead letters dropped for a missing DLX).
+    pub stats: QueueStats,
+}
+
+impl Broker {
+    /// Queues of one vhost (or all), sorted by vhost then name, with their current counts.
+    pub async fn list_queues(&self, vhost: Option<&str>) -> Vec<QueueInfo> {
+        let mut pending: Vec<(QueueInfo, QueueHandle)> = Vec::new();
+        for v in self.vhosts() {
+            if vhost.is_some_and(|n| n != &*v.name) {
+                continue;
+            }
+            let entries: Vec<_> = {
+                let topo = v.topology.read().unwrap_or_else(|p| p.into_inner());
+                topo.queues().cloned().collect()
+            };
+            let policies = v.policies.read().unwrap_or_else(|p| p.into_inner()).clone();
+            for e in entries {
+                let policy: Option<&Policy> = policies.for_queue(&e.meta.name);
+                let effective = v.effective_args(&e.meta);
+                pending.push((
+                    QueueInfo {
+                        vhost: v.name.to_string(),
+                        name: e.meta.name.to_string(),
+                        durable: e.meta.durable,
+                        auto_delete: e.meta.auto_delete,
+                        exclusive: e.meta.exclusive_owner.is_some(),
+                        policy: policy.map(|p| p.name.clone()),
+                        dead_letter_exchange: effective.dead_letter_exchange,
+                        stats: QueueStats::default(),
+                    },
+                    e.handle,
+                ));
+            }
+        }
+        let mut out = Vec::with_capacity(pending.len());
+        for (mut info, handle) in pending {
+            let (tx, rx) = oneshot::channel();
+            if handle.send(QueueCmd::Stats { reply: tx }).await
+                && let Ok(stats) = rx.await
+            {
+                info.stats = stats;
+                out.push(info);
+            }
+        }
+        out.sort_by(|a, b| (&a.vhost, &a.name).cmp(&(&b.vhost, &b.name)));
+        out
+    }
+}
