@@ -46,9 +46,16 @@ pub struct BenchArgs {
     /// Per-producer message count limit (0 = unlimited).
     #[arg(long, default_value_t = 0)]
     pub pmessages: u64,
-    /// Scenario: "throughput" (default).
+    /// Scenario: "throughput" (default); "dead-letter" (main-queue consumers nack every
+    /// delivery with requeue=false into a DLQ per queue that as many consumers drain; the
+    /// receive rate is the DLQ's); "expiry" (publish --pmessages into queues with
+    /// x-message-ttl = --ttl-ms and no consumer; consumers drain the DLQs; reports the time from
+    /// the last message's TTL deadline until every message reached the DLQ).
     #[arg(long, default_value = "throughput")]
     pub scenario: String,
+    /// Message TTL of the main queues in the "expiry" scenario (ms).
+    #[arg(long, default_value_t = 10_000)]
+    pub ttl_ms: u64,
     /// PID of the broker: report its CPU time per message and peak RSS (Linux /proc).
     #[arg(long)]
     pub broker_pid: Option<u32>,
@@ -77,6 +84,7 @@ impl Default for BenchArgs {
             duration: 10,
             pmessages: 0,
             scenario: "throughput".into(),
+            ttl_ms: 10_000,
             broker_pid: None,
             json: false,
             quiet: false,
@@ -85,6 +93,11 @@ impl Default for BenchArgs {
 }
 
 impl BenchArgs {
+    /// Name of the dead-letter queue of queue `i`.
+    pub(crate) fn dlq_name(&self, i: usize) -> String {
+        format!("{}-dlq", self.queue_name(i))
+    }
+
     /// Name of queue `i`.
     pub(crate) fn queue_name(&self, i: usize) -> String {
         format!("{}-{}", self.queue_prefix, i % self.queues.max(1))

@@ -23,6 +23,9 @@ pub(crate) struct ConsumerCfg {
     pub(crate) multi_ack: u32,
     /// Whether bodies carry a timestamp.
     pub(crate) timestamps: bool,
+    /// Reject every delivery (nack multiple, requeue=false) instead of acking, counting into
+    /// `Shared::rejected`: the dead-letter scenario's main-queue consumers.
+    pub(crate) reject: bool,
 }
 
 /// Where we are inside a delivery.
@@ -109,7 +112,7 @@ async fn consume_loop(
                     let State::Body { remaining, first } = state else {
                         return Err(BenchError::Protocol("unexpected body frame".into()));
                     };
-                    if first && cfg.timestamps && f.payload.len() >= 8 {
+                    if first && cfg.timestamps && !cfg.reject && f.payload.len() >= 8 {
                         let mut ts = [0u8; 8];
                         ts.copy_from_slice(&f.payload[..8]);
                         let sent = u64::from_le_bytes(ts);
@@ -138,12 +141,21 @@ async fn consume_loop(
                 }
             }
             if cfg.multi_ack > 0 && unacked >= cfg.multi_ack {
-                wire::encode_ack(&mut acks, CHANNEL, last_tag, true);
+                if cfg.reject {
+                    wire::encode_nack_drop(&mut acks, CHANNEL, last_tag, true);
+                } else {
+                    wire::encode_ack(&mut acks, CHANNEL, last_tag, true);
+                }
                 unacked = 0;
             }
         }
         if count > 0 {
-            shared.consumed.fetch_add(count, Ordering::Relaxed);
+            let counter = if cfg.reject {
+                &shared.rejected
+            } else {
+                &shared.consumed
+            };
+            counter.fetch_add(count, Ordering::Relaxed);
         }
         if !acks.is_empty() {
             writer.write_all(&acks).await?;

@@ -56,8 +56,12 @@ pub struct Report {
     pub confirmed: u64,
     /// Messages nacked by the broker (confirm mode only).
     pub nacked: u64,
-    /// Messages consumed during the measurement window.
+    /// Messages consumed during the measurement window (dead-letter scenarios: from the DLQs).
     pub consumed: u64,
+    /// Messages rejected into the DLX by main-queue consumers (dead-letter scenario).
+    pub rejected: u64,
+    /// "expiry": seconds from the last message's TTL deadline until all reached the DLQ.
+    pub expiry_drain_s: Option<f64>,
     /// Length of the measurement window.
     #[serde(rename = "duration_s", serialize_with = "ser_duration")]
     pub duration: Duration,
@@ -117,6 +121,15 @@ impl fmt::Display for Report {
                 f,
                 "confirmed: {} msg, nacked: {} msg",
                 self.confirmed, self.nacked
+            )?;
+        }
+        if self.rejected > 0 {
+            writeln!(f, "rejected into the DLX: {} msg", self.rejected)?;
+        }
+        if let Some(d) = self.expiry_drain_s {
+            writeln!(
+                f,
+                "mass expiry: all messages in the DLQ {d:.2} s after the last TTL deadline"
             )?;
         }
         let l = &self.latency_us;

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use amq_protocol::types::{AMQPValue, FieldTable, LongString};
 use tokio::task::JoinHandle;
 
 use crate::client::Connection;
@@ -20,11 +21,21 @@ use crate::{BenchArgs, BenchError};
 const TICK: Duration = Duration::from_millis(50);
 
 fn validate(args: &BenchArgs) -> Result<(), BenchError> {
-    if args.scenario != "throughput" {
+    if !["throughput", "dead-letter", "expiry"].contains(&args.scenario.as_str()) {
         return Err(BenchError::Args(format!(
-            "unknown scenario {:?} (supported: throughput)",
+            "unknown scenario {:?} (supported: throughput, dead-letter, expiry)",
             args.scenario
         )));
+    }
+    if args.scenario == "expiry" && args.pmessages == 0 {
+        return Err(BenchError::Args(
+            "--scenario expiry needs --pmessages".into(),
+        ));
+    }
+    if args.scenario == "dead-letter" && args.multi_ack == 0 {
+        return Err(BenchError::Args(
+            "--scenario dead-letter needs acknowledgements (--multi-ack >= 1)".into(),
+        ));
     }
     if args.queues == 0 {
         return Err(BenchError::Args("--queues must be >= 1".into()));
@@ -65,6 +76,27 @@ fn params(args: &BenchArgs) -> String {
         args.prefetch,
         args.multi_ack
     )
+}
+
+/// Arguments of a main queue in the dead-letter scenarios: dead-letter through the default
+/// exchange to `dlq`; in "expiry", also `x-message-ttl`.
+fn dead_letter_args(args: &BenchArgs, dlq: &str) -> FieldTable {
+    let mut t = FieldTable::default();
+    t.insert(
+        "x-dead-letter-exchange".into(),
+        AMQPValue::LongString(LongString::from("")),
+    );
+    t.insert(
+        "x-dead-letter-routing-key".into(),
+        AMQPValue::LongString(LongString::from(dlq)),
+    );
+    if args.scenario == "expiry" {
+        t.insert(
+            "x-message-ttl".into(),
+            AMQPValue::LongLongInt(i64::try_from(args.ttl_ms).unwrap_or(i64::MAX)),
+        );
+    }
+    t
 }
 
 async fn connect_all<F, Fut>(
@@ -108,20 +140,50 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
     let uri = AmqpUri::parse(&args.uri)?;
     let queue_names: Vec<String> = (0..args.queues).map(|i| args.queue_name(i)).collect();
 
-    // Admin connection: (re)declare and purge queues.
+    // Admin connection: (re)declare and purge queues; dead-letter scenarios start from fresh
+    // queues (their arguments differ from a previous run's).
+    let dead_letter = args.scenario != "throughput";
+    let dlq_names: Vec<String> = if dead_letter {
+        (0..args.queues).map(|i| args.dlq_name(i)).collect()
+    } else {
+        Vec::new()
+    };
     let mut admin = Connection::open(&uri).await?;
-    for q in &queue_names {
-        admin.declare_queue(q, args.persistent).await?;
-        admin.purge_queue(q).await?;
+    for (i, q) in queue_names.iter().enumerate() {
+        if dead_letter {
+            let dlq = &dlq_names[i];
+            admin.delete_queue(q).await?;
+            admin.delete_queue(dlq).await?;
+            admin.declare_queue(dlq, args.persistent).await?;
+            admin
+                .declare_queue_with(q, args.persistent, dead_letter_args(&args, dlq))
+                .await?;
+        } else {
+            admin.declare_queue(q, args.persistent).await?;
+            admin.purge_queue(q).await?;
+        }
     }
 
     // Connect consumers first (so that nothing is published to an unconsumed queue).
+    // Each entry: (queue, reject?).
     let no_ack = args.multi_ack == 0;
+    let mut specs: Vec<(String, bool)> = Vec::new();
+    for i in 0..args.consumers {
+        match args.scenario.as_str() {
+            "dead-letter" => {
+                specs.push((queue_names[i % queue_names.len()].clone(), true));
+                specs.push((dlq_names[i % dlq_names.len()].clone(), false));
+            }
+            "expiry" => specs.push((dlq_names[i % dlq_names.len()].clone(), false)),
+            _ => specs.push((queue_names[i % queue_names.len()].clone(), false)),
+        }
+    }
+    let rejecting: Vec<bool> = specs.iter().map(|(_, r)| *r).collect();
     let consumers = {
-        let qs = queue_names.clone();
+        let specs = specs.clone();
         let prefetch = args.prefetch;
-        connect_all(args.consumers, &uri, move |i, mut c| {
-            let q = qs[i % qs.len()].clone();
+        connect_all(specs.len(), &uri, move |i, mut c| {
+            let q = specs[i].0.clone();
             async move {
                 if !no_ack {
                     c.qos(prefetch).await?;
@@ -150,6 +212,7 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
     let ccfg = ConsumerCfg {
         multi_ack,
         timestamps: args.size >= 8,
+        reject: false,
     };
 
     let broker_before = args.broker_pid.and_then(|p| {
@@ -161,7 +224,11 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
 
     let consumer_tasks: Vec<_> = consumers
         .into_iter()
-        .map(|c| tokio::spawn(run_consumer(c, ccfg, shared.clone())))
+        .zip(rejecting)
+        .map(|(c, reject)| {
+            let cfg = ConsumerCfg { reject, ..ccfg };
+            tokio::spawn(run_consumer(c, cfg, shared.clone()))
+        })
         .collect();
     let producer_tasks: Vec<_> = producers
         .into_iter()
@@ -186,6 +253,7 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
     let (mut last_pub, mut last_cons) = (0u64, 0u64);
     let mut peak_rss = broker_before.map(|s| s.rss_kib).unwrap_or(0);
     let mut sec = 0u64;
+    let mut published_at: Option<Instant> = None;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(TICK) => {}
@@ -209,6 +277,12 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
                 peak_rss = peak_rss.max(s.rss_kib);
             }
         }
+        if published_at.is_none()
+            && args.pmessages > 0
+            && shared.load(&shared.producers_done) >= args.producers as u64
+        {
+            published_at = Some(now);
+        }
         if deadline.is_some_and(|d| now >= d) {
             break;
         }
@@ -225,6 +299,16 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
         }
     }
     let elapsed = t0.elapsed();
+    let finished = Instant::now();
+    let rejected = shared.load(&shared.rejected);
+    // expiry: from the last message's TTL deadline to the last DLQ receipt.
+    let expiry_drain_s = (args.scenario == "expiry")
+        .then_some(published_at)
+        .flatten()
+        .map(|p| {
+            let deadline = p + Duration::from_millis(args.ttl_ms);
+            finished.saturating_duration_since(deadline).as_secs_f64()
+        });
     let published = shared.load(&shared.published);
     let consumed = shared.load(&shared.consumed);
     let confirmed = shared.load(&shared.confirmed);
@@ -253,7 +337,7 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
     }
 
     // Cleanup.
-    for q in &queue_names {
+    for q in queue_names.iter().chain(&dlq_names) {
         admin.delete_queue(q).await?;
     }
     admin.close().await;
@@ -276,6 +360,8 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
         confirmed,
         nacked,
         consumed,
+        rejected,
+        expiry_drain_s,
         duration: elapsed,
         publish_rate: published as f64 / secs,
         consume_rate: consumed as f64 / secs,

@@ -19,8 +19,10 @@ pub(crate) struct Shared {
     pub(crate) confirmed: AtomicU64,
     /// Messages nacked by the broker.
     pub(crate) nacked: AtomicU64,
-    /// Messages fully received by consumers.
+    /// Messages fully received by consumers (in dead-letter scenarios: by DLQ consumers).
     pub(crate) consumed: AtomicU64,
+    /// Messages rejected (nack requeue=false) by main-queue consumers (dead-letter scenario).
+    pub(crate) rejected: AtomicU64,
     /// Producers that reached `--pmessages`.
     pub(crate) producers_done: AtomicU64,
     /// Cancelled when the measurement ends (or a worker fails).
@@ -37,6 +39,7 @@ impl Shared {
             confirmed: AtomicU64::new(0),
             nacked: AtomicU64::new(0),
             consumed: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
             producers_done: AtomicU64::new(0),
             stop: CancellationToken::new(),
             error: Mutex::new(None),

@@ -215,6 +215,17 @@ impl Connection {
 
     /// `queue.declare` (non-exclusive, not auto-delete).
     pub async fn declare_queue(&mut self, name: &str, durable: bool) -> Result<(), BenchError> {
+        self.declare_queue_with(name, durable, FieldTable::default())
+            .await
+    }
+
+    /// `queue.declare` with arguments (dead-letter scenarios).
+    pub async fn declare_queue_with(
+        &mut self,
+        name: &str,
+        durable: bool,
+        arguments: FieldTable,
+    ) -> Result<(), BenchError> {
         let m = queue::Declare {
             queue: name.into(),
             passive: false,
@@ -222,7 +233,7 @@ impl Connection {
             exclusive: false,
             auto_delete: false,
             nowait: false,
-            arguments: FieldTable::default(),
+            arguments,
         };
         match self
             .rpc(AMQPClass::Queue(queue::AMQPMethod::Declare(m)))

@@ -114,6 +114,17 @@ pub fn encode_ack(out: &mut Vec<u8>, channel: u16, delivery_tag: u64, multiple: 
     frame(out, FRAME_METHOD, channel, &p);
 }
 
+/// Encodes `basic.nack(delivery_tag, multiple, requeue=false)`: reject into the dead-letter
+/// exchange.
+pub fn encode_nack_drop(out: &mut Vec<u8>, channel: u16, delivery_tag: u64, multiple: bool) {
+    let mut p = [0u8; 13];
+    p[0..2].copy_from_slice(&CLASS_BASIC.to_be_bytes());
+    p[2..4].copy_from_slice(&BASIC_NACK.to_be_bytes());
+    p[4..12].copy_from_slice(&delivery_tag.to_be_bytes());
+    p[12] = u8::from(multiple);
+    frame(out, FRAME_METHOD, channel, &p);
+}
+
 /// Class and method ids of a method frame payload.
 #[inline]
 pub fn method_ids(payload: &[u8]) -> Option<(u16, u16)> {

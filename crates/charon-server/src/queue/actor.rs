@@ -123,18 +123,24 @@ async fn run(
                         });
                     }
                 }
-                QueueCmd::DeadLetter { message, from } => {
-                    // A full reject-publish(-dlx) queue refuses it; it stays with its source.
-                    if state.args().overflow != Overflow::DropHead
-                        && state.is_full_for(message.body_size())
-                    {
-                        dead_letters::refuse(from, message, me.clone());
-                    } else {
-                        state.publish(message, now);
+                QueueCmd::DeadLetter { messages, from } => {
+                    // A full reject-publish(-dlx) queue refuses them; they stay with their source.
+                    let mut refused = Vec::new();
+                    for message in messages {
+                        if state.args().overflow != Overflow::DropHead
+                            && state.is_full_for(message.body_size())
+                        {
+                            refused.push(message);
+                        } else {
+                            state.publish(message, now);
+                        }
+                    }
+                    if !refused.is_empty() {
+                        dead_letters::refuse(from, refused, me.clone());
                     }
                 }
-                QueueCmd::DeadLetterRefused { message, target } => {
-                    dl.refused(message, target, now);
+                QueueCmd::DeadLetterRefused { messages, target } => {
+                    dl.refused(messages, target, now);
                 }
                 QueueCmd::SetArgs { args } => {
                     state.set_args(*args);

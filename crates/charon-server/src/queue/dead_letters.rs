@@ -19,12 +19,14 @@ use charon_core::{DeadLetter, Message};
 use super::handle::{QueueCmd, QueueHandle};
 use crate::broker::VHostState;
 
-/// Delay before a refused or blocked dead letter is offered again (ms).
+/// Delay before dead letters refused by a full `reject-publish` queue are offered again (ms).
 const RETRY_MS: u64 = 50;
+/// Delay before dead letters blocked by a full command channel are offered again (ms).
+const BUSY_RETRY_MS: u64 = 1;
 
 #[derive(Debug)]
 struct Pending {
-    message: Arc<Message>,
+    messages: Vec<Arc<Message>>,
     target: QueueHandle,
     not_before: u64,
 }
@@ -67,6 +69,8 @@ impl DeadLetterer {
         let Some(target) = target else {
             return local;
         };
+        // One command per target queue for the whole batch.
+        let mut batches: Vec<(QueueHandle, Vec<Arc<Message>>)> = Vec::new();
         for d in dead {
             let out = dead_letter::dead_letter(&d.message, me.name(), d.reason, target, now);
             let message = Arc::new(out.message);
@@ -100,18 +104,23 @@ impl DeadLetterer {
                 }
                 if q.same(me) {
                     local.push(message.clone());
+                } else if let Some((_, v)) = batches.iter_mut().find(|(h, _)| h.same(&q)) {
+                    v.push(message.clone());
                 } else {
-                    self.offer(me, message.clone(), q, now);
+                    batches.push((q, vec![message.clone()]));
                 }
             }
+        }
+        for (q, messages) in batches {
+            self.offer(me, messages, q, now);
         }
         local
     }
 
-    /// A target refused `message`: keep it, retry later.
-    pub(super) fn refused(&mut self, message: Arc<Message>, target: QueueHandle, now: u64) {
+    /// A target refused `messages`: keep them, retry later.
+    pub(super) fn refused(&mut self, messages: Vec<Arc<Message>>, target: QueueHandle, now: u64) {
         self.outbox.push_back(Pending {
-            message,
+            messages,
             target,
             not_before: now + RETRY_MS,
         });
@@ -128,22 +137,28 @@ impl DeadLetterer {
                 self.outbox.push_back(p);
                 continue;
             }
-            self.offer(me, p.message, p.target, now);
+            self.offer(me, p.messages, p.target, now);
         }
     }
 
-    fn offer(&mut self, me: &QueueHandle, message: Arc<Message>, target: QueueHandle, now: u64) {
+    fn offer(
+        &mut self,
+        me: &QueueHandle,
+        messages: Vec<Arc<Message>>,
+        target: QueueHandle,
+        now: u64,
+    ) {
         let cmd = QueueCmd::DeadLetter {
-            message,
+            messages,
             from: me.clone(),
         };
         match target.try_send(cmd) {
             Ok(()) | Err(None) => {}
-            Err(Some(QueueCmd::DeadLetter { message, .. })) => {
+            Err(Some(QueueCmd::DeadLetter { messages, .. })) => {
                 self.outbox.push_back(Pending {
-                    message,
+                    messages,
                     target,
-                    not_before: now + RETRY_MS,
+                    not_before: now + BUSY_RETRY_MS,
                 });
             }
             Err(Some(_)) => {}
@@ -151,10 +166,10 @@ impl DeadLetterer {
     }
 }
 
-/// Sends a refused dead letter back to its source without blocking the refusing actor.
-pub(super) fn refuse(from: QueueHandle, message: Arc<Message>, me: QueueHandle) {
+/// Sends refused dead letters back to their source without blocking the refusing actor.
+pub(super) fn refuse(from: QueueHandle, messages: Vec<Arc<Message>>, me: QueueHandle) {
     let cmd = QueueCmd::DeadLetterRefused {
-        message,
+        messages,
         target: me,
     };
     if let Err(Some(cmd)) = from.try_send(cmd) {

@@ -116,15 +116,15 @@ pub enum QueueCmd {
     /// (full, `reject-publish`), it goes back to `from`, which keeps it and retries: a dead
     /// letter is never dropped for lack of room.
     DeadLetter {
-        /// The dead-lettered copy (x-death already updated).
-        message: Arc<Message>,
+        /// The dead-lettered copies (x-death already updated), in dead-lettering order.
+        messages: Vec<Arc<Message>>,
         /// The source queue.
         from: QueueHandle,
     },
-    /// A dead letter this queue sent was refused by `target`; keep it and retry later.
+    /// Dead letters this queue sent were refused by `target`; keep them and retry later.
     DeadLetterRefused {
-        /// The dead-lettered copy.
-        message: Arc<Message>,
+        /// The dead-lettered copies.
+        messages: Vec<Arc<Message>>,
         /// The queue that refused it.
         target: QueueHandle,
     },
