@@ -120,12 +120,16 @@ NAMES=(
     "transient 4->4q->4 16B"
     "persistent+confirm 1p 1KiB"
     "persistent+confirm 4p 1KiB"
+    "dead-letter 1p->nack->DLQ 16B"
+    "expiry ${EXPIRY_MESSAGES:-1000000} -> DLQ 16B"
 )
 ARGS=(
     "-x 1 -y 1 --queues 1 -s 16"
     "-x 4 -y 4 --queues 4 -s 16"
     "-x 1 -y 1 --queues 1 -s 1024 --persistent --confirm 100"
     "-x 4 -y 4 --queues 4 -s 1024 --persistent --confirm 100"
+    "--scenario dead-letter -x 1 -y 1 --queues 1 -s 16"
+    "--scenario expiry -x 1 -y 1 --queues 1 -s 16 --pmessages ${EXPIRY_MESSAGES:-1000000} --ttl-ms ${EXPIRY_TTL_MS:-15000} -z 0"
 )
 
 # run_one URI PID ARGS -> "rate cpu" (or "- -")
@@ -134,17 +138,22 @@ run_one() {
     sleep "${BENCH_PAUSE:-3}"
     [ -n "$pid" ] && pidarg=(--broker-pid "$pid")
     # shellcheck disable=SC2086
-    if out=$("${BENCH[@]}" --uri "$uri" -z "$DURATION" --json "${pidarg[@]}" $args); then
+    local zarg=(-z "$DURATION")
+    [[ " $args " == *" -z "* ]] && zarg=()
+    if out=$("${BENCH[@]}" --uri "$uri" "${zarg[@]}" --json "${pidarg[@]}" $args); then
         echo "$out" >>"$WORK/results.jsonl"
-        jq -r '[(.consume_rate // .publish_rate | floor), (.broker_cpu_us_per_msg // "-" | if type == "number" then (. * 100 | round / 100) else . end)] | @tsv' <<<"$out" | tail -1
+        # expiry: the figure is the drain time (seconds, lower is better), shown as "Ns"
+        jq -r '[(if .expiry_drain_s != null then "\(.expiry_drain_s * 100 | round / 100)s" else (.consume_rate // .publish_rate | floor) end), (.broker_cpu_us_per_msg // "-" | if type == "number" then (. * 100 | round / 100) else . end), (.broker_peak_rss_kib // "-" | if type == "number" then (. / 1024 | round) else . end)] | @tsv' <<<"$out" | tail -1
     else
-        echo "- -"
+        echo "- - -"
     fi
 }
 
-ratio() { # a b -> b/a
+ratio() { # a b -> b/a (rates), or a/b for drain times ("1.5s": lower is better)
     if [[ $1 =~ ^[0-9]+$ && $2 =~ ^[0-9]+$ && $1 -gt 0 ]]; then
         awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", b / a }'
+    elif [[ $1 =~ ^[0-9.]+s$ && $2 =~ ^[0-9.]+s$ ]]; then
+        awk -v a="${1%s}" -v b="${2%s}" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "-" }'
     else
         echo "-"
     fi
@@ -152,31 +161,32 @@ ratio() { # a b -> b/a
 
 ROWS=()
 for i in "${!NAMES[@]}"; do
-    r_rate="-" r_cpu="-" c_rate="-" c_cpu="-" l_rate="-" l_cpu="-"
+    r_rate="-" r_cpu="-" c_rate="-" c_cpu="-" l_rate="-" l_cpu="-" r_rss="-" c_rss="-" l_rss="-"
     if [ $HAVE_RMQ = 1 ]; then
         log "RabbitMQ: ${NAMES[$i]}"
-        read -r r_rate r_cpu < <(run_one "$RMQ_URI" "$RMQ_PID" "${ARGS[$i]}")
+        read -r r_rate r_cpu r_rss < <(run_one "$RMQ_URI" "$RMQ_PID" "${ARGS[$i]}")
     fi
     if [ $HAVE_CHARON = 1 ]; then
         log "Charon: ${NAMES[$i]}"
-        read -r c_rate c_cpu < <(run_one "$CHARON_URI" "$CHARON_PID" "${ARGS[$i]}")
+        read -r c_rate c_cpu c_rss < <(run_one "$CHARON_URI" "$CHARON_PID" "${ARGS[$i]}")
     fi
     if [ $HAVE_LAVIN = 1 ]; then
         log "LavinMQ: ${NAMES[$i]}"
-        read -r l_rate l_cpu < <(run_one "$LAVINMQ_URI" "${LAVINMQ_PID:-}" "${ARGS[$i]}")
+        read -r l_rate l_cpu l_rss < <(run_one "$LAVINMQ_URI" "${LAVINMQ_PID:-}" "${ARGS[$i]}")
     fi
-    row="${NAMES[$i]}|$r_rate|$c_rate|$(ratio "$r_rate" "$c_rate")|$r_cpu|$c_cpu"
-    [ $HAVE_LAVIN = 1 ] && row+="|$l_rate|$l_cpu"
+    row="${NAMES[$i]}|$r_rate|$c_rate|$(ratio "$r_rate" "$c_rate")|$r_cpu|$c_cpu|$r_rss|$c_rss"
+    [ $HAVE_LAVIN = 1 ] && row+="|$l_rate|$l_cpu|$l_rss"
     ROWS+=("$row")
 done
 
 # --- table -------------------------------------------------------------------
-header="scenario|RabbitMQ msg/s|Charon msg/s|Charon/RabbitMQ|RabbitMQ CPU us/msg|Charon CPU us/msg"
-[ $HAVE_LAVIN = 1 ] && header+="|LavinMQ msg/s|LavinMQ CPU us/msg"
+header="scenario|RabbitMQ msg/s|Charon msg/s|Charon/RabbitMQ|RabbitMQ CPU us/msg|Charon CPU us/msg|RabbitMQ peak MiB|Charon peak MiB"
+[ $HAVE_LAVIN = 1 ] && header+="|LavinMQ msg/s|LavinMQ CPU us/msg|LavinMQ peak MiB"
 echo
 printf '%s\n' "$header" "${ROWS[@]}" | column -t -s '|'
 echo
-echo "(msg/s = consume rate over ${DURATION}s; CPU = broker user+sys time / messages)"
+echo "(msg/s = consume rate over ${DURATION}s, from the DLQ in dead-letter rows; expiry row: seconds from the"
+echo " last message's TTL deadline until all reached the DLQ, ratio = RabbitMQ/Charon; CPU = broker user+sys / messages)"
 if [ -f "$WORK/results.jsonl" ]; then
     cp "$WORK/results.jsonl" /tmp/bench-compare-last.jsonl
     echo "raw JSON reports: /tmp/bench-compare-last.jsonl"
