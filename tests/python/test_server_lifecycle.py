@@ -49,7 +49,6 @@ def test_sigint_exits_0(private_charon):
     assert private_charon.proc.wait(15) == 0
 
 
-@pytest.mark.xfail(strict=True, reason="durability is issue 4: messages and definitions are in memory until charon-store lands")
 def test_durable_queue_and_persistent_message_survive_restart(tmp_path):
     import conftest
     b = conftest.start_charon(tmp_path)

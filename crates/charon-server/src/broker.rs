@@ -7,13 +7,14 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use charon_core::policy::effective_args;
 use charon_core::{Policies, QueueArgs, QueueMeta, QueueState, VHost};
 
 use crate::access::{AccessControl, ConfigError};
 use crate::config::Config;
+use crate::persist::{self, Persistence};
 use crate::queue::{self, QueueHandle};
 
 /// One virtual host: its topology (exchanges, bindings, queue handles) and its policies.
@@ -28,6 +29,8 @@ pub struct VHostState {
     pub topology: RwLock<VHost<QueueHandle>>,
     /// Policies (see [`crate::policies`]).
     pub policies: RwLock<Policies>,
+    /// The store, when the broker runs with one (set once at start).
+    pub persist: OnceLock<Arc<Persistence>>,
 }
 
 impl VHostState {
@@ -39,6 +42,15 @@ impl VHostState {
             name: Arc::from(name),
             topology: RwLock::new(v),
             policies: RwLock::new(Policies::default()),
+            persist: OnceLock::new(),
+        }
+    }
+
+    /// Saves the durable topology after a change (no-op without a store).
+    pub fn save_topology(&self) {
+        if let Some(p) = self.persist.get() {
+            let topo = self.topology.read().unwrap_or_else(|p| p.into_inner());
+            p.save_topology(&topo);
         }
     }
 
@@ -135,13 +147,74 @@ impl Broker {
 /// Makes the actor for a newly declared queue; passed to `VHost::declare_queue`. It runs with
 /// its arguments overlaid with the vhost's applicable policy.
 pub fn spawn_queue(meta: &QueueMeta, vhost: &Arc<VHostState>, vhost_name: &str) -> QueueHandle {
+    spawn_queue_with(meta, vhost, vhost_name, None)
+}
+
+/// [`spawn_queue`] with the messages recovered from the store for it.
+fn spawn_queue_with(
+    meta: &QueueMeta,
+    vhost: &Arc<VHostState>,
+    vhost_name: &str,
+    recovered: Option<&std::collections::BTreeMap<u64, charon_store::RecoveredMessage>>,
+) -> QueueHandle {
     let (handle, rx) = QueueHandle::new(meta.name.clone());
     let mut state = QueueState::new(meta.name.clone(), vhost.effective_args(meta));
     state.set_vhost(vhost_name);
+    let persist = match vhost.persist.get() {
+        Some(p) if meta.durable => {
+            state.track_gone();
+            Some((p.clone(), persist::queue_key(vhost_name, &meta.name)))
+        }
+        _ => None,
+    };
+    let mut persisted = std::collections::HashSet::new();
+    for (id, m) in recovered.into_iter().flatten() {
+        let sm = &m.message;
+        let message = charon_core::Message::new(
+            sm.exchange.clone(),
+            sm.routing_key.clone(),
+            charon_protocol::RawProperties(sm.properties.clone()),
+            sm.body.clone(),
+        );
+        state.restore(*id, Arc::new(message), sm.expires_at_ms, m.delivered);
+        persisted.insert(*id);
+    }
     let ctx = queue::QueueContext {
         vhost: vhost.clone(),
         auto_delete: meta.auto_delete,
+        persist,
+        persisted,
     };
     queue::spawn(state, &handle, rx, ctx);
     handle
+}
+
+impl Broker {
+    /// Opens the store under the data directory, restores durable definitions, policies and
+    /// persistent messages, and keeps the store for what follows. Call once, inside the runtime.
+    pub fn open_store(&self) -> Result<(), charon_store::StoreError> {
+        let (p, rec) = Persistence::open(std::path::Path::new(&self.config.data_dir))?;
+        let mut restored = 0usize;
+        for v in self.vhosts() {
+            let _ = v.persist.set(p.clone());
+            if let Some(data) = persist::policies_of(&rec, &v.name) {
+                self.restore_policies(&v, data);
+            }
+            if let Some(data) = persist::topology_of(&rec, &v.name) {
+                let name = v.name.clone();
+                let mut topo = v.topology.write().unwrap_or_else(|p| p.into_inner());
+                let restored_ok = persist::restore_topology(&mut topo, data, |meta| {
+                    let key = persist::queue_key(&name, &meta.name);
+                    let msgs = rec.queues.get(&key);
+                    restored += msgs.map_or(0, |m| m.len());
+                    spawn_queue_with(meta, &v, &name, msgs)
+                });
+                if restored_ok.is_none() {
+                    tracing::warn!(vhost = %name, "the saved topology is damaged; restored what could be read");
+                }
+            }
+        }
+        tracing::info!(messages = restored, "store opened and recovered");
+        Ok(())
+    }
 }

@@ -8,6 +8,7 @@
 //! - [`outbound`]: events queue actors send to connections.
 //! - [`queue`]: queue actors, their handles and commands, dead-letter dispatch.
 //! - [`queues_info`]: listing queues with counts (management API, CLI).
+//! - [`persist`]: what goes to `charon-store` and how it comes back at start.
 //! - [`policies`]: setting/clearing/listing policies and applying them to existing queues.
 //!
 //! - [`broker`]: vhosts, users, ids.
@@ -21,6 +22,7 @@ pub mod connection;
 pub mod error;
 pub mod flow;
 pub mod outbound;
+pub mod persist;
 pub mod policies;
 pub mod queue;
 pub mod queues_info;

@@ -59,6 +59,66 @@ pub enum PolicyChangeError {
     Invalid(#[from] PolicyError),
 }
 
+fn def_to_json(definition: &[(String, DefValue)]) -> String {
+    let map: serde_json::Map<String, serde_json::Value> = definition
+        .iter()
+        .map(|(k, v)| {
+            let j = match v {
+                DefValue::Str(s) => serde_json::Value::String(s.clone()),
+                DefValue::Int(i) => serde_json::Value::from(*i),
+                DefValue::Bool(b) => serde_json::Value::Bool(*b),
+                DefValue::Other(o) => {
+                    serde_json::from_str(o).unwrap_or(serde_json::Value::String(o.clone()))
+                }
+            };
+            (k.clone(), j)
+        })
+        .collect();
+    serde_json::Value::Object(map).to_string()
+}
+
+fn def_from_json(text: &str) -> Vec<(String, DefValue)> {
+    let Ok(serde_json::Value::Object(map)) = serde_json::from_str::<serde_json::Value>(text) else {
+        return Vec::new();
+    };
+    map.into_iter()
+        .map(|(k, v)| {
+            let d = match v {
+                serde_json::Value::String(s) => DefValue::Str(s),
+                serde_json::Value::Bool(b) => DefValue::Bool(b),
+                serde_json::Value::Number(n) => match n.as_i64() {
+                    Some(i) => DefValue::Int(i),
+                    None => DefValue::Other(n.to_string()),
+                },
+                other => DefValue::Other(other.to_string()),
+            };
+            (k, d)
+        })
+        .collect()
+}
+
+/// Saves a vhost's policies to the store (no-op without one).
+fn save(vhost: &VHostState) {
+    let Some(p) = vhost.persist.get() else {
+        return;
+    };
+    let rows: Vec<_> = {
+        let ps = vhost.policies.read().unwrap_or_else(|p| p.into_inner());
+        ps.iter()
+            .map(|p| {
+                (
+                    p.name.clone(),
+                    p.pattern.clone(),
+                    p.apply_to.as_str().to_string(),
+                    p.priority,
+                    def_to_json(&p.definition.raw),
+                )
+            })
+            .collect()
+    };
+    p.save_policies(&vhost.name, crate::persist::encode_policies(&rows));
+}
+
 /// Sends every queue of `vhost` its current effective settings.
 fn reapply(vhost: &VHostState) {
     let topo = vhost.topology.read().unwrap_or_else(|p| p.into_inner());
@@ -94,6 +154,7 @@ impl Broker {
             let mut ps = v.policies.write().unwrap_or_else(|p| p.into_inner());
             ps.set(policy)
         };
+        save(&v);
         reapply(&v);
         Ok(if created {
             PolicySetOutcome::Created
@@ -112,9 +173,30 @@ impl Broker {
             ps.clear(name)
         };
         if removed {
+            save(&v);
             reapply(&v);
         }
         removed
+    }
+
+    /// Restores a vhost's saved policies (at start, before its queues).
+    pub(crate) fn restore_policies(&self, vhost: &VHostState, data: bytes::Bytes) {
+        for (name, pattern, apply_to, priority, def) in crate::persist::decode_policies(data) {
+            let policy = ApplyTo::parse(&apply_to).and_then(|a| {
+                let d = PolicyDefinition::parse(def_from_json(&def))?;
+                Policy::new(&name, &pattern, a, priority, d)
+            });
+            match policy {
+                Ok(p) => {
+                    vhost
+                        .policies
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .set(p);
+                }
+                Err(e) => tracing::warn!(policy = %name, error = %e, "could not restore a policy"),
+            }
+        }
     }
 
     /// Policies of one vhost, or of all vhosts.

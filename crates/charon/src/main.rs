@@ -81,6 +81,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     );
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating data dir {}", config.data_dir))?;
+    broker
+        .open_store()
+        .with_context(|| format!("opening the store in {}", config.data_dir))?;
     let amqp = tokio::net::TcpListener::bind(&config.amqp_listen)
         .await
         .with_context(|| format!("binding AMQP on {}", config.amqp_listen))?;

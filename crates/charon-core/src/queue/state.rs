@@ -48,6 +48,9 @@ pub struct QueueState {
     unacked: HashMap<MsgId, Unacked>,
     consumers: Consumers,
     dead: Vec<DeadLetter>,
+    /// Ids of messages that left the queue by any means, when tracked (durable queues: the
+    /// owner settles them in the store).
+    gone: Option<Vec<MsgId>>,
 }
 
 /// The per-message TTL of `message` (its `expiration` property, milliseconds), if valid.
@@ -70,7 +73,54 @@ impl QueueState {
             unacked: HashMap::new(),
             consumers: Consumers::default(),
             dead: Vec::new(),
+            gone: None,
         }
+    }
+
+    /// Starts recording the ids of messages that leave the queue (see [`Self::take_gone`]).
+    pub fn track_gone(&mut self) {
+        self.gone.get_or_insert_with(Vec::new);
+    }
+
+    /// Ids of messages that left the queue (acked, rejected, expired, dropped, purged, removed,
+    /// delivered with no-ack) since the last call; empty unless [`Self::track_gone`] was called.
+    pub fn take_gone(&mut self) -> Vec<MsgId> {
+        self.gone.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    fn mark_gone(&mut self, id: MsgId) {
+        if let Some(g) = self.gone.as_mut() {
+            g.push(id);
+        }
+    }
+
+    /// Puts a recovered message back (restart): ready, at position `id`, with its absolute
+    /// expiry; later publishes get ids above every restored one.
+    pub fn restore(
+        &mut self,
+        id: MsgId,
+        message: Arc<Message>,
+        expires_at: Option<u64>,
+        redelivered: bool,
+    ) {
+        self.next_id = self.next_id.max(id + 1);
+        self.insert_ready(
+            id,
+            Ready {
+                message,
+                redelivered,
+                expires_at,
+                returns: 0,
+            },
+        );
+    }
+
+    /// The absolute expiry of ready or unacked message `id`, if it has one.
+    pub fn expiry_of(&self, id: MsgId) -> Option<u64> {
+        self.ready
+            .get(&id)
+            .and_then(|r| r.expires_at)
+            .or_else(|| self.unacked.get(&id).and_then(|u| u.expires_at))
     }
 
     /// Set the vhost name used in error texts (default `/`).
@@ -180,10 +230,13 @@ impl QueueState {
                 return;
             }
             match self.pop_ready() {
-                Some((_, r)) => self.dead.push(DeadLetter {
-                    message: r.message,
-                    reason: DeadReason::Maxlen,
-                }),
+                Some((id, r)) => {
+                    self.mark_gone(id);
+                    self.dead.push(DeadLetter {
+                        message: r.message,
+                        reason: DeadReason::Maxlen,
+                    });
+                }
                 None => return,
             }
         }
@@ -197,6 +250,7 @@ impl QueueState {
                 return;
             }
             if let Some(r) = self.remove_ready(id) {
+                self.mark_gone(id);
                 self.dead.push(DeadLetter {
                     message: r.message,
                     reason: DeadReason::Expired,
@@ -271,7 +325,9 @@ impl QueueState {
             let Some((id, r)) = self.pop_ready() else {
                 return;
             };
-            if !no_ack {
+            if no_ack {
+                self.mark_gone(id);
+            } else {
                 if let Some(c) = self.consumers.front_mut() {
                     c.unacked += 1;
                 }
@@ -301,7 +357,9 @@ impl QueueState {
     pub fn get(&mut self, no_ack: bool, now_ms: u64) -> Option<GetResult> {
         self.expire(now_ms);
         let (id, r) = self.pop_ready()?;
-        if !no_ack {
+        if no_ack {
+            self.mark_gone(id);
+        } else {
             self.unacked.insert(
                 id,
                 Unacked {
@@ -332,7 +390,9 @@ impl QueueState {
     /// Acknowledge; unknown ids are ignored.
     pub fn ack(&mut self, ids: &[MsgId]) {
         for id in ids {
-            self.settle(*id);
+            if self.settle(*id).is_some() {
+                self.mark_gone(*id);
+            }
         }
     }
 
@@ -352,6 +412,7 @@ impl QueueState {
             if let Some(u) = self.settle(*id) {
                 let returns = u.returns.saturating_add(1);
                 if limit.is_some_and(|l| u64::from(returns) > l) {
+                    self.mark_gone(*id);
                     self.dead.push(DeadLetter {
                         message: u.message,
                         reason: DeadReason::DeliveryLimit,
@@ -378,6 +439,7 @@ impl QueueState {
         let mut n = 0;
         for id in ids {
             if let Some(u) = self.settle(*id) {
+                self.mark_gone(*id);
                 self.dead.push(DeadLetter {
                     message: u.message,
                     reason: DeadReason::Rejected,
@@ -391,6 +453,12 @@ impl QueueState {
     /// Remove all ready messages (not dead-lettered); returns how many.
     pub fn purge(&mut self) -> u32 {
         let n = self.message_count();
+        if self.gone.is_some() {
+            let ids: Vec<MsgId> = self.ready.keys().copied().collect();
+            for id in ids {
+                self.mark_gone(id);
+            }
+        }
         self.ready.clear();
         self.expiry.clear();
         self.ready_bytes = 0;
@@ -409,7 +477,9 @@ impl QueueState {
 
     /// Remove one ready message by id (not dead-lettered); returns it.
     pub fn remove(&mut self, id: MsgId) -> Option<Arc<Message>> {
-        self.remove_ready(id).map(|r| r.message)
+        let m = self.remove_ready(id).map(|r| r.message)?;
+        self.mark_gone(id);
+        Some(m)
     }
 
     /// Ready messages.

@@ -6,7 +6,7 @@
 //! wakes on its own for the earliest message expiry, for dead letters waiting to be retried and
 //! for its own `x-expires`; what left the queue goes to [`super::dead_letters`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -18,6 +18,8 @@ use super::dead_letters::{self, DeadLetterer};
 use super::handle::{ConsumerTarget, QueueCmd, QueueHandle, QueueStats};
 use crate::broker::VHostState;
 use crate::outbound::ConnEvent;
+use crate::persist::Persistence;
+use crate::queue::handle::ConfirmTo;
 
 /// Most commands handled between two runs of the delivery loop.
 const BATCH: usize = 512;
@@ -44,6 +46,10 @@ pub struct QueueContext {
     /// Auto-delete: remove itself once its last consumer is gone (RabbitMQ's rule: only after
     /// it has had at least one consumer).
     pub auto_delete: bool,
+    /// For a durable queue with a store: the store and the queue's key in it.
+    pub persist: Option<(Arc<Persistence>, Arc<str>)>,
+    /// Ids of the queue's messages that are in the store (recovered ones at start).
+    pub persisted: HashSet<u64>,
 }
 
 /// Spawns the actor for `state`, reachable through `handle`.
@@ -82,11 +88,68 @@ fn remove_self(ctx: &QueueContext, me: &QueueHandle) -> bool {
     false
 }
 
+/// Writes a persistent message enqueued under `id` to the store; returns whether it was.
+fn persist_one(
+    ctx: &mut QueueContext,
+    state: &QueueState,
+    id: u64,
+    message: &charon_core::Message,
+    now: u64,
+    tickets: &mut Vec<charon_store::Ticket>,
+) -> bool {
+    let Some((p, key)) = &ctx.persist else {
+        return false;
+    };
+    if message.properties.delivery_mode() != Some(2) {
+        return false;
+    }
+    tickets.push(p.publish(key, id, message, now, state.expiry_of(id)));
+    ctx.persisted.insert(id);
+    true
+}
+
+/// Confirms publishes once their records are on disk (a nack if the store failed).
+fn confirm_when_durable(tickets: Vec<charon_store::Ticket>, confirms: Vec<ConfirmTo>) {
+    tokio::spawn(async move {
+        let mut ok = true;
+        for t in tickets {
+            ok &= matches!(t.await, Ok(Ok(_)));
+        }
+        for c in confirms {
+            let _ = c.conn.send(ConnEvent::Confirm {
+                channel: c.channel,
+                seq: c.seq,
+                ack: ok,
+            });
+        }
+    });
+}
+
+/// Records in the store that messages left the queue.
+fn settle_gone(ctx: &mut QueueContext, gone: Vec<u64>) {
+    let Some((p, key)) = &ctx.persist else {
+        return;
+    };
+    let ids: Vec<u64> = gone
+        .into_iter()
+        .filter(|id| ctx.persisted.remove(id))
+        .collect();
+    if !ids.is_empty() {
+        p.settle(key, ids);
+    }
+}
+
+/// The queue goes away: all its stored messages go with it.
+fn settle_all(ctx: &mut QueueContext) {
+    let all: Vec<u64> = ctx.persisted.iter().copied().collect();
+    settle_gone(ctx, all);
+}
+
 async fn run(
     mut state: QueueState,
     me: QueueHandle,
     mut rx: mpsc::Receiver<QueueCmd>,
-    ctx: QueueContext,
+    mut ctx: QueueContext,
 ) {
     let mut consumers: HashMap<ConsumerId, Consumer> = HashMap::new();
     let mut batch = Vec::with_capacity(BATCH);
@@ -111,16 +174,29 @@ async fn run(
             () = tokio::time::sleep(timer.unwrap_or_default()), if timer.is_some() => {}
         }
         let now = now_ms();
+        let mut tickets: Vec<charon_store::Ticket> = Vec::new();
+        let mut delivered: Vec<u64> = Vec::new();
+        let mut durable_confirms: Vec<ConfirmTo> = Vec::new();
         for cmd in batch.drain(..) {
             match cmd {
                 QueueCmd::Publish { message, confirm } => {
-                    let outcome = state.publish(message, now);
+                    let outcome = state.publish(message.clone(), now);
+                    let stored = match outcome {
+                        PublishOutcome::Enqueued(id) => {
+                            persist_one(&mut ctx, &state, id, &message, now, &mut tickets)
+                        }
+                        PublishOutcome::Rejected { .. } => false,
+                    };
                     if let Some(c) = confirm {
-                        let _ = c.conn.send(ConnEvent::Confirm {
-                            channel: c.channel,
-                            seq: c.seq,
-                            ack: matches!(outcome, PublishOutcome::Enqueued(_)),
-                        });
+                        if stored {
+                            durable_confirms.push(c);
+                        } else {
+                            let _ = c.conn.send(ConnEvent::Confirm {
+                                channel: c.channel,
+                                seq: c.seq,
+                                ack: matches!(outcome, PublishOutcome::Enqueued(_)),
+                            });
+                        }
                     }
                 }
                 QueueCmd::DeadLetter { messages, from } => {
@@ -131,8 +207,10 @@ async fn run(
                             && state.is_full_for(message.body_size())
                         {
                             refused.push(message);
-                        } else {
-                            state.publish(message, now);
+                        } else if let PublishOutcome::Enqueued(id) =
+                            state.publish(message.clone(), now)
+                        {
+                            persist_one(&mut ctx, &state, id, &message, now, &mut tickets);
                         }
                     }
                     if !refused.is_empty() {
@@ -171,6 +249,8 @@ async fn run(
                     state.remove_consumer(id);
                     consumers.remove(&id);
                     if consumers.is_empty() && ctx.auto_delete && remove_self(&ctx, &me) {
+                        settle_all(&mut ctx);
+                        ctx.vhost.save_topology();
                         return;
                     }
                 }
@@ -181,7 +261,11 @@ async fn run(
                 }
                 QueueCmd::Get { no_ack, reply } => {
                     last_used = now;
-                    let _ = reply.send(state.get(no_ack, now));
+                    let got = state.get(no_ack, now);
+                    if let Some(g) = &got {
+                        delivered.push(g.id);
+                    }
+                    let _ = reply.send(got);
                 }
                 QueueCmd::Purge { reply } => {
                     let _ = reply.send(state.purge());
@@ -199,12 +283,13 @@ async fn run(
                         });
                     }
                     let _ = reply.send(state.message_count());
+                    settle_all(&mut ctx);
                     return;
                 }
                 QueueCmd::Kick => {}
             }
         }
-        deliver(&mut state, &me, &consumers, now, &mut out);
+        deliver(&mut state, &me, &consumers, now, &mut out, &mut delivered);
         state.expire(now);
         // Dead letters routed back to this queue are enqueued here, which may dead-letter
         // others (drop-head); loop until settled (cycle detection bounds it).
@@ -213,10 +298,23 @@ async fn run(
             rounds += 1;
             let dead = state.take_dead_letters();
             for m in dl.dispatch(&me, target.as_ref(), dead, now) {
-                state.publish(m, now);
+                if let PublishOutcome::Enqueued(id) = state.publish(m.clone(), now) {
+                    persist_one(&mut ctx, &state, id, &m, now, &mut tickets);
+                }
             }
         }
         dl.retry(&me, now);
+        if let Some((p, key)) = &ctx.persist {
+            delivered.retain(|id| ctx.persisted.contains(id));
+            if !delivered.is_empty() {
+                p.delivered(key, delivered);
+            }
+        }
+        let gone = state.take_gone();
+        settle_gone(&mut ctx, gone);
+        if !tickets.is_empty() || !durable_confirms.is_empty() {
+            confirm_when_durable(tickets, durable_confirms);
+        }
         if consumers.is_empty()
             && state
                 .args()
@@ -225,6 +323,8 @@ async fn run(
             && remove_self(&ctx, &me)
         {
             // x-expires: the queue goes with its messages, which are not dead-lettered.
+            settle_all(&mut ctx);
+            ctx.vhost.save_topology();
             return;
         }
     }
@@ -237,6 +337,7 @@ fn deliver(
     consumers: &HashMap<ConsumerId, Consumer>,
     now: u64,
     out: &mut Vec<Delivery>,
+    delivered: &mut Vec<u64>,
 ) {
     if consumers.is_empty() || state.message_count() == 0 {
         return;
@@ -260,6 +361,7 @@ fn deliver(
     // Group consecutive deliveries per consumer, preserving queue order within each consumer.
     let mut grouped: Vec<(ConsumerId, Vec<Delivery>)> = Vec::new();
     for d in out.drain(..) {
+        delivered.push(d.id);
         match grouped.iter_mut().find(|(id, _)| *id == d.consumer) {
             Some((_, v)) => v.push(d),
             None => grouped.push((d.consumer, vec![d])),
@@ -321,6 +423,8 @@ mod tests {
             QueueContext {
                 vhost: Arc::new(VHostState::new("/", 1)),
                 auto_delete: false,
+                persist: None,
+                persisted: Default::default(),
             },
         );
         handle

@@ -8,7 +8,7 @@
 //! queue actors; permission checks in [`crate::access`]. Errors come back as [`AmqpError`] and
 //! are turned into channel.close or connection.close in [`Connection::on_frame`].
 
-use charon_protocol::methods::{channel as chm, confirm, connection};
+use charon_protocol::methods::{channel as chm, confirm, connection, queue};
 use charon_protocol::{AMQPClass, FRAME_BODY, FRAME_HEADER, FRAME_HEARTBEAT, Frame, encode_method};
 
 use super::channel::Channel;
@@ -227,8 +227,17 @@ impl Connection {
                     AMQPClass::Channel(chm::AMQPMethod::FlowOk(chm::FlowOk { active: true })),
                 );
             }
-            AMQPClass::Exchange(m) => self.on_exchange(channel, m)?,
-            AMQPClass::Queue(m) => self.on_queue(channel, m).await?,
+            AMQPClass::Exchange(m) => {
+                self.on_exchange(channel, m)?;
+                self.vhost.save_topology();
+            }
+            AMQPClass::Queue(m) => {
+                let changes = !matches!(m, queue::AMQPMethod::Purge(_));
+                self.on_queue(channel, m).await?;
+                if changes {
+                    self.vhost.save_topology();
+                }
+            }
             AMQPClass::Basic(m) => self.on_basic(channel, m).await?,
             AMQPClass::Confirm(confirm::AMQPMethod::Select(s)) => {
                 self.on_confirm_select(channel, s)?
