@@ -137,3 +137,91 @@ def test_every_confirmed_message_survives_kill_9_mid_stream(tmp_path, node):
         assert expected, "publishers confirmed nothing before the kill"
         missing = expected - got
         assert not missing, f"kill after {kill_after}s lost {len(missing)} confirmed messages"
+
+
+def count_q(ch, q):
+    return ch.queue_declare(q, durable=True, passive=True).method.message_count
+
+
+def drain_bodies(ch, q):
+    n = count_q(ch, q)
+    return [g[2] for g in get_n(ch, q, n, 10.0)]
+
+
+def test_rejecting_into_a_dlq_across_kill_9_leaves_every_message_in_exactly_one_place(tmp_path, node):
+    b = node["b"]
+    n = 400
+    c = b.connect()
+    ch = c.channel()
+    ch.queue_declare("rdlq", durable=True)
+    ch.queue_declare("rsrc", durable=True, arguments={"x-dead-letter-exchange": "",
+                                                      "x-dead-letter-routing-key": "rdlq"})
+    ch.confirm_delivery()
+    for i in range(n):
+        ch.basic_publish("", "rsrc", b"r%d" % i, pika.BasicProperties(delivery_mode=2))
+    consumer = b.connect()
+    cch = consumer.channel()
+    cch.basic_qos(prefetch_count=50)
+    rejected = []
+
+    def on_msg(chan, m, _p, body):
+        chan.basic_reject(m.delivery_tag, requeue=False)
+        rejected.append(body)
+
+    cch.basic_consume("rsrc", on_msg)
+    deadline = time.monotonic() + 5
+    while len(rejected) < n // 2 and time.monotonic() < deadline:
+        consumer.process_data_events(0.01)
+    b = node["b"] = restart(tmp_path, b, hard=True)
+    with b.connect() as c2:
+        ch2 = c2.channel()
+        src = drain_bodies(ch2, "rsrc")
+        dlq = drain_bodies(ch2, "rdlq")
+    assert len(rejected) > 0
+    assert sorted(src + dlq) == sorted(b"r%d" % i for i in range(n)), \
+        f"src {len(src)} + dlq {len(dlq)} != {n} (lost or duplicated)"
+
+
+def test_mass_expiry_into_a_dlq_across_kill_9_leaves_every_message_in_exactly_one_place(tmp_path, node):
+    b = node["b"]
+    n = 3000
+    with b.connect() as c:
+        ch = c.channel()
+        ch.queue_declare("edlq", durable=True)
+        ch.queue_declare("esrc", durable=True, arguments={"x-dead-letter-exchange": "",
+                                                          "x-dead-letter-routing-key": "edlq",
+                                                          "x-message-ttl": 300})
+        ch.confirm_delivery()
+        for i in range(n):
+            ch.basic_publish("", "esrc", b"e%d" % i, pika.BasicProperties(delivery_mode=2))
+    time.sleep(0.3)  # expiry is under way
+    b = node["b"] = restart(tmp_path, b, hard=True)
+    with b.connect() as c2:
+        ch2 = c2.channel()
+        time.sleep(0.8)  # anything left expires on recovery (wall-clock TTL)
+        src = drain_bodies(ch2, "esrc")
+        dlq = drain_bodies(ch2, "edlq")
+    assert src == []
+    assert sorted(dlq) == sorted(b"e%d" % i for i in range(n)), f"dlq has {len(dlq)} of {n}"
+    assert len(set(dlq)) == len(dlq)
+
+
+def test_a_corrupt_log_tail_is_truncated_and_the_rest_recovered(tmp_path, node):
+    b = node["b"]
+    with b.connect() as c:
+        ch = c.channel()
+        ch.queue_declare("ctq", durable=True)
+        ch.confirm_delivery()
+        for i in range(10):
+            ch.basic_publish("", "ctq", b"c%d" % i, pika.BasicProperties(delivery_mode=2))
+    conftest.stop_charon(b)
+    segs = sorted((b.data_dir / "store" / "messages").glob("*.seg"))
+    assert segs
+    data = segs[-1].read_bytes()
+    segs[-1].write_bytes(data[:-7])  # tear the last record
+    b = node["b"] = conftest.start_charon(tmp_path)
+    with b.connect() as c:
+        ch = c.channel()
+        got = drain_bodies(ch, "ctq")
+    assert got == [b"c%d" % i for i in range(9)]
+    assert "torn or corrupt" in b.log_path.read_text(errors="replace")

@@ -179,6 +179,11 @@ fn spawn_queue_with(
         state.restore(*id, Arc::new(message), sm.expires_at_ms, m.delivered);
         persisted.insert(*id);
     }
+    if !persisted.is_empty() {
+        // Length limits hold after recovery too (a policy may have lowered them).
+        let args = state.args().clone();
+        state.set_args(args);
+    }
     let ctx = queue::QueueContext {
         vhost: vhost.clone(),
         auto_delete: meta.auto_delete,

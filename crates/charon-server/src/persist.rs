@@ -266,6 +266,33 @@ impl Persistence {
         }))
     }
 
+    /// Writes, as one record, that the message `from_id` left `from_key` and its dead-lettered
+    /// copy entered durable queue `key` under `id`.
+    pub fn dead_letter_move(
+        &self,
+        from: (&Arc<str>, u64),
+        key: &Arc<str>,
+        id: u64,
+        message: &Message,
+        enqueued_at_ms: u64,
+        expires_at_ms: Option<u64>,
+    ) -> charon_store::Ticket {
+        self.store.append(Record::DeadLetterMove {
+            from_queue: from.0.clone(),
+            from_id: from.1,
+            message: StoredMessage {
+                message_id: 0,
+                enqueued_at_ms,
+                expires_at_ms,
+                exchange: message.exchange.clone(),
+                routing_key: message.routing_key.clone(),
+                properties: message.properties.0.clone(),
+                body: message.body.clone(),
+                queues: vec![(key.clone(), id)],
+            },
+        })
+    }
+
     /// Records that messages left durable queue `key` (goes with the next group commit).
     pub fn settle(&self, key: &Arc<str>, ids: Vec<u64>) {
         if let Err(e) = self.store.append_nowait(Record::Settle {

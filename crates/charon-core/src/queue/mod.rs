@@ -80,6 +80,9 @@ pub struct DeadLetter {
     pub message: Arc<Message>,
     /// Why it left.
     pub reason: DeadReason,
+    /// Its id in the queue (`None` for a publish refused by `reject-publish-dlx`, which never
+    /// entered the queue).
+    pub id: Option<MsgId>,
 }
 
 /// What became of a publish.

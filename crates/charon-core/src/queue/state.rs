@@ -156,6 +156,7 @@ impl QueueState {
                 self.dead.push(DeadLetter {
                     message,
                     reason: DeadReason::Maxlen,
+                    id: None,
                 });
             }
             return PublishOutcome::Rejected { dead_lettered };
@@ -235,6 +236,7 @@ impl QueueState {
                     self.dead.push(DeadLetter {
                         message: r.message,
                         reason: DeadReason::Maxlen,
+                        id: Some(id),
                     });
                 }
                 None => return,
@@ -254,6 +256,7 @@ impl QueueState {
                 self.dead.push(DeadLetter {
                     message: r.message,
                     reason: DeadReason::Expired,
+                    id: Some(id),
                 });
             } else {
                 self.expiry.remove(&(t, id));
@@ -416,6 +419,7 @@ impl QueueState {
                     self.dead.push(DeadLetter {
                         message: u.message,
                         reason: DeadReason::DeliveryLimit,
+                        id: Some(*id),
                     });
                     continue;
                 }
@@ -443,6 +447,7 @@ impl QueueState {
                 self.dead.push(DeadLetter {
                     message: u.message,
                     reason: DeadReason::Rejected,
+                    id: Some(*id),
                 });
                 n += 1;
             }

@@ -19,7 +19,7 @@ use super::handle::{ConsumerTarget, QueueCmd, QueueHandle, QueueStats};
 use crate::broker::VHostState;
 use crate::outbound::ConnEvent;
 use crate::persist::Persistence;
-use crate::queue::handle::ConfirmTo;
+use crate::queue::handle::{ConfirmTo, Origin};
 
 /// Most commands handled between two runs of the delivery loop.
 const BATCH: usize = 512;
@@ -106,6 +106,36 @@ fn persist_one(
     tickets.push(p.publish(key, id, message, now, state.expiry_of(id)));
     ctx.persisted.insert(id);
     true
+}
+
+/// A dead letter entered this queue under `id`: when both ends store it, the move is one record;
+/// when only the source stored it, the source's entry is settled.
+fn take_dead_letter(
+    ctx: &mut QueueContext,
+    state: &QueueState,
+    id: u64,
+    message: &charon_core::Message,
+    origin: Origin,
+    now: u64,
+) {
+    let persistent = message.properties.delivery_mode() == Some(2);
+    match (&ctx.persist, origin) {
+        (Some((p, key)), Some((from, from_id))) if persistent => {
+            // Durable with the next group commit; nobody waits for it (no publisher confirm).
+            drop(p.dead_letter_move((&from, from_id), key, id, message, now, state.expiry_of(id)));
+            ctx.persisted.insert(id);
+        }
+        (Some((p, key)), None) if persistent => {
+            drop(p.publish(key, id, message, now, state.expiry_of(id)));
+            ctx.persisted.insert(id);
+        }
+        (_, Some((from, from_id))) => {
+            if let Some(p) = ctx.vhost.persist.get() {
+                p.settle(&from, vec![from_id]);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// Confirms publishes once their records are on disk (a nack if the store failed).
@@ -202,15 +232,15 @@ async fn run(
                 QueueCmd::DeadLetter { messages, from } => {
                     // A full reject-publish(-dlx) queue refuses them; they stay with their source.
                     let mut refused = Vec::new();
-                    for message in messages {
+                    for (message, origin) in messages {
                         if state.args().overflow != Overflow::DropHead
                             && state.is_full_for(message.body_size())
                         {
-                            refused.push(message);
+                            refused.push((message, origin));
                         } else if let PublishOutcome::Enqueued(id) =
                             state.publish(message.clone(), now)
                         {
-                            persist_one(&mut ctx, &state, id, &message, now, &mut tickets);
+                            take_dead_letter(&mut ctx, &state, id, &message, origin, now);
                         }
                     }
                     if !refused.is_empty() {
@@ -297,7 +327,16 @@ async fn run(
         while state.has_dead_letters() && rounds < 16 {
             rounds += 1;
             let dead = state.take_dead_letters();
-            for m in dl.dispatch(&me, target.as_ref(), dead, now) {
+            let stored = |id: Option<u64>| -> Origin {
+                let (_, key) = ctx.persist.as_ref()?;
+                let id = id.filter(|i| ctx.persisted.contains(i))?;
+                Some((key.clone(), id))
+            };
+            let (local, handed) = dl.dispatch(&me, target.as_ref(), dead, now, &stored);
+            for id in handed {
+                ctx.persisted.remove(&id);
+            }
+            for m in local {
                 if let PublishOutcome::Enqueued(id) = state.publish(m.clone(), now) {
                     persist_one(&mut ctx, &state, id, &m, now, &mut tickets);
                 }

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use charon_core::dead_letter::{self, DeadLetterTarget};
 use charon_core::{DeadLetter, Message};
 
-use super::handle::{QueueCmd, QueueHandle};
+use super::handle::{Origin, QueueCmd, QueueHandle};
 use crate::broker::VHostState;
 
 /// Delay before dead letters refused by a full `reject-publish` queue are offered again (ms).
@@ -26,7 +26,7 @@ const BUSY_RETRY_MS: u64 = 1;
 
 #[derive(Debug)]
 struct Pending {
-    messages: Vec<Arc<Message>>,
+    messages: Vec<(Arc<Message>, Origin)>,
     target: QueueHandle,
     not_before: u64,
 }
@@ -57,21 +57,27 @@ impl DeadLetterer {
     }
 
     /// Dead-letters `dead` from queue `me` to `target`'s exchange at `now`. Messages routed back
-    /// to `me` are returned for the caller to enqueue locally.
+    /// to `me` are returned for the caller to enqueue locally. `stored(id)` gives a dead letter's
+    /// origin in the store; the ids of stored messages handed to other queues are returned too
+    /// (their targets now own the store entry: the source must not settle them).
     pub(super) fn dispatch(
         &mut self,
         me: &QueueHandle,
         target: Option<&DeadLetterTarget>,
         dead: Vec<DeadLetter>,
         now: u64,
-    ) -> Vec<Arc<Message>> {
+        stored: &dyn Fn(Option<u64>) -> Origin,
+    ) -> (Vec<Arc<Message>>, Vec<u64>) {
         let mut local = Vec::new();
+        let mut handed = Vec::new();
         let Some(target) = target else {
-            return local;
+            return (local, handed);
         };
         // One command per target queue for the whole batch.
-        let mut batches: Vec<(QueueHandle, Vec<Arc<Message>>)> = Vec::new();
+        let mut batches: Vec<(QueueHandle, Vec<(Arc<Message>, Origin)>)> = Vec::new();
         for d in dead {
+            let origin = stored(d.id);
+            let mut remote = false;
             let out = dead_letter::dead_letter(&d.message, me.name(), d.reason, target, now);
             let message = Arc::new(out.message);
             let headers = message.properties.decode().ok();
@@ -104,21 +110,33 @@ impl DeadLetterer {
                 }
                 if q.same(me) {
                     local.push(message.clone());
-                } else if let Some((_, v)) = batches.iter_mut().find(|(h, _)| h.same(&q)) {
-                    v.push(message.clone());
-                } else {
-                    batches.push((q, vec![message.clone()]));
+                    continue;
                 }
+                remote = true;
+                let item = (message.clone(), origin.clone());
+                if let Some((_, v)) = batches.iter_mut().find(|(h, _)| h.same(&q)) {
+                    v.push(item);
+                } else {
+                    batches.push((q, vec![item]));
+                }
+            }
+            if remote && let Some((_, id)) = origin {
+                handed.push(id);
             }
         }
         for (q, messages) in batches {
             self.offer(me, messages, q, now);
         }
-        local
+        (local, handed)
     }
 
     /// A target refused `messages`: keep them, retry later.
-    pub(super) fn refused(&mut self, messages: Vec<Arc<Message>>, target: QueueHandle, now: u64) {
+    pub(super) fn refused(
+        &mut self,
+        messages: Vec<(Arc<Message>, Origin)>,
+        target: QueueHandle,
+        now: u64,
+    ) {
         self.outbox.push_back(Pending {
             messages,
             target,
@@ -144,7 +162,7 @@ impl DeadLetterer {
     fn offer(
         &mut self,
         me: &QueueHandle,
-        messages: Vec<Arc<Message>>,
+        messages: Vec<(Arc<Message>, Origin)>,
         target: QueueHandle,
         now: u64,
     ) {
@@ -167,7 +185,7 @@ impl DeadLetterer {
 }
 
 /// Sends refused dead letters back to their source without blocking the refusing actor.
-pub(super) fn refuse(from: QueueHandle, messages: Vec<Arc<Message>>, me: QueueHandle) {
+pub(super) fn refuse(from: QueueHandle, messages: Vec<(Arc<Message>, Origin)>, me: QueueHandle) {
     let cmd = QueueCmd::DeadLetterRefused {
         messages,
         target: me,

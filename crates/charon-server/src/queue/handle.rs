@@ -12,6 +12,9 @@ use crate::outbound::ConnHandle;
 /// Capacity of a queue's command channel: publishers wait (TCP backpressure) when it is full.
 pub(crate) const QUEUE_COMMAND_CAPACITY: usize = 4096;
 
+/// Where a dead letter sits in the store until its target takes it: (source queue key, id).
+pub type Origin = Option<(Arc<str>, u64)>;
+
 /// Where a publisher wants its confirm.
 #[derive(Debug)]
 pub struct ConfirmTo {
@@ -116,15 +119,18 @@ pub enum QueueCmd {
     /// (full, `reject-publish`), it goes back to `from`, which keeps it and retries: a dead
     /// letter is never dropped for lack of room.
     DeadLetter {
-        /// The dead-lettered copies (x-death already updated), in dead-lettering order.
-        messages: Vec<Arc<Message>>,
+        /// The dead-lettered copies (x-death already updated), in dead-lettering order, each
+        /// with its origin in the store (source queue key and id) when the source stored it: the
+        /// target then writes the move as one record (or settles the origin if it does not store
+        /// the copy).
+        messages: Vec<(Arc<Message>, Origin)>,
         /// The source queue.
         from: QueueHandle,
     },
     /// Dead letters this queue sent were refused by `target`; keep them and retry later.
     DeadLetterRefused {
-        /// The dead-lettered copies.
-        messages: Vec<Arc<Message>>,
+        /// The dead-lettered copies, with their origins.
+        messages: Vec<(Arc<Message>, Origin)>,
         /// The queue that refused it.
         target: QueueHandle,
     },

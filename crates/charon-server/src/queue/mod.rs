@@ -8,4 +8,4 @@ mod dead_letters;
 mod handle;
 
 pub use actor::{QueueContext, spawn};
-pub use handle::{ConfirmTo, ConsumerTarget, QueueCmd, QueueHandle, QueueStats};
+pub use handle::{ConfirmTo, ConsumerTarget, Origin, QueueCmd, QueueHandle, QueueStats};
