@@ -24,6 +24,9 @@ const RETRY_MS: u64 = 50;
 /// Delay before dead letters blocked by a full command channel are offered again (ms).
 const BUSY_RETRY_MS: u64 = 1;
 
+/// Dead letters on their way to one queue, with their origins in the store.
+type Batch = Vec<(Arc<Message>, Origin)>;
+
 #[derive(Debug)]
 struct Pending {
     messages: Vec<(Arc<Message>, Origin)>,
@@ -74,7 +77,7 @@ impl DeadLetterer {
             return (local, handed);
         };
         // One command per target queue for the whole batch.
-        let mut batches: Vec<(QueueHandle, Vec<(Arc<Message>, Origin)>)> = Vec::new();
+        let mut batches: Vec<(QueueHandle, Batch)> = Vec::new();
         for d in dead {
             let origin = stored(d.id);
             let mut remote = false;
