@@ -158,7 +158,8 @@ class RawClient:
 
     # ---- handshake -------------------------------------------------
     def handshake(self, user="guest", password="guest", vhost="/", heartbeat=0,
-                  frame_max=131072, channel_max=2047, mechanism="PLAIN", open_vhost=True):
+                  frame_max=131072, channel_max=2047, mechanism="PLAIN", open_vhost=True,
+                  capabilities=None):
         self.send(PROTOCOL_HEADER)
         start = self.expect_method(commands.Connection.Start)
         self.server_properties = start.method.server_properties
@@ -171,7 +172,7 @@ class RawClient:
             response = ""
         self.send_frame(commands.Connection.StartOk(
             client_properties={"product": "charon-raw-test",
-                               "capabilities": {"authentication_failure_close": True}},
+                               "capabilities": capabilities or {"authentication_failure_close": True}},
             mechanism=mechanism, response=response))
         f = self.read_frame_skip_heartbeats()
         if not isinstance(f.method, commands.Connection.Tune):

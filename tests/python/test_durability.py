@@ -225,3 +225,36 @@ def test_a_corrupt_log_tail_is_truncated_and_the_rest_recovered(tmp_path, node):
         got = drain_bodies(ch, "ctq")
     assert got == [b"c%d" % i for i in range(9)]
     assert "torn or corrupt" in b.log_path.read_text(errors="replace")
+
+
+def test_disk_alarm_blocks_publishers_with_connection_blocked_and_consumers_keep_working(tmp_path):
+    """disk_free_limit above the free space of any disk: the alarm is on. A publishing
+    connection gets connection.blocked and is paused (its next publish is not taken); a
+    consuming connection still works."""
+    from pamqp import commands
+
+    from amqp_raw import RawClient
+
+    cfg = conftest.CONFIG_TOML.replace("heartbeat = 60\n",
+                                       "heartbeat = 60\ndisk_free_limit = 18000000000000000000\n", 1)
+    b = conftest.start_charon(tmp_path, config_text=cfg)
+    try:
+        with b.connect() as admin:
+            admin.channel().queue_declare("alarmq")
+        with RawClient(b.host, b.port) as pub:
+            pub.handshake(capabilities={"connection.blocked": True})
+            pub.open_channel(1)
+            pub.publish(1, "", "alarmq", b"before")
+            f = pub.expect_method(commands.Connection.Blocked)
+            assert f.method.reason == "low on disk"
+            pub.publish(1, "", "alarmq", b"while-blocked")
+            with b.connect() as consumer:
+                cch = consumer.channel()
+                got = get_within(cch, "alarmq", 3.0)
+                assert got and got[2] == b"before", "consumers keep working under the alarm"
+                consumer.sleep(0.3)
+                assert cch.basic_get("alarmq", auto_ack=True)[0] is None, \
+                    "a blocked publisher's message must not be taken"
+        assert "disk alarm set" in b.log_path.read_text(errors="replace")
+    finally:
+        conftest.stop_charon(b)

@@ -73,6 +73,8 @@ pub struct Broker {
     vhosts: HashMap<String, Arc<VHostState>>,
     access: AccessControl,
     next_id: AtomicU64,
+    /// Resource alarm (free disk under `disk_free_limit`): publishers are blocked while on.
+    alarm: tokio::sync::watch::Sender<bool>,
 }
 
 impl Broker {
@@ -96,6 +98,7 @@ impl Broker {
             vhosts,
             access,
             next_id: AtomicU64::new(1),
+            alarm: tokio::sync::watch::channel(false).0,
         })
     }
 
@@ -122,6 +125,27 @@ impl Broker {
     /// The vhost, if it exists.
     pub fn vhost(&self, name: &str) -> Option<Arc<VHostState>> {
         self.vhosts.get(name).cloned()
+    }
+
+    /// The resource alarm, for connections to watch.
+    pub fn alarm(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.alarm.subscribe()
+    }
+
+    /// Sets or clears the resource alarm (logged on change).
+    pub fn set_alarm(&self, on: bool) {
+        self.alarm.send_if_modified(|v| {
+            if *v == on {
+                return false;
+            }
+            *v = on;
+            if on {
+                tracing::warn!(limit = self.config.disk_free_limit, "disk alarm set: free disk space is under disk_free_limit; publishers are blocked");
+            } else {
+                tracing::info!("disk alarm cleared: publishers may go on");
+            }
+            true
+        });
     }
 
     /// All vhosts.
@@ -221,5 +245,23 @@ impl Broker {
         }
         tracing::info!(messages = restored, "store opened and recovered");
         Ok(())
+    }
+
+    /// Watches free disk space every second and sets the alarm under `disk_free_limit`.
+    pub fn spawn_disk_monitor(self: &Arc<Self>) {
+        let Some(p) = self.vhosts().first().and_then(|v| v.persist.get().cloned()) else {
+            return;
+        };
+        let broker = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                let Some(b) = broker.upgrade() else { return };
+                if let Some(free) = p.free_bytes() {
+                    b.set_alarm(free < b.config.disk_free_limit);
+                }
+            }
+        });
     }
 }

@@ -30,6 +30,9 @@ pub struct Config {
     pub vhosts: Vec<VHostConfig>,
     /// Permissions of users on vhosts. `guest` always has full permissions on "/".
     pub permissions: Vec<PermissionConfig>,
+    /// Free disk space (bytes) under which publishers are blocked (RabbitMQ's
+    /// `disk_free_limit`, default 50 MB).
+    pub disk_free_limit: u64,
 }
 
 impl Default for Config {
@@ -45,6 +48,7 @@ impl Default for Config {
             users: Vec::new(),
             vhosts: Vec::new(),
             permissions: Vec::new(),
+            disk_free_limit: 50_000_000,
         }
     }
 }

@@ -92,6 +92,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("binding HTTP on {}", config.http_listen))?;
     tracing::info!(amqp = %config.amqp_listen, http = %config.http_listen, data_dir = %config.data_dir, "charon started");
     let shutdown = CancellationToken::new();
+    broker.spawn_disk_monitor();
     let http_task = tokio::spawn(charon_http::run(http, broker.clone(), shutdown.clone()));
     let amqp_task = tokio::spawn(charon_server::server::run(amqp, broker, shutdown.clone()));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

@@ -27,6 +27,22 @@ pub(crate) struct Opened {
     pub(crate) frame_max: u32,
     pub(crate) channel_max: u16,
     pub(crate) heartbeat: u16,
+    /// The client announced the `connection.blocked` capability.
+    pub(crate) blocked_capable: bool,
+}
+
+/// Whether the client's properties announce `capabilities.<name> = true`.
+fn has_capability(props: &charon_protocol::FieldTable, name: &str) -> bool {
+    match props
+        .inner()
+        .get(&charon_protocol::ShortString::from("capabilities"))
+    {
+        Some(AMQPValue::FieldTable(caps)) => matches!(
+            caps.inner().get(&charon_protocol::ShortString::from(name)),
+            Some(AMQPValue::Boolean(true))
+        ),
+        _ => false,
+    }
 }
 
 /// Why the handshake ended without an open connection.
@@ -188,6 +204,7 @@ pub(crate) async fn open(
     else {
         return Err(HandshakeEnd::Drop);
     };
+    let blocked_capable = has_capability(&start_ok.client_properties, "connection.blocked");
     let mechanism = start_ok.mechanism.as_str().to_string();
     if mechanism != "PLAIN" && mechanism != "AMQPLAIN" {
         return Err(HandshakeEnd::Drop);
@@ -254,5 +271,6 @@ pub(crate) async fn open(
         frame_max: tune.frame_max,
         channel_max: tune.channel_max,
         heartbeat: tune.heartbeat,
+        blocked_capable,
     })
 }

@@ -77,6 +77,9 @@ pub async fn serve(
         wtx,
         handle,
         closing: false,
+        blocked_capable: opened.blocked_capable,
+        has_published: false,
+        blocked: false,
     };
     conn.run(reader, buf, events, shutdown).await;
     conn.cleanup().await;
@@ -146,6 +149,12 @@ pub(crate) struct Connection {
     pub(crate) handle: ConnHandle,
     /// connection.close sent; waiting for close-ok.
     pub(crate) closing: bool,
+    /// The client announced `connection.blocked`.
+    blocked_capable: bool,
+    /// The connection has published (resource alarms pause only publishers).
+    pub(crate) has_published: bool,
+    /// Reading is paused by a resource alarm.
+    blocked: bool,
 }
 
 /// How the connection loop goes on after a frame.
@@ -155,6 +164,28 @@ pub(crate) enum Next {
 }
 
 impl Connection {
+    /// Resource alarm: a connection that publishes is paused (its socket is not read) while the
+    /// alarm is on, and told with connection.blocked / connection.unblocked when it announced that
+    /// capability, as RabbitMQ does. Consumers on other connections keep working.
+    fn on_alarm(&mut self, on: bool) {
+        let pause = on && self.has_published;
+        if pause == self.blocked {
+            return;
+        }
+        self.blocked = pause;
+        if !self.blocked_capable {
+            return;
+        }
+        let m = if pause {
+            connection::AMQPMethod::Blocked(connection::Blocked {
+                reason: "low on disk".into(),
+            })
+        } else {
+            connection::AMQPMethod::Unblocked(connection::Unblocked {})
+        };
+        encode_method(&mut self.out, 0, &AMQPClass::Connection(m));
+    }
+
     async fn run(
         &mut self,
         mut reader: OwnedReadHalf,
@@ -162,6 +193,7 @@ impl Connection {
         mut events: mpsc::UnboundedReceiver<ConnEvent>,
         shutdown: CancellationToken,
     ) {
+        let mut alarm = self.broker.alarm();
         let interval = if self.heartbeat == 0 {
             Duration::from_secs(3600)
         } else {
@@ -179,6 +211,9 @@ impl Connection {
         }
         self.flush();
         loop {
+            let on = *alarm.borrow_and_update();
+            self.on_alarm(on);
+            self.flush();
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled(), if !shutdown_sent => {
@@ -197,7 +232,8 @@ impl Connection {
                         }
                     }
                 }
-                r = reader.read_buf(&mut buf) => {
+                _ = alarm.changed() => {}
+                r = reader.read_buf(&mut buf), if !self.blocked => {
                     match r {
                         Ok(0) | Err(_) => return,
                         Ok(_) => {
@@ -210,6 +246,10 @@ impl Connection {
                     }
                 }
                 _ = ticker.tick() => {
+                    if self.blocked {
+                        // Not reading while blocked: the client's heartbeats wait in the socket.
+                        last_read = Instant::now();
+                    }
                     if self.heartbeat > 0 && last_read.elapsed() > interval * 2 {
                         tracing::info!(conn = self.id, "missed heartbeats from client, closing");
                         return;

@@ -97,6 +97,7 @@ impl Connection {
     }
 
     pub(super) async fn complete_publish(&mut self, channel: u16) -> Result<(), AmqpError> {
+        self.has_published = true;
         let ch = self.channel_mut(channel)?;
         let Some(p) = ch.publish.take() else {
             return Ok(());
