@@ -53,6 +53,10 @@ pub struct BenchArgs {
     /// the last message's TTL deadline until every message reached the DLQ).
     #[arg(long, default_value = "throughput")]
     pub scenario: String,
+    /// Keep the queues as they are: no purge at start, no delete at the end (publish a backlog
+    /// in one run, consume it in another).
+    #[arg(long)]
+    pub keep_queues: bool,
     /// Message TTL of the main queues in the "expiry" scenario (ms).
     #[arg(long, default_value_t = 10_000)]
     pub ttl_ms: u64,
@@ -85,6 +89,7 @@ impl Default for BenchArgs {
             pmessages: 0,
             scenario: "throughput".into(),
             ttl_ms: 10_000,
+            keep_queues: false,
             broker_pid: None,
             json: false,
             quiet: false,

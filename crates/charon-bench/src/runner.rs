@@ -160,7 +160,9 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
                 .await?;
         } else {
             admin.declare_queue(q, args.persistent).await?;
-            admin.purge_queue(q).await?;
+            if !args.keep_queues {
+                admin.purge_queue(q).await?;
+            }
         }
     }
 
@@ -337,8 +339,10 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
     }
 
     // Cleanup.
-    for q in queue_names.iter().chain(&dlq_names) {
-        admin.delete_queue(q).await?;
+    if !args.keep_queues {
+        for q in queue_names.iter().chain(&dlq_names) {
+            admin.delete_queue(q).await?;
+        }
     }
     admin.close().await;
 
