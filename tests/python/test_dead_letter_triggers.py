@@ -201,6 +201,27 @@ def test_delivery_limit_dead_letters_quorum_message_with_reason_delivery_limit(c
     ch.queue_delete(q)
 
 
+def test_quorum_deliveries_carry_x_delivery_count_and_the_dead_letter_does_not(ch, uniq, dlq):
+    from dlx_helpers import is_long
+    x, d = dlq
+    q = uniq("qq")
+    ch.queue_declare(q, durable=True, arguments={"x-queue-type": "quorum", "x-delivery-limit": 1,
+                                                 "x-dead-letter-exchange": x})
+    ch.basic_publish("", q, b"counted")
+    counts = []
+    for _ in range(2):
+        m = get_within(ch, q, auto_ack=False)
+        assert m
+        v = m[1].headers["x-delivery-count"]
+        assert is_long(v)
+        counts.append(v)
+        ch.basic_nack(m[0].delivery_tag, requeue=True)
+    assert counts == [0, 1]
+    got = get_within(ch, d)
+    assert got and "x-delivery-count" not in got[1].headers
+    ch.queue_delete(q)
+
+
 def test_delivery_limit_counts_returns_by_channel_close(broker, ch, uniq, dlq):
     x, d = dlq
     q = uniq("qq")

@@ -181,7 +181,8 @@ fn spawn_queue_with(
     vhost_name: &str,
     recovered: Option<&std::collections::BTreeMap<u64, charon_store::RecoveredMessage>>,
 ) -> QueueHandle {
-    let (handle, rx) = QueueHandle::new(meta.name.clone());
+    let quorum = meta.args.queue_type == charon_core::QueueType::Quorum;
+    let (handle, rx) = QueueHandle::with_type(meta.name.clone(), quorum);
     let mut state = QueueState::new(meta.name.clone(), vhost.effective_args(meta));
     state.set_vhost(vhost_name);
     let persist = match vhost.persist.get() {

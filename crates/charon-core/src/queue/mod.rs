@@ -3,6 +3,7 @@
 //! `now_ms`.
 
 mod consumers;
+pub mod quorum;
 mod state;
 
 #[cfg(test)]

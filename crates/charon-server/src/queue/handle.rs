@@ -151,6 +151,7 @@ struct Shared {
     id: u64,
     name: Arc<str>,
     tx: mpsc::Sender<QueueCmd>,
+    quorum: bool,
 }
 
 /// A cheap, clonable reference to one queue actor.
@@ -164,14 +165,29 @@ static NEXT_QUEUE_ID: AtomicU64 = AtomicU64::new(1);
 impl QueueHandle {
     /// Creates a handle and the receiving end its actor will own.
     pub fn new(name: Arc<str>) -> (Self, mpsc::Receiver<QueueCmd>) {
+        Self::with_type(name, false)
+    }
+
+    /// A handle for a queue of the given type (`quorum`: deliveries carry `x-delivery-count`).
+    pub fn with_type(name: Arc<str>, quorum: bool) -> (Self, mpsc::Receiver<QueueCmd>) {
         let (tx, rx) = mpsc::channel(QUEUE_COMMAND_CAPACITY);
         let id = NEXT_QUEUE_ID.fetch_add(1, Ordering::Relaxed);
         (
             Self {
-                shared: Arc::new(Shared { id, name, tx }),
+                shared: Arc::new(Shared {
+                    id,
+                    name,
+                    tx,
+                    quorum,
+                }),
             },
             rx,
         )
+    }
+
+    /// Whether this is a quorum queue.
+    pub fn is_quorum(&self) -> bool {
+        self.shared.quorum
     }
 
     /// The queue's name.

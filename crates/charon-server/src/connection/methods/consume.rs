@@ -74,6 +74,7 @@ impl Connection {
                         AMQPClass::Basic(basic::AMQPMethod::GetEmpty(basic::GetEmpty {})),
                     ),
                     Some(r) => {
+                        let q_is_quorum = q.is_quorum();
                         let ch = self.channel_mut(channel)?;
                         ch.next_tag += 1;
                         let tag = ch.next_tag;
@@ -81,6 +82,12 @@ impl Connection {
                             ch.unacked.insert(tag, Unacked { queue: q, id: r.id });
                         }
                         let msg = r.message;
+                        let quorum_props = q_is_quorum.then(|| {
+                            charon_core::queue::quorum::with_delivery_count(
+                                &msg.properties,
+                                r.returns,
+                            )
+                        });
                         encode_basic_get_ok(
                             &mut self.out,
                             channel,
@@ -94,7 +101,7 @@ impl Connection {
                             &mut self.out,
                             channel,
                             CLASS_BASIC,
-                            &msg.properties,
+                            quorum_props.as_ref().unwrap_or(&msg.properties),
                             &msg.body,
                             self.frame_max,
                         );

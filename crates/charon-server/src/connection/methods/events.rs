@@ -30,6 +30,7 @@ impl Connection {
                     self.handle.flow().release(n);
                     return;
                 };
+                let quorum = queue.is_quorum();
                 for d in deliveries {
                     ch.next_tag += 1;
                     let tag = ch.next_tag;
@@ -52,11 +53,14 @@ impl Connection {
                         &m.exchange,
                         &m.routing_key,
                     );
+                    let quorum_props = quorum.then(|| {
+                        charon_core::queue::quorum::with_delivery_count(&m.properties, d.returns)
+                    });
                     encode_content(
                         &mut self.out,
                         channel,
                         CLASS_BASIC,
-                        &m.properties,
+                        quorum_props.as_ref().unwrap_or(&m.properties),
                         &m.body,
                         self.frame_max,
                     );
