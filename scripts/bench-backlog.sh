@@ -14,7 +14,7 @@ W=$(mktemp -d /tmp/bench-backlog.XXXXXX); chmod 755 "$W"
 now() { date +%s.%N; }
 wait_port() { until (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; do sleep 0.05; done; }
 publish() { "$BIN" bench --uri "$1" -x 1 -y 0 -s 1024 --persistent --confirm 1000 --pmessages "$N" -z 0 --keep-queues --quiet --broker-pid "$2" --queue-prefix backlog; }
-consume() { "$BIN" bench --uri "$1" -x 0 -y 1 -s 1024 --persistent -z 20 --keep-queues --broker-pid "$2" --queue-prefix backlog 2>&1 | grep -v "received: 0 msg/s"; }
+consume() { "$BIN" bench --uri "$1" -x 0 -y 1 -s 1024 --persistent --pmessages "$N" -z 60 --keep-queues --broker-pid "$2" --queue-prefix backlog 2>&1 | grep -v "received: 0 msg/s"; }
 
 echo "== Charon"
 start_charon() { "$BIN" server --amqp-listen 127.0.0.1:5830 --http-listen 127.0.0.1:15830 --data-dir "$W/charon" >>"$W/charon.log" 2>&1 & CP=$!; wait_port 5830; }

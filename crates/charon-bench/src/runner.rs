@@ -250,7 +250,12 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
 
     // Measurement loop with per-second progress.
     let deadline = (args.duration > 0).then(|| t0 + Duration::from_secs(args.duration));
-    let expected = args.pmessages.saturating_mul(args.producers as u64);
+    // Without producers (draining a backlog), --pmessages is how many to receive.
+    let expected = if args.producers == 0 {
+        args.pmessages
+    } else {
+        args.pmessages.saturating_mul(args.producers as u64)
+    };
     let mut next_print = t0 + Duration::from_secs(1);
     let (mut last_pub, mut last_cons) = (0u64, 0u64);
     let mut peak_rss = broker_before.map(|s| s.rss_kib).unwrap_or(0);
