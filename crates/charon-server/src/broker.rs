@@ -46,12 +46,12 @@ impl VHostState {
         }
     }
 
-    /// Saves the durable topology after a change (no-op without a store).
-    pub fn save_topology(&self) {
-        if let Some(p) = self.persist.get() {
-            let topo = self.topology.read().unwrap_or_else(|p| p.into_inner());
-            p.save_topology(&topo);
-        }
+    /// Saves the durable topology after a change (no-op without a store); the ticket completes
+    /// once it is on disk.
+    pub fn save_topology(&self) -> Option<charon_store::Ticket> {
+        let p = self.persist.get()?;
+        let topo = self.topology.read().unwrap_or_else(|p| p.into_inner());
+        Some(p.save_topology(&topo))
     }
 
     /// The settings queue `meta` runs with: its arguments overlaid with the policy that applies.

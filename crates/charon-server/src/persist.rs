@@ -223,9 +223,14 @@ impl Persistence {
         Ok((Arc::new(Persistence { store }), rec))
     }
 
-    /// Saves a vhost's durable topology (after any change to it).
-    pub fn save_topology<Q: Clone>(&self, v: &VHost<Q>) {
-        self.put(KIND_TOPOLOGY, v.name(), encode_topology(v));
+    /// Saves a vhost's durable topology (after any change to it); the ticket completes when it
+    /// is on disk (declare-ok waits for it).
+    pub fn save_topology<Q: Clone>(&self, v: &VHost<Q>) -> charon_store::Ticket {
+        self.store.append(Record::PutDefinition {
+            kind: Arc::from(KIND_TOPOLOGY),
+            key: Arc::from(v.name()),
+            value: encode_topology(v),
+        })
     }
 
     /// Saves a vhost's policies.

@@ -280,7 +280,7 @@ async fn run(
                     consumers.remove(&id);
                     if consumers.is_empty() && ctx.auto_delete && remove_self(&ctx, &me) {
                         settle_all(&mut ctx);
-                        ctx.vhost.save_topology();
+                        drop(ctx.vhost.save_topology());
                         return;
                     }
                 }
@@ -363,7 +363,7 @@ async fn run(
         {
             // x-expires: the queue goes with its messages, which are not dead-lettered.
             settle_all(&mut ctx);
-            ctx.vhost.save_topology();
+            drop(ctx.vhost.save_topology());
             return;
         }
     }

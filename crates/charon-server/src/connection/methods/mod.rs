@@ -229,13 +229,16 @@ impl Connection {
             }
             AMQPClass::Exchange(m) => {
                 self.on_exchange(channel, m)?;
-                self.vhost.save_topology();
+                // The reply goes out after this returns: declare-ok means the definition is on disk.
+                if let Some(t) = self.vhost.save_topology() {
+                    let _ = t.await;
+                }
             }
             AMQPClass::Queue(m) => {
                 let changes = !matches!(m, queue::AMQPMethod::Purge(_));
                 self.on_queue(channel, m).await?;
-                if changes {
-                    self.vhost.save_topology();
+                if changes && let Some(t) = self.vhost.save_topology() {
+                    let _ = t.await;
                 }
             }
             AMQPClass::Basic(m) => self.on_basic(channel, m).await?,
