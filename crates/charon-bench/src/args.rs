@@ -1,5 +1,7 @@
 //! Command-line arguments (`clap::Args`) shared by `charon bench` and the example.
 
+use crate::scenario::Scenario;
+
 /// Options of a benchmark run, modelled on RabbitMQ PerfTest.
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
@@ -40,24 +42,26 @@ pub struct BenchArgs {
     /// Ack every N deliveries with multiple=true (0 = auto-ack / no-ack).
     #[arg(long, default_value_t = 100)]
     pub multi_ack: u32,
-    /// Measurement duration in seconds (0 = until --pmessages are all consumed).
+    /// Measurement duration in seconds (0 = until --pmessages are all consumed). In "expiry":
+    /// how long to wait for the DLQs after the last message's TTL deadline (0 = no limit).
     #[arg(short = 'z', long, default_value_t = 10)]
     pub duration: u64,
     /// Per-producer message count limit (0 = unlimited).
     #[arg(long, default_value_t = 0)]
     pub pmessages: u64,
-    /// Scenario: "throughput" (default); "dead-letter" (main-queue consumers nack every
-    /// delivery with requeue=false into a DLQ per queue that as many consumers drain; the
-    /// receive rate is the DLQ's); "expiry" (publish --pmessages into queues with
-    /// x-message-ttl = --ttl-ms and no consumer; consumers drain the DLQs; reports the time from
-    /// the last message's TTL deadline until every message reached the DLQ).
-    #[arg(long, default_value = "throughput")]
-    pub scenario: String,
+    /// Scenario: "throughput"; "dead-letter" (main-queue consumers reject every delivery with
+    /// requeue=false into a DLQ per queue that as many consumers drain; the receive rate is the
+    /// DLQs'); "expiry" (publish --pmessages into queues with x-message-ttl = --ttl-ms and no
+    /// consumer; consumers drain the DLQs; reports the time from the last message's TTL deadline
+    /// until every message reached a DLQ). Both dead-letter scenarios delete and redeclare their
+    /// queues (`<queue>` and `<queue>-dlq`) at start.
+    #[arg(long, value_enum, default_value_t = Scenario::Throughput)]
+    pub scenario: Scenario,
     /// Keep the queues as they are: no purge at start, no delete at the end (publish a backlog
     /// in one run, consume it in another).
     #[arg(long)]
     pub keep_queues: bool,
-    /// Message TTL of the main queues in the "expiry" scenario (ms).
+    /// Message TTL (x-message-ttl) of the main queues in the "expiry" scenario (ms).
     #[arg(long, default_value_t = 10_000)]
     pub ttl_ms: u64,
     /// PID of the broker: report its CPU time per message and peak RSS (Linux /proc).
@@ -87,7 +91,7 @@ impl Default for BenchArgs {
             multi_ack: 100,
             duration: 10,
             pmessages: 0,
-            scenario: "throughput".into(),
+            scenario: Scenario::Throughput,
             ttl_ms: 10_000,
             keep_queues: false,
             broker_pid: None,

@@ -178,7 +178,7 @@ async fn publish_loop(
         if cfg.limit > 0 {
             n = n.min(cfg.limit - sent);
             if n == 0 {
-                shared.producers_done.fetch_add(1, Ordering::Relaxed);
+                shared.producer_done(shared.now_nanos());
                 break;
             }
         }

@@ -14,6 +14,8 @@ pub const BASIC_DELIVER: u16 = 60;
 pub const BASIC_ACK: u16 = 80;
 /// basic.nack
 pub const BASIC_NACK: u16 = 120;
+/// basic.reject
+pub const BASIC_REJECT: u16 = 90;
 /// basic.return
 pub const BASIC_RETURN: u16 = 50;
 /// class connection
@@ -125,6 +127,17 @@ pub fn encode_nack_drop(out: &mut Vec<u8>, channel: u16, delivery_tag: u64, mult
     frame(out, FRAME_METHOD, channel, &p);
 }
 
+/// Encodes `basic.reject(delivery_tag, requeue=false)`: one delivery into the dead-letter
+/// exchange.
+pub fn encode_reject_drop(out: &mut Vec<u8>, channel: u16, delivery_tag: u64) {
+    let mut p = [0u8; 13];
+    p[0..2].copy_from_slice(&CLASS_BASIC.to_be_bytes());
+    p[2..4].copy_from_slice(&BASIC_REJECT.to_be_bytes());
+    p[4..12].copy_from_slice(&delivery_tag.to_be_bytes());
+    p[12] = 0; // requeue=false
+    frame(out, FRAME_METHOD, channel, &p);
+}
+
 /// Class and method ids of a method frame payload.
 #[inline]
 pub fn method_ids(payload: &[u8]) -> Option<(u16, u16)> {
@@ -231,5 +244,31 @@ mod tests {
             other => panic!("unexpected {other:?}"),
         }
         assert_eq!(ack_fields(&out[7..out.len() - 1]), Some((42, true)));
+    }
+
+    #[test]
+    fn nack_and_reject_drop_roundtrip() {
+        let mut out = Vec::new();
+        encode_nack_drop(&mut out, 1, 7, true);
+        let (rest, f) = parse_frame(&out[..]).expect("nack");
+        match f {
+            AMQPFrame::Method(1, AMQPClass::Basic(basic::AMQPMethod::Nack(n))) => {
+                assert_eq!(n.delivery_tag, 7);
+                assert!(n.multiple);
+                assert!(!n.requeue);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(rest.is_empty());
+        out.clear();
+        encode_reject_drop(&mut out, 1, 9);
+        let (_, f) = parse_frame(&out[..]).expect("reject");
+        match f {
+            AMQPFrame::Method(1, AMQPClass::Basic(basic::AMQPMethod::Reject(r))) => {
+                assert_eq!(r.delivery_tag, 9);
+                assert!(!r.requeue);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
     }
 }
