@@ -60,12 +60,13 @@ pub struct Report {
     pub consumed: u64,
     /// Messages rejected into the DLX by main-queue consumers (dead-letter scenario).
     pub rejected: u64,
-    /// "expiry": seconds from the last message's TTL deadline (last publish + `--ttl-ms`) until
+    /// "expiry": seconds from the last message's TTL deadline (`publish_s` + `--ttl-ms`) until
     /// all reached the DLQs; `None` if they did not all arrive within the run.
     pub expiry_drain_s: Option<f64>,
     /// "expiry": DLQ receive rate from the first to the last dead letter (msg/s).
     pub dlq_drain_rate: Option<f64>,
-    /// With `--pmessages`: seconds from the start until the last producer wrote its last message.
+    /// With `--pmessages`: seconds from the start until the broker had taken every message (a
+    /// `basic.qos` round trip after each producer's last one; all confirmed in confirm mode).
     pub publish_s: Option<f64>,
     /// Length of the measurement window.
     #[serde(rename = "duration_s", serialize_with = "ser_duration")]

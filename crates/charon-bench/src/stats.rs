@@ -25,7 +25,8 @@ pub(crate) struct Shared {
     pub(crate) rejected: AtomicU64,
     /// Producers that reached `--pmessages`.
     pub(crate) producers_done: AtomicU64,
-    /// When the last producer to finish wrote its last message (`now_nanos`, 0 = not yet).
+    /// When the last producer to finish was done: the broker had taken its last message
+    /// (`now_nanos`, 0 = not yet).
     pub(crate) publish_done_ns: AtomicU64,
     /// Messages the consumers expect in all (`--pmessages` x producers; 0 = unbounded).
     pub(crate) expected: u64,

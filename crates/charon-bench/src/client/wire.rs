@@ -18,6 +18,8 @@ pub const BASIC_NACK: u16 = 120;
 pub const BASIC_REJECT: u16 = 90;
 /// basic.return
 pub const BASIC_RETURN: u16 = 50;
+/// basic.qos-ok
+pub const BASIC_QOS_OK: u16 = 11;
 /// class connection
 pub const CLASS_CONNECTION: u16 = 10;
 /// connection.close-ok
@@ -135,6 +137,15 @@ pub fn encode_reject_drop(out: &mut Vec<u8>, channel: u16, delivery_tag: u64) {
     p[2..4].copy_from_slice(&BASIC_REJECT.to_be_bytes());
     p[4..12].copy_from_slice(&delivery_tag.to_be_bytes());
     p[12] = 0; // requeue=false
+    frame(out, FRAME_METHOD, channel, &p);
+}
+
+/// Encodes `basic.qos(prefetch_size 0, prefetch_count 0, global=false)`: a no-op on a
+/// publishing channel whose qos-ok tells that the broker has read everything sent before it.
+pub fn encode_qos_marker(out: &mut Vec<u8>, channel: u16) {
+    let mut p = [0u8; 11];
+    p[0..2].copy_from_slice(&CLASS_BASIC.to_be_bytes());
+    p[2..4].copy_from_slice(&10u16.to_be_bytes());
     frame(out, FRAME_METHOD, channel, &p);
 }
 
@@ -270,5 +281,20 @@ mod tests {
             }
             other => panic!("unexpected {other:?}"),
         }
+    }
+
+    #[test]
+    fn qos_marker_parses() {
+        let mut out = Vec::new();
+        encode_qos_marker(&mut out, 1);
+        let (rest, f) = parse_frame(&out[..]).expect("qos");
+        match f {
+            AMQPFrame::Method(1, AMQPClass::Basic(basic::AMQPMethod::Qos(q))) => {
+                assert_eq!(q.prefetch_count, 0);
+                assert!(!q.global);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(rest.is_empty());
     }
 }
