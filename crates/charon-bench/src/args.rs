@@ -1,6 +1,10 @@
 //! Command-line arguments (`clap::Args`) shared by `charon bench` and the example.
 
+use crate::BenchError;
 use crate::scenario::Scenario;
+
+/// Longest queue name AMQP allows (a shortstr).
+const MAX_QUEUE_NAME: usize = 255;
 
 /// Options of a benchmark run, modelled on RabbitMQ PerfTest.
 #[derive(clap::Args, Debug, Clone)]
@@ -58,7 +62,8 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value_t = Scenario::Throughput)]
     pub scenario: Scenario,
     /// Keep the queues as they are: no purge at start, no delete at the end (publish a backlog
-    /// in one run, consume it in another).
+    /// in one run, consume it in another). The dead-letter scenarios still start from freshly
+    /// declared queues.
     #[arg(long)]
     pub keep_queues: bool,
     /// Message TTL (x-message-ttl) of the main queues in the "expiry" scenario (ms).
@@ -110,5 +115,116 @@ impl BenchArgs {
     /// Name of queue `i`.
     pub(crate) fn queue_name(&self, i: usize) -> String {
         format!("{}-{}", self.queue_prefix, i % self.queues.max(1))
+    }
+
+    /// Rejects inconsistent options.
+    pub(crate) fn validate(&self) -> Result<(), BenchError> {
+        let arg = |m: &str| Err(BenchError::Args(m.into()));
+        if self.queues == 0 {
+            return arg("--queues must be >= 1");
+        }
+        if self.producers == 0 && self.consumers == 0 {
+            return arg("need at least one producer or consumer");
+        }
+        if self.duration == 0 && self.pmessages == 0 {
+            return arg("--duration 0 requires --pmessages");
+        }
+        let last = self.queues - 1;
+        let longest = if self.scenario.dead_letters() {
+            self.dlq_name(last)
+        } else {
+            self.queue_name(last)
+        };
+        if longest.len() > MAX_QUEUE_NAME {
+            return arg("--queue-prefix is too long (queue names are at most 255 bytes)");
+        }
+        match self.scenario {
+            Scenario::Throughput => {}
+            Scenario::DeadLetter => {
+                if self.multi_ack == 0 {
+                    return arg("--scenario dead-letter needs acknowledgements (--multi-ack >= 1)");
+                }
+                if self.consumers == 0 {
+                    return arg("--scenario dead-letter needs consumers (-y >= 1)");
+                }
+            }
+            Scenario::Expiry => {
+                if self.pmessages == 0 || self.producers == 0 || self.consumers == 0 {
+                    return arg("--scenario expiry needs --pmessages, producers and consumers");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Human description of the run parameters (the report's `params`).
+    pub(crate) fn describe(&self) -> String {
+        let opt = |on: bool, s: String| if on { s } else { String::new() };
+        format!(
+            "{} producers, {} consumers, {} queues, {} B, {}{}{}, prefetch {}, multi-ack {}{}",
+            self.producers,
+            self.consumers,
+            self.queues,
+            self.size,
+            if self.persistent {
+                "persistent"
+            } else {
+                "transient"
+            },
+            opt(
+                self.confirm > 0,
+                format!(", confirm window {}", self.confirm)
+            ),
+            opt(
+                self.rate > 0,
+                format!(", rate {} msg/s/producer", self.rate)
+            ),
+            self.prefetch,
+            self.multi_ack,
+            opt(
+                self.scenario == Scenario::Expiry,
+                format!(", TTL {} ms", self.ttl_ms)
+            ),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validates_scenario_needs() {
+        let ok = BenchArgs::default();
+        assert!(ok.validate().is_ok());
+        let bad = [
+            BenchArgs {
+                scenario: Scenario::Expiry,
+                ..BenchArgs::default()
+            },
+            BenchArgs {
+                scenario: Scenario::DeadLetter,
+                multi_ack: 0,
+                ..BenchArgs::default()
+            },
+            BenchArgs {
+                scenario: Scenario::DeadLetter,
+                consumers: 0,
+                ..BenchArgs::default()
+            },
+            BenchArgs {
+                queue_prefix: "q".repeat(252),
+                scenario: Scenario::DeadLetter,
+                ..BenchArgs::default()
+            },
+        ];
+        for a in bad {
+            assert!(matches!(a.validate(), Err(BenchError::Args(_))), "{a:?}");
+        }
+        let long_but_fine = BenchArgs {
+            queue_prefix: "q".repeat(253),
+            ..BenchArgs::default()
+        };
+        assert!(long_but_fine.validate().is_ok());
     }
 }

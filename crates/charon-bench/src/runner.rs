@@ -20,78 +20,6 @@ use crate::{BenchArgs, BenchError};
 
 const TICK: Duration = Duration::from_millis(50);
 
-/// Longest queue name AMQP allows (a shortstr).
-const MAX_QUEUE_NAME: usize = 255;
-
-fn validate(args: &BenchArgs) -> Result<(), BenchError> {
-    let arg = |m: &str| Err(BenchError::Args(m.into()));
-    if args.queues == 0 {
-        return arg("--queues must be >= 1");
-    }
-    if args.producers == 0 && args.consumers == 0 {
-        return arg("need at least one producer or consumer");
-    }
-    if args.duration == 0 && args.pmessages == 0 {
-        return arg("--duration 0 requires --pmessages");
-    }
-    let longest = args
-        .queue_name(args.queues - 1)
-        .len()
-        .max(args.dlq_name(0).len());
-    if longest > MAX_QUEUE_NAME {
-        return arg("--queue-prefix is too long (queue names are at most 255 bytes)");
-    }
-    match args.scenario {
-        Scenario::Throughput => {}
-        Scenario::DeadLetter => {
-            if args.multi_ack == 0 {
-                return arg("--scenario dead-letter needs acknowledgements (--multi-ack >= 1)");
-            }
-            if args.consumers == 0 {
-                return arg("--scenario dead-letter needs consumers (-y >= 1)");
-            }
-        }
-        Scenario::Expiry => {
-            if args.pmessages == 0 || args.producers == 0 || args.consumers == 0 {
-                return arg("--scenario expiry needs --pmessages, producers and consumers");
-            }
-        }
-    }
-    Ok(())
-}
-
-fn params(args: &BenchArgs) -> String {
-    format!(
-        "{} producers, {} consumers, {} queues, {} B, {}{}{}, prefetch {}, multi-ack {}{}",
-        args.producers,
-        args.consumers,
-        args.queues,
-        args.size,
-        if args.persistent {
-            "persistent"
-        } else {
-            "transient"
-        },
-        if args.confirm > 0 {
-            format!(", confirm window {}", args.confirm)
-        } else {
-            String::new()
-        },
-        if args.rate > 0 {
-            format!(", rate {} msg/s/producer", args.rate)
-        } else {
-            String::new()
-        },
-        args.prefetch,
-        args.multi_ack,
-        if args.scenario == Scenario::Expiry {
-            format!(", TTL {} ms", args.ttl_ms)
-        } else {
-            String::new()
-        }
-    )
-}
-
 async fn connect_all<F, Fut>(
     n: usize,
     uri: &AmqpUri,
@@ -129,7 +57,7 @@ pub async fn run_and_print(args: BenchArgs) -> Result<Report, BenchError> {
 
 /// Runs a benchmark described by `args` and returns its report.
 pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
-    validate(&args)?;
+    args.validate()?;
     let uri = AmqpUri::parse(&args.uri)?;
     let topo = Topology::new(&args);
     let queue_names = &topo.queues;
@@ -336,7 +264,7 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
     }
     Ok(Report {
         scenario: args.scenario.as_str().to_string(),
-        params: params(&args),
+        params: args.describe(),
         published,
         confirmed,
         nacked,
