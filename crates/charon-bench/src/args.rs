@@ -1,5 +1,11 @@
 //! Command-line arguments (`clap::Args`) shared by `charon bench` and the example.
 
+use crate::BenchError;
+use crate::scenario::Scenario;
+
+/// Longest queue name AMQP allows (a shortstr).
+const MAX_QUEUE_NAME: usize = 255;
+
 /// Options of a benchmark run, modelled on RabbitMQ PerfTest.
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
@@ -40,24 +46,27 @@ pub struct BenchArgs {
     /// Ack every N deliveries with multiple=true (0 = auto-ack / no-ack).
     #[arg(long, default_value_t = 100)]
     pub multi_ack: u32,
-    /// Measurement duration in seconds (0 = until --pmessages are all consumed).
+    /// Measurement duration in seconds (0 = until --pmessages are all consumed). In "expiry":
+    /// how long to wait for the DLQs after the last message's TTL deadline (0 = no limit).
     #[arg(short = 'z', long, default_value_t = 10)]
     pub duration: u64,
     /// Per-producer message count limit (0 = unlimited).
     #[arg(long, default_value_t = 0)]
     pub pmessages: u64,
-    /// Scenario: "throughput" (default); "dead-letter" (main-queue consumers nack every
-    /// delivery with requeue=false into a DLQ per queue that as many consumers drain; the
-    /// receive rate is the DLQ's); "expiry" (publish --pmessages into queues with
-    /// x-message-ttl = --ttl-ms and no consumer; consumers drain the DLQs; reports the time from
-    /// the last message's TTL deadline until every message reached the DLQ).
-    #[arg(long, default_value = "throughput")]
-    pub scenario: String,
+    /// Scenario: "throughput"; "dead-letter" (main-queue consumers reject every delivery with
+    /// requeue=false into a DLQ per queue that as many consumers drain; the receive rate is the
+    /// DLQs'); "expiry" (publish --pmessages into queues with x-message-ttl = --ttl-ms and no
+    /// consumer; consumers drain the DLQs; reports the time from the last message's TTL deadline
+    /// until every message reached a DLQ). Both dead-letter scenarios delete and redeclare their
+    /// queues (`<queue>` and `<queue>-dlq`) at start.
+    #[arg(long, value_enum, default_value_t = Scenario::Throughput)]
+    pub scenario: Scenario,
     /// Keep the queues as they are: no purge at start, no delete at the end (publish a backlog
-    /// in one run, consume it in another).
+    /// in one run, consume it in another). The dead-letter scenarios still start from freshly
+    /// declared queues.
     #[arg(long)]
     pub keep_queues: bool,
-    /// Message TTL of the main queues in the "expiry" scenario (ms).
+    /// Message TTL (x-message-ttl) of the main queues in the "expiry" scenario (ms).
     #[arg(long, default_value_t = 10_000)]
     pub ttl_ms: u64,
     /// PID of the broker: report its CPU time per message and peak RSS (Linux /proc).
@@ -87,7 +96,7 @@ impl Default for BenchArgs {
             multi_ack: 100,
             duration: 10,
             pmessages: 0,
-            scenario: "throughput".into(),
+            scenario: Scenario::Throughput,
             ttl_ms: 10_000,
             keep_queues: false,
             broker_pid: None,
@@ -106,5 +115,116 @@ impl BenchArgs {
     /// Name of queue `i`.
     pub(crate) fn queue_name(&self, i: usize) -> String {
         format!("{}-{}", self.queue_prefix, i % self.queues.max(1))
+    }
+
+    /// Rejects inconsistent options.
+    pub(crate) fn validate(&self) -> Result<(), BenchError> {
+        let arg = |m: &str| Err(BenchError::Args(m.into()));
+        if self.queues == 0 {
+            return arg("--queues must be >= 1");
+        }
+        if self.producers == 0 && self.consumers == 0 {
+            return arg("need at least one producer or consumer");
+        }
+        if self.duration == 0 && self.pmessages == 0 {
+            return arg("--duration 0 requires --pmessages");
+        }
+        let last = self.queues - 1;
+        let longest = if self.scenario.dead_letters() {
+            self.dlq_name(last)
+        } else {
+            self.queue_name(last)
+        };
+        if longest.len() > MAX_QUEUE_NAME {
+            return arg("--queue-prefix is too long (queue names are at most 255 bytes)");
+        }
+        match self.scenario {
+            Scenario::Throughput => {}
+            Scenario::DeadLetter => {
+                if self.multi_ack == 0 {
+                    return arg("--scenario dead-letter needs acknowledgements (--multi-ack >= 1)");
+                }
+                if self.consumers == 0 {
+                    return arg("--scenario dead-letter needs consumers (-y >= 1)");
+                }
+            }
+            Scenario::Expiry => {
+                if self.pmessages == 0 || self.producers == 0 || self.consumers == 0 {
+                    return arg("--scenario expiry needs --pmessages, producers and consumers");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Human description of the run parameters (the report's `params`).
+    pub(crate) fn describe(&self) -> String {
+        let opt = |on: bool, s: String| if on { s } else { String::new() };
+        format!(
+            "{} producers, {} consumers, {} queues, {} B, {}{}{}, prefetch {}, multi-ack {}{}",
+            self.producers,
+            self.consumers,
+            self.queues,
+            self.size,
+            if self.persistent {
+                "persistent"
+            } else {
+                "transient"
+            },
+            opt(
+                self.confirm > 0,
+                format!(", confirm window {}", self.confirm)
+            ),
+            opt(
+                self.rate > 0,
+                format!(", rate {} msg/s/producer", self.rate)
+            ),
+            self.prefetch,
+            self.multi_ack,
+            opt(
+                self.scenario == Scenario::Expiry,
+                format!(", TTL {} ms", self.ttl_ms)
+            ),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validates_scenario_needs() {
+        let ok = BenchArgs::default();
+        assert!(ok.validate().is_ok());
+        let bad = [
+            BenchArgs {
+                scenario: Scenario::Expiry,
+                ..BenchArgs::default()
+            },
+            BenchArgs {
+                scenario: Scenario::DeadLetter,
+                multi_ack: 0,
+                ..BenchArgs::default()
+            },
+            BenchArgs {
+                scenario: Scenario::DeadLetter,
+                consumers: 0,
+                ..BenchArgs::default()
+            },
+            BenchArgs {
+                queue_prefix: "q".repeat(252),
+                scenario: Scenario::DeadLetter,
+                ..BenchArgs::default()
+            },
+        ];
+        for a in bad {
+            assert!(matches!(a.validate(), Err(BenchError::Args(_))), "{a:?}");
+        }
+        let long_but_fine = BenchArgs {
+            queue_prefix: "q".repeat(253),
+            ..BenchArgs::default()
+        };
+        assert!(long_but_fine.validate().is_ok());
     }
 }

@@ -1,6 +1,7 @@
 //! Consumer: parses `basic.deliver` + header + body frames straight out of
 //! the read buffer, records latency from the body timestamp and acks with
-//! `multiple=true` every `--multi-ack` deliveries (one write per read).
+//! `multiple=true` every `--multi-ack` deliveries (one write per read); in
+//! reject mode it dead-letters them instead (nack/reject with requeue=false).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -23,7 +24,8 @@ pub(crate) struct ConsumerCfg {
     pub(crate) multi_ack: u32,
     /// Whether bodies carry a timestamp.
     pub(crate) timestamps: bool,
-    /// Reject every delivery (nack multiple, requeue=false) instead of acking, counting into
+    /// Reject every delivery with requeue=false instead of acking (`basic.nack` multiple every
+    /// `multi_ack` deliveries, `basic.reject` each when `multi_ack` is 1), counting into
     /// `Shared::rejected`: the dead-letter scenario's main-queue consumers.
     pub(crate) reject: bool,
 }
@@ -141,7 +143,9 @@ async fn consume_loop(
                 }
             }
             if cfg.multi_ack > 0 && unacked >= cfg.multi_ack {
-                if cfg.reject {
+                if cfg.reject && cfg.multi_ack == 1 {
+                    wire::encode_reject_drop(&mut acks, CHANNEL, last_tag);
+                } else if cfg.reject {
                     wire::encode_nack_drop(&mut acks, CHANNEL, last_tag, true);
                 } else {
                     wire::encode_ack(&mut acks, CHANNEL, last_tag, true);
@@ -150,12 +154,11 @@ async fn consume_loop(
             }
         }
         if count > 0 {
-            let counter = if cfg.reject {
-                &shared.rejected
+            if cfg.reject {
+                shared.rejected.fetch_add(count, Ordering::Relaxed);
             } else {
-                &shared.consumed
-            };
-            counter.fetch_add(count, Ordering::Relaxed);
+                shared.add_consumed(count, now);
+            }
         }
         if !acks.is_empty() {
             writer.write_all(&acks).await?;

@@ -22,6 +22,7 @@ mod proc_stats;
 mod producer;
 mod report;
 mod runner;
+mod scenario;
 mod stats;
 mod uri;
 
@@ -29,3 +30,4 @@ pub use args::BenchArgs;
 pub use error::BenchError;
 pub use report::{LatencyUs, Report};
 pub use runner::{run, run_and_print};
+pub use scenario::Scenario;

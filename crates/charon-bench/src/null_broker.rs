@@ -4,12 +4,18 @@
 //! confirm.select, discards every publish (acking it at once in confirm
 //! mode) and, once a consumer subscribes, streams an endless flow of
 //! pre-encoded deliveries (body = `NULL_BROKER_SIZE` bytes of 0xFF, so the
-//! tool skips latency). Not a broker: a test fixture.
+//! tool skips latency). Queue arguments are accepted but mean nothing (no
+//! dead-lettering, no TTL). [`serve_observed`] records the admin methods and
+//! settlements it receives (see [`Observed`]). Not a broker: a test fixture.
 //!
 //! Run it with `cargo run --release -p charon-bench --example null_broker -- 127.0.0.1:5699`;
 //! the integration tests use it in-process.
 
 use std::sync::Arc;
+
+mod observed;
+
+pub use observed::{Event, Observed};
 
 use crate::BenchError;
 use crate::client::connection::{decode, encode};
@@ -67,7 +73,11 @@ async fn blast(w: Writer, size: usize) {
     }
 }
 
-async fn serve_connection(stream: TcpStream, size: usize) -> Result<(), BenchError> {
+async fn serve_connection(
+    stream: TcpStream,
+    size: usize,
+    obs: Arc<Observed>,
+) -> Result<(), BenchError> {
     stream.set_nodelay(true)?;
     let (mut rd, wr) = stream.into_split();
     let mut header = [0u8; 8];
@@ -104,8 +114,8 @@ async fn serve_connection(stream: TcpStream, size: usize) -> Result<(), BenchErr
                 got_publish = true;
                 continue;
             }
-            if f.payload.get(..4) == Some(&[0, 60, 0, 80]) {
-                continue; // consumer ack
+            if obs.settlement(f.payload) {
+                continue; // consumer ack / nack / reject
             }
             let AMQPFrame::Method(ch, class) = decode(f.full)? else {
                 continue;
@@ -131,18 +141,24 @@ async fn serve_connection(stream: TcpStream, size: usize) -> Result<(), BenchErr
                     C::Channel(channel::AMQPMethod::OpenOk(channel::OpenOk {}))
                 }
                 C::Queue(queue::AMQPMethod::Declare(d)) => {
+                    obs.push(Event::Declare {
+                        queue: d.queue.to_string(),
+                        arguments: d.arguments.clone(),
+                    });
                     C::Queue(queue::AMQPMethod::DeclareOk(queue::DeclareOk {
                         queue: d.queue,
                         message_count: 0,
                         consumer_count: 0,
                     }))
                 }
-                C::Queue(queue::AMQPMethod::Purge(_)) => {
+                C::Queue(queue::AMQPMethod::Purge(p)) => {
+                    obs.push(Event::Purge(p.queue.to_string()));
                     C::Queue(queue::AMQPMethod::PurgeOk(queue::PurgeOk {
                         message_count: 0,
                     }))
                 }
-                C::Queue(queue::AMQPMethod::Delete(_)) => {
+                C::Queue(queue::AMQPMethod::Delete(d)) => {
+                    obs.push(Event::Delete(d.queue.to_string()));
                     C::Queue(queue::AMQPMethod::DeleteOk(queue::DeleteOk {
                         message_count: 0,
                     }))
@@ -150,7 +166,8 @@ async fn serve_connection(stream: TcpStream, size: usize) -> Result<(), BenchErr
                 C::Basic(basic::AMQPMethod::Qos(_)) => {
                     C::Basic(basic::AMQPMethod::QosOk(basic::QosOk {}))
                 }
-                C::Basic(basic::AMQPMethod::Consume(_)) => {
+                C::Basic(basic::AMQPMethod::Consume(c)) => {
+                    obs.push(Event::Consume(c.queue.to_string()));
                     if blaster.is_none() {
                         blaster = Some(());
                         let w2 = w.clone();
@@ -197,10 +214,20 @@ async fn serve_connection(stream: TcpStream, size: usize) -> Result<(), BenchErr
 /// Accepts connections forever, serving each as a null broker whose
 /// deliveries carry `size`-byte bodies.
 pub async fn serve(listener: TcpListener, size: usize) -> Result<(), BenchError> {
+    serve_observed(listener, size, Arc::new(Observed::default())).await
+}
+
+/// [`serve`], recording what the clients send into `obs`.
+pub async fn serve_observed(
+    listener: TcpListener,
+    size: usize,
+    obs: Arc<Observed>,
+) -> Result<(), BenchError> {
     loop {
         let (s, _) = listener.accept().await?;
+        let obs = obs.clone();
         tokio::spawn(async move {
-            if let Err(e) = serve_connection(s, size).await {
+            if let Err(e) = serve_connection(s, size, obs).await {
                 tracing::debug!("null broker connection: {e}");
             }
         });

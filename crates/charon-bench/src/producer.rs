@@ -3,6 +3,10 @@
 //! Pacing: socket writes are awaited (TCP backpressure), `--rate` is enforced
 //! with a schedule, and `--confirm N` keeps at most N unconfirmed messages
 //! in flight (a semaphore refilled by the confirm reader task).
+//!
+//! With `--pmessages`, a producer counts as done when the broker has taken all
+//! its messages: a `basic.qos` marker sent after the last one has been answered
+//! (the broker read everything before it) and, in confirm mode, all are confirmed.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -72,10 +76,46 @@ impl ConfirmTracker {
     }
 }
 
-/// Reads the producer connection: confirms, closes; everything else is ignored.
+/// When a producer with a message limit is done: its end marker answered and, in confirm
+/// mode, all its messages confirmed.
+#[derive(Debug)]
+struct DoneTracker {
+    confirms: bool,
+    limit: u64,
+    marker_answered: bool,
+    confirmed: u64,
+    reported: bool,
+}
+
+impl DoneTracker {
+    fn new(cfg: &ProducerCfg) -> Self {
+        Self {
+            confirms: cfg.confirm > 0,
+            limit: cfg.limit,
+            marker_answered: false,
+            confirmed: 0,
+            // Without a limit there is nothing to report.
+            reported: cfg.limit == 0,
+        }
+    }
+
+    /// True exactly once: when the producer becomes done.
+    fn became_done(&mut self) -> bool {
+        if self.reported || !self.marker_answered || (self.confirms && self.confirmed < self.limit)
+        {
+            return false;
+        }
+        self.reported = true;
+        true
+    }
+}
+
+/// Reads the producer connection: confirms, the end marker's qos-ok, closes; everything else
+/// is ignored.
 async fn confirm_reader(
     mut reader: FrameReader,
     window: Option<Arc<Semaphore>>,
+    mut done: DoneTracker,
     shared: Arc<Shared>,
 ) -> Result<(), BenchError> {
     let mut tracker = ConfirmTracker::default();
@@ -100,6 +140,7 @@ async fn confirm_reader(
                     }
                 }
                 Some((wire::CLASS_BASIC, wire::BASIC_RETURN)) => {}
+                Some((wire::CLASS_BASIC, wire::BASIC_QOS_OK)) => done.marker_answered = true,
                 Some((wire::CLASS_CONNECTION, wire::CONNECTION_CLOSE_OK)) => return Ok(()),
                 _ => {
                     // connection.blocked/unblocked and others are informational;
@@ -117,6 +158,10 @@ async fn confirm_reader(
         if nacked > 0 {
             shared.nacked.fetch_add(nacked, Ordering::Relaxed);
         }
+        done.confirmed += confirmed;
+        if done.became_done() {
+            shared.producer_done(shared.now_nanos());
+        }
     }
 }
 
@@ -133,7 +178,8 @@ pub(crate) async fn run_producer(
         frame_max,
     } = conn;
     let window = (cfg.confirm > 0).then(|| Arc::new(Semaphore::new(cfg.confirm as usize)));
-    let reader_task = tokio::spawn(confirm_reader(reader, window.clone(), shared.clone()));
+    let done = DoneTracker::new(&cfg);
+    let reader_task = tokio::spawn(confirm_reader(reader, window.clone(), done, shared.clone()));
     let result = publish_loop(writer, &cfg, frame_max, window, &shared).await;
     if let Err(e) = result {
         shared.fail(e);
@@ -178,7 +224,9 @@ async fn publish_loop(
         if cfg.limit > 0 {
             n = n.min(cfg.limit - sent);
             if n == 0 {
-                shared.producers_done.fetch_add(1, Ordering::Relaxed);
+                buf.clear();
+                wire::encode_qos_marker(&mut buf, CHANNEL);
+                writer.write_all(&buf).await?;
                 break;
             }
         }
@@ -243,7 +291,42 @@ async fn publish_loop(
 
 #[cfg(test)]
 mod tests {
-    use super::ConfirmTracker;
+    use super::{ConfirmTracker, DoneTracker, ProducerCfg};
+
+    fn cfg(confirm: u32, limit: u64) -> ProducerCfg {
+        ProducerCfg {
+            queue: "q".into(),
+            size: 16,
+            persistent: false,
+            rate: 0,
+            confirm,
+            limit,
+        }
+    }
+
+    #[test]
+    fn done_needs_the_marker_and_every_confirm() {
+        let mut d = DoneTracker::new(&cfg(10, 100));
+        d.confirmed = 100;
+        assert!(!d.became_done(), "marker not answered yet");
+        d.marker_answered = true;
+        assert!(d.became_done());
+        assert!(!d.became_done(), "reported once");
+
+        let mut d = DoneTracker::new(&cfg(10, 100));
+        d.marker_answered = true;
+        d.confirmed = 99;
+        assert!(!d.became_done());
+        d.confirmed = 100;
+        assert!(d.became_done());
+
+        let mut d = DoneTracker::new(&cfg(0, 100));
+        d.marker_answered = true;
+        assert!(d.became_done(), "no confirms: the marker suffices");
+        let mut d = DoneTracker::new(&cfg(0, 0));
+        d.marker_answered = true;
+        assert!(!d.became_done(), "no limit: never done");
+    }
 
     #[test]
     fn confirms_mixed() {

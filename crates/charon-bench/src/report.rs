@@ -60,8 +60,14 @@ pub struct Report {
     pub consumed: u64,
     /// Messages rejected into the DLX by main-queue consumers (dead-letter scenario).
     pub rejected: u64,
-    /// "expiry": seconds from the last message's TTL deadline until all reached the DLQ.
+    /// "expiry": seconds from the last message's TTL deadline (`publish_s` + `--ttl-ms`) until
+    /// all reached the DLQs; `None` if they did not all arrive within the run.
     pub expiry_drain_s: Option<f64>,
+    /// "expiry": DLQ receive rate from the first to the last dead letter (msg/s).
+    pub dlq_drain_rate: Option<f64>,
+    /// With `--pmessages`: seconds from the start until the broker had taken every message (a
+    /// `basic.qos` round trip after each producer's last one; all confirmed in confirm mode).
+    pub publish_s: Option<f64>,
     /// Length of the measurement window.
     #[serde(rename = "duration_s", serialize_with = "ser_duration")]
     pub duration: Duration,
@@ -69,6 +75,8 @@ pub struct Report {
     pub publish_rate: f64,
     /// consumed / duration (msg/s).
     pub consume_rate: f64,
+    /// rejected / duration (msg/s): the main-queue nack rate of the dead-letter scenario.
+    pub reject_rate: f64,
     /// Publish → consume latency.
     pub latency_us: LatencyUs,
     /// Broker CPU time (user+sys) per message: CPU µs / max(published, consumed).
@@ -124,12 +132,32 @@ impl fmt::Display for Report {
             )?;
         }
         if self.rejected > 0 {
-            writeln!(f, "rejected into the DLX: {} msg", self.rejected)?;
-        }
-        if let Some(d) = self.expiry_drain_s {
             writeln!(
                 f,
-                "mass expiry: all messages in the DLQ {d:.2} s after the last TTL deadline"
+                "rejected into the DLX: {} msg ({:.0} msg/s)",
+                self.rejected, self.reject_rate
+            )?;
+        }
+        if let Some(p) = self.publish_s {
+            writeln!(f, "published all messages in {p:.2} s")?;
+        }
+        if self.scenario == "expiry" {
+            match self.expiry_drain_s {
+                Some(d) => writeln!(
+                    f,
+                    "mass expiry: all messages in the DLQ {d:.2} s after the last TTL deadline"
+                )?,
+                None => writeln!(
+                    f,
+                    "mass expiry: incomplete, {} of {} messages reached the DLQ",
+                    self.consumed, self.published
+                )?,
+            }
+        }
+        if let Some(r) = self.dlq_drain_rate {
+            writeln!(
+                f,
+                "DLQ drain rate (first to last dead letter): {r:.0} msg/s"
             )?;
         }
         let l = &self.latency_us;

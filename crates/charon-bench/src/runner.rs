@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use amq_protocol::types::{AMQPValue, FieldTable, LongString};
 use tokio::task::JoinHandle;
 
 use crate::client::Connection;
@@ -14,90 +13,12 @@ use crate::histogram::new_latency_histogram;
 use crate::proc_stats::{self, ProcSample};
 use crate::producer::{ProducerCfg, run_producer};
 use crate::report::{LatencyUs, Report};
+use crate::scenario::{Scenario, Topology};
 use crate::stats::Shared;
 use crate::uri::AmqpUri;
 use crate::{BenchArgs, BenchError};
 
 const TICK: Duration = Duration::from_millis(50);
-
-fn validate(args: &BenchArgs) -> Result<(), BenchError> {
-    if !["throughput", "dead-letter", "expiry"].contains(&args.scenario.as_str()) {
-        return Err(BenchError::Args(format!(
-            "unknown scenario {:?} (supported: throughput, dead-letter, expiry)",
-            args.scenario
-        )));
-    }
-    if args.scenario == "expiry" && args.pmessages == 0 {
-        return Err(BenchError::Args(
-            "--scenario expiry needs --pmessages".into(),
-        ));
-    }
-    if args.scenario == "dead-letter" && args.multi_ack == 0 {
-        return Err(BenchError::Args(
-            "--scenario dead-letter needs acknowledgements (--multi-ack >= 1)".into(),
-        ));
-    }
-    if args.queues == 0 {
-        return Err(BenchError::Args("--queues must be >= 1".into()));
-    }
-    if args.producers == 0 && args.consumers == 0 {
-        return Err(BenchError::Args(
-            "need at least one producer or consumer".into(),
-        ));
-    }
-    if args.duration == 0 && args.pmessages == 0 {
-        return Err(BenchError::Args("--duration 0 requires --pmessages".into()));
-    }
-    Ok(())
-}
-
-fn params(args: &BenchArgs) -> String {
-    format!(
-        "{} producers, {} consumers, {} queues, {} B, {}{}{}, prefetch {}, multi-ack {}",
-        args.producers,
-        args.consumers,
-        args.queues,
-        args.size,
-        if args.persistent {
-            "persistent"
-        } else {
-            "transient"
-        },
-        if args.confirm > 0 {
-            format!(", confirm window {}", args.confirm)
-        } else {
-            String::new()
-        },
-        if args.rate > 0 {
-            format!(", rate {} msg/s/producer", args.rate)
-        } else {
-            String::new()
-        },
-        args.prefetch,
-        args.multi_ack
-    )
-}
-
-/// Arguments of a main queue in the dead-letter scenarios: dead-letter through the default
-/// exchange to `dlq`; in "expiry", also `x-message-ttl`.
-fn dead_letter_args(args: &BenchArgs, dlq: &str) -> FieldTable {
-    let mut t = FieldTable::default();
-    t.insert(
-        "x-dead-letter-exchange".into(),
-        AMQPValue::LongString(LongString::from("")),
-    );
-    t.insert(
-        "x-dead-letter-routing-key".into(),
-        AMQPValue::LongString(LongString::from(dlq)),
-    );
-    if args.scenario == "expiry" {
-        t.insert(
-            "x-message-ttl".into(),
-            AMQPValue::LongLongInt(i64::try_from(args.ttl_ms).unwrap_or(i64::MAX)),
-        );
-    }
-    t
-}
 
 async fn connect_all<F, Fut>(
     n: usize,
@@ -136,56 +57,23 @@ pub async fn run_and_print(args: BenchArgs) -> Result<Report, BenchError> {
 
 /// Runs a benchmark described by `args` and returns its report.
 pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
-    validate(&args)?;
+    args.validate()?;
     let uri = AmqpUri::parse(&args.uri)?;
-    let queue_names: Vec<String> = (0..args.queues).map(|i| args.queue_name(i)).collect();
+    let topo = Topology::new(&args);
+    let queue_names = &topo.queues;
 
-    // Admin connection: (re)declare and purge queues; dead-letter scenarios start from fresh
-    // queues (their arguments differ from a previous run's).
-    let dead_letter = args.scenario != "throughput";
-    let dlq_names: Vec<String> = if dead_letter {
-        (0..args.queues).map(|i| args.dlq_name(i)).collect()
-    } else {
-        Vec::new()
-    };
     let mut admin = Connection::open(&uri).await?;
-    for (i, q) in queue_names.iter().enumerate() {
-        if dead_letter {
-            let dlq = &dlq_names[i];
-            admin.delete_queue(q).await?;
-            admin.delete_queue(dlq).await?;
-            admin.declare_queue(dlq, args.persistent).await?;
-            admin
-                .declare_queue_with(q, args.persistent, dead_letter_args(&args, dlq))
-                .await?;
-        } else {
-            admin.declare_queue(q, args.persistent).await?;
-            if !args.keep_queues {
-                admin.purge_queue(q).await?;
-            }
-        }
-    }
+    topo.declare(&mut admin, &args).await?;
 
     // Connect consumers first (so that nothing is published to an unconsumed queue).
-    // Each entry: (queue, reject?).
     let no_ack = args.multi_ack == 0;
-    let mut specs: Vec<(String, bool)> = Vec::new();
-    for i in 0..args.consumers {
-        match args.scenario.as_str() {
-            "dead-letter" => {
-                specs.push((queue_names[i % queue_names.len()].clone(), true));
-                specs.push((dlq_names[i % dlq_names.len()].clone(), false));
-            }
-            "expiry" => specs.push((dlq_names[i % dlq_names.len()].clone(), false)),
-            _ => specs.push((queue_names[i % queue_names.len()].clone(), false)),
-        }
-    }
-    let rejecting: Vec<bool> = specs.iter().map(|(_, r)| *r).collect();
+    let specs = topo.consumers(&args);
+    let rejecting: Vec<bool> = specs.iter().map(|s| s.reject).collect();
     let consumers = {
-        let specs = specs.clone();
+        let queues: Vec<String> = specs.into_iter().map(|s| s.queue).collect();
         let prefetch = args.prefetch;
-        connect_all(specs.len(), &uri, move |i, mut c| {
-            let q = specs[i].0.clone();
+        connect_all(queues.len(), &uri, move |i, mut c| {
+            let q = queues[i].clone();
             async move {
                 if !no_ack {
                     c.qos(prefetch).await?;
@@ -205,7 +93,13 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
     })
     .await?;
 
-    let shared = Arc::new(Shared::new());
+    // Without producers (draining a backlog), --pmessages is how many to receive.
+    let expected = if args.producers == 0 {
+        args.pmessages
+    } else {
+        args.pmessages.saturating_mul(args.producers as u64)
+    };
+    let shared = Arc::new(Shared::new(expected));
     let multi_ack = match (args.multi_ack, args.prefetch) {
         (0, _) => 0,
         (n, 0) => n,
@@ -223,6 +117,7 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
     });
     let tool_before = proc_stats::sample(None);
     let t0 = Instant::now();
+    let t0_ns = shared.now_nanos();
 
     let consumer_tasks: Vec<_> = consumers
         .into_iter()
@@ -248,19 +143,16 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
         })
         .collect();
 
-    // Measurement loop with per-second progress.
-    let deadline = (args.duration > 0).then(|| t0 + Duration::from_secs(args.duration));
-    // Without producers (draining a backlog), --pmessages is how many to receive.
-    let expected = if args.producers == 0 {
-        args.pmessages
-    } else {
-        args.pmessages.saturating_mul(args.producers as u64)
-    };
+    // Measurement loop with per-second progress. "expiry" has no deadline until publishing
+    // is over: then it waits up to --duration past the last message's TTL deadline.
+    let expiry = args.scenario == Scenario::Expiry;
+    let mut deadline =
+        (!expiry && args.duration > 0).then(|| t0 + Duration::from_secs(args.duration));
     let mut next_print = t0 + Duration::from_secs(1);
     let (mut last_pub, mut last_cons) = (0u64, 0u64);
     let mut peak_rss = broker_before.map(|s| s.rss_kib).unwrap_or(0);
     let mut sec = 0u64;
-    let mut published_at: Option<Instant> = None;
+    let mut all_published = false;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(TICK) => {}
@@ -284,21 +176,22 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
                 peak_rss = peak_rss.max(s.rss_kib);
             }
         }
-        if published_at.is_none()
-            && args.pmessages > 0
-            && shared.load(&shared.producers_done) >= args.producers as u64
-        {
-            published_at = Some(now);
+        if !all_published && shared.load(&shared.producers_done) >= args.producers as u64 {
+            all_published = true;
+            if expiry && args.duration > 0 {
+                let last = Duration::from_nanos(shared.load(&shared.publish_done_ns));
+                let wait = Duration::from_millis(args.ttl_ms) + Duration::from_secs(args.duration);
+                deadline = Some(shared.origin + last + wait);
+            }
         }
         if deadline.is_some_and(|d| now >= d) {
             break;
         }
-        if expected > 0 {
+        if expected > 0 && all_published {
             let done = if args.consumers > 0 {
                 shared.load(&shared.consumed) >= expected
             } else {
-                shared.load(&shared.producers_done) >= args.producers as u64
-                    && (args.confirm == 0 || shared.load(&shared.confirmed) >= expected)
+                args.confirm == 0 || shared.load(&shared.confirmed) >= expected
             };
             if done {
                 break;
@@ -306,23 +199,37 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
         }
     }
     let elapsed = t0.elapsed();
-    let finished = Instant::now();
-    let rejected = shared.load(&shared.rejected);
-    // expiry: from the last message's TTL deadline to the last DLQ receipt.
-    let expiry_drain_s = (args.scenario == "expiry")
-        .then_some(published_at)
-        .flatten()
-        .map(|p| {
-            let deadline = p + Duration::from_millis(args.ttl_ms);
-            finished.saturating_duration_since(deadline).as_secs_f64()
-        });
     let published = shared.load(&shared.published);
     let consumed = shared.load(&shared.consumed);
     let confirmed = shared.load(&shared.confirmed);
     let nacked = shared.load(&shared.nacked);
+    let rejected = shared.load(&shared.rejected);
     let broker_after = args.broker_pid.and_then(|p| proc_stats::sample(Some(p)));
     let tool_after = proc_stats::sample(None);
     shared.stop.cancel();
+
+    // Publish time, and for "expiry" the mass-expiry time and the DLQ drain rate.
+    let publish_done = if all_published && args.producers > 0 {
+        shared.load(&shared.publish_done_ns)
+    } else {
+        0
+    };
+    let publish_s = Shared::secs_between(t0_ns, publish_done);
+    let (first_dl, all_dl) = (
+        shared.load(&shared.first_consumed_ns),
+        shared.load(&shared.all_consumed_ns),
+    );
+    let ttl_deadline = publish_done
+        .checked_add(args.ttl_ms.saturating_mul(1_000_000))
+        .filter(|_| publish_done > 0)
+        .unwrap_or(0);
+    let expiry_drain_s = expiry
+        .then(|| Shared::secs_between(ttl_deadline, all_dl))
+        .flatten();
+    let dlq_drain_rate = expiry
+        .then(|| Shared::secs_between(first_dl, all_dl))
+        .flatten()
+        .map(|s| expected as f64 / s.max(1e-9));
 
     let mut hist = new_latency_histogram();
     for t in consumer_tasks {
@@ -345,9 +252,7 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
 
     // Cleanup.
     if !args.keep_queues {
-        for q in queue_names.iter().chain(&dlq_names) {
-            admin.delete_queue(q).await?;
-        }
+        topo.delete(&mut admin).await?;
     }
     admin.close().await;
 
@@ -363,17 +268,20 @@ pub async fn run(args: BenchArgs) -> Result<Report, BenchError> {
         peak_rss = peak_rss.max(a.rss_kib).max(a.hwm_kib);
     }
     Ok(Report {
-        scenario: args.scenario.clone(),
-        params: params(&args),
+        scenario: args.scenario.as_str().to_string(),
+        params: args.describe(),
         published,
         confirmed,
         nacked,
         consumed,
         rejected,
         expiry_drain_s,
+        dlq_drain_rate,
+        publish_s,
         duration: elapsed,
         publish_rate: published as f64 / secs,
         consume_rate: consumed as f64 / secs,
+        reject_rate: rejected as f64 / secs,
         latency_us: LatencyUs::from_histogram(&hist),
         broker_cpu_us_per_msg: broker_cpu.map(|c| c / msgs),
         broker_cpu_cores: broker_cpu.map(|c| c / 1e6 / secs),

@@ -14,8 +14,12 @@ pub const BASIC_DELIVER: u16 = 60;
 pub const BASIC_ACK: u16 = 80;
 /// basic.nack
 pub const BASIC_NACK: u16 = 120;
+/// basic.reject
+pub const BASIC_REJECT: u16 = 90;
 /// basic.return
 pub const BASIC_RETURN: u16 = 50;
+/// basic.qos-ok
+pub const BASIC_QOS_OK: u16 = 11;
 /// class connection
 pub const CLASS_CONNECTION: u16 = 10;
 /// connection.close-ok
@@ -125,6 +129,26 @@ pub fn encode_nack_drop(out: &mut Vec<u8>, channel: u16, delivery_tag: u64, mult
     frame(out, FRAME_METHOD, channel, &p);
 }
 
+/// Encodes `basic.reject(delivery_tag, requeue=false)`: one delivery into the dead-letter
+/// exchange.
+pub fn encode_reject_drop(out: &mut Vec<u8>, channel: u16, delivery_tag: u64) {
+    let mut p = [0u8; 13];
+    p[0..2].copy_from_slice(&CLASS_BASIC.to_be_bytes());
+    p[2..4].copy_from_slice(&BASIC_REJECT.to_be_bytes());
+    p[4..12].copy_from_slice(&delivery_tag.to_be_bytes());
+    p[12] = 0; // requeue=false
+    frame(out, FRAME_METHOD, channel, &p);
+}
+
+/// Encodes `basic.qos(prefetch_size 0, prefetch_count 0, global=false)`: a no-op on a
+/// publishing channel whose qos-ok tells that the broker has read everything sent before it.
+pub fn encode_qos_marker(out: &mut Vec<u8>, channel: u16) {
+    let mut p = [0u8; 11];
+    p[0..2].copy_from_slice(&CLASS_BASIC.to_be_bytes());
+    p[2..4].copy_from_slice(&10u16.to_be_bytes());
+    frame(out, FRAME_METHOD, channel, &p);
+}
+
 /// Class and method ids of a method frame payload.
 #[inline]
 pub fn method_ids(payload: &[u8]) -> Option<(u16, u16)> {
@@ -231,5 +255,46 @@ mod tests {
             other => panic!("unexpected {other:?}"),
         }
         assert_eq!(ack_fields(&out[7..out.len() - 1]), Some((42, true)));
+    }
+
+    #[test]
+    fn nack_and_reject_drop_roundtrip() {
+        let mut out = Vec::new();
+        encode_nack_drop(&mut out, 1, 7, true);
+        let (rest, f) = parse_frame(&out[..]).expect("nack");
+        match f {
+            AMQPFrame::Method(1, AMQPClass::Basic(basic::AMQPMethod::Nack(n))) => {
+                assert_eq!(n.delivery_tag, 7);
+                assert!(n.multiple);
+                assert!(!n.requeue);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(rest.is_empty());
+        out.clear();
+        encode_reject_drop(&mut out, 1, 9);
+        let (_, f) = parse_frame(&out[..]).expect("reject");
+        match f {
+            AMQPFrame::Method(1, AMQPClass::Basic(basic::AMQPMethod::Reject(r))) => {
+                assert_eq!(r.delivery_tag, 9);
+                assert!(!r.requeue);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn qos_marker_parses() {
+        let mut out = Vec::new();
+        encode_qos_marker(&mut out, 1);
+        let (rest, f) = parse_frame(&out[..]).expect("qos");
+        match f {
+            AMQPFrame::Method(1, AMQPClass::Basic(basic::AMQPMethod::Qos(q))) => {
+                assert_eq!(q.prefetch_count, 0);
+                assert!(!q.global);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(rest.is_empty());
     }
 }
