@@ -6,9 +6,11 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use charon_server::DefValue;
 use charon_server::broker::Broker;
-use charon_server::policies::{PolicyChangeError, PolicyInput, PolicySetOutcome, PolicyView};
+use charon_server::policies::{
+    PolicyChangeError, PolicyInput, PolicySetOutcome, PolicyView, def_value_from_json,
+    definition_to_json,
+};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -26,34 +28,9 @@ pub struct PolicyBody {
     apply_to: Option<String>,
 }
 
-fn to_def(v: &Value) -> DefValue {
-    match v {
-        Value::String(s) => DefValue::Str(s.clone()),
-        Value::Bool(b) => DefValue::Bool(*b),
-        Value::Number(n) => match n.as_i64() {
-            Some(i) => DefValue::Int(i),
-            None => DefValue::Other(n.to_string()),
-        },
-        other => DefValue::Other(other.to_string()),
-    }
-}
-
-fn from_def(v: &DefValue) -> Value {
-    match v {
-        DefValue::Str(s) => Value::String(s.clone()),
-        DefValue::Int(i) => Value::from(*i),
-        DefValue::Bool(b) => Value::Bool(*b),
-        DefValue::Other(o) => serde_json::from_str(o).unwrap_or(Value::String(o.clone())),
-    }
-}
-
 /// A policy in the management API's JSON shape.
 fn view_json(p: &PolicyView) -> Value {
-    let definition: serde_json::Map<String, Value> = p
-        .definition
-        .iter()
-        .map(|(k, v)| (k.clone(), from_def(v)))
-        .collect();
+    let definition = definition_to_json(&p.definition);
     serde_json::json!({
         "vhost": p.vhost,
         "name": p.name,
@@ -141,7 +118,7 @@ pub async fn put(
         pattern,
         definition: definition
             .iter()
-            .map(|(k, v)| (k.clone(), to_def(v)))
+            .map(|(k, v)| (k.clone(), def_value_from_json(v)))
             .collect(),
         priority,
         apply_to: body.apply_to.unwrap_or_else(|| "all".into()),

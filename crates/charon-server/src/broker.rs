@@ -31,6 +31,9 @@ pub struct VHostState {
     pub policies: RwLock<Policies>,
     /// The store, when the broker runs with one (set once at start).
     pub persist: OnceLock<Arc<Persistence>>,
+    /// The durable topology as last saved: methods that change nothing durable (transient and
+    /// passive declares) write nothing and wait for no fsync.
+    saved_topology: std::sync::Mutex<bytes::Bytes>,
 }
 
 impl VHostState {
@@ -43,6 +46,7 @@ impl VHostState {
             topology: RwLock::new(v),
             policies: RwLock::new(Policies::default()),
             persist: OnceLock::new(),
+            saved_topology: std::sync::Mutex::new(bytes::Bytes::new()),
         }
     }
 
@@ -50,8 +54,21 @@ impl VHostState {
     /// once it is on disk.
     pub fn save_topology(&self) -> Option<charon_store::Ticket> {
         let p = self.persist.get()?;
-        let topo = self.topology.read().unwrap_or_else(|p| p.into_inner());
-        Some(p.save_topology(&topo))
+        // Held while encoding and appending, so that saves reach the log in topology order
+        // (lock order: `saved_topology`, then `topology`).
+        let mut saved = self
+            .saved_topology
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let encoded = {
+            let topo = self.topology.read().unwrap_or_else(|p| p.into_inner());
+            persist::encode_topology(&topo)
+        };
+        if *saved == encoded {
+            return None;
+        }
+        *saved = encoded.clone();
+        Some(p.save_topology(&self.name, encoded))
     }
 
     /// The settings queue `meta` runs with: its arguments overlaid with the policy that applies.
@@ -242,6 +259,8 @@ impl Broker {
                 if restored_ok.is_none() {
                     tracing::warn!(vhost = %name, "the saved topology is damaged; restored what could be read");
                 }
+                drop(topo);
+                drop(v.save_topology());
             }
         }
         tracing::info!(messages = restored, "store opened and recovered");

@@ -28,6 +28,5 @@ pub mod queue;
 pub mod queues_info;
 pub mod server;
 
-pub use charon_core::DefValue;
 pub use config::Config;
 pub use error::AmqpError;

@@ -209,6 +209,26 @@ pub(crate) fn decode_policies(data: Bytes) -> Vec<(String, String, String, i64, 
     out
 }
 
+/// The store's form of `message` entering queue `key` under `id`.
+fn stored(
+    key: &Arc<str>,
+    id: u64,
+    message: &Message,
+    enqueued_at_ms: u64,
+    expires_at_ms: Option<u64>,
+) -> StoredMessage {
+    StoredMessage {
+        message_id: 0,
+        enqueued_at_ms,
+        expires_at_ms,
+        exchange: message.exchange.clone(),
+        routing_key: message.routing_key.clone(),
+        properties: message.properties.0.clone(),
+        body: message.body.clone(),
+        queues: vec![(key.clone(), id)],
+    }
+}
+
 impl Persistence {
     /// Opens the store under `data_dir` (`<data_dir>/store`) and recovers it.
     pub fn open(data_dir: &Path) -> Result<(Arc<Persistence>, Recovered), StoreError> {
@@ -223,13 +243,13 @@ impl Persistence {
         Ok((Arc::new(Persistence { store }), rec))
     }
 
-    /// Saves a vhost's durable topology (after any change to it); the ticket completes when it
-    /// is on disk (declare-ok waits for it).
-    pub fn save_topology<Q: Clone>(&self, v: &VHost<Q>) -> charon_store::Ticket {
+    /// Saves a vhost's durable topology, as [`encode_topology`] made it; the ticket completes
+    /// when it is on disk (declare-ok waits for it).
+    pub fn save_topology(&self, vhost: &str, encoded: Bytes) -> charon_store::Ticket {
         self.store.append(Record::PutDefinition {
             kind: Arc::from(KIND_TOPOLOGY),
-            key: Arc::from(v.name()),
-            value: encode_topology(v),
+            key: Arc::from(vhost),
+            value: encoded,
         })
     }
 
@@ -259,16 +279,13 @@ impl Persistence {
         enqueued_at_ms: u64,
         expires_at_ms: Option<u64>,
     ) -> charon_store::Ticket {
-        self.store.append(Record::Publish(StoredMessage {
-            message_id: 0,
+        self.store.append(Record::Publish(stored(
+            key,
+            id,
+            message,
             enqueued_at_ms,
             expires_at_ms,
-            exchange: message.exchange.clone(),
-            routing_key: message.routing_key.clone(),
-            properties: message.properties.0.clone(),
-            body: message.body.clone(),
-            queues: vec![(key.clone(), id)],
-        }))
+        )))
     }
 
     /// Writes, as one record, that the message `from_id` left `from_key` and its dead-lettered
@@ -285,16 +302,7 @@ impl Persistence {
         self.store.append(Record::DeadLetterMove {
             from_queue: from.0.clone(),
             from_id: from.1,
-            message: StoredMessage {
-                message_id: 0,
-                enqueued_at_ms,
-                expires_at_ms,
-                exchange: message.exchange.clone(),
-                routing_key: message.routing_key.clone(),
-                properties: message.properties.0.clone(),
-                body: message.body.clone(),
-                queues: vec![(key.clone(), id)],
-            },
+            message: stored(key, id, message, enqueued_at_ms, expires_at_ms),
         })
     }
 

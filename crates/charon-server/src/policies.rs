@@ -59,42 +59,49 @@ pub enum PolicyChangeError {
     Invalid(#[from] PolicyError),
 }
 
-fn def_to_json(definition: &[(String, DefValue)]) -> String {
-    let map: serde_json::Map<String, serde_json::Value> = definition
-        .iter()
-        .map(|(k, v)| {
-            let j = match v {
-                DefValue::Str(s) => serde_json::Value::String(s.clone()),
-                DefValue::Int(i) => serde_json::Value::from(*i),
-                DefValue::Bool(b) => serde_json::Value::Bool(*b),
-                DefValue::Other(o) => {
-                    serde_json::from_str(o).unwrap_or(serde_json::Value::String(o.clone()))
-                }
-            };
-            (k.clone(), j)
-        })
-        .collect();
-    serde_json::Value::Object(map).to_string()
+/// A definition value from JSON (the management API's and the store's encoding).
+pub fn def_value_from_json(v: &serde_json::Value) -> DefValue {
+    match v {
+        serde_json::Value::String(s) => DefValue::Str(s.clone()),
+        serde_json::Value::Bool(b) => DefValue::Bool(*b),
+        serde_json::Value::Number(n) => match n.as_i64() {
+            Some(i) => DefValue::Int(i),
+            None => DefValue::Other(n.to_string()),
+        },
+        other => DefValue::Other(other.to_string()),
+    }
 }
 
-fn def_from_json(text: &str) -> Vec<(String, DefValue)> {
-    let Ok(serde_json::Value::Object(map)) = serde_json::from_str::<serde_json::Value>(text) else {
-        return Vec::new();
-    };
-    map.into_iter()
-        .map(|(k, v)| {
-            let d = match v {
-                serde_json::Value::String(s) => DefValue::Str(s),
-                serde_json::Value::Bool(b) => DefValue::Bool(b),
-                serde_json::Value::Number(n) => match n.as_i64() {
-                    Some(i) => DefValue::Int(i),
-                    None => DefValue::Other(n.to_string()),
-                },
-                other => DefValue::Other(other.to_string()),
-            };
-            (k, d)
-        })
-        .collect()
+/// A definition value as JSON.
+pub fn def_value_to_json(v: &DefValue) -> serde_json::Value {
+    match v {
+        DefValue::Str(s) => serde_json::Value::String(s.clone()),
+        DefValue::Int(i) => serde_json::Value::from(*i),
+        DefValue::Bool(b) => serde_json::Value::Bool(*b),
+        DefValue::Other(o) => {
+            serde_json::from_str(o).unwrap_or_else(|_| serde_json::Value::String(o.clone()))
+        }
+    }
+}
+
+/// A whole definition as a JSON object, in its order.
+pub fn definition_to_json(definition: &[(String, DefValue)]) -> serde_json::Value {
+    serde_json::Value::Object(
+        definition
+            .iter()
+            .map(|(k, v)| (k.clone(), def_value_to_json(v)))
+            .collect(),
+    )
+}
+
+fn definition_from_json(text: &str) -> Vec<(String, DefValue)> {
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(serde_json::Value::Object(map)) => map
+            .iter()
+            .map(|(k, v)| (k.clone(), def_value_from_json(v)))
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// Saves a vhost's policies to the store (no-op without one).
@@ -111,7 +118,7 @@ fn save(vhost: &VHostState) {
                     p.pattern.clone(),
                     p.apply_to.as_str().to_string(),
                     p.priority,
-                    def_to_json(&p.definition.raw),
+                    definition_to_json(&p.definition.raw).to_string(),
                 )
             })
             .collect()
@@ -183,7 +190,7 @@ impl Broker {
     pub(crate) fn restore_policies(&self, vhost: &VHostState, data: bytes::Bytes) {
         for (name, pattern, apply_to, priority, def) in crate::persist::decode_policies(data) {
             let policy = ApplyTo::parse(&apply_to).and_then(|a| {
-                let d = PolicyDefinition::parse(def_from_json(&def))?;
+                let d = PolicyDefinition::parse(definition_from_json(&def))?;
                 Policy::new(&name, &pattern, a, priority, d)
             });
             match policy {

@@ -8,6 +8,7 @@
 //!
 //! - [`record`]: the records and their payload encoding.
 //! - `frame`: length + CRC32C + type + index + term framing, and the checking reader.
+//! - `live`: which segment holds each live entry (for reclamation), kept alike in replay and writing.
 //! - `recovery`: replay into [`Recovered`].
 //! - `writer`: the group-commit writer thread.
 //! - `store`: [`Store`] (open, append, close).
@@ -16,6 +17,7 @@
 mod error;
 mod frame;
 pub mod fs;
+mod live;
 pub mod record;
 mod recovery;
 mod store;

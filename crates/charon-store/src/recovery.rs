@@ -10,6 +10,7 @@ use bytes::Bytes;
 use crate::error::StoreError;
 use crate::frame::{self, Stop};
 use crate::fs::Fs;
+use crate::live::Liveness;
 use crate::record::{Record, StoredMessage};
 
 /// One live message of a queue after recovery.
@@ -37,15 +38,11 @@ pub struct Recovered {
     pub truncated_bytes: u64,
 }
 
-/// Where each live queue entry sits (segment first index), for reclamation.
-pub(crate) type Locations = HashMap<(Arc<str>, u64), u64>;
-
 /// Replay state of the message log.
 pub(crate) struct MessageReplay {
     pub(crate) next_index: u64,
     pub(crate) segments: Vec<(u64, PathBuf, u64)>,
-    pub(crate) locations: Locations,
-    pub(crate) live: BTreeMap<u64, u64>,
+    pub(crate) liveness: Liveness,
 }
 
 pub(crate) fn segment_name(first_index: u64) -> String {
@@ -57,13 +54,7 @@ fn first_index_of(path: &Path) -> Option<u64> {
     name.strip_suffix(".seg")?.parse().ok()
 }
 
-fn add(
-    rec: &mut Recovered,
-    loc: &mut Locations,
-    live: &mut BTreeMap<u64, u64>,
-    seg: u64,
-    m: StoredMessage,
-) {
+fn add(rec: &mut Recovered, m: StoredMessage) {
     rec.max_message_id = rec.max_message_id.max(m.message_id);
     let m = Arc::new(m);
     for (q, id) in &m.queues {
@@ -75,42 +66,22 @@ fn add(
                 delivered: false,
             },
         );
-        if loc.insert((q.clone(), *id), seg).is_none() {
-            *live.entry(seg).or_default() += 1;
-        }
     }
 }
 
-fn remove(
-    rec: &mut Recovered,
-    loc: &mut Locations,
-    live: &mut BTreeMap<u64, u64>,
-    q: &Arc<str>,
-    id: u64,
-) {
+fn remove(rec: &mut Recovered, q: &Arc<str>, id: u64) {
     if let Some(msgs) = rec.queues.get_mut(q) {
         msgs.remove(&id);
     }
-    if let Some(seg) = loc.remove(&(q.clone(), id))
-        && let Some(n) = live.get_mut(&seg)
-    {
-        *n = n.saturating_sub(1);
-    }
 }
 
-/// Applies one message-log record to the recovered state.
-pub(crate) fn apply(
-    rec: &mut Recovered,
-    loc: &mut Locations,
-    live: &mut BTreeMap<u64, u64>,
-    seg: u64,
-    r: Record,
-) {
+/// Applies one record to the recovered state.
+pub(crate) fn apply(rec: &mut Recovered, r: Record) {
     match r {
-        Record::Publish(m) => add(rec, loc, live, seg, m),
+        Record::Publish(m) => add(rec, m),
         Record::Settle { queue, ids } => {
             for id in ids {
-                remove(rec, loc, live, &queue, id);
+                remove(rec, &queue, id);
             }
         }
         Record::DeadLetterMove {
@@ -118,8 +89,8 @@ pub(crate) fn apply(
             from_id,
             message,
         } => {
-            remove(rec, loc, live, &from_queue, from_id);
-            add(rec, loc, live, seg, message);
+            remove(rec, &from_queue, from_id);
+            add(rec, message);
         }
         Record::Delivered { queue, ids } => {
             if let Some(msgs) = rec.queues.get_mut(&queue) {
@@ -155,8 +126,7 @@ pub(crate) fn replay_messages(
     let mut out = MessageReplay {
         next_index: 1,
         segments: Vec::new(),
-        locations: HashMap::new(),
-        live: BTreeMap::new(),
+        liveness: Liveness::default(),
     };
     let mut expected: Option<u64> = None;
     let mut broken = false;
@@ -181,16 +151,17 @@ pub(crate) fn replay_messages(
             size = offset as u64;
             broken = true;
         }
-        out.live.entry(first).or_default();
+        out.liveness.open_segment(first);
         for f in frames {
             expected = Some(f.index + 1);
             out.next_index = f.index + 1;
-            apply(rec, &mut out.locations, &mut out.live, first, f.record);
+            out.liveness.track(&f.record, first);
+            apply(rec, f.record);
         }
         if size == 0 && broken {
             fs.remove(&path)
                 .map_err(|e| StoreError::io("removing", &path, e))?;
-            out.live.remove(&first);
+            out.liveness.forget_segment(first);
             continue;
         }
         out.segments.push((first, path, size));
@@ -215,11 +186,9 @@ pub(crate) fn replay_definitions(
         rec.truncated_bytes += data.len() as u64 - offset as u64;
     }
     let mut next = 1;
-    let mut scratch_loc = HashMap::new();
-    let mut scratch_live = BTreeMap::new();
     for f in frames {
         next = f.index + 1;
-        apply(rec, &mut scratch_loc, &mut scratch_live, 0, f.record);
+        apply(rec, f.record);
     }
     Ok(next)
 }

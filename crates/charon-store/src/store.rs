@@ -131,8 +131,8 @@ impl Store {
             .map_err(|e| StoreError::io("opening", &seg_path, e))?;
         fs.sync_dir(&msg_dir)
             .map_err(|e| StoreError::io("syncing", &msg_dir, e))?;
-        let mut live = replay.live;
-        live.entry(segment_first).or_default();
+        let mut liveness = replay.liveness;
+        liveness.open_segment(segment_first);
         let stats = Arc::new(WriterStats::default());
         let writer = Writer {
             fs: fs.clone(),
@@ -145,8 +145,7 @@ impl Store {
             next_index: replay.next_index,
             def_file,
             def_next_index,
-            locations: replay.locations,
-            live,
+            liveness,
             stats: stats.clone(),
         };
         let (tx, rx) = mpsc::channel();

@@ -2,7 +2,6 @@
 //! buffer per log, writes it with one call, syncs once, then completes every ticket of the batch.
 //! It also rolls segments and deletes the oldest segment once nothing in it is live.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, TryRecvError};
@@ -12,8 +11,9 @@ use tokio::sync::oneshot;
 use crate::error::StoreError;
 use crate::frame;
 use crate::fs::{Fs, LogFile};
+use crate::live::Liveness;
 use crate::record::Record;
-use crate::recovery::{Locations, segment_name};
+use crate::recovery::segment_name;
 
 /// Most appends in one batch.
 const MAX_BATCH: usize = 8192;
@@ -37,8 +37,7 @@ pub(crate) struct Writer {
     pub(crate) next_index: u64,
     pub(crate) def_file: Box<dyn LogFile>,
     pub(crate) def_next_index: u64,
-    pub(crate) locations: Locations,
-    pub(crate) live: BTreeMap<u64, u64>,
+    pub(crate) liveness: Liveness,
     /// Appends done and syncs done (for measurements).
     pub(crate) stats: Arc<crate::store::WriterStats>,
 }
@@ -107,7 +106,7 @@ impl Writer {
                 }
                 let i = self.next_index;
                 self.next_index += 1;
-                self.track(&record);
+                self.liveness.track(&record, self.segment_first);
                 frame::encode(&mut msg_buf, &record, i, 0);
                 i
             };
@@ -167,66 +166,22 @@ impl Writer {
         self.fs
             .sync_dir(&self.dir)
             .map_err(|e| StoreError::io("syncing", &self.dir, e))?;
-        self.live.entry(self.segment_first).or_default();
+        self.liveness.open_segment(self.segment_first);
         Ok(())
-    }
-
-    fn add(&mut self, q: &Arc<str>, id: u64) {
-        if self
-            .locations
-            .insert((q.clone(), id), self.segment_first)
-            .is_none()
-        {
-            *self.live.entry(self.segment_first).or_default() += 1;
-        }
-    }
-
-    fn remove(&mut self, q: &Arc<str>, id: u64) {
-        if let Some(seg) = self.locations.remove(&(q.clone(), id))
-            && let Some(n) = self.live.get_mut(&seg)
-        {
-            *n = n.saturating_sub(1);
-        }
-    }
-
-    fn track(&mut self, r: &Record) {
-        match r {
-            Record::Publish(m) => {
-                for (q, id) in &m.queues {
-                    self.add(q, *id);
-                }
-            }
-            Record::Settle { queue, ids } => {
-                for id in ids {
-                    self.remove(queue, *id);
-                }
-            }
-            Record::DeadLetterMove {
-                from_queue,
-                from_id,
-                message,
-            } => {
-                self.remove(from_queue, *from_id);
-                for (q, id) in &message.queues {
-                    self.add(q, *id);
-                }
-            }
-            _ => {}
-        }
     }
 
     /// Deletes the oldest segments while nothing in them is live (only from the head: a settle
     /// in segment k only refers to messages in segments <= k).
     fn reclaim(&mut self) {
         while let Some((first, path)) = self.old_segments.first().cloned() {
-            if self.live.get(&first).copied().unwrap_or(0) > 0 {
+            if self.liveness.live_in(first) > 0 {
                 return;
             }
             if let Err(e) = self.fs.remove(&path) {
                 tracing::warn!(segment = %path.display(), error = %e, "could not delete a reclaimed segment");
                 return;
             }
-            self.live.remove(&first);
+            self.liveness.forget_segment(first);
             self.old_segments.remove(0);
         }
     }

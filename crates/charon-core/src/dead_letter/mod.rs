@@ -77,17 +77,24 @@ pub fn strip_bcc(props: &BasicProperties) -> Option<RawProperties> {
     without_header(props, "BCC").map(|p| RawProperties::encode(&p))
 }
 
-/// The `BCC` routing keys of a publish (kept on the [`Message`] once the header is removed).
-pub fn bcc_keys(props: &BasicProperties) -> Vec<Arc<str>> {
-    header_strings(props.headers().as_ref(), "BCC")
+/// The extra routing keys a publish carries in its headers: the `CC` values and the `BCC` values
+/// (`rabbit_basic:header_routes`).
+pub fn header_routes(props: &BasicProperties) -> (Vec<Arc<str>>, Vec<Arc<str>>) {
+    let headers = props.headers().as_ref();
+    (
+        header_strings(headers, "CC"),
+        header_strings(headers, "BCC"),
+    )
 }
 
 /// The routing keys of a publish: its routing key, then the `CC`, then the `BCC` values.
 pub fn publish_routing_keys(routing_key: &str, props: Option<&BasicProperties>) -> Vec<Arc<str>> {
-    let headers = props.and_then(|p| p.headers().as_ref());
     let mut keys = vec![Arc::from(routing_key)];
-    keys.extend(header_strings(headers, "CC"));
-    keys.extend(header_strings(headers, "BCC"));
+    if let Some(p) = props {
+        let (cc, bcc) = header_routes(p);
+        keys.extend(cc);
+        keys.extend(bcc);
+    }
     keys
 }
 

@@ -150,7 +150,7 @@ impl QueueState {
     /// queue refuses it (the latter also dead-letters it, reason `maxlen`); with drop-head the
     /// oldest ready messages are dead-lettered until the limits hold.
     pub fn publish(&mut self, message: Arc<Message>, now_ms: u64) -> PublishOutcome {
-        if self.args.overflow != Overflow::DropHead && self.is_full_for(message.body_size()) {
+        if self.refuses(message.body_size()) {
             let dead_lettered = self.args.overflow == Overflow::RejectPublishDlx;
             if dead_lettered {
                 self.dead.push(DeadLetter {
@@ -201,6 +201,12 @@ impl QueueState {
     fn pop_ready(&mut self) -> Option<(MsgId, Ready)> {
         let id = *self.ready.keys().next()?;
         self.remove_ready(id).map(|r| (id, r))
+    }
+
+    /// Whether a new message of `body_size` is refused: the queue is full and its overflow mode
+    /// is `reject-publish` or `reject-publish-dlx`.
+    pub fn refuses(&self, body_size: u64) -> bool {
+        self.args.overflow != Overflow::DropHead && self.is_full_for(body_size)
     }
 
     /// Would publishing a message of `body_size` exceed max-length / max-length-bytes?

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use charon_core::dead_letter::DeadLetterTarget;
-use charon_core::{ConsumerId, Delivery, Overflow, PublishOutcome, QueueState};
+use charon_core::{ConsumerId, Delivery, PublishOutcome, QueueState};
 use tokio::sync::mpsc;
 
 use super::dead_letters::{self, DeadLetterer};
@@ -74,18 +74,23 @@ fn dl_target(state: &QueueState) -> Option<DeadLetterTarget> {
     })
 }
 
-/// Removes the queue from its vhost if the registered queue of that name is this one.
-fn remove_self(ctx: &QueueContext, me: &QueueHandle) -> bool {
-    let mut topo = ctx
-        .vhost
-        .topology
-        .write()
-        .unwrap_or_else(|p| p.into_inner());
-    if topo.queue(me.name()).is_some_and(|e| e.handle.same(me)) {
+/// Removes the queue from its vhost (auto-delete, x-expires) if the registered queue of that
+/// name is this one; its stored messages and its definition go with it.
+fn remove_self(ctx: &mut QueueContext, me: &QueueHandle) -> bool {
+    {
+        let mut topo = ctx
+            .vhost
+            .topology
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        if !topo.queue(me.name()).is_some_and(|e| e.handle.same(me)) {
+            return false;
+        }
         topo.remove_queue(me.name());
-        return true;
     }
-    false
+    settle_all(ctx);
+    drop(ctx.vhost.save_topology());
+    true
 }
 
 /// Writes a persistent message enqueued under `id` to the store; returns whether it was.
@@ -233,9 +238,7 @@ async fn run(
                     // A full reject-publish(-dlx) queue refuses them; they stay with their source.
                     let mut refused = Vec::new();
                     for (message, origin) in messages {
-                        if state.args().overflow != Overflow::DropHead
-                            && state.is_full_for(message.body_size())
-                        {
+                        if state.refuses(message.body_size()) {
                             refused.push((message, origin));
                         } else if let PublishOutcome::Enqueued(id) =
                             state.publish(message.clone(), now)
@@ -278,9 +281,7 @@ async fn run(
                     last_used = now;
                     state.remove_consumer(id);
                     consumers.remove(&id);
-                    if consumers.is_empty() && ctx.auto_delete && remove_self(&ctx, &me) {
-                        settle_all(&mut ctx);
-                        drop(ctx.vhost.save_topology());
+                    if consumers.is_empty() && ctx.auto_delete && remove_self(&mut ctx, &me) {
                         return;
                     }
                 }
@@ -359,11 +360,9 @@ async fn run(
                 .args()
                 .expires
                 .is_some_and(|e| now >= last_used.saturating_add(e))
-            && remove_self(&ctx, &me)
+            && remove_self(&mut ctx, &me)
         {
             // x-expires: the queue goes with its messages, which are not dead-lettered.
-            settle_all(&mut ctx);
-            drop(ctx.vhost.save_topology());
             return;
         }
     }

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use charon_core::arguments::MAX_EXPIRY;
 use charon_core::{Message, dead_letter};
 use charon_protocol::{
-    AMQPValue, BasicProperties, CLASS_BASIC, encode_basic_ack, encode_basic_nack,
-    encode_basic_return, encode_content, erlang,
+    BasicProperties, CLASS_BASIC, encode_basic_ack, encode_basic_nack, encode_basic_return,
+    encode_content, erlang,
 };
 
 use super::super::Connection;
@@ -127,22 +127,12 @@ impl Connection {
             None
         };
         let headers = decoded.as_ref().and_then(|d| d.headers().as_ref());
+        let (cc, bcc) = match &decoded {
+            Some(d) if headers.is_some() => dead_letter::header_routes(d),
+            _ => (Vec::new(), Vec::new()),
+        };
         let mut keys: Vec<&str> = vec![routing_key];
-        let mut extra: Vec<String> = Vec::new();
-        if let Some(h) = headers {
-            for k in ["CC", "BCC"] {
-                if let Some(AMQPValue::FieldArray(a)) =
-                    h.inner().get(&charon_protocol::ShortString::from(k))
-                {
-                    for v in a.as_slice() {
-                        if let AMQPValue::LongString(s) = v {
-                            extra.push(String::from_utf8_lossy(s.as_bytes()).into_owned());
-                        }
-                    }
-                }
-            }
-        }
-        keys.extend(extra.iter().map(String::as_str));
+        keys.extend(cc.iter().chain(&bcc).map(|k| k.as_ref()));
         let mut targets: Vec<QueueHandle> = Vec::new();
         {
             let topo = self
@@ -157,12 +147,10 @@ impl Connection {
             check_expiration(props)?;
         }
         // BCC routes but never reaches a consumer: the message goes on without that header.
-        let (properties, bcc) = match decoded
-            .as_ref()
-            .and_then(|d| dead_letter::strip_bcc(d).map(|p| (p, dead_letter::bcc_keys(d))))
-        {
-            Some((p, bcc)) => (p, bcc),
-            None => (properties, Vec::new()),
+        // Its BCC keys are kept on the message for dead-lettering.
+        let properties = match decoded.as_ref().and_then(dead_letter::strip_bcc) {
+            Some(p) => p,
+            None => properties,
         };
         let message = Arc::new(
             Message::new(
