@@ -215,16 +215,50 @@ def test_a_corrupt_log_tail_is_truncated_and_the_rest_recovered(tmp_path, node):
         for i in range(10):
             ch.basic_publish("", "ctq", b"c%d" % i, pika.BasicProperties(delivery_mode=2))
     conftest.stop_charon(b)
-    segs = sorted((b.data_dir / "store" / "messages").glob("*.seg"))
+    segs = sorted((b.data_dir / "store").glob("*.wal"))
     assert segs
     data = segs[-1].read_bytes()
+    assert data.endswith(b"c9")  # the last record is the last publish
     segs[-1].write_bytes(data[:-7])  # tear the last record
     b = node["b"] = conftest.start_charon(tmp_path)
     with b.connect() as c:
         ch = c.channel()
         got = drain_bodies(ch, "ctq")
     assert got == [b"c%d" % i for i in range(9)]
-    assert "torn or corrupt" in b.log_path.read_text(errors="replace")
+    assert "torn tail: truncating the log" in b.log_path.read_text(errors="replace")
+
+
+def test_corruption_in_an_older_segment_stops_startup_instead_of_dropping_data(tmp_path, node):
+    """A bad record in a sealed segment cannot come from a crash (it was synced before the
+    next segment got a byte): recovery refuses to start rather than serve a log with a hole."""
+    b = node["b"]
+    with b.connect() as c:
+        ch = c.channel()
+        ch.queue_declare("oldq", durable=True)
+        ch.confirm_delivery()
+        for i in range(10):
+            ch.basic_publish("", "oldq", b"old-%d" % i, pika.BasicProperties(delivery_mode=2))
+    conftest.stop_charon(b)
+    b = conftest.start_charon(tmp_path)  # a restart seals that segment and opens a new one
+    conftest.stop_charon(b)
+    segs = sorted((b.data_dir / "store").glob("*.wal"))
+    assert len(segs) >= 2
+    data = bytearray(segs[0].read_bytes())
+    at = data.find(b"old-5")
+    assert at > 0
+    data[at] ^= 0xFF  # bit rot inside a record of a sealed segment
+    segs[0].write_bytes(bytes(data))
+    with pytest.raises(RuntimeError):
+        conftest.start_charon(tmp_path)
+    log = (tmp_path / "charon.log").read_text(errors="replace")
+    assert "corrupt" in log and "opening the store" in log
+    # Nothing was cut: repairing the byte brings every message back.
+    data[at] ^= 0xFF
+    segs[0].write_bytes(bytes(data))
+    b = node["b"] = conftest.start_charon(tmp_path)
+    with b.connect() as c:
+        got = drain_bodies(c.channel(), "oldq")
+    assert got == [b"old-%d" % i for i in range(10)]
 
 
 def test_disk_alarm_blocks_publishers_with_connection_blocked_and_consumers_keep_working(tmp_path):

@@ -21,6 +21,9 @@ pub struct Message {
     /// (BCC never reaches a consumer), but dead-lettering without a dead-letter routing key
     /// routes by them again.
     pub bcc: Vec<Arc<str>>,
+    /// Set when the body is not in memory (paged out to the store under memory pressure): its
+    /// length. The owner reads the body back before the message leaves the broker.
+    pub paged: Option<u64>,
 }
 
 impl Message {
@@ -37,6 +40,7 @@ impl Message {
             properties,
             body,
             bcc: Vec::new(),
+            paged: None,
         }
     }
 
@@ -49,6 +53,37 @@ impl Message {
 
     /// Body size in bytes (what RabbitMQ counts for `x-max-length-bytes`).
     pub fn body_size(&self) -> u64 {
-        self.body.len() as u64
+        self.paged.unwrap_or(self.body.len() as u64)
+    }
+
+    /// Whether the body is on disk only.
+    pub fn is_paged(&self) -> bool {
+        self.paged.is_some()
+    }
+
+    /// The same message without its body in memory (same [`Self::body_size`]).
+    #[must_use]
+    pub fn paged_out(&self) -> Message {
+        Message {
+            exchange: self.exchange.clone(),
+            routing_key: self.routing_key.clone(),
+            properties: self.properties.clone(),
+            body: Bytes::new(),
+            bcc: self.bcc.clone(),
+            paged: Some(self.body_size()),
+        }
+    }
+
+    /// The same message with its body back in memory.
+    #[must_use]
+    pub fn with_body(&self, body: Bytes) -> Message {
+        Message {
+            exchange: self.exchange.clone(),
+            routing_key: self.routing_key.clone(),
+            properties: self.properties.clone(),
+            body,
+            bcc: self.bcc.clone(),
+            paged: None,
+        }
     }
 }

@@ -123,7 +123,9 @@ pub async fn put(
         priority,
         apply_to: body.apply_to.unwrap_or_else(|| "all".into()),
     };
-    match broker.set_policy(&vhost, input) {
+    let outcome = broker.set_policy(&vhost, input);
+    broker.wait_durable().await;
+    match outcome {
         Ok(PolicySetOutcome::Created) => Ok(StatusCode::CREATED),
         Ok(PolicySetOutcome::Updated) => Ok(StatusCode::NO_CONTENT),
         Err(PolicyChangeError::NoVHost) => Err(ApiError::NotFound),
@@ -140,7 +142,9 @@ pub async fn delete(
     Path((vhost, name)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     user.may_set_policies()?;
-    if broker.clear_policy(&vhost, &name) {
+    let cleared = broker.clear_policy(&vhost, &name);
+    broker.wait_durable().await;
+    if cleared {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::NotFound)

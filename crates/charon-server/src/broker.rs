@@ -52,7 +52,7 @@ impl VHostState {
 
     /// Saves the durable topology after a change (no-op without a store); the ticket completes
     /// once it is on disk.
-    pub fn save_topology(&self) -> Option<charon_store::Ticket> {
+    pub fn save_topology(&self) -> Option<charon_store::Commit> {
         let p = self.persist.get()?;
         // Held while encoding and appending, so that saves reach the log in topology order
         // (lock order: `saved_topology`, then `topology`).
@@ -68,7 +68,7 @@ impl VHostState {
             return None;
         }
         *saved = encoded.clone();
-        Some(p.save_topology(&self.name, encoded))
+        p.save_topology(&self.name, encoded)
     }
 
     /// The settings queue `meta` runs with: its arguments overlaid with the policy that applies.
@@ -186,42 +186,75 @@ impl Broker {
 }
 
 /// Makes the actor for a newly declared queue; passed to `VHost::declare_queue`. It runs with
-/// its arguments overlaid with the vhost's applicable policy.
+/// its arguments overlaid with the vhost's applicable policy; a durable queue of a broker with a
+/// store gets a new store id.
 pub fn spawn_queue(meta: &QueueMeta, vhost: &Arc<VHostState>, vhost_name: &str) -> QueueHandle {
-    spawn_queue_with(meta, vhost, vhost_name, None)
+    let store_id = match vhost.persist.get() {
+        Some(p) if meta.durable => Some(p.new_queue_id()),
+        _ => None,
+    };
+    spawn_queue_with(meta, vhost, vhost_name, store_id, &[])
 }
 
-/// [`spawn_queue`] with the messages recovered from the store for it.
+/// Interns consecutive equal strings (recovered messages mostly share exchange and key).
+#[derive(Default)]
+struct Interner(Option<Arc<str>>);
+
+impl Interner {
+    fn get(&mut self, b: &[u8]) -> Arc<str> {
+        let s = String::from_utf8_lossy(b);
+        match &self.0 {
+            Some(last) if **last == *s => last.clone(),
+            _ => {
+                let a: Arc<str> = Arc::from(s.as_ref());
+                self.0 = Some(a.clone());
+                a
+            }
+        }
+    }
+}
+
+/// [`spawn_queue`] with its store id and the messages recovered from the store for it. They
+/// come back with their bodies on disk (read when delivered), redelivered if they had been
+/// delivered, expiring by the wall clock from their enqueue time.
 fn spawn_queue_with(
     meta: &QueueMeta,
     vhost: &Arc<VHostState>,
     vhost_name: &str,
-    recovered: Option<&std::collections::BTreeMap<u64, charon_store::RecoveredMessage>>,
+    store_id: Option<u64>,
+    recovered: &[charon_store::RecoveredEntry],
 ) -> QueueHandle {
     let quorum = meta.args.queue_type == charon_core::QueueType::Quorum;
-    let (handle, rx) = QueueHandle::with_type(meta.name.clone(), quorum);
+    let first_id = recovered.last().map_or(0, |e| e.id + 1);
+    let (handle, rx) = QueueHandle::with_type(meta.name.clone(), quorum, store_id, first_id);
     let mut state = QueueState::new(meta.name.clone(), vhost.effective_args(meta));
     state.set_vhost(vhost_name);
-    let persist = match vhost.persist.get() {
-        Some(p) if meta.durable => {
+    let persist = match (vhost.persist.get(), store_id) {
+        (Some(p), Some(sid)) => {
             state.track_gone();
-            Some((p.clone(), persist::queue_key(vhost_name, &meta.name)))
+            Some((p.clone(), sid))
         }
         _ => None,
     };
-    let mut persisted = std::collections::HashSet::new();
-    for (id, m) in recovered.into_iter().flatten() {
-        let sm = &m.message;
-        let message = charon_core::Message::new(
-            sm.exchange.clone(),
-            sm.routing_key.clone(),
+    let mut persisted = std::collections::HashMap::with_capacity(recovered.len());
+    let (mut exchanges, mut keys) = (Interner::default(), Interner::default());
+    for e in recovered {
+        let sm = &e.message;
+        let mut message = charon_core::Message::new(
+            exchanges.get(&sm.exchange),
+            keys.get(&sm.routing_key),
             charon_protocol::RawProperties(sm.properties.clone()),
-            sm.body.clone(),
+            bytes::Bytes::new(),
         );
-        state.restore(*id, Arc::new(message), sm.expires_at_ms, m.delivered);
-        persisted.insert(*id);
+        message.paged = Some(u64::from(sm.body.len));
+        let mut expires_at = state.expiry_for(&message, sm.enqueue_ms);
+        if let Some(own) = sm.expiry_ms {
+            expires_at = Some(expires_at.map_or(own, |q| q.min(own)));
+        }
+        state.restore(e.id, Arc::new(message), expires_at, e.delivery_count > 0);
+        persisted.insert(e.id, queue::Persisted::paged(sm.id));
     }
-    if !persisted.is_empty() {
+    if !recovered.is_empty() {
         // Length limits hold after recovery too (a policy may have lowered them).
         let args = state.args().clone();
         state.set_args(args);
@@ -229,8 +262,7 @@ fn spawn_queue_with(
     let ctx = queue::QueueContext {
         vhost: vhost.clone(),
         auto_delete: meta.auto_delete,
-        persist,
-        persisted,
+        store: persist.map(|(p, sid)| queue::StoreSide::new(p, sid, persisted)),
     };
     queue::spawn(state, &handle, rx, ctx);
     handle
@@ -239,9 +271,13 @@ fn spawn_queue_with(
 impl Broker {
     /// Opens the store under the data directory, restores durable definitions, policies and
     /// persistent messages, and keeps the store for what follows. Call once, inside the runtime.
-    pub fn open_store(&self) -> Result<(), charon_store::StoreError> {
-        let (p, rec) = Persistence::open(std::path::Path::new(&self.config.data_dir))?;
+    pub fn open_store(&self) -> Result<(), charon_store::OpenError> {
+        let (p, rec) = Persistence::open(
+            std::path::Path::new(&self.config.data_dir),
+            self.config.message_memory_budget,
+        )?;
         let mut restored = 0usize;
+        let mut known = std::collections::HashSet::new();
         for v in self.vhosts() {
             let _ = v.persist.set(p.clone());
             if let Some(data) = persist::policies_of(&rec, &v.name) {
@@ -250,11 +286,12 @@ impl Broker {
             if let Some(data) = persist::topology_of(&rec, &v.name) {
                 let name = v.name.clone();
                 let mut topo = v.topology.write().unwrap_or_else(|p| p.into_inner());
-                let restored_ok = persist::restore_topology(&mut topo, data, |meta| {
-                    let key = persist::queue_key(&name, &meta.name);
-                    let msgs = rec.queues.get(&key);
-                    restored += msgs.map_or(0, |m| m.len());
-                    spawn_queue_with(meta, &v, &name, msgs)
+                let restored_ok = persist::restore_topology(&mut topo, data, |meta, sid| {
+                    p.note_queue_id(sid);
+                    known.insert(sid);
+                    let msgs = rec.queues.get(&sid).map_or(&[][..], |m| m.as_slice());
+                    restored += msgs.len();
+                    spawn_queue_with(meta, &v, &name, Some(sid), msgs)
                 });
                 if restored_ok.is_none() {
                     tracing::warn!(vhost = %name, "the saved topology is damaged; restored what could be read");
@@ -263,8 +300,22 @@ impl Broker {
                 drop(v.save_topology());
             }
         }
+        // Messages of queues that no longer exist (deleted while a publish was on its way).
+        for sid in rec.queues.keys().filter(|q| !known.contains(*q)) {
+            p.purge(*sid);
+        }
         tracing::info!(messages = restored, "store opened and recovered");
         Ok(())
+    }
+
+    /// Completes once everything written to the store so far is durable (no-op without one).
+    pub async fn wait_durable(&self) {
+        let Some(p) = self.vhosts().first().and_then(|v| v.persist.get().cloned()) else {
+            return;
+        };
+        if let Some(c) = p.barrier() {
+            let _ = c.await;
+        }
     }
 
     /// Watches free disk space every second and sets the alarm under `disk_free_limit`.

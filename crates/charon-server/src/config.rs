@@ -33,6 +33,9 @@ pub struct Config {
     /// Free disk space (bytes) under which publishers are blocked (RabbitMQ's
     /// `disk_free_limit`, default 50 MB).
     pub disk_free_limit: u64,
+    /// Bytes of persistent message bodies kept in memory across all queues; past it, newly
+    /// stored bodies stay on disk only and are read back on delivery (default 256 MiB).
+    pub message_memory_budget: u64,
 }
 
 impl Default for Config {
@@ -49,6 +52,7 @@ impl Default for Config {
             vhosts: Vec::new(),
             permissions: Vec::new(),
             disk_free_limit: 50_000_000,
+            message_memory_budget: 256 << 20,
         }
     }
 }

@@ -1,33 +1,44 @@
-//! What the broker keeps in `charon-store` and how it comes back at start.
+//! What the broker keeps in `charon-store` and how it comes back at start
+//! (format: docs/storage-format.md; this module owns what the server puts in it).
 //!
-//! Definitions: each vhost's *durable topology* (durable exchanges, durable queues, bindings whose
-//! ends are both durable) is one definition record, rewritten after every topology change in that
-//! vhost; its policies are another. Messages: a persistent message (delivery_mode 2) enqueued in a
-//! durable queue is a `Publish` record (its queue key is `vhost NUL name`); its removal a `Settle`;
-//! deliveries are marked lazily (`Delivered`) so that recovered messages come back redelivered.
+//! Definitions: each vhost's *durable topology* (durable exchanges, durable queues with their
+//! store ids, bindings whose ends are both durable) is one definition record, rewritten after
+//! every topology change in that vhost; its policies are another. Messages: a persistent message
+//! (delivery_mode 2) routed to durable queues is one `Publish` record naming its place in each
+//! of them (the body is stored once); removal from a queue is a `Settle`; dead-lettering is one
+//! `DeadLetter` record (source out, copy into every durable target, atomically); the first
+//! delivery of a message is a `DeliveryCount` (recovered messages come back redelivered).
+//!
+//! Memory: the bodies of stored messages count against a broker-wide budget
+//! (`message_memory_budget`); past it, queues keep newly stored bodies on disk only and read
+//! them back when they deliver them (see [`Persistence::over_budget`]).
 
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::{Buf, BufMut, Bytes};
 use charon_core::{Destination, ExchangeDeclare, Message, QueueDeclare, VHost};
 use charon_protocol::{BasicProperties, FieldTable, RawProperties};
-use charon_store::{Fs, RealFs, Record, Recovered, Store, StoreConfig, StoreError, StoredMessage};
+use charon_store::{
+    AppendError, Command, Commit, NewMessage, OpenError, Recovered, Store, StoreConfig,
+};
 
 use crate::queue::QueueHandle;
 
-const KIND_TOPOLOGY: &str = "topology";
-const KIND_POLICIES: &str = "policies";
+const KIND_TOPOLOGY: u8 = 1;
+const KIND_POLICIES: u8 = 2;
 
 /// The broker's handle on its store.
 #[derive(Debug)]
 pub struct Persistence {
     store: Store,
-}
-
-/// The store key of queue `name` in `vhost`.
-pub fn queue_key(vhost: &str, name: &str) -> Arc<str> {
-    Arc::from(format!("{vhost}\u{0}{name}"))
+    /// Body bytes of stored messages that queues hold in memory.
+    resident: AtomicU64,
+    /// Above this many resident bytes, queues page newly stored bodies out.
+    budget: u64,
+    /// Next queue store id (ids never repeat, even across restarts).
+    next_queue: AtomicU64,
 }
 
 fn put_str(out: &mut Vec<u8>, s: &[u8]) {
@@ -53,6 +64,9 @@ impl Reader {
     fn u32(&mut self) -> Option<u32> {
         (self.0.remaining() >= 4).then(|| self.0.get_u32_le())
     }
+    fn u64(&mut self) -> Option<u64> {
+        (self.0.remaining() >= 8).then(|| self.0.get_u64_le())
+    }
     fn u8(&mut self) -> Option<u8> {
         (self.0.remaining() >= 1).then(|| self.0.get_u8())
     }
@@ -66,7 +80,7 @@ impl Reader {
 }
 
 /// Encodes the durable part of a vhost's topology.
-pub(crate) fn encode_topology<Q: Clone>(v: &VHost<Q>) -> Bytes {
+pub(crate) fn encode_topology(v: &VHost<QueueHandle>) -> Bytes {
     let mut out = Vec::new();
     let exchanges: Vec<_> = v
         .exchanges()
@@ -83,6 +97,7 @@ pub(crate) fn encode_topology<Q: Clone>(v: &VHost<Q>) -> Bytes {
     out.put_u32_le(queues.len() as u32);
     for q in &queues {
         put_str(&mut out, q.meta.name.as_bytes());
+        out.put_u64_le(q.handle.store_id().unwrap_or(0));
         out.put_u8(u8::from(q.meta.auto_delete));
         put_str(&mut out, &table_bytes(&q.meta.arguments));
     }
@@ -112,11 +127,12 @@ pub(crate) fn encode_topology<Q: Clone>(v: &VHost<Q>) -> Bytes {
     Bytes::from(out)
 }
 
-/// Declares the recovered durable topology into `v`; `spawn` makes each queue's actor.
+/// Declares the recovered durable topology into `v`; `spawn` makes each queue's actor from its
+/// definition and store id.
 pub(crate) fn restore_topology(
     v: &mut VHost<QueueHandle>,
     data: Bytes,
-    mut spawn: impl FnMut(&charon_core::QueueMeta) -> QueueHandle,
+    mut spawn: impl FnMut(&charon_core::QueueMeta, u64) -> QueueHandle,
 ) -> Option<()> {
     let mut r = Reader(data);
     for _ in 0..r.u32()? {
@@ -139,6 +155,7 @@ pub(crate) fn restore_topology(
     }
     for _ in 0..r.u32()? {
         let name = r.string()?;
+        let store_id = r.u64()?;
         let flags = r.u8()?;
         let arguments = table_of(r.bytes()?);
         let d = QueueDeclare {
@@ -149,7 +166,9 @@ pub(crate) fn restore_topology(
             auto_delete: flags & 1 != 0,
             arguments,
         };
-        if let Err(e) = v.declare_queue(&d, 0, &mut spawn) {
+        if let Err(e) = v.declare_queue(&d, 0, &mut |meta: &charon_core::QueueMeta| {
+            spawn(meta, store_id)
+        }) {
             tracing::warn!(queue = %d.name, error = %e, "could not restore a queue");
         }
     }
@@ -209,119 +228,225 @@ pub(crate) fn decode_policies(data: Bytes) -> Vec<(String, String, String, i64, 
     out
 }
 
-/// The store's form of `message` entering queue `key` under `id`.
-fn stored(
-    key: &Arc<str>,
-    id: u64,
-    message: &Message,
-    enqueued_at_ms: u64,
-    expires_at_ms: Option<u64>,
-) -> StoredMessage {
-    StoredMessage {
-        message_id: 0,
-        enqueued_at_ms,
-        expires_at_ms,
-        exchange: message.exchange.clone(),
-        routing_key: message.routing_key.clone(),
+/// The absolute expiry a message carries itself (its `expiration` property), from `now`.
+fn own_expiry(message: &Message, now: u64) -> Option<u64> {
+    let raw = message.properties.expiration()?;
+    let ttl: u64 = std::str::from_utf8(raw).ok()?.trim().parse().ok()?;
+    Some(now.saturating_add(ttl))
+}
+
+/// The store's form of `message`, enqueued at `now`.
+fn new_message(message: &Message, now: u64) -> NewMessage {
+    NewMessage {
+        exchange: Bytes::copy_from_slice(message.exchange.as_bytes()),
+        routing_key: Bytes::copy_from_slice(message.routing_key.as_bytes()),
         properties: message.properties.0.clone(),
         body: message.body.clone(),
-        queues: vec![(key.clone(), id)],
+        enqueue_ms: now,
+        expiry_ms: own_expiry(message, now),
     }
 }
 
 impl Persistence {
-    /// Opens the store under `data_dir` (`<data_dir>/store`) and recovers it.
-    pub fn open(data_dir: &Path) -> Result<(Arc<Persistence>, Recovered), StoreError> {
-        let fs: Arc<dyn Fs> = Arc::new(RealFs);
-        let (store, rec) = Store::open(fs, &StoreConfig::new(data_dir.join("store")))?;
+    /// Opens the store under `data_dir` (`<data_dir>/store`) and recovers it; `budget` is the
+    /// in-memory budget for stored bodies (bytes).
+    pub fn open(data_dir: &Path, budget: u64) -> Result<(Arc<Persistence>, Recovered), OpenError> {
+        let (store, rec) = Store::open_dir(data_dir.join("store"), StoreConfig::default())?;
         if rec.truncated_bytes > 0 {
             tracing::warn!(
                 bytes = rec.truncated_bytes,
-                "dropped a torn or corrupt log tail at recovery"
+                "dropped a torn log tail at recovery"
             );
         }
-        Ok((Arc::new(Persistence { store }), rec))
-    }
-
-    /// Saves a vhost's durable topology, as [`encode_topology`] made it; the ticket completes
-    /// when it is on disk (declare-ok waits for it).
-    pub fn save_topology(&self, vhost: &str, encoded: Bytes) -> charon_store::Ticket {
-        self.store.append(Record::PutDefinition {
-            kind: Arc::from(KIND_TOPOLOGY),
-            key: Arc::from(vhost),
-            value: encoded,
-        })
-    }
-
-    /// Saves a vhost's policies.
-    pub fn save_policies(&self, vhost: &str, data: Bytes) {
-        self.put(KIND_POLICIES, vhost, data);
-    }
-
-    fn put(&self, kind: &str, key: &str, value: Bytes) {
-        let r = Record::PutDefinition {
-            kind: Arc::from(kind),
-            key: Arc::from(key),
-            value,
+        let p = Persistence {
+            store,
+            resident: AtomicU64::new(0),
+            budget,
+            next_queue: AtomicU64::new(1),
         };
-        if let Err(e) = self.store.append_nowait(r) {
-            tracing::error!(error = %e, "could not save definitions");
+        for q in rec.queues.keys() {
+            p.note_queue_id(*q);
+        }
+        Ok((Arc::new(p), rec))
+    }
+
+    /// A store id for a new durable queue: above every id in use and every id handed out
+    /// before (the clock's microseconds), so a deleted queue's id never comes back.
+    pub fn new_queue_id(&self) -> u64 {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+            .unwrap_or(0);
+        let mut cur = self.next_queue.load(Ordering::Relaxed);
+        loop {
+            let id = cur.max(now);
+            match self.next_queue.compare_exchange_weak(
+                cur,
+                id + 1,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return id,
+                Err(c) => cur = c,
+            }
         }
     }
 
-    /// Writes a persistent message enqueued in durable queue `key` under `id`; the ticket
-    /// completes once it is on disk.
+    /// A recovered queue id: new ids go above it.
+    pub fn note_queue_id(&self, id: u64) {
+        self.next_queue
+            .fetch_max(id.saturating_add(1), Ordering::Relaxed);
+    }
+
+    fn put(&self, kind: u8, vhost: &str, value: Bytes) -> Option<Commit> {
+        let cmd = Command::PutDefinition {
+            kind,
+            key: Bytes::copy_from_slice(vhost.as_bytes()),
+            value,
+        };
+        match self.store.append(cmd) {
+            Ok((_, commit)) => Some(commit),
+            Err(e) => {
+                tracing::error!(error = %e, "could not save definitions");
+                None
+            }
+        }
+    }
+
+    /// Saves a vhost's durable topology, as [`encode_topology`] made it; the commit completes
+    /// when it is on disk (declare-ok waits for it).
+    pub fn save_topology(&self, vhost: &str, encoded: Bytes) -> Option<Commit> {
+        self.put(KIND_TOPOLOGY, vhost, encoded)
+    }
+
+    /// Saves a vhost's policies; the commit completes when they are on disk.
+    pub fn save_policies(&self, vhost: &str, data: Bytes) -> Option<Commit> {
+        self.put(KIND_POLICIES, vhost, data)
+    }
+
+    /// Stores a persistent message once for its places `members` (queue store id, id there);
+    /// returns its store id and the commit to confirm on.
     pub fn publish(
         &self,
-        key: &Arc<str>,
-        id: u64,
         message: &Message,
-        enqueued_at_ms: u64,
-        expires_at_ms: Option<u64>,
-    ) -> charon_store::Ticket {
-        self.store.append(Record::Publish(stored(
-            key,
-            id,
-            message,
-            enqueued_at_ms,
-            expires_at_ms,
-        )))
+        members: Vec<(u64, u64)>,
+        now: u64,
+    ) -> Result<(u64, Commit), AppendError> {
+        let (appended, commit) = self.store.append(Command::Publish {
+            message: new_message(message, now),
+            members,
+        })?;
+        Ok((appended.index, commit))
     }
 
-    /// Writes, as one record, that the message `from_id` left `from_key` and its dead-lettered
-    /// copy entered durable queue `key` under `id`.
-    pub fn dead_letter_move(
+    /// Like [`Self::publish`], durable with the next group commit (nobody waits for it).
+    pub fn publish_nowait(
         &self,
-        from: (&Arc<str>, u64),
-        key: &Arc<str>,
-        id: u64,
         message: &Message,
-        enqueued_at_ms: u64,
-        expires_at_ms: Option<u64>,
-    ) -> charon_store::Ticket {
-        self.store.append(Record::DeadLetterMove {
-            from_queue: from.0.clone(),
-            from_id: from.1,
-            message: stored(key, id, message, enqueued_at_ms, expires_at_ms),
-        })
+        members: Vec<(u64, u64)>,
+        now: u64,
+    ) -> Option<u64> {
+        match self.store.append_nowait(Command::Publish {
+            message: new_message(message, now),
+            members,
+        }) {
+            Ok(a) => Some(a.index),
+            Err(e) => {
+                tracing::error!(error = %e, "could not store a message");
+                None
+            }
+        }
     }
 
-    /// Records that messages left durable queue `key` (goes with the next group commit).
-    pub fn settle(&self, key: &Arc<str>, ids: Vec<u64>) {
-        if let Err(e) = self.store.append_nowait(Record::Settle {
-            queue: key.clone(),
-            ids,
+    /// Dead-letters, as one record, message `source` (queue store id, id there) into its copy
+    /// `message` at `targets` (none: it is only removed). Returns the copy's store id.
+    pub fn dead_letter(
+        &self,
+        source: (u64, u64),
+        message: &Message,
+        targets: Vec<(u64, u64)>,
+        now: u64,
+    ) -> Option<u64> {
+        let stores = !targets.is_empty();
+        match self.store.append_nowait(Command::DeadLetter {
+            source,
+            message: new_message(message, now),
+            targets,
         }) {
+            Ok(a) => stores.then_some(a.index),
+            Err(e) => {
+                tracing::error!(error = %e, "could not record a dead letter");
+                None
+            }
+        }
+    }
+
+    /// Records that messages left queue `queue` (goes with the next group commit).
+    pub fn settle(&self, queue: u64, ids: Vec<u64>) {
+        if let Err(e) = self.store.append_nowait(Command::Settle { queue, ids }) {
             tracing::error!(error = %e, "could not record settled messages");
         }
     }
 
-    /// Records that messages of durable queue `key` were delivered.
-    pub fn delivered(&self, key: &Arc<str>, ids: Vec<u64>) {
-        let _ = self.store.append_nowait(Record::Delivered {
-            queue: key.clone(),
-            ids,
-        });
+    /// Records the first delivery of messages of queue `queue`.
+    pub fn delivered(&self, queue: u64, ids: &[u64]) {
+        for &id in ids {
+            let cmd = Command::DeliveryCount {
+                member: (queue, id),
+                count: 1,
+            };
+            if self.store.append_nowait(cmd).is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Removes every message of queue `queue` (deleted, or unknown at recovery).
+    pub fn purge(&self, queue: u64) {
+        if let Err(e) = self.store.append_nowait(Command::Purge { queue }) {
+            tracing::error!(error = %e, "could not record a queue's removal");
+        }
+    }
+
+    /// A barrier: completes once everything appended before it is durable.
+    pub fn barrier(&self) -> Option<Commit> {
+        self.store.sync().ok()
+    }
+
+    /// Reads stored message `msg`'s body back.
+    pub fn read_body(&self, msg: u64) -> Option<Bytes> {
+        let at = self.store.current_body(msg)?;
+        match self.store.read_body(&at) {
+            Ok(b) => Some(b),
+            Err(e) => {
+                tracing::error!(error = %e, "could not read a message body back");
+                None
+            }
+        }
+    }
+
+    /// Last durable log index (bodies stored at or below it can be read back).
+    pub fn durable_index(&self) -> u64 {
+        self.store.durable_index()
+    }
+
+    /// `n` body bytes of stored messages are now held in memory.
+    pub fn hold(&self, n: u64) {
+        self.resident.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// `n` body bytes of stored messages are no longer held in memory.
+    pub fn release(&self, n: u64) {
+        let _ = self
+            .resident
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_sub(n))
+            });
+    }
+
+    /// Whether held bodies exceed the budget (queues then page newly stored bodies out).
+    pub fn over_budget(&self) -> bool {
+        self.resident.load(Ordering::Relaxed) > self.budget
     }
 
     /// Free bytes on the data directory's file system.
@@ -330,16 +455,16 @@ impl Persistence {
     }
 }
 
-/// Kinds of the definition records (for the broker's restore).
+/// A vhost's topology record.
 pub(crate) fn topology_of(rec: &Recovered, vhost: &str) -> Option<Bytes> {
     rec.definitions
-        .get(&(Arc::from(KIND_TOPOLOGY), Arc::from(vhost)))
+        .get(&(KIND_TOPOLOGY, Bytes::copy_from_slice(vhost.as_bytes())))
         .cloned()
 }
 
-/// The policies record of a vhost.
+/// A vhost's policies record.
 pub(crate) fn policies_of(rec: &Recovered, vhost: &str) -> Option<Bytes> {
     rec.definitions
-        .get(&(Arc::from(KIND_POLICIES), Arc::from(vhost)))
+        .get(&(KIND_POLICIES, Bytes::copy_from_slice(vhost.as_bytes())))
         .cloned()
 }

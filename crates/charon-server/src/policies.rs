@@ -123,7 +123,9 @@ fn save(vhost: &VHostState) {
             })
             .collect()
     };
-    p.save_policies(&vhost.name, crate::persist::encode_policies(&rows));
+    // Durable with the next group commit; the management API waits for it
+    // (`Broker::wait_durable`) before it replies.
+    drop(p.save_policies(&vhost.name, crate::persist::encode_policies(&rows)));
 }
 
 /// Sends every queue of `vhost` its current effective settings.

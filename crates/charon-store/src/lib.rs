@@ -1,34 +1,78 @@
-//! `charon-store`: Charon's durable log (format: docs/storage-format.md).
+//! Charon's durable store: one append-only, group-commit command log shared
+//! by all queues and by the definitions. The format is specified in
+//! `docs/storage-format.md`; this crate implements it.
 //!
-//! One append-only, checksummed, group-committed command log for all queues (the fsync is the
-//! heartbeat), with a monotonically increasing index and room for a Raft term; a small
-//! definitions log kept as a snapshot; recovery that truncates a torn or corrupt tail; reclamation
-//! of head segments whose messages are all gone. All file I/O goes through [`Fs`], so tests inject
-//! crashes with [`MemFs`].
-//!
-//! - [`record`]: the records and their payload encoding.
-//! - `frame`: length + CRC32C + type + index + term framing, and the checking reader.
-//! - `live`: which segment holds each live entry (for reclamation), kept alike in replay and writing.
-//! - `recovery`: replay into [`Recovered`].
+//! # Layout
+//! - [`storage`]: the I/O seam ([`Storage`], [`StorageFile`]) with the real
+//!   [`DiskStorage`] and the crash-injecting [`MemStorage`].
+//! - `record`: record framing (length, CRC32C, index, term) and payloads.
+//! - `segment`: segment file names and header.
+//! - `members`: a message's queue memberships, inline for one queue.
+//! - `index`: liveness of messages, members and definitions per segment; the
+//!   one state machine applied both by live appends and by recovery.
+//! - `recovery`: replays the segments, truncates a torn tail.
 //! - `writer`: the group-commit writer thread.
-//! - `store`: [`Store`] (open, append, close).
-//! - [`fs`]: the file-system trait, the real one and the crash-simulating one.
+//! - `compaction`: which segments to delete, what to copy forward.
+//! - [`Store`]: the public handle.
+//!
+//! # Use (the broker's life cycle)
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use bytes::Bytes;
+//! use charon_store::{Command, NewMessage, Store, StoreConfig};
+//!
+//! // Boot: open and recover. Definitions first, then each queue's members
+//! // in queue-local id order; bodies stay on disk behind `BodyRef`s.
+//! let (store, recovered) = Store::open_dir("/var/lib/charon/store", StoreConfig::default())?;
+//! for ((kind, key), value) in &recovered.definitions { /* declare */ }
+//! for (queue, entries) in &recovered.queues {
+//!     for e in entries {
+//!         // e.id, e.message.{exchange, routing_key, properties, enqueue_ms,
+//!         // expiry_ms}, e.delivery_count; the body when needed:
+//!         let body = store.read_body(&e.message.body)?;
+//!     }
+//! }
+//!
+//! // Publish routed to two durable queues (ids chosen by the server): one
+//! // record, the body stored once; confirm when the commit completes.
+//! let message = NewMessage {
+//!     exchange: Bytes::from_static(b"amq.fanout"),
+//!     routing_key: Bytes::new(),
+//!     properties: Bytes::from_static(&[0x10, 0x00, 2]),
+//!     body: Bytes::from_static(b"hello"),
+//!     enqueue_ms: 1_700_000_000_000,
+//!     expiry_ms: None,
+//! };
+//! let (appended, commit) = store.append(Command::Publish {
+//!     message,
+//!     members: vec![(7, 1), (9, 1)],
+//! })?;
+//! commit.await?; // durable: send basic.ack now
+//! let body_ref = appended.body; // keep this instead of the body under memory pressure
+//!
+//! // Ack: no need to wait (the next commit carries it).
+//! store.append_nowait(Command::Settle { queue: 7, ids: vec![1] })?;
+//! # Ok(()) }
+//! ```
 
+#![deny(clippy::indexing_slicing)]
+
+mod compaction;
 mod error;
-mod frame;
-pub mod fs;
-mod live;
-pub mod record;
+mod index;
+mod members;
+mod record;
 mod recovery;
+mod segment;
+pub mod storage;
 mod store;
+mod types;
 mod writer;
 
-#[cfg(test)]
-mod tests;
-
-pub use error::StoreError;
-pub use fs::{Fs, MemFs, RealFs};
-pub use record::{Record, StoredMessage};
-pub use recovery::{Recovered, RecoveredMessage};
-pub use store::{Store, StoreConfig, WriterStats};
-pub use writer::Ticket;
+pub use error::{AppendError, CommitError, OpenError, ReadError};
+pub use storage::{DiskStorage, MemStorage, Storage, StorageFile};
+pub use store::{Commit, Store, StoreConfig, StoreStats};
+pub use types::{
+    Appended, BodyRef, Command, DefinitionKey, Member, MessageId, NewMessage, QueueId, Recovered,
+    RecoveredEntry, RecoveredMessage,
+};

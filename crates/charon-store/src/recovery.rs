@@ -1,194 +1,210 @@
-//! Replaying the logs at open: definitions, and per queue the live messages in queue order.
-//! A torn or corrupt tail is truncated (and later segments removed), logged, never served.
+//! Recovery (`docs/storage-format.md` §4): replay every segment in order
+//! into an [`Index`], cut a torn tail off the last segment, refuse
+//! corruption in sealed ones, and hand back the definitions and the live
+//! members of every queue.
 
-use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::error::StoreError;
-use crate::frame::{self, Stop};
-use crate::fs::Fs;
-use crate::live::Liveness;
-use crate::record::{Record, StoredMessage};
+use crate::error::OpenError;
+use crate::index::{Index, Loc};
+use crate::record::{self, Payload};
+use crate::segment::{self, BadHeader, SEGMENT_HEADER_LEN, SegId};
+use crate::storage::{Storage, StorageFile};
+use crate::types::{Recovered, RecoveredEntry};
 
-/// One live message of a queue after recovery.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RecoveredMessage {
-    /// Queue-local id.
-    pub id: u64,
-    /// The stored message (its `queues` list is as written, not filtered).
-    pub message: Arc<StoredMessage>,
-    /// Delivered at least once before (or possibly: after a crash every unacked delivery shows
-    /// as delivered, since `Delivered` records are lazy).
-    pub delivered: bool,
+/// What the store needs to go on writing after recovery.
+pub(crate) struct RecoveryOutcome {
+    pub(crate) index: Index,
+    pub(crate) recovered: Recovered,
+    pub(crate) files: BTreeMap<SegId, Arc<dyn StorageFile>>,
+    pub(crate) last_segment: SegId,
 }
 
-/// Everything recovered at open.
-#[derive(Debug, Default)]
-pub struct Recovered {
-    /// Live definitions by (kind, key).
-    pub definitions: BTreeMap<(Arc<str>, Arc<str>), Bytes>,
-    /// Live messages per queue, by queue-local id.
-    pub queues: HashMap<Arc<str>, BTreeMap<u64, RecoveredMessage>>,
-    /// The highest message id seen (new ids must be greater).
-    pub max_message_id: u64,
-    /// Bytes dropped from a torn or corrupt tail, if any.
-    pub truncated_bytes: u64,
-}
-
-/// Replay state of the message log.
-pub(crate) struct MessageReplay {
-    pub(crate) next_index: u64,
-    pub(crate) segments: Vec<(u64, PathBuf, u64)>,
-    pub(crate) liveness: Liveness,
-}
-
-pub(crate) fn segment_name(first_index: u64) -> String {
-    format!("{first_index:020}.seg")
-}
-
-fn first_index_of(path: &Path) -> Option<u64> {
-    let name = path.file_name()?.to_str()?;
-    name.strip_suffix(".seg")?.parse().ok()
-}
-
-fn add(rec: &mut Recovered, m: StoredMessage) {
-    rec.max_message_id = rec.max_message_id.max(m.message_id);
-    let m = Arc::new(m);
-    for (q, id) in &m.queues {
-        rec.queues.entry(q.clone()).or_default().insert(
-            *id,
-            RecoveredMessage {
-                id: *id,
-                message: m.clone(),
-                delivered: false,
-            },
-        );
+fn io(op: &'static str, seg: SegId) -> impl FnOnce(std::io::Error) -> OpenError {
+    move |source| OpenError::Io {
+        op,
+        name: segment::file_name(seg),
+        source,
     }
 }
 
-fn remove(rec: &mut Recovered, q: &Arc<str>, id: u64) {
-    if let Some(msgs) = rec.queues.get_mut(q) {
-        msgs.remove(&id);
+/// Replay the log in `storage`.
+pub(crate) fn recover(storage: &dyn Storage) -> Result<RecoveryOutcome, OpenError> {
+    let names = storage.list().map_err(|source| OpenError::Io {
+        op: "list",
+        name: String::new(),
+        source,
+    })?;
+    let mut segs: Vec<SegId> = Vec::new();
+    for name in names {
+        match segment::parse_name(&name) {
+            Some(id) => segs.push(id),
+            None => tracing::warn!(file = %name, "ignoring file that is not a segment"),
+        }
     }
-}
+    segs.sort_unstable();
 
-/// Applies one record to the recovered state.
-pub(crate) fn apply(rec: &mut Recovered, r: Record) {
-    match r {
-        Record::Publish(m) => add(rec, m),
-        Record::Settle { queue, ids } => {
-            for id in ids {
-                remove(rec, &queue, id);
-            }
-        }
-        Record::DeadLetterMove {
-            from_queue,
-            from_id,
-            message,
-        } => {
-            remove(rec, &from_queue, from_id);
-            add(rec, message);
-        }
-        Record::Delivered { queue, ids } => {
-            if let Some(msgs) = rec.queues.get_mut(&queue) {
-                for id in ids {
-                    if let Some(m) = msgs.get_mut(&id) {
-                        m.delivered = true;
-                    }
+    let mut index = Index {
+        keep_meta: true,
+        ..Index::default()
+    };
+    let mut definitions: BTreeMap<(u8, Bytes), Bytes> = BTreeMap::new();
+    let mut files = BTreeMap::new();
+    let mut last_index = 0u64;
+    let mut truncated_bytes = 0u64;
+    let mut buf = Vec::new();
+
+    for (i, &seg) in segs.iter().enumerate() {
+        let is_last = i + 1 == segs.len();
+        let file = storage
+            .open(&segment::file_name(seg))
+            .map_err(io("open", seg))?;
+        let len = file.size().map_err(io("stat", seg))?;
+        let ulen = usize::try_from(len).map_err(|_| corrupt(seg, 0, "segment too large"))?;
+        buf.clear();
+        buf.resize(ulen, 0);
+        file.read_exact_at(&mut buf, 0).map_err(io("read", seg))?;
+
+        let mut pos = match segment::check_header(&buf) {
+            Ok(first) => {
+                if first <= last_index {
+                    return Err(corrupt(
+                        seg,
+                        0,
+                        "first index not above the previous segment's",
+                    ));
                 }
+                // Indexes below `first` were used by records since deleted.
+                last_index = first - 1;
+                SEGMENT_HEADER_LEN as usize
+            }
+            // An empty older segment is one an earlier recovery emptied
+            // (below) before this process created a newer one.
+            Err(BadHeader::Torn) if is_last || len == 0 => {
+                // Torn while being created: nothing in it was ever durable.
+                if len > 0 {
+                    tracing::warn!(segment = seg, len, "segment header torn; emptying it");
+                }
+                cut(&*file, seg, 0)?;
+                truncated_bytes += len;
+                index.add_segment(seg, 0);
+                files.insert(seg, file);
+                continue;
+            }
+            Err(BadHeader::Torn) => return Err(corrupt(seg, 0, "segment header torn or corrupt")),
+            Err(BadHeader::Foreign(r)) => return Err(corrupt(seg, 0, r)),
+        };
+        index.add_segment(seg, 0);
+        while pos < buf.len() {
+            let rest = buf.get(pos..).unwrap_or(&[]);
+            let framed = record::parse(rest)
+                .map_err(|e| e.to_string())
+                .and_then(|f| {
+                    if f.index <= last_index {
+                        Err(format!("index {} not above {last_index}", f.index))
+                    } else {
+                        Ok(f)
+                    }
+                });
+            match framed {
+                Ok(f) => {
+                    let loc = Loc {
+                        seg,
+                        offset: pos as u64,
+                        len: f.total_len as u32,
+                    };
+                    track_definition(&mut definitions, &f.payload);
+                    index.apply(f.index, loc, &f.payload);
+                    last_index = f.index;
+                    pos += f.total_len;
+                }
+                Err(reason) if is_last => {
+                    tracing::warn!(
+                        segment = seg,
+                        offset = pos,
+                        cut = len - pos as u64,
+                        %reason,
+                        "torn tail: truncating the log"
+                    );
+                    truncated_bytes += len - pos as u64;
+                    cut(&*file, seg, pos as u64)?;
+                    break;
+                }
+                Err(reason) => return Err(corrupt(seg, pos as u64, &reason)),
             }
         }
-        Record::PutDefinition { kind, key, value } => {
-            rec.definitions.insert((kind, key), value);
-        }
-        Record::DeleteDefinition { kind, key } => {
-            rec.definitions.remove(&(kind, key));
-        }
+        index.grow(seg, pos as u64);
+        files.insert(seg, file);
+    }
+
+    let last_segment = segs.last().copied().unwrap_or(0);
+    index.drop_memberless(last_segment, last_index);
+    let recovered = Recovered {
+        definitions,
+        queues: collect_queues(&mut index),
+        last_index,
+        truncated_bytes,
+    };
+    Ok(RecoveryOutcome {
+        index,
+        recovered,
+        files,
+        last_segment,
+    })
+}
+
+fn corrupt(segment: SegId, offset: u64, reason: &str) -> OpenError {
+    OpenError::Corrupt {
+        segment,
+        offset,
+        reason: reason.to_string(),
     }
 }
 
-/// Replays the message segments in `dir`.
-pub(crate) fn replay_messages(
-    fs: &dyn Fs,
-    dir: &Path,
-    rec: &mut Recovered,
-) -> Result<MessageReplay, StoreError> {
-    let mut segs: Vec<(u64, PathBuf)> = fs
-        .list(dir)
-        .map_err(|e| StoreError::io("listing", dir, e))?
-        .into_iter()
-        .filter_map(|p| first_index_of(&p).map(|i| (i, p)))
-        .collect();
-    segs.sort();
-    let mut out = MessageReplay {
-        next_index: 1,
-        segments: Vec::new(),
-        liveness: Liveness::default(),
-    };
-    let mut expected: Option<u64> = None;
-    let mut broken = false;
-    for (first, path) in segs {
-        if broken {
-            tracing::warn!(segment = %path.display(), "removing a segment after a corrupt record");
-            fs.remove(&path)
-                .map_err(|e| StoreError::io("removing", &path, e))?;
-            continue;
-        }
-        let data = Bytes::from(
-            fs.read(&path)
-                .map_err(|e| StoreError::io("reading", &path, e))?,
-        );
-        let (frames, stop) = frame::read_all(&data, expected.or(Some(first)));
-        let mut size = data.len() as u64;
-        if let Stop::Bad { offset, reason } = stop {
-            tracing::warn!(segment = %path.display(), offset, reason, "torn or corrupt log tail: truncating");
-            rec.truncated_bytes += data.len() as u64 - offset as u64;
-            fs.truncate(&path, offset as u64)
-                .map_err(|e| StoreError::io("truncating", &path, e))?;
-            size = offset as u64;
-            broken = true;
-        }
-        out.liveness.open_segment(first);
-        for f in frames {
-            expected = Some(f.index + 1);
-            out.next_index = f.index + 1;
-            out.liveness.track(&f.record, first);
-            apply(rec, f.record);
-        }
-        if size == 0 && broken {
-            fs.remove(&path)
-                .map_err(|e| StoreError::io("removing", &path, e))?;
-            out.liveness.forget_segment(first);
-            continue;
-        }
-        out.segments.push((first, path, size));
-    }
-    Ok(out)
+fn cut(file: &dyn StorageFile, seg: SegId, len: u64) -> Result<(), OpenError> {
+    file.truncate(len).map_err(io("truncate", seg))?;
+    file.sync().map_err(io("sync", seg))
 }
 
-/// Replays the definitions log; returns the next index.
-pub(crate) fn replay_definitions(
-    fs: &dyn Fs,
-    path: &Path,
-    rec: &mut Recovered,
-) -> Result<u64, StoreError> {
-    let data = match fs.read(path) {
-        Ok(d) => Bytes::from(d),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(1),
-        Err(e) => return Err(StoreError::io("reading", path, e)),
-    };
-    let (frames, stop) = frame::read_all(&data, None);
-    if let Stop::Bad { offset, reason } = stop {
-        tracing::warn!(file = %path.display(), offset, reason, "torn or corrupt definitions tail: dropped");
-        rec.truncated_bytes += data.len() as u64 - offset as u64;
+fn track_definition(defs: &mut BTreeMap<(u8, Bytes), Bytes>, p: &Payload<'_>) {
+    match p {
+        Payload::PutDefinition { kind, key, value } => {
+            defs.insert(
+                (*kind, Bytes::copy_from_slice(key)),
+                Bytes::copy_from_slice(value),
+            );
+        }
+        Payload::DeleteDefinition { kind, key } => {
+            defs.remove(&(*kind, Bytes::copy_from_slice(key)));
+        }
+        _ => {}
     }
-    let mut next = 1;
-    for f in frames {
-        next = f.index + 1;
-        apply(rec, f.record);
+}
+
+/// Build the per-queue lists and drop the metadata from the index.
+fn collect_queues(index: &mut Index) -> std::collections::HashMap<u64, Vec<RecoveredEntry>> {
+    let mut out = std::collections::HashMap::with_capacity(index.queues.len());
+    for (q, members) in &index.queues {
+        let list: Vec<RecoveredEntry> = members
+            .iter()
+            .filter_map(|(id, e)| {
+                let meta = index.messages.get(&e.msg)?.meta.clone()?;
+                Some(RecoveredEntry {
+                    id: *id,
+                    message: meta,
+                    delivery_count: e.count,
+                })
+            })
+            .collect();
+        out.insert(*q, list);
     }
-    Ok(next)
+    for e in index.messages.values_mut() {
+        e.meta = None;
+    }
+    index.keep_meta = false;
+    index.interned = Default::default();
+    out
 }

@@ -1,240 +1,471 @@
-//! [`Store`]: open (recover, snapshot the definitions, start the writer thread), append with or
-//! without waiting for durability, close.
+//! [`Store`]: the public handle. Appends frame records into the pending
+//! batch under one lock and hand back a [`Commit`] that completes when the
+//! writer thread (`writer`) has synced the batch.
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+use std::task::{Context, Poll};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
+use bytes::Bytes;
 use tokio::sync::oneshot;
 
-use crate::error::StoreError;
-use crate::frame;
-use crate::fs::Fs;
-use crate::record::Record;
-use crate::recovery::{self, Recovered, segment_name};
-use crate::writer::{Cmd, Ticket, Writer};
+use crate::error::{AppendError, CommitError, OpenError, ReadError};
+use crate::index::{Index, Loc};
+use crate::record::{self, HEADER_LEN, Kind, Payload};
+use crate::recovery;
+use crate::segment::{self, SEGMENT_HEADER_LEN, SegId};
+use crate::storage::{DiskStorage, Storage, StorageFile};
+use crate::types::{Appended, BodyRef, Command, Recovered};
+use crate::writer;
 
-/// The definitions log's file name.
-pub(crate) const DEFINITIONS: &str = "definitions.log";
-const MESSAGES: &str = "messages";
-
-/// Store settings.
+/// Tuning knobs.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
-    /// Data directory.
-    pub dir: PathBuf,
-    /// Segment size in bytes before a new one starts.
+    /// Roll to a new segment past this many bytes (default 64 MiB).
     pub segment_size: u64,
+    /// Compact a sealed segment whose live bytes are below this fraction of
+    /// its size (default 0.3; 0 disables compaction).
+    pub compact_ratio: f64,
+    /// How often an idle writer looks for segments to delete or compact.
+    pub idle_tick: Duration,
 }
 
-impl StoreConfig {
-    /// Defaults (64 MiB segments) under `dir`.
-    pub fn new(dir: impl Into<PathBuf>) -> Self {
-        Self {
-            dir: dir.into(),
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
             segment_size: 64 << 20,
+            compact_ratio: 0.3,
+            idle_tick: Duration::from_millis(200),
         }
     }
 }
 
-/// Counters of the writer: appends and syncs (batches).
+/// Counters and sizes, for metrics and benches.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Last index known durable.
+    pub durable_index: u64,
+    /// Batches written.
+    pub batches: u64,
+    /// `fdatasync`/`fsync` calls (files and directory).
+    pub syncs: u64,
+    /// Records appended.
+    pub records: u64,
+    /// Bytes written to segment files.
+    pub bytes_written: u64,
+    /// Segments on disk.
+    pub segments: usize,
+    /// Bytes in segment files.
+    pub disk_bytes: u64,
+    /// Bytes of live items.
+    pub live_bytes: u64,
+    /// Live messages.
+    pub live_messages: usize,
+    /// Segments deleted since open.
+    pub segments_deleted: u64,
+    /// Records copied forward by compaction since open.
+    pub records_carried: u64,
+}
+
+pub(crate) type Waiter = oneshot::Sender<Result<(), CommitError>>;
+
+/// Bytes for one file, in write order.
+#[derive(Debug)]
+pub(crate) struct Chunk {
+    pub(crate) seg: SegId,
+    pub(crate) offset: u64,
+    pub(crate) create: bool,
+    pub(crate) bytes: Vec<u8>,
+}
+
+/// What the writer takes in one go.
 #[derive(Debug, Default)]
-pub struct WriterStats {
-    appends: AtomicU64,
-    syncs: AtomicU64,
+pub(crate) struct Batch {
+    pub(crate) chunks: Vec<Chunk>,
+    pub(crate) waiters: Vec<Waiter>,
+    pub(crate) last_index: u64,
 }
 
-impl WriterStats {
-    pub(crate) fn record(&self, n: u64) {
-        self.appends.fetch_add(n, Ordering::Relaxed);
-        self.syncs.fetch_add(1, Ordering::Relaxed);
-    }
-    /// Records appended so far.
-    pub fn appends(&self) -> u64 {
-        self.appends.load(Ordering::Relaxed)
-    }
-    /// Group-commit batches (one sync each) so far.
-    pub fn syncs(&self) -> u64 {
-        self.syncs.load(Ordering::Relaxed)
+impl Batch {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.chunks.is_empty() && self.waiters.is_empty()
     }
 }
 
-/// The durable log of one broker.
-pub struct Store {
-    tx: Option<mpsc::Sender<Cmd>>,
-    thread: Option<JoinHandle<()>>,
-    fs: Arc<dyn Fs>,
-    dir: PathBuf,
-    stats: Arc<WriterStats>,
+#[derive(Debug)]
+pub(crate) struct State {
+    pub(crate) index: Index,
+    pub(crate) next_index: u64,
+    pub(crate) active: SegId,
+    pub(crate) active_len: u64,
+    pub(crate) batch: Batch,
+    pub(crate) durable_index: u64,
+    /// Newest segment whose creation is durable (written, synced, directory
+    /// synced). Only older segments are deleted or compacted: they are
+    /// sealed and every byte of them is on disk.
+    pub(crate) durable_seg: SegId,
+    pub(crate) poisoned: Option<String>,
+    pub(crate) closed: bool,
+    pub(crate) writer_idle: bool,
+    pub(crate) stats: StoreStats,
 }
 
-impl std::fmt::Debug for Store {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store").field("dir", &self.dir).finish()
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) state: Mutex<State>,
+    pub(crate) wake: Condvar,
+    pub(crate) storage: Arc<dyn Storage>,
+    /// Open segment files, for reads; the writer adds and removes entries.
+    pub(crate) files: RwLock<HashMap<SegId, Arc<dyn StorageFile>>>,
+    pub(crate) config: StoreConfig,
+}
+
+impl Shared {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        // The state is only mutated in short, non-panicking sections.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn file(&self, seg: SegId) -> Option<Arc<dyn StorageFile>> {
+        let files = self.files.read().unwrap_or_else(|e| e.into_inner());
+        files.get(&seg).cloned()
     }
 }
 
-fn rewrite_definitions(fs: &dyn Fs, dir: &Path, rec: &Recovered) -> Result<u64, StoreError> {
-    let path = dir.join(DEFINITIONS);
-    let tmp = dir.join(format!("{DEFINITIONS}.tmp"));
-    let _ = fs.remove(&tmp);
-    let mut buf = Vec::new();
-    let mut index = 1;
-    for ((kind, key), value) in &rec.definitions {
-        let r = Record::PutDefinition {
-            kind: kind.clone(),
-            key: key.clone(),
-            value: value.clone(),
+impl State {
+    /// Frame one record into the pending batch and apply it to the index.
+    pub(crate) fn push(
+        &mut self,
+        segment_size: u64,
+        kind: Kind,
+        payload: &[u8],
+        decoded: &Payload<'_>,
+    ) -> (u64, Loc) {
+        let rec_len = (HEADER_LEN + payload.len()) as u64;
+        if self.active_len > SEGMENT_HEADER_LEN && self.active_len + rec_len > segment_size {
+            self.active += 1;
+            self.active_len = SEGMENT_HEADER_LEN;
+            self.index.add_segment(self.active, SEGMENT_HEADER_LEN);
+            self.batch.chunks.push(Chunk {
+                seg: self.active,
+                offset: 0,
+                create: true,
+                bytes: segment::header(self.next_index).to_vec(),
+            });
+        }
+        let active = self.active;
+        let offset = self.active_len;
+        let chunk = match self.batch.chunks.last_mut() {
+            Some(c) if c.seg == active => c,
+            _ => {
+                self.batch.chunks.push(Chunk {
+                    seg: active,
+                    offset,
+                    create: false,
+                    bytes: Vec::with_capacity(64 << 10),
+                });
+                match self.batch.chunks.last_mut() {
+                    Some(c) => c,
+                    None => unreachable!("just pushed"),
+                }
+            }
         };
-        frame::encode(&mut buf, &r, index, 0);
-        index += 1;
+        let index = self.next_index;
+        record::frame(&mut chunk.bytes, index, 0, kind, payload);
+        self.next_index += 1;
+        self.active_len += rec_len;
+        self.batch.last_index = index;
+        self.stats.records += 1;
+        let loc = Loc {
+            seg: active,
+            offset,
+            len: rec_len as u32,
+        };
+        self.index.grow(active, rec_len);
+        self.index.apply(index, loc, decoded);
+        (index, loc)
     }
-    let mut f = fs
-        .open_append(&tmp)
-        .map_err(|e| StoreError::io("creating", &tmp, e))?;
-    f.append(&buf)
-        .map_err(|e| StoreError::io("writing", &tmp, e))?;
-    f.sync().map_err(|e| StoreError::io("syncing", &tmp, e))?;
-    drop(f);
-    fs.rename(&tmp, &path)
-        .map_err(|e| StoreError::io("renaming", &tmp, e))?;
-    fs.sync_dir(dir)
-        .map_err(|e| StoreError::io("syncing", dir, e))?;
-    Ok(index)
+}
+
+/// Completes when the appended record (and everything before it) is
+/// durable. Await it, or call [`Commit::wait`] from a plain thread.
+#[derive(Debug)]
+#[must_use = "a commit that is not awaited confirms nothing"]
+pub struct Commit {
+    rx: oneshot::Receiver<Result<(), CommitError>>,
+}
+
+impl Commit {
+    /// Block the current (non-async) thread until durable.
+    pub fn wait(self) -> Result<(), CommitError> {
+        self.rx.blocking_recv().unwrap_or(Err(CommitError::Closed))
+    }
+}
+
+impl Future for Commit {
+    type Output = Result<(), CommitError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.rx)
+            .poll(cx)
+            .map(|r| r.unwrap_or(Err(CommitError::Closed)))
+    }
+}
+
+/// The durable store. Share it as `Arc<Store>`; dropping it flushes what is
+/// pending and stops the writer thread.
+#[derive(Debug)]
+pub struct Store {
+    shared: Arc<Shared>,
+    writer: Option<JoinHandle<()>>,
 }
 
 impl Store {
-    /// Opens the store in `config.dir` on `fs`, recovering what is there.
-    pub fn open(fs: Arc<dyn Fs>, config: &StoreConfig) -> Result<(Store, Recovered), StoreError> {
-        let dir = config.dir.clone();
-        let msg_dir = dir.join(MESSAGES);
-        fs.create_dir_all(&msg_dir)
-            .map_err(|e| StoreError::io("creating", &msg_dir, e))?;
-        let mut rec = Recovered::default();
-        recovery::replay_definitions(fs.as_ref(), &dir.join(DEFINITIONS), &mut rec)?;
-        let replay = recovery::replay_messages(fs.as_ref(), &msg_dir, &mut rec)?;
-        let def_next_index = rewrite_definitions(fs.as_ref(), &dir, &rec)?;
-        let def_file = fs
-            .open_append(&dir.join(DEFINITIONS))
-            .map_err(|e| StoreError::io("opening", &dir, e))?;
-        // Continue the last segment, or start one.
-        let mut segments = replay.segments;
-        let (segment_first, segment_len) = match segments.pop() {
-            Some((first, _, len)) => (first, len),
-            None => (replay.next_index, 0),
+    /// Open (recovering) the store in directory `dir` on the real disk.
+    pub fn open_dir(
+        dir: impl AsRef<Path>,
+        config: StoreConfig,
+    ) -> Result<(Store, Recovered), OpenError> {
+        let storage = DiskStorage::new(dir.as_ref()).map_err(|source| OpenError::Io {
+            op: "create dir",
+            name: dir.as_ref().display().to_string(),
+            source,
+        })?;
+        Store::open(Arc::new(storage), config)
+    }
+
+    /// Open (recovering) the store on `storage`.
+    pub fn open(
+        storage: Arc<dyn Storage>,
+        config: StoreConfig,
+    ) -> Result<(Store, Recovered), OpenError> {
+        let out = recovery::recover(&*storage)?;
+        let mut index = out.index;
+        let active = out.last_segment + 1;
+        let last = out.recovered.last_index;
+        let name = segment::file_name(active);
+        let io = |op: &'static str| {
+            let name = name.clone();
+            move |source| OpenError::Io { op, name, source }
         };
-        let seg_path = msg_dir.join(segment_name(segment_first));
-        let msg_file = fs
-            .open_append(&seg_path)
-            .map_err(|e| StoreError::io("opening", &seg_path, e))?;
-        fs.sync_dir(&msg_dir)
-            .map_err(|e| StoreError::io("syncing", &msg_dir, e))?;
-        let mut liveness = replay.liveness;
-        liveness.open_segment(segment_first);
-        let stats = Arc::new(WriterStats::default());
-        let writer = Writer {
-            fs: fs.clone(),
-            dir: msg_dir,
-            segment_size: config.segment_size.max(1),
-            msg_file,
-            segment_first,
-            segment_len,
-            old_segments: segments.into_iter().map(|(f, p, _)| (f, p)).collect(),
-            next_index: replay.next_index,
-            def_file,
-            def_next_index,
-            liveness,
-            stats: stats.clone(),
-        };
-        let (tx, rx) = mpsc::channel();
-        let thread = std::thread::Builder::new()
-            .name("charon-store".into())
-            .spawn(move || writer.run(rx))
-            .map_err(|e| StoreError::io("spawning the writer for", &dir, e))?;
+        let file = storage.create(&name).map_err(io("create"))?;
+        file.write_all_at(&segment::header(last + 1), 0)
+            .map_err(io("write"))?;
+        file.sync().map_err(io("sync"))?;
+        storage.sync_dir().map_err(io("sync dir"))?;
+        index.add_segment(active, SEGMENT_HEADER_LEN);
+        let mut files: HashMap<SegId, Arc<dyn StorageFile>> = out.files.into_iter().collect();
+        files.insert(active, file.clone());
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                index,
+                next_index: last + 1,
+                active,
+                active_len: SEGMENT_HEADER_LEN,
+                batch: Batch::default(),
+                durable_index: last,
+                durable_seg: active,
+                poisoned: None,
+                closed: false,
+                writer_idle: false,
+                stats: StoreStats {
+                    durable_index: last,
+                    ..StoreStats::default()
+                },
+            }),
+            wake: Condvar::new(),
+            storage,
+            files: RwLock::new(files),
+            config,
+        });
+        let thread_shared = shared.clone();
+        let writer = std::thread::Builder::new()
+            .name("charon-store-writer".into())
+            .spawn(move || writer::run(thread_shared, file))
+            .map_err(OpenError::Spawn)?;
         Ok((
             Store {
-                tx: Some(tx),
-                thread: Some(thread),
-                fs,
-                dir,
-                stats,
+                shared,
+                writer: Some(writer),
             },
-            rec,
+            out.recovered,
         ))
     }
 
-    /// Appends a record; the ticket completes with its index once it is on disk (after the
-    /// group commit that includes it).
-    pub fn append(&self, record: Record) -> Ticket {
+    /// Append `cmd`; the [`Commit`] completes once it is durable.
+    pub fn append(&self, cmd: Command) -> Result<(Appended, Commit), AppendError> {
         let (tx, rx) = oneshot::channel();
-        match &self.tx {
-            Some(s) => {
-                if let Err(mpsc::SendError(Cmd::Append(_, Some(tx)))) =
-                    s.send(Cmd::Append(record, Some(tx)))
+        let appended = self.push(&cmd, Some(tx))?;
+        Ok((appended, Commit { rx }))
+    }
+
+    /// Append `cmd` without waiting: it goes into the next batch, and is
+    /// durable once any later commit completes.
+    pub fn append_nowait(&self, cmd: Command) -> Result<Appended, AppendError> {
+        self.push(&cmd, None)
+    }
+
+    /// A barrier: completes once everything appended before it is durable.
+    pub fn sync(&self) -> Result<Commit, AppendError> {
+        let (tx, rx) = oneshot::channel();
+        let mut st = self.shared.lock();
+        check_open(&st)?;
+        st.batch.waiters.push(tx);
+        self.wake(&mut st);
+        Ok(Commit { rx })
+    }
+
+    fn push(&self, cmd: &Command, waiter: Option<Waiter>) -> Result<Appended, AppendError> {
+        let (kind, payload, body_at) = record::encode_command(cmd)?;
+        if !record::fits(payload.len()) {
+            return Err(AppendError::Invalid("record larger than 1 GiB"));
+        }
+        let decoded = Payload::decode(kind as u8, &payload)
+            .map_err(|_| AppendError::Invalid("internal encoding error"))?;
+        let body_len = match cmd {
+            Command::Publish { message, .. } | Command::DeadLetter { message, .. } => {
+                u32::try_from(message.body.len())
+                    .map_err(|_| AppendError::Invalid("body too long"))?
+            }
+            _ => 0,
+        };
+        let mut st = self.shared.lock();
+        check_open(&st)?;
+        let (index, loc) = st.push(self.shared.config.segment_size, kind, &payload, &decoded);
+        if let Some(w) = waiter {
+            st.batch.waiters.push(w);
+        }
+        self.wake(&mut st);
+        drop(st);
+        // A dead-letter with no target stores no message.
+        let stored = !matches!(cmd, Command::DeadLetter { targets, .. } if targets.is_empty());
+        let body = body_at.filter(|_| stored).map(|at| BodyRef {
+            msg: index,
+            segment: loc.seg,
+            offset: loc.offset + (HEADER_LEN + at) as u64,
+            len: body_len,
+        });
+        Ok(Appended { index, body })
+    }
+
+    fn wake(&self, st: &mut State) {
+        if st.writer_idle {
+            st.writer_idle = false;
+            self.shared.wake.notify_one();
+        }
+    }
+
+    /// Read a body back (one positioned read). Valid once the record that
+    /// stored it is committed; follows the message if compaction moved it.
+    pub fn read_body(&self, body: &BodyRef) -> Result<Bytes, ReadError> {
+        let mut at = *body;
+        let mut tries = 0;
+        loop {
+            match self.read_body_once(&at) {
+                // Compaction may have just copied the message forward into a batch that is not
+                // written yet: wait a little (rare, and short: one group commit), then read it
+                // where it is now. Not a `Commit::wait`: callers may be async tasks.
+                Err(ReadError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::UnexpectedEof && tries < 5000 =>
                 {
-                    let _ = tx.send(Err(StoreError::Closed));
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(1));
+                    at = self
+                        .current_body(body.msg)
+                        .ok_or(ReadError::NotFound(body.msg))?;
                 }
+                other => return other,
             }
+        }
+    }
+
+    fn read_body_once(&self, body: &BodyRef) -> Result<Bytes, ReadError> {
+        let (file, at) = match self.shared.file(body.segment) {
+            Some(f) => (f, *body),
             None => {
-                let _ = tx.send(Err(StoreError::Closed));
+                let at = self
+                    .current_body(body.msg)
+                    .ok_or(ReadError::NotFound(body.msg))?;
+                let f = self
+                    .shared
+                    .file(at.segment)
+                    .ok_or(ReadError::NotFound(body.msg))?;
+                (f, at)
             }
-        }
-        rx
+        };
+        let mut buf = vec![0u8; at.len as usize];
+        file.read_exact_at(&mut buf, at.offset)
+            .map_err(|source| ReadError::Io {
+                segment: at.segment,
+                source,
+            })?;
+        Ok(Bytes::from(buf))
     }
 
-    /// Appends a record without waiting; it goes into the next group commit.
-    pub fn append_nowait(&self, record: Record) -> Result<(), StoreError> {
-        self.tx
-            .as_ref()
-            .ok_or(StoreError::Closed)?
-            .send(Cmd::Append(record, None))
-            .map_err(|_| StoreError::Closed)
+    /// Where message `msg`'s body is now, if it is live.
+    pub fn current_body(&self, msg: u64) -> Option<BodyRef> {
+        self.shared
+            .lock()
+            .index
+            .messages
+            .get(&msg)
+            .map(|e| e.body(msg))
     }
 
-    /// Appends and waits (blocking the calling thread) until durable.
-    pub fn append_sync(&self, record: Record) -> Result<u64, StoreError> {
-        self.append(record)
-            .blocking_recv()
-            .map_err(|_| StoreError::Closed)?
+    /// Last log index known durable: a body stored by a record at or below it can be read back.
+    pub fn durable_index(&self) -> u64 {
+        self.shared.lock().durable_index
     }
 
-    /// Writer counters (appends, group commits).
-    pub fn stats(&self) -> &WriterStats {
-        &self.stats
+    /// Free bytes on the data directory's file system (for a disk alarm).
+    pub fn free_bytes(&self) -> std::io::Result<u64> {
+        self.shared.storage.free_bytes()
     }
 
-    /// Free bytes on the data directory's file system (for the disk alarm).
-    pub fn free_bytes(&self) -> Result<u64, StoreError> {
-        self.fs
-            .free_bytes(&self.dir)
-            .map_err(|e| StoreError::io("statvfs", &self.dir, e))
+    /// Counters and sizes.
+    pub fn stats(&self) -> StoreStats {
+        let st = self.shared.lock();
+        let mut s = st.stats.clone();
+        s.durable_index = st.durable_index;
+        s.segments = st.index.segs.len();
+        s.disk_bytes = st.index.segs.values().map(|g| g.size).sum();
+        s.live_bytes = st.index.segs.values().map(|g| g.live_bytes).sum();
+        s.live_messages = st.index.messages.len();
+        s
     }
 
-    /// Message segment files currently on disk (for tests and metrics).
-    pub fn segment_count(&self) -> usize {
-        self.fs
-            .list(&self.dir.join(MESSAGES))
-            .map(|v| v.len())
-            .unwrap_or(0)
+    /// Why the store refuses writes, if it does.
+    pub fn poisoned(&self) -> Option<String> {
+        self.shared.lock().poisoned.clone()
     }
+}
 
-    /// Flushes pending appends and stops the writer.
-    pub fn close(mut self) {
-        self.shutdown();
+fn check_open(st: &State) -> Result<(), AppendError> {
+    if let Some(p) = &st.poisoned {
+        return Err(AppendError::Poisoned(p.clone()));
     }
-
-    fn shutdown(&mut self) {
-        self.tx.take();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+    if st.closed {
+        return Err(AppendError::Closed);
     }
+    Ok(())
 }
 
 impl Drop for Store {
     fn drop(&mut self) {
-        self.shutdown();
+        {
+            let mut st = self.shared.lock();
+            st.closed = true;
+        }
+        self.shared.wake.notify_all();
+        if let Some(w) = self.writer.take()
+            && w.join().is_err()
+        {
+            tracing::error!("store writer thread panicked");
+        }
     }
 }

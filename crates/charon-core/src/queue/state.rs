@@ -115,6 +115,16 @@ impl QueueState {
         );
     }
 
+    /// When `message`, enqueued at `enqueued_ms`, expires here: the smaller of the queue's
+    /// message TTL and the message's own `expiration`.
+    pub fn expiry_for(&self, message: &Message, enqueued_ms: u64) -> Option<u64> {
+        let ttl = match (self.args.message_ttl, message_ttl(message)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        ttl.map(|t| enqueued_ms.saturating_add(t))
+    }
+
     /// The absolute expiry of ready or unacked message `id`, if it has one.
     pub fn expiry_of(&self, id: MsgId) -> Option<u64> {
         self.ready
@@ -150,6 +160,14 @@ impl QueueState {
     /// queue refuses it (the latter also dead-letters it, reason `maxlen`); with drop-head the
     /// oldest ready messages are dead-lettered until the limits hold.
     pub fn publish(&mut self, message: Arc<Message>, now_ms: u64) -> PublishOutcome {
+        let id = self.next_id;
+        self.publish_as(id, message, now_ms)
+    }
+
+    /// [`Self::publish`] under an id the caller chose (ids handed out ahead by the owner, e.g.
+    /// so that one store record can name the message's place in several queues). Ids must not
+    /// repeat; later [`Self::publish`] calls use ids above every id seen.
+    pub fn publish_as(&mut self, id: MsgId, message: Arc<Message>, now_ms: u64) -> PublishOutcome {
         if self.refuses(message.body_size()) {
             let dead_lettered = self.args.overflow == Overflow::RejectPublishDlx;
             if dead_lettered {
@@ -161,13 +179,8 @@ impl QueueState {
             }
             return PublishOutcome::Rejected { dead_lettered };
         }
-        let id = self.next_id;
-        self.next_id += 1;
-        let ttl = match (self.args.message_ttl, message_ttl(&message)) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        let expires_at = ttl.map(|t| now_ms.saturating_add(t));
+        self.next_id = self.next_id.max(id + 1);
+        let expires_at = self.expiry_for(&message, now_ms);
         self.insert_ready(
             id,
             Ready {
@@ -491,6 +504,27 @@ impl QueueState {
         let m = self.remove_ready(id).map(|r| r.message)?;
         self.mark_gone(id);
         Some(m)
+    }
+
+    /// Replaces ready or unacked message `id` by `message`, which must have the same
+    /// [`Message::body_size`] (a paged-out copy, or the body read back). Returns whether `id`
+    /// was found.
+    pub fn swap_message(&mut self, id: MsgId, message: Arc<Message>) -> bool {
+        if let Some(r) = self.ready.get_mut(&id) {
+            debug_assert_eq!(r.message.body_size(), message.body_size());
+            r.message = message;
+            true
+        } else if let Some(u) = self.unacked.get_mut(&id) {
+            u.message = message;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Ready message `id`, if it is ready.
+    pub fn ready_message(&self, id: MsgId) -> Option<&Arc<Message>> {
+        self.ready.get(&id).map(|r| &r.message)
     }
 
     /// Ready messages.

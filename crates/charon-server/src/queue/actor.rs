@@ -6,7 +6,7 @@
 //! wakes on its own for the earliest message expiry, for dead letters waiting to be retried and
 //! for its own `x-expires`; what left the queue goes to [`super::dead_letters`].
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -15,18 +15,17 @@ use charon_core::{ConsumerId, Delivery, PublishOutcome, QueueState};
 use tokio::sync::mpsc;
 
 use super::dead_letters::{self, DeadLetterer};
-use super::handle::{ConsumerTarget, QueueCmd, QueueHandle, QueueStats};
+use super::handle::{ConsumerTarget, Placed, QueueCmd, QueueHandle, QueueStats};
+use super::stored::StoreSide;
 use crate::broker::VHostState;
 use crate::outbound::ConnEvent;
-use crate::persist::Persistence;
-use crate::queue::handle::{ConfirmTo, Origin};
 
 /// Most commands handled between two runs of the delivery loop.
 const BATCH: usize = 512;
 
 /// Wall-clock milliseconds: TTLs count from enqueue time by the wall clock (they must survive
 /// restarts once the store lands).
-pub(crate) fn now_ms() -> u64 {
+pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -39,17 +38,15 @@ struct Consumer {
 }
 
 /// Where a queue lives and how it ends.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct QueueContext {
     /// Its vhost (dead-letter routing, self-removal).
     pub vhost: Arc<VHostState>,
     /// Auto-delete: remove itself once its last consumer is gone (RabbitMQ's rule: only after
     /// it has had at least one consumer).
     pub auto_delete: bool,
-    /// For a durable queue with a store: the store and the queue's key in it.
-    pub persist: Option<(Arc<Persistence>, Arc<str>)>,
-    /// Ids of the queue's messages that are in the store (recovered ones at start).
-    pub persisted: HashSet<u64>,
+    /// For a durable queue of a broker with a store: its messages in the store.
+    pub store: Option<StoreSide>,
 }
 
 /// Spawns the actor for `state`, reachable through `handle`.
@@ -88,96 +85,35 @@ fn remove_self(ctx: &mut QueueContext, me: &QueueHandle) -> bool {
         }
         topo.remove_queue(me.name());
     }
-    settle_all(ctx);
+    if let Some(s) = ctx.store.as_mut() {
+        s.purge();
+    }
     drop(ctx.vhost.save_topology());
     true
 }
 
-/// Writes a persistent message enqueued under `id` to the store; returns whether it was.
-fn persist_one(
-    ctx: &mut QueueContext,
-    state: &QueueState,
-    id: u64,
-    message: &charon_core::Message,
-    now: u64,
-    tickets: &mut Vec<charon_store::Ticket>,
-) -> bool {
-    let Some((p, key)) = &ctx.persist else {
-        return false;
-    };
-    if message.properties.delivery_mode() != Some(2) {
-        return false;
-    }
-    tickets.push(p.publish(key, id, message, now, state.expiry_of(id)));
-    ctx.persisted.insert(id);
-    true
-}
-
-/// A dead letter entered this queue under `id`: when both ends store it, the move is one record;
-/// when only the source stored it, the source's entry is settled.
-fn take_dead_letter(
-    ctx: &mut QueueContext,
-    state: &QueueState,
-    id: u64,
-    message: &charon_core::Message,
-    origin: Origin,
-    now: u64,
-) {
-    let persistent = message.properties.delivery_mode() == Some(2);
-    match (&ctx.persist, origin) {
-        (Some((p, key)), Some((from, from_id))) if persistent => {
-            // Durable with the next group commit; nobody waits for it (no publisher confirm).
-            drop(p.dead_letter_move((&from, from_id), key, id, message, now, state.expiry_of(id)));
-            ctx.persisted.insert(id);
-        }
-        (Some((p, key)), None) if persistent => {
-            drop(p.publish(key, id, message, now, state.expiry_of(id)));
-            ctx.persisted.insert(id);
-        }
-        (_, Some((from, from_id))) => {
-            if let Some(p) = ctx.vhost.persist.get() {
-                p.settle(&from, vec![from_id]);
+/// Enqueues `placed` (a publish or a dead letter whose sender chose its id and wrote it to the
+/// store); returns whether the queue took it.
+fn enqueue(state: &mut QueueState, ctx: &mut QueueContext, placed: Placed, now: u64) -> bool {
+    let Placed {
+        message,
+        id,
+        stored,
+    } = placed;
+    match state.publish_as(id, message.clone(), now) {
+        PublishOutcome::Enqueued(_) => {
+            if let Some(s) = ctx.store.as_mut() {
+                s.accept(id, stored, &message);
             }
+            true
         }
-        _ => {}
+        PublishOutcome::Rejected { .. } => {
+            if let (Some(s), Some(_)) = (ctx.store.as_mut(), stored) {
+                s.refused(id);
+            }
+            false
+        }
     }
-}
-
-/// Confirms publishes once their records are on disk (a nack if the store failed).
-fn confirm_when_durable(tickets: Vec<charon_store::Ticket>, confirms: Vec<ConfirmTo>) {
-    tokio::spawn(async move {
-        let mut ok = true;
-        for t in tickets {
-            ok &= matches!(t.await, Ok(Ok(_)));
-        }
-        for c in confirms {
-            let _ = c.conn.send(ConnEvent::Confirm {
-                channel: c.channel,
-                seq: c.seq,
-                ack: ok,
-            });
-        }
-    });
-}
-
-/// Records in the store that messages left the queue.
-fn settle_gone(ctx: &mut QueueContext, gone: Vec<u64>) {
-    let Some((p, key)) = &ctx.persist else {
-        return;
-    };
-    let ids: Vec<u64> = gone
-        .into_iter()
-        .filter(|id| ctx.persisted.remove(id))
-        .collect();
-    if !ids.is_empty() {
-        p.settle(key, ids);
-    }
-}
-
-/// The queue goes away: all its stored messages go with it.
-fn settle_all(ctx: &mut QueueContext) {
-    let all: Vec<u64> = ctx.persisted.iter().copied().collect();
-    settle_gone(ctx, all);
 }
 
 async fn run(
@@ -209,41 +145,27 @@ async fn run(
             () = tokio::time::sleep(timer.unwrap_or_default()), if timer.is_some() => {}
         }
         let now = now_ms();
-        let mut tickets: Vec<charon_store::Ticket> = Vec::new();
         let mut delivered: Vec<u64> = Vec::new();
-        let mut durable_confirms: Vec<ConfirmTo> = Vec::new();
         for cmd in batch.drain(..) {
             match cmd {
-                QueueCmd::Publish { message, confirm } => {
-                    let outcome = state.publish(message.clone(), now);
-                    let stored = match outcome {
-                        PublishOutcome::Enqueued(id) => {
-                            persist_one(&mut ctx, &state, id, &message, now, &mut tickets)
-                        }
-                        PublishOutcome::Rejected { .. } => false,
-                    };
+                QueueCmd::Publish { placed, confirm } => {
+                    let taken = enqueue(&mut state, &mut ctx, placed, now);
                     if let Some(c) = confirm {
-                        if stored {
-                            durable_confirms.push(c);
-                        } else {
-                            let _ = c.conn.send(ConnEvent::Confirm {
-                                channel: c.channel,
-                                seq: c.seq,
-                                ack: matches!(outcome, PublishOutcome::Enqueued(_)),
-                            });
-                        }
+                        let _ = c.conn.send(ConnEvent::Confirm {
+                            channel: c.channel,
+                            seq: c.seq,
+                            ack: taken,
+                        });
                     }
                 }
                 QueueCmd::DeadLetter { messages, from } => {
                     // A full reject-publish(-dlx) queue refuses them; they stay with their source.
                     let mut refused = Vec::new();
-                    for (message, origin) in messages {
-                        if state.refuses(message.body_size()) {
-                            refused.push((message, origin));
-                        } else if let PublishOutcome::Enqueued(id) =
-                            state.publish(message.clone(), now)
-                        {
-                            take_dead_letter(&mut ctx, &state, id, &message, origin, now);
+                    for placed in messages {
+                        if state.refuses(placed.message.body_size()) {
+                            refused.push(placed);
+                        } else {
+                            enqueue(&mut state, &mut ctx, placed, now);
                         }
                     }
                     if !refused.is_empty() {
@@ -292,9 +214,14 @@ async fn run(
                 }
                 QueueCmd::Get { no_ack, reply } => {
                     last_used = now;
-                    let got = state.get(no_ack, now);
-                    if let Some(g) = &got {
-                        delivered.push(g.id);
+                    let mut got = state.get(no_ack, now);
+                    if let Some(g) = got.as_mut() {
+                        if !g.redelivered {
+                            delivered.push(g.id);
+                        }
+                        if let Some(s) = &ctx.store {
+                            g.message = s.load(g.id, &g.message);
+                        }
                     }
                     let _ = reply.send(got);
                 }
@@ -314,13 +241,23 @@ async fn run(
                         });
                     }
                     let _ = reply.send(state.message_count());
-                    settle_all(&mut ctx);
+                    if let Some(s) = ctx.store.as_mut() {
+                        s.purge();
+                    }
                     return;
                 }
                 QueueCmd::Kick => {}
             }
         }
-        deliver(&mut state, &me, &consumers, now, &mut out, &mut delivered);
+        deliver(
+            &mut state,
+            &me,
+            &consumers,
+            ctx.store.as_ref(),
+            now,
+            &mut out,
+            &mut delivered,
+        );
         state.expire(now);
         // Dead letters routed back to this queue are enqueued here, which may dead-letter
         // others (drop-head); loop until settled (cycle detection bounds it).
@@ -328,32 +265,16 @@ async fn run(
         while state.has_dead_letters() && rounds < 16 {
             rounds += 1;
             let dead = state.take_dead_letters();
-            let stored = |id: Option<u64>| -> Origin {
-                let (_, key) = ctx.persist.as_ref()?;
-                let id = id.filter(|i| ctx.persisted.contains(i))?;
-                Some((key.clone(), id))
-            };
-            let (local, handed) = dl.dispatch(&me, target.as_ref(), dead, now, &stored);
-            for id in handed {
-                ctx.persisted.remove(&id);
-            }
-            for m in local {
-                if let PublishOutcome::Enqueued(id) = state.publish(m.clone(), now) {
-                    persist_one(&mut ctx, &state, id, &m, now, &mut tickets);
-                }
+            let local = dl.dispatch(&me, target.as_ref(), dead, now, ctx.store.as_mut());
+            for placed in local {
+                enqueue(&mut state, &mut ctx, placed, now);
             }
         }
         dl.retry(&me, now);
-        if let Some((p, key)) = &ctx.persist {
-            delivered.retain(|id| ctx.persisted.contains(id));
-            if !delivered.is_empty() {
-                p.delivered(key, delivered);
-            }
-        }
-        let gone = state.take_gone();
-        settle_gone(&mut ctx, gone);
-        if !tickets.is_empty() || !durable_confirms.is_empty() {
-            confirm_when_durable(tickets, durable_confirms);
+        if let Some(s) = ctx.store.as_mut() {
+            s.delivered(&mut delivered);
+            s.gone(state.take_gone());
+            s.page_out(&mut state);
         }
         if consumers.is_empty()
             && state
@@ -373,6 +294,7 @@ fn deliver(
     state: &mut QueueState,
     me: &QueueHandle,
     consumers: &HashMap<ConsumerId, Consumer>,
+    store: Option<&StoreSide>,
     now: u64,
     out: &mut Vec<Delivery>,
     delivered: &mut Vec<u64>,
@@ -398,8 +320,13 @@ fn deliver(
     state.next_deliveries(now, &mut may_deliver, out);
     // Group consecutive deliveries per consumer, preserving queue order within each consumer.
     let mut grouped: Vec<(ConsumerId, Vec<Delivery>)> = Vec::new();
-    for d in out.drain(..) {
-        delivered.push(d.id);
+    for mut d in out.drain(..) {
+        if !d.redelivered {
+            delivered.push(d.id);
+        }
+        if let Some(s) = store {
+            d.message = s.load(d.id, &d.message);
+        }
         match grouped.iter_mut().find(|(id, _)| *id == d.consumer) {
             Some((_, v)) => v.push(d),
             None => grouped.push((d.consumer, vec![d])),
@@ -441,7 +368,7 @@ mod tests {
     use crate::broker::VHostState;
     use crate::flow::ChannelLimit;
     use crate::outbound::{ConnEvent, ConnHandle};
-    use crate::queue::{ConsumerTarget, QueueCmd, QueueHandle};
+    use crate::queue::{ConsumerTarget, Placed, QueueCmd, QueueHandle};
 
     fn msg(body: &'static str) -> Arc<Message> {
         Arc::new(Message::new(
@@ -461,8 +388,7 @@ mod tests {
             QueueContext {
                 vhost: Arc::new(VHostState::new("/", 1)),
                 auto_delete: false,
-                persist: None,
-                persisted: Default::default(),
+                store: None,
             },
         );
         handle
@@ -475,7 +401,11 @@ mod tests {
         for b in ["a", "b", "c"] {
             assert!(
                 q.send(QueueCmd::Publish {
-                    message: msg(b),
+                    placed: Placed {
+                        message: msg(b),
+                        id: q.alloc_id(),
+                        stored: None
+                    },
                     confirm: None
                 })
                 .await
@@ -541,7 +471,11 @@ mod tests {
         for b in ["x", "y"] {
             assert!(
                 q.send(QueueCmd::Publish {
-                    message: msg(b),
+                    placed: Placed {
+                        message: msg(b),
+                        id: q.alloc_id(),
+                        stored: None
+                    },
                     confirm: None
                 })
                 .await

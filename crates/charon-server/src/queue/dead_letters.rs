@@ -13,10 +13,11 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use charon_core::DeadLetter;
 use charon_core::dead_letter::{self, DeadLetterTarget};
-use charon_core::{DeadLetter, Message};
 
-use super::handle::{Origin, QueueCmd, QueueHandle};
+use super::handle::{Placed, QueueCmd, QueueHandle};
+use super::stored::StoreSide;
 use crate::broker::VHostState;
 
 /// Delay before dead letters refused by a full `reject-publish` queue are offered again (ms).
@@ -24,12 +25,9 @@ const RETRY_MS: u64 = 50;
 /// Delay before dead letters blocked by a full command channel are offered again (ms).
 const BUSY_RETRY_MS: u64 = 1;
 
-/// Dead letters on their way to one queue, with their origins in the store.
-type Batch = Vec<(Arc<Message>, Origin)>;
-
 #[derive(Debug)]
 struct Pending {
-    messages: Vec<(Arc<Message>, Origin)>,
+    messages: Vec<Placed>,
     target: QueueHandle,
     not_before: u64,
 }
@@ -59,29 +57,32 @@ impl DeadLetterer {
         self.outbox.iter().map(|p| p.not_before).min()
     }
 
-    /// Dead-letters `dead` from queue `me` to `target`'s exchange at `now`. Messages routed back
-    /// to `me` are returned for the caller to enqueue locally. `stored(id)` gives a dead letter's
-    /// origin in the store; the ids of stored messages handed to other queues are returned too
-    /// (their targets now own the store entry: the source must not settle them).
+    /// Dead-letters `dead` from queue `me` to `target`'s exchange at `now`. Each dead letter's
+    /// places in its target queues are chosen here, and the store records the move as one
+    /// step: the source's stored message out, the copy in at every durable target (`store`:
+    /// this queue's store side, if durable). Copies routed back to `me` are returned for the
+    /// caller to enqueue.
     pub(super) fn dispatch(
         &mut self,
         me: &QueueHandle,
         target: Option<&DeadLetterTarget>,
         dead: Vec<DeadLetter>,
         now: u64,
-        stored: &dyn Fn(Option<u64>) -> Origin,
-    ) -> (Vec<Arc<Message>>, Vec<u64>) {
+        mut store: Option<&mut StoreSide>,
+    ) -> Vec<Placed> {
         let mut local = Vec::new();
-        let mut handed = Vec::new();
         let Some(target) = target else {
-            return (local, handed);
+            return local;
         };
         // One command per target queue for the whole batch.
-        let mut batches: Vec<(QueueHandle, Batch)> = Vec::new();
+        let mut batches: Vec<(QueueHandle, Vec<Placed>)> = Vec::new();
         for d in dead {
-            let origin = stored(d.id);
-            let mut remote = false;
-            let out = dead_letter::dead_letter(&d.message, me.name(), d.reason, target, now);
+            let source = store.as_deref().and_then(|s| s.source_of(d.id));
+            let original = match (store.as_deref(), d.id) {
+                (Some(s), Some(id)) => s.load(id, &d.message),
+                _ => d.message.clone(),
+            };
+            let out = dead_letter::dead_letter(&original, me.name(), d.reason, target, now);
             let message = Arc::new(out.message);
             let headers = message.properties.decode().ok();
             let headers = headers.as_ref().and_then(|p| p.headers().as_ref());
@@ -107,39 +108,55 @@ impl DeadLetterer {
                 }
                 continue;
             }
-            for q in queues {
-                if dead_letter::is_cycle(d.reason, &message, q.name()) {
-                    continue;
+            let places: Vec<(QueueHandle, u64)> = queues
+                .into_iter()
+                .filter(|q| !dead_letter::is_cycle(d.reason, &message, q.name()))
+                .map(|q| {
+                    let id = q.alloc_id();
+                    (q, id)
+                })
+                .collect();
+            let persistent = message.properties.delivery_mode() == Some(2);
+            let members: Vec<(u64, u64)> = places
+                .iter()
+                .filter(|_| persistent)
+                .filter_map(|(q, id)| q.store_id().map(|s| (s, *id)))
+                .collect();
+            let stored = match (store.as_deref_mut(), source) {
+                (Some(s), Some(src)) => {
+                    s.moved(src.1);
+                    s.p.dead_letter(src, &message, members, now)
                 }
+                _ if !members.is_empty() => self
+                    .vhost
+                    .persist
+                    .get()
+                    .and_then(|p| p.publish_nowait(&message, members, now)),
+                _ => None,
+            };
+            for (q, id) in places {
+                let placed = Placed {
+                    message: message.clone(),
+                    id,
+                    stored: stored.filter(|_| persistent && q.store_id().is_some()),
+                };
                 if q.same(me) {
-                    local.push(message.clone());
-                    continue;
-                }
-                remote = true;
-                let item = (message.clone(), origin.clone());
-                if let Some((_, v)) = batches.iter_mut().find(|(h, _)| h.same(&q)) {
-                    v.push(item);
+                    local.push(placed);
+                } else if let Some((_, v)) = batches.iter_mut().find(|(h, _)| h.same(&q)) {
+                    v.push(placed);
                 } else {
-                    batches.push((q, vec![item]));
+                    batches.push((q, vec![placed]));
                 }
-            }
-            if remote && let Some((_, id)) = origin {
-                handed.push(id);
             }
         }
         for (q, messages) in batches {
             self.offer(me, messages, q, now);
         }
-        (local, handed)
+        local
     }
 
     /// A target refused `messages`: keep them, retry later.
-    pub(super) fn refused(
-        &mut self,
-        messages: Vec<(Arc<Message>, Origin)>,
-        target: QueueHandle,
-        now: u64,
-    ) {
+    pub(super) fn refused(&mut self, messages: Vec<Placed>, target: QueueHandle, now: u64) {
         self.outbox.push_back(Pending {
             messages,
             target,
@@ -162,13 +179,7 @@ impl DeadLetterer {
         }
     }
 
-    fn offer(
-        &mut self,
-        me: &QueueHandle,
-        messages: Vec<(Arc<Message>, Origin)>,
-        target: QueueHandle,
-        now: u64,
-    ) {
+    fn offer(&mut self, me: &QueueHandle, messages: Vec<Placed>, target: QueueHandle, now: u64) {
         let cmd = QueueCmd::DeadLetter {
             messages,
             from: me.clone(),
@@ -188,7 +199,7 @@ impl DeadLetterer {
 }
 
 /// Sends refused dead letters back to their source without blocking the refusing actor.
-pub(super) fn refuse(from: QueueHandle, messages: Vec<(Arc<Message>, Origin)>, me: QueueHandle) {
+pub(super) fn refuse(from: QueueHandle, messages: Vec<Placed>, me: QueueHandle) {
     let cmd = QueueCmd::DeadLetterRefused {
         messages,
         target: me,

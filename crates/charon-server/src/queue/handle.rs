@@ -12,8 +12,21 @@ use crate::outbound::ConnHandle;
 /// Capacity of a queue's command channel: publishers wait (TCP backpressure) when it is full.
 pub(crate) const QUEUE_COMMAND_CAPACITY: usize = 4096;
 
-/// Where a dead letter sits in the store until its target takes it: (source queue key, id).
-pub type Origin = Option<(Arc<str>, u64)>;
+/// A message's place in the store as one queue sees it: the store's message id (to read the
+/// body back). `None`: the message is not in the store for this queue.
+pub type Stored = Option<u64>;
+
+/// A message handed to a queue: its id there (allocated ahead by the sender with
+/// [`QueueHandle::alloc_id`]) and whether the store already holds it for this queue.
+#[derive(Debug, Clone)]
+pub struct Placed {
+    /// The message.
+    pub message: Arc<Message>,
+    /// Its id in the receiving queue.
+    pub id: MsgId,
+    /// Whether the store holds it as a member of the receiving queue (the sender wrote it).
+    pub stored: Stored,
+}
 
 /// Where a publisher wants its confirm.
 #[derive(Debug)]
@@ -57,8 +70,10 @@ pub struct QueueStats {
 pub enum QueueCmd {
     /// Enqueue a routed message.
     Publish {
-        /// The message, shared by every queue it was routed to.
-        message: Arc<Message>,
+        /// The message (shared by every queue it was routed to), its id here, and whether the
+        /// publishing channel stored it for this queue (then the channel confirms durability
+        /// itself; the queue only reports whether it accepted the message).
+        placed: Placed,
         /// Confirm target when the channel is in confirm mode.
         confirm: Option<ConfirmTo>,
     },
@@ -119,18 +134,17 @@ pub enum QueueCmd {
     /// (full, `reject-publish`), it goes back to `from`, which keeps it and retries: a dead
     /// letter is never dropped for lack of room.
     DeadLetter {
-        /// The dead-lettered copies (x-death already updated), in dead-lettering order, each
-        /// with its origin in the store (source queue key and id) when the source stored it: the
-        /// target then writes the move as one record (or settles the origin if it does not store
-        /// the copy).
-        messages: Vec<(Arc<Message>, Origin)>,
+        /// The dead-lettered copies (x-death already updated), in dead-lettering order. The
+        /// source already wrote the move to the store (one record for all targets): the target
+        /// only keeps them.
+        messages: Vec<Placed>,
         /// The source queue.
         from: QueueHandle,
     },
     /// Dead letters this queue sent were refused by `target`; keep them and retry later.
     DeadLetterRefused {
-        /// The dead-lettered copies, with their origins.
-        messages: Vec<(Arc<Message>, Origin)>,
+        /// The dead-lettered copies.
+        messages: Vec<Placed>,
         /// The queue that refused it.
         target: QueueHandle,
     },
@@ -152,6 +166,11 @@ struct Shared {
     name: Arc<str>,
     tx: mpsc::Sender<QueueCmd>,
     quorum: bool,
+    /// The queue's id in the store, when it keeps its persistent messages there (durable).
+    store_id: Option<u64>,
+    /// Next message id in this queue: ids are handed out here so that senders can name a
+    /// message's place before the actor sees it.
+    next_msg: AtomicU64,
 }
 
 /// A cheap, clonable reference to one queue actor.
@@ -165,11 +184,17 @@ static NEXT_QUEUE_ID: AtomicU64 = AtomicU64::new(1);
 impl QueueHandle {
     /// Creates a handle and the receiving end its actor will own.
     pub fn new(name: Arc<str>) -> (Self, mpsc::Receiver<QueueCmd>) {
-        Self::with_type(name, false)
+        Self::with_type(name, false, None, 0)
     }
 
-    /// A handle for a queue of the given type (`quorum`: deliveries carry `x-delivery-count`).
-    pub fn with_type(name: Arc<str>, quorum: bool) -> (Self, mpsc::Receiver<QueueCmd>) {
+    /// A handle for a queue of the given type (`quorum`: deliveries carry `x-delivery-count`),
+    /// with its store id when durable, handing out message ids from `first_id`.
+    pub fn with_type(
+        name: Arc<str>,
+        quorum: bool,
+        store_id: Option<u64>,
+        first_id: MsgId,
+    ) -> (Self, mpsc::Receiver<QueueCmd>) {
         let (tx, rx) = mpsc::channel(QUEUE_COMMAND_CAPACITY);
         let id = NEXT_QUEUE_ID.fetch_add(1, Ordering::Relaxed);
         (
@@ -179,6 +204,8 @@ impl QueueHandle {
                     name,
                     tx,
                     quorum,
+                    store_id,
+                    next_msg: AtomicU64::new(first_id),
                 }),
             },
             rx,
@@ -188,6 +215,16 @@ impl QueueHandle {
     /// Whether this is a quorum queue.
     pub fn is_quorum(&self) -> bool {
         self.shared.quorum
+    }
+
+    /// The queue's id in the store (durable queues of a broker with a store).
+    pub fn store_id(&self) -> Option<u64> {
+        self.shared.store_id
+    }
+
+    /// Allocates the id the next message sent to this queue will have there.
+    pub fn alloc_id(&self) -> MsgId {
+        self.shared.next_msg.fetch_add(1, Ordering::Relaxed)
     }
 
     /// The queue's name.

@@ -6,6 +6,8 @@
 mod actor;
 mod dead_letters;
 mod handle;
+mod stored;
 
-pub use actor::{QueueContext, spawn};
-pub use handle::{ConfirmTo, ConsumerTarget, Origin, QueueCmd, QueueHandle, QueueStats};
+pub use actor::{QueueContext, now_ms, spawn};
+pub use handle::{ConfirmTo, ConsumerTarget, Placed, QueueCmd, QueueHandle, QueueStats, Stored};
+pub use stored::{Persisted, StoreSide};

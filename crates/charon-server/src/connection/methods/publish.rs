@@ -8,12 +8,60 @@ use charon_protocol::{
     BasicProperties, CLASS_BASIC, encode_basic_ack, encode_basic_nack, encode_basic_return,
     encode_content, erlang,
 };
+use charon_store::{AppendError, Commit};
 
 use super::super::Connection;
 use super::super::channel::{PUBLISH_METHOD_ID, PendingPublish};
 use crate::access::{Permission, ResourceKind};
+use crate::broker::VHostState;
 use crate::error::{AmqpError, code};
-use crate::queue::{ConfirmTo, QueueCmd, QueueHandle};
+use crate::outbound::ConnEvent;
+use crate::queue::{ConfirmTo, Placed, QueueCmd, QueueHandle, now_ms};
+
+/// The store's commit for a persistent publish, or why it could not be stored.
+pub(super) type StoreCommit = Option<Result<Commit, AppendError>>;
+
+/// A routed message's places: its id in each target queue, and, for a persistent message, one
+/// store record for all its durable targets (the body stored once). `Some(Err)`: it had to be
+/// stored and could not be (the store refuses writes); the publisher gets a nack.
+pub(super) fn place(
+    vhost: &VHostState,
+    targets: Vec<QueueHandle>,
+    message: &Arc<Message>,
+) -> (Vec<(QueueHandle, Placed)>, StoreCommit) {
+    let persistent = message.properties.delivery_mode() == Some(2);
+    let ids: Vec<u64> = targets.iter().map(QueueHandle::alloc_id).collect();
+    let members: Vec<(u64, u64)> = targets
+        .iter()
+        .zip(&ids)
+        .filter(|_| persistent)
+        .filter_map(|(q, id)| q.store_id().map(|s| (s, *id)))
+        .collect();
+    let (msg, stored) = match vhost.persist.get() {
+        Some(p) if !members.is_empty() => match p.publish(message, members, now_ms()) {
+            Ok((msg, commit)) => (Some(msg), Some(Ok(commit))),
+            Err(e) => {
+                tracing::warn!(error = %e, "a persistent message could not be stored");
+                (None, Some(Err(e)))
+            }
+        },
+        _ => (None, None),
+    };
+    let placed = targets
+        .into_iter()
+        .zip(ids)
+        .map(|(q, id)| {
+            let stored = msg.filter(|_| persistent && q.store_id().is_some());
+            let placed = Placed {
+                message: message.clone(),
+                id,
+                stored,
+            };
+            (q, placed)
+        })
+        .collect();
+    (placed, stored)
+}
 
 impl Connection {
     /// The publish a content frame belongs to; `None` on a closing channel (frame ignored);
@@ -179,30 +227,40 @@ impl Connection {
                 self.frame_max,
             );
         }
-        if let Some(seq) = seq {
-            let ch = self.channel_mut(channel)?;
-            if !targets.is_empty() {
-                ch.pending_confirms
-                    .insert(seq, u32::try_from(targets.len()).unwrap_or(u32::MAX));
-            }
-            self.flush_confirms(channel);
-        }
         if let Some(buf) = self.channel_mut(channel)?.tx.as_mut() {
+            // Confirm and tx modes exclude each other: no confirm to track here.
             buf.publishes.push((targets, message));
             return Ok(());
         }
-        for q in targets {
+        let n_targets = targets.len();
+        let (placed, stored) = place(&self.vhost, targets, &message);
+        if let Some(seq) = seq {
+            let ch = self.channel_mut(channel)?;
+            if n_targets > 0 {
+                // One confirm per queue that takes it, plus one for the store's commit.
+                let n = n_targets + usize::from(stored.is_some());
+                ch.pending_confirms
+                    .insert(seq, u32::try_from(n).unwrap_or(u32::MAX));
+            }
+            self.flush_confirms(channel);
+            if let Some(stored) = stored {
+                let conn = self.handle.clone();
+                tokio::spawn(async move {
+                    let ack = match stored {
+                        Ok(commit) => commit.await.is_ok(),
+                        Err(_) => false,
+                    };
+                    let _ = conn.send(ConnEvent::Confirm { channel, seq, ack });
+                });
+            }
+        }
+        for (q, placed) in placed {
             let confirm = seq.map(|seq| ConfirmTo {
                 conn: self.handle.clone(),
                 channel,
                 seq,
             });
-            let _ = q
-                .send(QueueCmd::Publish {
-                    message: message.clone(),
-                    confirm,
-                })
-                .await;
+            let _ = q.send(QueueCmd::Publish { placed, confirm }).await;
         }
         Ok(())
     }

@@ -50,14 +50,27 @@ impl Connection {
                 let Some(buf) = ch.tx.replace(TxBuffer::default()) else {
                     return Err(AmqpError::precondition("channel is not transactional"));
                 };
+                // commit-ok once the transaction's persistent messages are on disk.
+                let mut commits = Vec::new();
                 for (targets, message) in buf.publishes {
-                    for q in targets {
+                    let (placed, stored) = super::publish::place(&self.vhost, targets, &message);
+                    commits.extend(stored);
+                    for (q, placed) in placed {
                         let _ = q
                             .send(QueueCmd::Publish {
-                                message: message.clone(),
+                                placed,
                                 confirm: None,
                             })
                             .await;
+                    }
+                }
+                for c in commits {
+                    let ok = match c {
+                        Ok(commit) => commit.await.is_ok(),
+                        Err(_) => false,
+                    };
+                    if !ok {
+                        return Err(AmqpError::internal("the transaction could not be stored"));
                     }
                 }
                 for (tag, multiple, how) in buf.settles {

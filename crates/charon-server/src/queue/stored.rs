@@ -1,0 +1,178 @@
+//! A durable queue's side of the store: which of its messages the store holds (and under which
+//! store message id), settling them as they leave, and keeping their bodies within the broker's
+//! memory budget: once held bodies exceed it, newly stored bodies are paged out (the queue keeps
+//! the message without its body) and read back from the store when the message is delivered.
+//!
+//! Who writes what: the publishing channel writes a persistent message once for all its durable
+//! queues (`Publish`); the dead-lettering queue writes the move (`DeadLetter`); the queue itself
+//! writes only removals (`Settle`, `Purge`) and first deliveries (`DeliveryCount`).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use charon_core::{Message, MsgId, QueueState};
+use charon_protocol::RawProperties;
+
+use crate::persist::Persistence;
+
+/// One message of this queue that the store holds.
+#[derive(Debug, Clone, Copy)]
+pub struct Persisted {
+    /// The store's message id (to read the body back).
+    msg: u64,
+    /// Body bytes held in memory and counted against the budget (0: paged out).
+    held: u32,
+}
+
+impl Persisted {
+    /// A message whose body is on disk only (recovered).
+    pub fn paged(msg: u64) -> Self {
+        Persisted { msg, held: 0 }
+    }
+}
+
+/// The store side of one durable queue actor.
+#[derive(Debug)]
+pub struct StoreSide {
+    pub(super) p: Arc<Persistence>,
+    /// The queue's store id.
+    sid: u64,
+    entries: HashMap<MsgId, Persisted>,
+    /// Stored messages whose bodies are held, oldest first (candidates for paging out).
+    held: VecDeque<MsgId>,
+    /// Properties of the last paged-out message: consecutive equal ones share one copy (and
+    /// no paged-out message keeps the connection's read buffer alive).
+    last_props: Bytes,
+}
+
+impl StoreSide {
+    /// The store side of queue `sid`, with the messages recovered for it.
+    pub fn new(p: Arc<Persistence>, sid: u64, entries: HashMap<MsgId, Persisted>) -> Self {
+        StoreSide {
+            p,
+            sid,
+            entries,
+            held: VecDeque::new(),
+            last_props: Bytes::new(),
+        }
+    }
+
+    /// Message `id` entered the queue; `stored` is its store id when the sender stored it
+    /// for this queue.
+    pub fn accept(&mut self, id: MsgId, stored: Option<u64>, message: &Message) {
+        let Some(msg) = stored else {
+            return;
+        };
+        let held = if message.is_paged() {
+            0
+        } else {
+            u32::try_from(message.body.len()).unwrap_or(u32::MAX)
+        };
+        self.entries.insert(id, Persisted { msg, held });
+        if held > 0 {
+            self.p.hold(u64::from(held));
+            self.held.push_back(id);
+        }
+    }
+
+    /// A stored message the queue did not take (refused at publish): it leaves the store.
+    pub fn refused(&mut self, id: MsgId) {
+        self.p.settle(self.sid, vec![id]);
+    }
+
+    /// Where message `id` sits in the store as a dead-lettering source: (queue, id).
+    pub fn source_of(&self, id: Option<MsgId>) -> Option<(u64, u64)> {
+        let id = id?;
+        self.entries.contains_key(&id).then_some((self.sid, id))
+    }
+
+    /// Message `id` left through a record that already removed it (a dead-letter move).
+    pub fn moved(&mut self, id: MsgId) {
+        if let Some(e) = self.entries.remove(&id) {
+            self.p.release(u64::from(e.held));
+        }
+    }
+
+    /// Messages left the queue (acked, expired, dropped, purged, ...): settle the stored ones.
+    pub fn gone(&mut self, ids: Vec<MsgId>) {
+        let mut settled = Vec::new();
+        for id in ids {
+            if let Some(e) = self.entries.remove(&id) {
+                self.p.release(u64::from(e.held));
+                settled.push(id);
+            }
+        }
+        if !settled.is_empty() {
+            self.p.settle(self.sid, settled);
+        }
+    }
+
+    /// The queue is deleted: all its stored messages go.
+    pub fn purge(&mut self) {
+        let held: u64 = self.entries.values().map(|e| u64::from(e.held)).sum();
+        self.p.release(held);
+        self.entries.clear();
+        self.held.clear();
+        self.p.purge(self.sid);
+    }
+
+    /// First deliveries of messages `ids`: recovered after a crash, they come back redelivered.
+    pub fn delivered(&self, ids: &mut Vec<MsgId>) {
+        ids.retain(|id| self.entries.contains_key(id));
+        if !ids.is_empty() {
+            self.p.delivered(self.sid, ids);
+        }
+    }
+
+    /// `message` (id `id`) with its body, read back from the store if it was paged out.
+    pub fn load(&self, id: MsgId, message: &Arc<Message>) -> Arc<Message> {
+        if !message.is_paged() {
+            return message.clone();
+        }
+        let body = self.entries.get(&id).and_then(|e| self.p.read_body(e.msg));
+        match body {
+            Some(b) => Arc::new(message.with_body(b)),
+            None => {
+                tracing::error!(id, "a paged-out message body could not be read back");
+                message.clone()
+            }
+        }
+    }
+
+    /// Pages newly stored bodies out while held bodies exceed the budget (only bodies already
+    /// durable: they must be readable back).
+    pub fn page_out(&mut self, state: &mut QueueState) {
+        let over = self.p.over_budget();
+        let durable = if over { self.p.durable_index() } else { 0 };
+        while let Some(&id) = self.held.front() {
+            let Some(e) = self.entries.get_mut(&id) else {
+                self.held.pop_front();
+                continue;
+            };
+            if e.held == 0 {
+                self.held.pop_front();
+                continue;
+            }
+            if !over || e.msg > durable {
+                return;
+            }
+            self.held.pop_front();
+            // Only ready messages: an unacked one is about to leave anyway.
+            let Some(m) = state.ready_message(id) else {
+                continue;
+            };
+            let mut paged = m.paged_out();
+            if paged.properties.0 != self.last_props {
+                self.last_props = Bytes::copy_from_slice(&paged.properties.0);
+            }
+            paged.properties = RawProperties(self.last_props.clone());
+            state.swap_message(id, Arc::new(paged));
+            self.p.release(u64::from(e.held));
+            e.held = 0;
+            if !self.p.over_budget() {
+                return;
+            }
+        }
+    }
+}

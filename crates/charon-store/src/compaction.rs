@@ -1,0 +1,256 @@
+//! Space reclamation (`docs/storage-format.md` §5), run by the writer
+//! thread between batches: delete segments the index says are safe to
+//! delete, and copy the live items of one mostly-dead segment forward so it
+//! can be deleted after the copies are durable.
+//!
+//! Compaction reads and parses the victim segment outside the store lock;
+//! the lock is taken only to look up which of its records are still live
+//! and, in slices, to append the copies, so appends are never blocked for
+//! long and the cost is proportional to the segment, not to the number of
+//! live messages.
+
+use std::collections::BTreeSet;
+use std::io;
+
+use bytes::Bytes;
+
+use crate::index::Loc;
+use crate::record::{self, Kind, Payload, encode_carry, encode_command};
+use crate::segment::{self, SEGMENT_HEADER_LEN, SegId};
+use crate::store::Shared;
+use crate::types::{Command, Member, MessageId};
+
+/// Copies appended per lock acquisition.
+const SLICE: usize = 256;
+
+/// Delete what can be deleted, then compact at most one segment. An error
+/// means a directory sync failed: the caller poisons the store.
+pub(crate) fn maintain(shared: &Shared) -> io::Result<()> {
+    reclaim(shared)?;
+    compact_one(shared);
+    Ok(())
+}
+
+fn reclaim(shared: &Shared) -> io::Result<()> {
+    loop {
+        let victims = {
+            let st = shared.lock();
+            if st.poisoned.is_some() {
+                return Ok(());
+            }
+            st.index.deletable(st.durable_index, st.durable_seg)
+        };
+        if victims.is_empty() {
+            return Ok(());
+        }
+        let mut removed = Vec::new();
+        for seg in victims {
+            match shared.storage.remove(&segment::file_name(seg)) {
+                Ok(()) => removed.push(seg),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => removed.push(seg),
+                Err(e) => {
+                    tracing::warn!(segment = seg, error = %e, "could not delete segment");
+                }
+            }
+        }
+        if removed.is_empty() {
+            return Ok(());
+        }
+        // Only a durable removal may count as deleted for other segments' deps.
+        shared.storage.sync_dir()?;
+        let mut st = shared.lock();
+        let mut files = shared.files.write().unwrap_or_else(|e| e.into_inner());
+        for seg in removed {
+            st.index.remove_segment(seg);
+            files.remove(&seg);
+            st.stats.segments_deleted += 1;
+            st.stats.syncs += 1;
+            tracing::debug!(segment = seg, "segment deleted");
+        }
+    }
+}
+
+/// Pick the fully durable, sealed segment with the smallest live fraction
+/// below the configured ratio. The fraction counts, besides the segment's
+/// own dead bytes, the dead segments it pins (`Index::pinned_bytes`): a
+/// segment of long-lived messages whose settles are spread over the log
+/// would otherwise keep every one of those segments on disk.
+fn candidate(shared: &Shared) -> Option<(SegId, u64)> {
+    let ratio = shared.config.compact_ratio;
+    let st = shared.lock();
+    if ratio <= 0.0 || st.poisoned.is_some() || st.closed {
+        return None;
+    }
+    let pinned = st.index.pinned_bytes(st.active);
+    st.index
+        .segs
+        .range(..st.durable_seg)
+        .filter(|(_, s)| s.live_items > 0 && s.size > 0)
+        .map(|(id, s)| {
+            let span = s.size + pinned.get(id).copied().unwrap_or(0);
+            (*id, s.size, s.live_bytes as f64 / span as f64)
+        })
+        .filter(|(_, _, frac)| *frac < ratio)
+        .min_by(|a, b| a.2.total_cmp(&b.2))
+        .map(|(id, size, _)| (id, size))
+}
+
+fn read(shared: &Shared, seg: SegId, offset: u64, len: u64) -> Option<Vec<u8>> {
+    let file = shared.file(seg)?;
+    let mut buf = vec![0u8; usize::try_from(len).ok()?];
+    match file.read_exact_at(&mut buf, offset) {
+        Ok(()) => Some(buf),
+        Err(e) => {
+            tracing::warn!(segment = seg, error = %e, "compaction read failed");
+            None
+        }
+    }
+}
+
+/// What a segment's records may still hold alive.
+#[derive(Default)]
+struct Refs {
+    msgs: BTreeSet<MessageId>,
+    counted: Vec<Member>,
+    defs: Vec<(u8, Bytes, Loc)>,
+}
+
+/// Parse a (synced, sealed) segment and list what its records refer to.
+fn scan(seg: SegId, buf: &[u8]) -> Refs {
+    let mut refs = Refs::default();
+    let mut pos = SEGMENT_HEADER_LEN as usize;
+    while let Some(rest) = buf.get(pos..).filter(|r| !r.is_empty()) {
+        let Ok(f) = record::parse(rest) else {
+            tracing::error!(segment = seg, offset = pos, "compaction: record unreadable");
+            break;
+        };
+        match f.payload {
+            Payload::Publish { .. } | Payload::DeadLetter { .. } => {
+                refs.msgs.insert(f.index);
+            }
+            Payload::Carry { msg_id, .. } => {
+                refs.msgs.insert(msg_id);
+            }
+            Payload::Enqueue { msg, .. } => {
+                refs.msgs.insert(msg);
+            }
+            Payload::DeliveryCount { member, .. } => refs.counted.push(member),
+            Payload::PutDefinition { kind, key, .. } => refs.defs.push((
+                kind,
+                Bytes::copy_from_slice(key),
+                Loc {
+                    seg,
+                    offset: pos as u64,
+                    len: f.total_len as u32,
+                },
+            )),
+            Payload::Settle { .. } | Payload::DeleteDefinition { .. } | Payload::Purge { .. } => {}
+        }
+        pos += f.total_len;
+    }
+    refs
+}
+
+fn compact_one(shared: &Shared) {
+    let Some((seg, size)) = candidate(shared) else {
+        return;
+    };
+    let Some(buf) = read(shared, seg, 0, size) else {
+        return;
+    };
+    let refs = scan(seg, &buf);
+
+    // Which messages still have an item here, and where their records are.
+    let live: Vec<(MessageId, Loc)> = {
+        let st = shared.lock();
+        let mut ids = refs.msgs;
+        ids.extend(refs.counted.iter().filter_map(|m| st.index.message_of(*m)));
+        ids.into_iter()
+            .filter(|id| st.index.has_item_in(*id, seg))
+            .filter_map(|id| st.index.messages.get(&id).map(|e| (id, e.loc)))
+            .collect()
+    };
+    // Their records: from the buffer when here, read when elsewhere.
+    let mut copies: Vec<(MessageId, Loc, Vec<u8>)> = Vec::with_capacity(live.len());
+    for (id, loc) in live {
+        let bytes = if loc.seg == seg {
+            let start = loc.offset as usize;
+            buf.get(start..start + loc.len as usize).map(<[u8]>::to_vec)
+        } else {
+            read(shared, loc.seg, loc.offset, u64::from(loc.len))
+        };
+        if let Some(b) = bytes {
+            copies.push((id, loc, b));
+        }
+    }
+
+    let mut carried = 0u64;
+    for slice in copies.chunks(SLICE) {
+        let mut st = shared.lock();
+        if st.poisoned.is_some() || st.closed {
+            return;
+        }
+        for (id, loc, rec) in slice {
+            // Moved or died since the lookup: nothing to copy.
+            if st.index.messages.get(id).map(|e| e.loc) != Some(*loc) {
+                continue;
+            }
+            let Ok(framed) = record::parse(rec) else {
+                continue;
+            };
+            let (Payload::Publish { msg, .. }
+            | Payload::DeadLetter { msg, .. }
+            | Payload::Carry { msg, .. }) = framed.payload
+            else {
+                continue;
+            };
+            let members = st.index.members_of(*id);
+            let Ok((payload, _)) = encode_carry(*id, &members, &msg) else {
+                continue;
+            };
+            if !record::fits(payload.len()) {
+                continue;
+            }
+            let Ok(decoded) = Payload::decode(Kind::Carry as u8, &payload) else {
+                continue;
+            };
+            st.push(shared.config.segment_size, Kind::Carry, &payload, &decoded);
+            carried += 1;
+        }
+        st.stats.records_carried += carried;
+        carried = 0;
+    }
+
+    let mut st = shared.lock();
+    if st.poisoned.is_some() || st.closed {
+        return;
+    }
+    let mut copied = 0u64;
+    for (kind, key, loc) in refs.defs {
+        if st.index.defs.get(&(kind, key.clone())) != Some(&loc) {
+            continue;
+        }
+        let start = loc.offset as usize;
+        let Some(Ok(framed)) = buf.get(start..start + loc.len as usize).map(record::parse) else {
+            continue;
+        };
+        let Payload::PutDefinition { value, .. } = framed.payload else {
+            continue;
+        };
+        let cmd = Command::PutDefinition {
+            kind,
+            key,
+            value: Bytes::copy_from_slice(value),
+        };
+        let Ok((kind, payload, _)) = encode_command(&cmd) else {
+            continue;
+        };
+        let Ok(decoded) = Payload::decode(kind as u8, &payload) else {
+            continue;
+        };
+        st.push(shared.config.segment_size, kind, &payload, &decoded);
+        copied += 1;
+    }
+    st.stats.records_carried += copied;
+    tracing::debug!(segment = seg, "segment compacted");
+}

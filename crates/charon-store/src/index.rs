@@ -1,0 +1,624 @@
+//! The in-memory index: which messages, members and definitions are live,
+//! where each lives, and the per-segment accounting that decides when a
+//! segment may be deleted or should be compacted
+//! (`docs/storage-format.md` §5).
+//!
+//! [`Index::apply`] is the one state machine: the live store applies each
+//! record as it is appended, recovery applies each record as it is read.
+//! Every operation on state that is already gone is a no-op.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::members::Members;
+use crate::record::{HEADER_LEN, MsgBody, Payload};
+use crate::segment::SegId;
+use crate::types::{BodyRef, DefinitionKey, Member, MessageId, QueueId, RecoveredMessage};
+
+/// Where a record lies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Loc {
+    pub(crate) seg: SegId,
+    /// Offset of the record header in the file.
+    pub(crate) offset: u64,
+    /// Whole record length.
+    pub(crate) len: u32,
+}
+
+/// A live item's place and the bytes it accounts for.
+type Item = (SegId, u64);
+
+#[derive(Debug)]
+pub(crate) struct MsgEntry {
+    pub(crate) loc: Loc,
+    /// Offset of the body from the start of the record.
+    body_off: u32,
+    body_len: u32,
+    pub(crate) members: Members,
+    /// Metadata, kept only while recovering.
+    pub(crate) meta: Option<Arc<RecoveredMessage>>,
+}
+
+impl MsgEntry {
+    /// Where message `id`'s body is.
+    pub(crate) fn body(&self, id: MessageId) -> BodyRef {
+        BodyRef {
+            msg: id,
+            segment: self.loc.seg,
+            offset: self.loc.offset + u64::from(self.body_off),
+            len: self.body_len,
+        }
+    }
+}
+
+/// One live member (16 bytes: there is one per message per queue).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MemberEntry {
+    pub(crate) msg: MessageId,
+    pub(crate) count: u32,
+}
+
+/// Records other than the message's own that hold a member's state; kept
+/// aside because few members have any.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct MemberItems {
+    /// The `Enqueue` record that added this member.
+    enqueued: Option<Item>,
+    /// The `DeliveryCount` record holding its count.
+    counted: Option<Item>,
+}
+
+/// Accounting for one segment.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct SegStats {
+    pub(crate) live_items: u64,
+    pub(crate) live_bytes: u64,
+    /// Bytes in the file (header + records).
+    pub(crate) size: u64,
+    /// Largest index of a record that killed an item here.
+    pub(crate) killed_at: u64,
+    /// Older segments holding items that records here killed.
+    pub(crate) deps: BTreeSet<SegId>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Index {
+    pub(crate) messages: HashMap<MessageId, MsgEntry>,
+    pub(crate) queues: HashMap<QueueId, BTreeMap<u64, MemberEntry>>,
+    pub(crate) member_items: HashMap<Member, MemberItems>,
+    pub(crate) defs: HashMap<DefinitionKey, Loc>,
+    pub(crate) segs: BTreeMap<SegId, SegStats>,
+    /// Keep message metadata (recovery only).
+    pub(crate) keep_meta: bool,
+    /// Exchanges, routing keys and short property blocks seen while
+    /// recovering, so a million messages share a handful of copies.
+    pub(crate) interned: HashSet<Bytes>,
+}
+
+/// Most distinct values interned; past it, values are copied.
+const INTERN_MAX: usize = 4096;
+/// Longest property block interned (longer ones are rarely shared).
+const INTERN_PROPS_MAX: usize = 64;
+
+fn intern(set: &mut HashSet<Bytes>, b: &[u8]) -> Bytes {
+    if let Some(x) = set.get(b) {
+        return x.clone();
+    }
+    let x = Bytes::copy_from_slice(b);
+    if set.len() < INTERN_MAX {
+        set.insert(x.clone());
+    }
+    x
+}
+
+impl Index {
+    pub(crate) fn add_segment(&mut self, seg: SegId, size: u64) {
+        self.segs.insert(
+            seg,
+            SegStats {
+                size,
+                ..SegStats::default()
+            },
+        );
+    }
+
+    pub(crate) fn grow(&mut self, seg: SegId, bytes: u64) {
+        if let Some(s) = self.segs.get_mut(&seg) {
+            s.size += bytes;
+        }
+    }
+
+    fn add_item(&mut self, (seg, bytes): Item) {
+        if let Some(s) = self.segs.get_mut(&seg) {
+            s.live_items += 1;
+            s.live_bytes += bytes;
+        }
+    }
+
+    /// `killer_seg`'s record at `index` killed the item at `victim`.
+    fn kill(&mut self, (seg, bytes): Item, killer_seg: SegId, index: u64) {
+        if let Some(s) = self.segs.get_mut(&seg) {
+            s.live_items = s.live_items.saturating_sub(1);
+            s.live_bytes = s.live_bytes.saturating_sub(bytes);
+            s.killed_at = s.killed_at.max(index);
+        }
+        self.depend(killer_seg, seg);
+    }
+
+    /// A record in `killer_seg` changed an item that stays live in `seg`
+    /// (e.g. removed one of a message's members): the record must outlive
+    /// that item's segment.
+    fn depend(&mut self, killer_seg: SegId, seg: SegId) {
+        if seg != killer_seg
+            && let Some(k) = self.segs.get_mut(&killer_seg)
+        {
+            k.deps.insert(seg);
+        }
+    }
+
+    /// Apply one record found at `loc` with log index `index`.
+    pub(crate) fn apply(&mut self, index: u64, loc: Loc, payload: &Payload<'_>) {
+        let seg = loc.seg;
+        match payload {
+            Payload::Publish { members, msg } => {
+                self.create(index, index, loc, msg, members.iter().map(|m| (*m, 0)));
+            }
+            Payload::Enqueue { msg, members } => {
+                if !self.messages.contains_key(msg) {
+                    return;
+                }
+                let share = u64::from(loc.len) / members.len().max(1) as u64;
+                for m in members {
+                    let existing = self.queues.get(&m.0).and_then(|q| q.get(&m.1));
+                    if existing.is_some_and(|e| e.msg == *msg) {
+                        continue;
+                    }
+                    self.remove_member(*m, seg, index);
+                    let Some(e) = self.messages.get_mut(msg) else {
+                        return;
+                    };
+                    e.members.push(*m);
+                    let item = (seg, share);
+                    self.add_item(item);
+                    self.queues.entry(m.0).or_default().insert(
+                        m.1,
+                        MemberEntry {
+                            msg: *msg,
+                            count: 0,
+                        },
+                    );
+                    self.member_items.insert(
+                        *m,
+                        MemberItems {
+                            enqueued: Some(item),
+                            counted: None,
+                        },
+                    );
+                }
+            }
+            Payload::Settle { queue, ids } => {
+                for id in ids {
+                    self.remove_member((*queue, *id), seg, index);
+                }
+            }
+            Payload::DeadLetter {
+                source,
+                members,
+                msg,
+            } => {
+                self.remove_member(*source, seg, index);
+                self.create(index, index, loc, msg, members.iter().map(|m| (*m, 0)));
+            }
+            Payload::DeliveryCount { member, count } => {
+                let old = match self
+                    .queues
+                    .get_mut(&member.0)
+                    .and_then(|q| q.get_mut(&member.1))
+                {
+                    Some(e) => {
+                        e.count = *count;
+                        self.member_items
+                            .entry(*member)
+                            .or_default()
+                            .counted
+                            .replace((seg, u64::from(loc.len)))
+                    }
+                    None => return,
+                };
+                self.add_item((seg, u64::from(loc.len)));
+                if let Some(old) = old {
+                    self.kill(old, seg, index);
+                }
+            }
+            Payload::Carry {
+                msg_id,
+                members,
+                msg,
+            } => {
+                if let Some(old) = self.messages.remove(msg_id) {
+                    self.kill((old.loc.seg, u64::from(old.loc.len)), seg, index);
+                    for m in old.members.into_vec() {
+                        self.drop_member_entry(m, seg, index);
+                    }
+                }
+                self.create(*msg_id, index, loc, msg, members.iter().copied());
+            }
+            Payload::PutDefinition { kind, key, .. } => {
+                let k = (*kind, Bytes::copy_from_slice(key));
+                if let Some(old) = self.defs.insert(k, loc) {
+                    self.kill((old.seg, u64::from(old.len)), seg, index);
+                }
+                self.add_item((seg, u64::from(loc.len)));
+            }
+            Payload::DeleteDefinition { kind, key } => {
+                let k = (*kind, Bytes::copy_from_slice(key));
+                if let Some(old) = self.defs.remove(&k) {
+                    self.kill((old.seg, u64::from(old.len)), seg, index);
+                }
+            }
+            Payload::Purge { queue } => {
+                let ids: Vec<u64> = self
+                    .queues
+                    .get(queue)
+                    .map(|q| q.keys().copied().collect())
+                    .unwrap_or_default();
+                for id in ids {
+                    self.remove_member((*queue, id), seg, index);
+                }
+            }
+        }
+    }
+
+    /// Message `id` now lives in the record at `loc` (log index `index`)
+    /// with `members`; a member that belonged to another message leaves it.
+    fn create(
+        &mut self,
+        id: MessageId,
+        index: u64,
+        loc: Loc,
+        msg: &MsgBody<'_>,
+        members: impl Iterator<Item = (Member, u32)>,
+    ) {
+        // Records are at most 1 GiB (`record::fits`), so these fit a u32.
+        let body_off = (HEADER_LEN + msg.body_offset) as u32;
+        let body_len = msg.body.len() as u32;
+        let body = BodyRef {
+            msg: id,
+            segment: loc.seg,
+            offset: loc.offset + u64::from(body_off),
+            len: body_len,
+        };
+        let mut members = members.peekable();
+        if members.peek().is_none() {
+            // Stored nowhere (a dead-letter with no target): dead at once.
+            return;
+        }
+        let meta = self.keep_meta.then(|| {
+            let set = &mut self.interned;
+            let properties = if msg.properties.len() <= INTERN_PROPS_MAX {
+                intern(set, msg.properties)
+            } else {
+                Bytes::copy_from_slice(msg.properties)
+            };
+            Arc::new(RecoveredMessage {
+                id,
+                exchange: intern(set, msg.exchange),
+                routing_key: intern(set, msg.routing_key),
+                properties,
+                body,
+                enqueue_ms: msg.enqueue_ms,
+                expiry_ms: msg.expiry_ms,
+            })
+        });
+        self.add_item((loc.seg, u64::from(loc.len)));
+        let mut list = Members::default();
+        for (m, count) in members {
+            if list.contains(&m) {
+                continue;
+            }
+            self.remove_member(m, loc.seg, index);
+            list.push(m);
+            self.queues
+                .entry(m.0)
+                .or_default()
+                .insert(m.1, MemberEntry { msg: id, count });
+        }
+        self.messages.insert(
+            id,
+            MsgEntry {
+                loc,
+                body_off,
+                body_len,
+                members: list,
+                meta,
+            },
+        );
+    }
+
+    /// Remove a member's queue entry and kill the records it owns; does not
+    /// touch the message.
+    fn drop_member_entry(&mut self, m: Member, seg: SegId, index: u64) -> Option<MemberEntry> {
+        let q = self.queues.get_mut(&m.0)?;
+        let e = q.remove(&m.1)?;
+        if q.is_empty() {
+            self.queues.remove(&m.0);
+        }
+        if let Some(items) = self.member_items.remove(&m) {
+            for item in [items.enqueued, items.counted].into_iter().flatten() {
+                self.kill(item, seg, index);
+            }
+        }
+        if let Some(msg_seg) = self.messages.get(&e.msg).map(|m| m.loc.seg) {
+            self.depend(seg, msg_seg);
+        }
+        Some(e)
+    }
+
+    /// Remove a member; a message left without members dies.
+    fn remove_member(&mut self, m: Member, seg: SegId, index: u64) {
+        let Some(e) = self.drop_member_entry(m, seg, index) else {
+            return;
+        };
+        let Some(msg) = self.messages.get_mut(&e.msg) else {
+            return;
+        };
+        msg.members.remove(&m);
+        if msg.members.is_empty() {
+            let loc = msg.loc;
+            self.messages.remove(&e.msg);
+            self.kill((loc.seg, u64::from(loc.len)), seg, index);
+        }
+    }
+
+    /// Drop messages that never got a member (end of recovery); `seg` and
+    /// `index` stand for "now".
+    pub(crate) fn drop_memberless(&mut self, seg: SegId, index: u64) {
+        let dead: Vec<MessageId> = self
+            .messages
+            .iter()
+            .filter(|(_, e)| e.members.is_empty())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in dead {
+            if let Some(e) = self.messages.remove(&id) {
+                self.kill((e.loc.seg, u64::from(e.loc.len)), seg, index);
+            }
+        }
+    }
+
+    /// Segments that may be deleted now: older than `below` (the newest
+    /// segment known to exist on disk, which is never deleted), no live
+    /// item, killed by durable records only, all deps already deleted.
+    pub(crate) fn deletable(&self, durable: u64, below: SegId) -> Vec<SegId> {
+        self.segs
+            .range(..below)
+            .filter(|(_, s)| {
+                s.live_items == 0
+                    && s.killed_at <= durable
+                    && s.deps.iter().all(|d| !self.segs.contains_key(d))
+            })
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// For each segment, the bytes of *other* segments that cannot be
+    /// deleted while it exists: sealed segments with nothing live whose
+    /// records killed or changed items in it (tombstones), passed down the
+    /// dependency chain and split evenly where a segment waits for several.
+    /// Compaction counts them as garbage the segment holds (§5).
+    pub(crate) fn pinned_bytes(&self, active: SegId) -> HashMap<SegId, u64> {
+        let mut pinned: HashMap<SegId, u64> = HashMap::new();
+        // Deps are always older segments, so newest-first visits a segment
+        // after everything that waits for it.
+        for (id, s) in self.segs.iter().rev() {
+            if *id == active || s.live_items > 0 {
+                continue;
+            }
+            let present: Vec<SegId> = s
+                .deps
+                .iter()
+                .copied()
+                .filter(|d| self.segs.contains_key(d))
+                .collect();
+            if present.is_empty() {
+                continue;
+            }
+            let weight = s.size + pinned.get(id).copied().unwrap_or(0);
+            let share = weight / present.len() as u64;
+            for d in present {
+                *pinned.entry(d).or_default() += share;
+            }
+        }
+        pinned
+    }
+
+    /// Forget a deleted segment.
+    pub(crate) fn remove_segment(&mut self, seg: SegId) {
+        self.segs.remove(&seg);
+    }
+
+    /// Whether live message `msg` has an item in `seg`: its own record, or
+    /// the `Enqueue` or `DeliveryCount` record of one of its members.
+    pub(crate) fn has_item_in(&self, msg: MessageId, seg: SegId) -> bool {
+        let Some(e) = self.messages.get(&msg) else {
+            return false;
+        };
+        e.loc.seg == seg
+            || e.members.iter().any(|m| {
+                self.member_items.get(m).is_some_and(|it| {
+                    [it.enqueued, it.counted]
+                        .iter()
+                        .flatten()
+                        .any(|(s, _)| *s == seg)
+                })
+            })
+    }
+
+    /// The message a live member belongs to.
+    pub(crate) fn message_of(&self, m: Member) -> Option<MessageId> {
+        self.queues.get(&m.0)?.get(&m.1).map(|e| e.msg)
+    }
+
+    /// A message's members with their delivery counts.
+    pub(crate) fn members_of(&self, msg: MessageId) -> Vec<(Member, u32)> {
+        let Some(e) = self.messages.get(&msg) else {
+            return Vec::new();
+        };
+        e.members
+            .iter()
+            .map(|m| {
+                let count = self
+                    .queues
+                    .get(&m.0)
+                    .and_then(|q| q.get(&m.1))
+                    .map_or(0, |e| e.count);
+                (*m, count)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BODY: MsgBody<'static> = MsgBody {
+        enqueue_ms: 0,
+        expiry_ms: None,
+        exchange: b"",
+        routing_key: b"",
+        properties: b"",
+        body: b"x",
+        body_offset: 0,
+    };
+
+    fn loc(seg: SegId, offset: u64) -> Loc {
+        Loc {
+            seg,
+            offset,
+            len: 100,
+        }
+    }
+
+    fn index(segs: &[SegId]) -> Index {
+        let mut ix = Index::default();
+        for s in segs {
+            ix.add_segment(*s, 1000);
+        }
+        ix
+    }
+
+    #[test]
+    fn settling_one_of_two_members_pins_the_settle_to_the_message() {
+        let mut ix = index(&[1, 2, 3]);
+        let publish = Payload::Publish {
+            members: vec![(1, 1), (2, 1)],
+            msg: BODY,
+        };
+        ix.apply(1, loc(1, 16), &publish);
+        ix.apply(
+            2,
+            loc(2, 16),
+            &Payload::Settle {
+                queue: 1,
+                ids: vec![1],
+            },
+        );
+        // Segment 2 holds nothing live, but its settle must outlive segment 1.
+        assert_eq!(ix.deletable(2, 3), Vec::<SegId>::new());
+        ix.apply(
+            3,
+            loc(3, 16),
+            &Payload::Settle {
+                queue: 2,
+                ids: vec![1],
+            },
+        );
+        assert_eq!(ix.deletable(3, 3), vec![1]);
+        ix.remove_segment(1);
+        assert_eq!(ix.deletable(3, 3), vec![2]);
+    }
+
+    #[test]
+    fn nothing_is_deleted_before_the_killing_record_is_durable() {
+        let mut ix = index(&[1, 2]);
+        ix.apply(
+            1,
+            loc(1, 16),
+            &Payload::Publish {
+                members: vec![(1, 1)],
+                msg: BODY,
+            },
+        );
+        ix.apply(
+            2,
+            loc(2, 16),
+            &Payload::Settle {
+                queue: 1,
+                ids: vec![1],
+            },
+        );
+        assert!(ix.deletable(1, 2).is_empty());
+        assert_eq!(ix.deletable(2, 2), vec![1]);
+    }
+
+    #[test]
+    fn carry_moves_the_message_and_keeps_counts() {
+        let mut ix = index(&[1, 2, 3]);
+        ix.apply(
+            1,
+            loc(1, 16),
+            &Payload::Publish {
+                members: vec![(1, 1), (2, 1)],
+                msg: BODY,
+            },
+        );
+        ix.apply(
+            2,
+            loc(2, 16),
+            &Payload::DeliveryCount {
+                member: (1, 1),
+                count: 4,
+            },
+        );
+        let members = ix.members_of(1);
+        assert_eq!(members, vec![((1, 1), 4), ((2, 1), 0)]);
+        ix.apply(
+            3,
+            loc(3, 16),
+            &Payload::Carry {
+                msg_id: 1,
+                members,
+                msg: BODY,
+            },
+        );
+        assert_eq!(ix.messages.get(&1).map(|m| m.loc.seg), Some(3));
+        assert_eq!(ix.members_of(1), vec![((1, 1), 4), ((2, 1), 0)]);
+        assert_eq!(ix.deletable(3, 4), vec![1, 2]);
+    }
+
+    #[test]
+    fn operations_on_missing_state_are_no_ops() {
+        let mut ix = index(&[1]);
+        ix.apply(
+            1,
+            loc(1, 16),
+            &Payload::Settle {
+                queue: 1,
+                ids: vec![9],
+            },
+        );
+        ix.apply(
+            2,
+            loc(1, 200),
+            &Payload::Enqueue {
+                msg: 77,
+                members: vec![(1, 1)],
+            },
+        );
+        ix.apply(3, loc(1, 300), &Payload::Purge { queue: 5 });
+        assert!(ix.messages.is_empty() && ix.queues.is_empty());
+    }
+}

@@ -1,0 +1,424 @@
+//! Payload encodings per record kind (`docs/storage-format.md` §2.3):
+//! [`encode_command`] turns a [`Command`] into payload bytes,
+//! [`Payload::decode`] reads them back without copying.
+
+use crate::error::AppendError;
+use crate::types::{Command, Member, MessageId, NewMessage};
+
+/// Record kinds; the numbers are the on-disk format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Kind {
+    Publish = 1,
+    Enqueue = 2,
+    Settle = 3,
+    DeadLetter = 4,
+    DeliveryCount = 5,
+    Carry = 6,
+    PutDefinition = 7,
+    DeleteDefinition = 8,
+    Purge = 9,
+}
+
+const NO_EXPIRY: u64 = u64::MAX;
+
+/// A message as it lies in a record (borrowed from the read buffer).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MsgBody<'a> {
+    pub(crate) enqueue_ms: u64,
+    pub(crate) expiry_ms: Option<u64>,
+    pub(crate) exchange: &'a [u8],
+    pub(crate) routing_key: &'a [u8],
+    pub(crate) properties: &'a [u8],
+    pub(crate) body: &'a [u8],
+    /// Offset of `body` from the start of the payload.
+    pub(crate) body_offset: usize,
+}
+
+/// A decoded payload.
+#[derive(Debug)]
+pub(crate) enum Payload<'a> {
+    Publish {
+        members: Vec<Member>,
+        msg: MsgBody<'a>,
+    },
+    Enqueue {
+        msg: MessageId,
+        members: Vec<Member>,
+    },
+    Settle {
+        queue: u64,
+        ids: Vec<u64>,
+    },
+    DeadLetter {
+        source: Member,
+        members: Vec<Member>,
+        msg: MsgBody<'a>,
+    },
+    DeliveryCount {
+        member: Member,
+        count: u32,
+    },
+    Carry {
+        msg_id: MessageId,
+        members: Vec<(Member, u32)>,
+        msg: MsgBody<'a>,
+    },
+    PutDefinition {
+        kind: u8,
+        key: &'a [u8],
+        value: &'a [u8],
+    },
+    DeleteDefinition {
+        kind: u8,
+        key: &'a [u8],
+    },
+    Purge {
+        queue: u64,
+    },
+}
+
+// ---- encoding ----
+
+fn put_members(out: &mut Vec<u8>, members: &[Member]) -> Result<(), AppendError> {
+    let n = u32::try_from(members.len()).map_err(|_| AppendError::Invalid("too many members"))?;
+    out.extend_from_slice(&n.to_le_bytes());
+    for (q, id) in members {
+        out.extend_from_slice(&q.to_le_bytes());
+        out.extend_from_slice(&id.to_le_bytes());
+    }
+    Ok(())
+}
+
+fn put_short(out: &mut Vec<u8>, b: &[u8], what: &'static str) -> Result<(), AppendError> {
+    let n = u8::try_from(b.len()).map_err(|_| AppendError::Invalid(what))?;
+    out.push(n);
+    out.extend_from_slice(b);
+    Ok(())
+}
+
+fn put_long(out: &mut Vec<u8>, b: &[u8], what: &'static str) -> Result<(), AppendError> {
+    let n = u32::try_from(b.len()).map_err(|_| AppendError::Invalid(what))?;
+    out.extend_from_slice(&n.to_le_bytes());
+    out.extend_from_slice(b);
+    Ok(())
+}
+
+fn put_msg(out: &mut Vec<u8>, m: &MsgBody<'_>) -> Result<usize, AppendError> {
+    out.extend_from_slice(&m.enqueue_ms.to_le_bytes());
+    out.extend_from_slice(&m.expiry_ms.unwrap_or(NO_EXPIRY).to_le_bytes());
+    put_short(out, m.exchange, "exchange longer than 255 bytes")?;
+    put_short(out, m.routing_key, "routing key longer than 255 bytes")?;
+    put_long(out, m.properties, "properties too long")?;
+    put_long(out, m.body, "body too long")?;
+    Ok(out.len() - m.body.len())
+}
+
+impl<'a> MsgBody<'a> {
+    pub(crate) fn of(m: &'a NewMessage) -> Self {
+        MsgBody {
+            enqueue_ms: m.enqueue_ms,
+            expiry_ms: m.expiry_ms,
+            exchange: &m.exchange,
+            routing_key: &m.routing_key,
+            properties: &m.properties,
+            body: &m.body,
+            body_offset: 0,
+        }
+    }
+}
+
+/// Payload bytes for `cmd`, its kind, and for message-creating commands the
+/// offset of the body inside the payload.
+pub(crate) fn encode_command(cmd: &Command) -> Result<(Kind, Vec<u8>, Option<usize>), AppendError> {
+    let mut out = Vec::new();
+    let (kind, body_at) = match cmd {
+        Command::Publish { message, members } => {
+            if members.is_empty() {
+                return Err(AppendError::Invalid("publish without members"));
+            }
+            out.reserve(64 + message.body.len() + message.properties.len() + 16 * members.len());
+            put_members(&mut out, members)?;
+            (
+                Kind::Publish,
+                Some(put_msg(&mut out, &MsgBody::of(message))?),
+            )
+        }
+        Command::Enqueue { msg, members } => {
+            out.extend_from_slice(&msg.to_le_bytes());
+            put_members(&mut out, members)?;
+            (Kind::Enqueue, None)
+        }
+        Command::Settle { queue, ids } => {
+            out.extend_from_slice(&queue.to_le_bytes());
+            let n = u32::try_from(ids.len()).map_err(|_| AppendError::Invalid("too many ids"))?;
+            out.extend_from_slice(&n.to_le_bytes());
+            for id in ids {
+                out.extend_from_slice(&id.to_le_bytes());
+            }
+            (Kind::Settle, None)
+        }
+        Command::DeadLetter {
+            source,
+            message,
+            targets,
+        } => {
+            out.reserve(64 + message.body.len() + message.properties.len() + 16 * targets.len());
+            out.extend_from_slice(&source.0.to_le_bytes());
+            out.extend_from_slice(&source.1.to_le_bytes());
+            put_members(&mut out, targets)?;
+            (
+                Kind::DeadLetter,
+                Some(put_msg(&mut out, &MsgBody::of(message))?),
+            )
+        }
+        Command::DeliveryCount { member, count } => {
+            out.extend_from_slice(&member.0.to_le_bytes());
+            out.extend_from_slice(&member.1.to_le_bytes());
+            out.extend_from_slice(&count.to_le_bytes());
+            (Kind::DeliveryCount, None)
+        }
+        Command::Purge { queue } => {
+            out.extend_from_slice(&queue.to_le_bytes());
+            (Kind::Purge, None)
+        }
+        Command::PutDefinition { kind, key, value } => {
+            out.push(*kind);
+            put_key(&mut out, key)?;
+            put_long(&mut out, value, "definition value too long")?;
+            (Kind::PutDefinition, None)
+        }
+        Command::DeleteDefinition { kind, key } => {
+            out.push(*kind);
+            put_key(&mut out, key)?;
+            (Kind::DeleteDefinition, None)
+        }
+    };
+    Ok((kind, out, body_at))
+}
+
+fn put_key(out: &mut Vec<u8>, key: &[u8]) -> Result<(), AppendError> {
+    let n =
+        u16::try_from(key.len()).map_err(|_| AppendError::Invalid("definition key too long"))?;
+    out.extend_from_slice(&n.to_le_bytes());
+    out.extend_from_slice(key);
+    Ok(())
+}
+
+/// Payload of a `Carry` record and the body offset inside it.
+pub(crate) fn encode_carry(
+    msg_id: MessageId,
+    members: &[(Member, u32)],
+    msg: &MsgBody<'_>,
+) -> Result<(Vec<u8>, usize), AppendError> {
+    let mut out = Vec::with_capacity(64 + msg.body.len() + msg.properties.len());
+    out.extend_from_slice(&msg_id.to_le_bytes());
+    let n = u32::try_from(members.len()).map_err(|_| AppendError::Invalid("too many members"))?;
+    out.extend_from_slice(&n.to_le_bytes());
+    for ((q, id), count) in members {
+        out.extend_from_slice(&q.to_le_bytes());
+        out.extend_from_slice(&id.to_le_bytes());
+        out.extend_from_slice(&count.to_le_bytes());
+    }
+    let at = put_msg(&mut out, msg)?;
+    Ok((out, at))
+}
+
+// ---- decoding ----
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+type R<T> = Result<T, &'static str>;
+
+impl<'a> Reader<'a> {
+    fn bytes(&mut self, n: usize) -> R<&'a [u8]> {
+        let end = self.pos.checked_add(n).ok_or("length overflow")?;
+        let s = self.buf.get(self.pos..end).ok_or("payload too short")?;
+        self.pos = end;
+        Ok(s)
+    }
+    fn u8(&mut self) -> R<u8> {
+        Ok(*self.bytes(1)?.first().ok_or("payload too short")?)
+    }
+    fn u16(&mut self) -> R<u16> {
+        Ok(u16::from_le_bytes(self.array()?))
+    }
+    fn u32(&mut self) -> R<u32> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+    fn u64(&mut self) -> R<u64> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+    fn array<const N: usize>(&mut self) -> R<[u8; N]> {
+        self.bytes(N)?.try_into().map_err(|_| "payload too short")
+    }
+    fn count(&mut self, item_size: usize) -> R<usize> {
+        let n = self.u32()? as usize;
+        // Bound the allocation by what the payload can hold.
+        if n.saturating_mul(item_size) > self.buf.len().saturating_sub(self.pos) {
+            return Err("count exceeds payload");
+        }
+        Ok(n)
+    }
+    fn members(&mut self) -> R<Vec<Member>> {
+        let n = self.count(16)?;
+        (0..n).map(|_| Ok((self.u64()?, self.u64()?))).collect()
+    }
+    fn msg(&mut self) -> R<MsgBody<'a>> {
+        let enqueue_ms = self.u64()?;
+        let expiry = self.u64()?;
+        let n = self.u8()? as usize;
+        let exchange = self.bytes(n)?;
+        let n = self.u8()? as usize;
+        let routing_key = self.bytes(n)?;
+        let n = self.u32()? as usize;
+        let properties = self.bytes(n)?;
+        let n = self.u32()? as usize;
+        let body_offset = self.pos;
+        let body = self.bytes(n)?;
+        Ok(MsgBody {
+            enqueue_ms,
+            expiry_ms: (expiry != NO_EXPIRY).then_some(expiry),
+            exchange,
+            routing_key,
+            properties,
+            body,
+            body_offset,
+        })
+    }
+    fn finish<T>(self, v: T) -> R<T> {
+        if self.pos == self.buf.len() {
+            Ok(v)
+        } else {
+            Err("trailing bytes")
+        }
+    }
+}
+
+impl<'a> Payload<'a> {
+    /// Decode a payload of `kind`; every byte must be consumed.
+    pub(crate) fn decode(kind: u8, buf: &'a [u8]) -> R<Self> {
+        let mut r = Reader { buf, pos: 0 };
+        let p = match kind {
+            1 => {
+                let members = r.members()?;
+                Payload::Publish {
+                    members,
+                    msg: r.msg()?,
+                }
+            }
+            2 => Payload::Enqueue {
+                msg: r.u64()?,
+                members: r.members()?,
+            },
+            3 => {
+                let queue = r.u64()?;
+                let n = r.count(8)?;
+                let ids = (0..n).map(|_| r.u64()).collect::<R<_>>()?;
+                Payload::Settle { queue, ids }
+            }
+            4 => {
+                let source = (r.u64()?, r.u64()?);
+                let members = r.members()?;
+                Payload::DeadLetter {
+                    source,
+                    members,
+                    msg: r.msg()?,
+                }
+            }
+            5 => Payload::DeliveryCount {
+                member: (r.u64()?, r.u64()?),
+                count: r.u32()?,
+            },
+            6 => {
+                let msg_id = r.u64()?;
+                let n = r.count(20)?;
+                let members = (0..n)
+                    .map(|_| Ok(((r.u64()?, r.u64()?), r.u32()?)))
+                    .collect::<R<_>>()?;
+                Payload::Carry {
+                    msg_id,
+                    members,
+                    msg: r.msg()?,
+                }
+            }
+            7 => {
+                let kind = r.u8()?;
+                let n = r.u16()? as usize;
+                let key = r.bytes(n)?;
+                let n = r.u32()? as usize;
+                Payload::PutDefinition {
+                    kind,
+                    key,
+                    value: r.bytes(n)?,
+                }
+            }
+            8 => {
+                let kind = r.u8()?;
+                let n = r.u16()? as usize;
+                Payload::DeleteDefinition {
+                    kind,
+                    key: r.bytes(n)?,
+                }
+            }
+            9 => Payload::Purge { queue: r.u64()? },
+            _ => return Err("unknown record kind"),
+        };
+        r.finish(p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn msg() -> NewMessage {
+        NewMessage {
+            exchange: Bytes::from_static(b"ex"),
+            routing_key: Bytes::from_static(b"rk"),
+            properties: Bytes::from_static(&[0x80, 0, 5, b'a']),
+            body: Bytes::from_static(b"hello"),
+            enqueue_ms: 5,
+            expiry_ms: Some(9),
+        }
+    }
+
+    #[test]
+    fn publish_round_trips_with_body_offset() {
+        let cmd = Command::Publish {
+            message: msg(),
+            members: vec![(1, 2), (3, 4)],
+        };
+        let (kind, bytes, at) = encode_command(&cmd).expect("encodes");
+        let Payload::Publish { members, msg: m } = Payload::decode(kind as u8, &bytes).expect("ok")
+        else {
+            panic!("wrong kind")
+        };
+        assert_eq!(members, vec![(1, 2), (3, 4)]);
+        assert_eq!(m.body, b"hello");
+        assert_eq!(m.expiry_ms, Some(9));
+        assert_eq!(Some(m.body_offset), at);
+    }
+
+    #[test]
+    fn too_long_routing_key_is_refused() {
+        let mut m = msg();
+        m.routing_key = Bytes::from(vec![b'k'; 256]);
+        let cmd = Command::Publish {
+            message: m,
+            members: vec![],
+        };
+        assert!(matches!(encode_command(&cmd), Err(AppendError::Invalid(_))));
+    }
+
+    #[test]
+    fn huge_count_is_refused_without_allocating() {
+        let mut b = 1u64.to_le_bytes().to_vec();
+        b.extend_from_slice(&u32::MAX.to_le_bytes());
+        assert!(Payload::decode(2, &b).is_err());
+    }
+}

@@ -1,0 +1,48 @@
+//! The I/O seam: every byte the store reads or writes goes through
+//! [`Storage`] and [`StorageFile`], so tests can crash the "disk"
+//! ([`MemStorage`]) and a simulator can replace it without touching the
+//! store.
+//!
+//! Contract (what [`MemStorage`] models, `docs/storage-format.md` §6):
+//! file contents are durable only up to the last [`StorageFile::sync`];
+//! creations and removals only after [`Storage::sync_dir`].
+
+use std::io;
+use std::sync::Arc;
+
+mod disk;
+mod mem;
+
+pub use disk::DiskStorage;
+pub use mem::MemStorage;
+
+/// A flat directory of files.
+pub trait Storage: Send + Sync + std::fmt::Debug {
+    /// Names of the files in the directory.
+    fn list(&self) -> io::Result<Vec<String>>;
+    /// Create a new, empty file (error if it exists).
+    fn create(&self, name: &str) -> io::Result<Arc<dyn StorageFile>>;
+    /// Open an existing file for reading and writing.
+    fn open(&self, name: &str) -> io::Result<Arc<dyn StorageFile>>;
+    /// Remove a file.
+    fn remove(&self, name: &str) -> io::Result<()>;
+    /// Make creations and removals durable.
+    fn sync_dir(&self) -> io::Result<()>;
+    /// Free bytes on the file system (for the disk alarm).
+    fn free_bytes(&self) -> io::Result<u64>;
+}
+
+/// One open file. Reads and writes are positioned; the store never relies
+/// on a file cursor.
+pub trait StorageFile: Send + Sync + std::fmt::Debug {
+    /// Current length.
+    fn size(&self) -> io::Result<u64>;
+    /// Fill `buf` from `offset` (error if the file is shorter).
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// Write all of `data` at `offset`.
+    fn write_all_at(&self, data: &[u8], offset: u64) -> io::Result<()>;
+    /// Make the contents durable (`fdatasync`).
+    fn sync(&self) -> io::Result<()>;
+    /// Cut the file to `len` bytes.
+    fn truncate(&self, len: u64) -> io::Result<()>;
+}

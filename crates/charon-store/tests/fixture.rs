@@ -1,0 +1,115 @@
+//! Format fixture: `fixtures/v1-segment.wal` is a segment written by format
+//! version 1 (every record kind once). The store must still load it, and
+//! must still write exactly these bytes for the same commands: a change to
+//! either means a new format version (`docs/storage-format.md`).
+//!
+//! Regenerate (only together with a format version bump):
+//! `UPDATE_FIXTURES=1 cargo test -p charon-store --test fixture`.
+
+mod common;
+
+use bytes::Bytes;
+use charon_store::{Command, MemStorage, NewMessage};
+use common::{config, contents, open};
+
+const SEG1: &str = "0000000000000001.wal";
+const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/v1-segment.wal");
+
+fn message(body: &'static [u8], expiry_ms: Option<u64>) -> NewMessage {
+    NewMessage {
+        exchange: Bytes::from_static(b"amq.topic"),
+        routing_key: Bytes::from_static(b"a.b"),
+        properties: Bytes::from_static(&[0x10, 0x00, 2]),
+        body: Bytes::from_static(body),
+        enqueue_ms: 1_700_000_000_123,
+        expiry_ms,
+    }
+}
+
+fn commands() -> Vec<Command> {
+    vec![
+        Command::PutDefinition {
+            kind: 1,
+            key: Bytes::from_static(b"/\0q1"),
+            value: Bytes::from_static(b"{\"durable\":true,\"id\":1}"),
+        },
+        Command::PutDefinition {
+            kind: 1,
+            key: Bytes::from_static(b"/\0gone"),
+            value: Bytes::from_static(b"{}"),
+        },
+        Command::DeleteDefinition {
+            kind: 1,
+            key: Bytes::from_static(b"/\0gone"),
+        },
+        Command::Publish {
+            message: message(b"first", None),
+            members: vec![(1, 1), (2, 1)],
+        },
+        Command::Publish {
+            message: message(b"second", Some(1_700_000_060_000)),
+            members: vec![(1, 2)],
+        },
+        Command::Enqueue {
+            msg: 5,
+            members: vec![(3, 1)],
+        },
+        Command::DeliveryCount {
+            member: (1, 1),
+            count: 2,
+        },
+        Command::Settle {
+            queue: 2,
+            ids: vec![1],
+        },
+        Command::DeadLetter {
+            source: (1, 1),
+            message: message(b"first, dead-lettered", None),
+            targets: vec![(4, 1)],
+        },
+        Command::Publish {
+            message: message(b"purged", None),
+            members: vec![(5, 1)],
+        },
+        Command::Purge { queue: 5 },
+    ]
+}
+
+fn expected(store: &charon_store::Store, rec: &charon_store::Recovered) {
+    assert_eq!(
+        contents(store, rec),
+        vec![
+            (1, vec![(2, b"second".to_vec())]),
+            (3, vec![(1, b"second".to_vec())]),
+            (4, vec![(1, b"first, dead-lettered".to_vec())]),
+        ]
+    );
+    let q1 = rec.queues.get(&1).and_then(|v| v.first()).expect("q1");
+    assert_eq!(q1.message.expiry_ms, Some(1_700_000_060_000));
+    assert_eq!(q1.message.enqueue_ms, 1_700_000_000_123);
+    assert_eq!(&q1.message.exchange[..], b"amq.topic");
+    assert_eq!(&q1.message.routing_key[..], b"a.b");
+    assert_eq!(rec.definitions.len(), 1);
+    assert_eq!(rec.last_index, 11);
+}
+
+#[test]
+fn v1_fixture_is_written_and_read_unchanged() {
+    let mem = MemStorage::new();
+    let (store, _) = open(&mem, config());
+    for cmd in commands() {
+        store.append_nowait(cmd).expect("append");
+    }
+    drop(store);
+    let written = mem.read_file(SEG1).expect("segment 1");
+    if std::env::var_os("UPDATE_FIXTURES").is_some() {
+        std::fs::write(FIXTURE, &written).expect("write fixture");
+    }
+    let fixture = std::fs::read(FIXTURE).expect("fixture");
+    assert!(written == fixture, "format v1 bytes changed");
+
+    let loaded = MemStorage::new();
+    loaded.write_file(SEG1, fixture);
+    let (store, rec) = open(&loaded, config());
+    expected(&store, &rec);
+}
