@@ -196,24 +196,6 @@ pub fn spawn_queue(meta: &QueueMeta, vhost: &Arc<VHostState>, vhost_name: &str) 
     spawn_queue_with(meta, vhost, vhost_name, store_id, &[])
 }
 
-/// Interns consecutive equal strings (recovered messages mostly share exchange and key).
-#[derive(Default)]
-struct Interner(Option<Arc<str>>);
-
-impl Interner {
-    fn get(&mut self, b: &[u8]) -> Arc<str> {
-        let s = String::from_utf8_lossy(b);
-        match &self.0 {
-            Some(last) if **last == *s => last.clone(),
-            _ => {
-                let a: Arc<str> = Arc::from(s.as_ref());
-                self.0 = Some(a.clone());
-                a
-            }
-        }
-    }
-}
-
 /// [`spawn_queue`] with its store id and the messages recovered from the store for it. They
 /// come back with their bodies on disk (read when delivered), redelivered if they had been
 /// delivered, expiring by the wall clock from their enqueue time.
@@ -237,21 +219,20 @@ fn spawn_queue_with(
         _ => None,
     };
     let mut persisted = std::collections::HashMap::with_capacity(recovered.len());
-    let (mut exchanges, mut keys) = (Interner::default(), Interner::default());
+    let mut shapes = queue::PagedShapes::default();
     for e in recovered {
         let sm = &e.message;
-        let mut message = charon_core::Message::new(
-            exchanges.get(&sm.exchange),
-            keys.get(&sm.routing_key),
-            charon_protocol::RawProperties(sm.properties.clone()),
-            bytes::Bytes::new(),
+        let message = shapes.get(
+            &sm.exchange,
+            &sm.routing_key,
+            &sm.properties,
+            u64::from(sm.body.len),
         );
-        message.paged = Some(u64::from(sm.body.len));
         let mut expires_at = state.expiry_for(&message, sm.enqueue_ms);
         if let Some(own) = sm.expiry_ms {
             expires_at = Some(expires_at.map_or(own, |q| q.min(own)));
         }
-        state.restore(e.id, Arc::new(message), expires_at, e.delivery_count > 0);
+        state.restore(e.id, message, expires_at, e.delivery_count > 0);
         persisted.insert(e.id, queue::Persisted::paged(sm.id));
     }
     if !recovered.is_empty() {
@@ -262,7 +243,7 @@ fn spawn_queue_with(
     let ctx = queue::QueueContext {
         vhost: vhost.clone(),
         auto_delete: meta.auto_delete,
-        store: persist.map(|(p, sid)| queue::StoreSide::new(p, sid, persisted)),
+        store: persist.map(|(p, sid)| queue::StoreSide::new(p, sid, persisted, shapes)),
     };
     queue::spawn(state, &handle, rx, ctx);
     handle

@@ -10,4 +10,4 @@ mod stored;
 
 pub use actor::{QueueContext, now_ms, spawn};
 pub use handle::{ConfirmTo, ConsumerTarget, Placed, QueueCmd, QueueHandle, QueueStats, Stored};
-pub use stored::{Persisted, StoreSide};
+pub use stored::{PagedShapes, Persisted, StoreSide};

@@ -32,6 +32,46 @@ impl Persisted {
     }
 }
 
+/// Paged-out messages that look alike (same exchange, routing key, properties and body size:
+/// the common case of a steady publisher) share one `Arc<Message>`; a queue of ten million
+/// paged-out messages then holds ten million pointers, not ten million message records. The
+/// body is found through the queue's own id for the message, never through the `Arc`.
+#[derive(Debug, Default)]
+pub struct PagedShapes {
+    last: Option<Arc<Message>>,
+}
+
+impl PagedShapes {
+    /// A paged-out message with these fields (shared with the previous one when equal).
+    pub fn get(
+        &mut self,
+        exchange: &[u8],
+        routing_key: &[u8],
+        props: &[u8],
+        len: u64,
+    ) -> Arc<Message> {
+        if let Some(m) = &self.last
+            && m.paged == Some(len)
+            && m.bcc.is_empty()
+            && m.exchange.as_bytes() == exchange
+            && m.routing_key.as_bytes() == routing_key
+            && &m.properties.0[..] == props
+        {
+            return m.clone();
+        }
+        let mut m = Message::new(
+            Arc::from(String::from_utf8_lossy(exchange).as_ref()),
+            Arc::from(String::from_utf8_lossy(routing_key).as_ref()),
+            RawProperties(Bytes::copy_from_slice(props)),
+            Bytes::new(),
+        );
+        m.paged = Some(len);
+        let m = Arc::new(m);
+        self.last = Some(m.clone());
+        m
+    }
+}
+
 /// The store side of one durable queue actor.
 #[derive(Debug)]
 pub struct StoreSide {
@@ -41,20 +81,25 @@ pub struct StoreSide {
     entries: HashMap<MsgId, Persisted>,
     /// Stored messages whose bodies are held, oldest first (candidates for paging out).
     held: VecDeque<MsgId>,
-    /// Properties of the last paged-out message: consecutive equal ones share one copy (and
-    /// no paged-out message keeps the connection's read buffer alive).
-    last_props: Bytes,
+    /// Shapes of paged-out messages (no paged-out message keeps a connection's read buffer
+    /// alive: its properties are copied).
+    shapes: PagedShapes,
 }
 
 impl StoreSide {
     /// The store side of queue `sid`, with the messages recovered for it.
-    pub fn new(p: Arc<Persistence>, sid: u64, entries: HashMap<MsgId, Persisted>) -> Self {
+    pub fn new(
+        p: Arc<Persistence>,
+        sid: u64,
+        entries: HashMap<MsgId, Persisted>,
+        shapes: PagedShapes,
+    ) -> Self {
         StoreSide {
             p,
             sid,
             entries,
             held: VecDeque::new(),
-            last_props: Bytes::new(),
+            shapes,
         }
     }
 
@@ -162,12 +207,19 @@ impl StoreSide {
             let Some(m) = state.ready_message(id) else {
                 continue;
             };
-            let mut paged = m.paged_out();
-            if paged.properties.0 != self.last_props {
-                self.last_props = Bytes::copy_from_slice(&paged.properties.0);
-            }
-            paged.properties = RawProperties(self.last_props.clone());
-            state.swap_message(id, Arc::new(paged));
+            let paged = if m.bcc.is_empty() {
+                self.shapes.get(
+                    m.exchange.as_bytes(),
+                    m.routing_key.as_bytes(),
+                    &m.properties.0,
+                    m.body_size(),
+                )
+            } else {
+                let mut p = m.paged_out();
+                p.properties = RawProperties(Bytes::copy_from_slice(&p.properties.0));
+                Arc::new(p)
+            };
+            state.swap_message(id, paged);
             self.p.release(u64::from(e.held));
             e.held = 0;
             if !self.p.over_budget() {
