@@ -25,6 +25,16 @@ def restart(tmp_path, b, hard=False):
     return conftest.start_charon(tmp_path)
 
 
+def publish_persistent(b, queue, bodies):
+    """Declares durable `queue` and publishes `bodies` to it, persistent, each confirmed."""
+    with b.connect() as c:
+        ch = c.channel()
+        ch.queue_declare(queue, durable=True)
+        ch.confirm_delivery()
+        for body in bodies:
+            ch.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2))
+
+
 @pytest.fixture
 def node(tmp_path):
     box = {"b": conftest.start_charon(tmp_path)}
@@ -208,12 +218,7 @@ def test_mass_expiry_into_a_dlq_across_kill_9_leaves_every_message_in_exactly_on
 
 def test_a_corrupt_log_tail_is_truncated_and_the_rest_recovered(tmp_path, node):
     b = node["b"]
-    with b.connect() as c:
-        ch = c.channel()
-        ch.queue_declare("ctq", durable=True)
-        ch.confirm_delivery()
-        for i in range(10):
-            ch.basic_publish("", "ctq", b"c%d" % i, pika.BasicProperties(delivery_mode=2))
+    publish_persistent(b, "ctq", [b"c%d" % i for i in range(10)])
     conftest.stop_charon(b)
     segs = sorted((b.data_dir / "store").glob("*.wal"))
     assert segs
@@ -232,12 +237,7 @@ def test_corruption_in_an_older_segment_stops_startup_instead_of_dropping_data(t
     """A bad record in a sealed segment cannot come from a crash (it was synced before the
     next segment got a byte): recovery refuses to start rather than serve a log with a hole."""
     b = node["b"]
-    with b.connect() as c:
-        ch = c.channel()
-        ch.queue_declare("oldq", durable=True)
-        ch.confirm_delivery()
-        for i in range(10):
-            ch.basic_publish("", "oldq", b"old-%d" % i, pika.BasicProperties(delivery_mode=2))
+    publish_persistent(b, "oldq", [b"old-%d" % i for i in range(10)])
     conftest.stop_charon(b)
     b = conftest.start_charon(tmp_path)  # a restart seals that segment and opens a new one
     conftest.stop_charon(b)

@@ -289,9 +289,14 @@ impl Broker {
         Ok(())
     }
 
+    /// The store, once opened (every vhost shares it).
+    fn persistence(&self) -> Option<Arc<Persistence>> {
+        self.vhosts.values().find_map(|v| v.persist.get().cloned())
+    }
+
     /// Completes once everything written to the store so far is durable (no-op without one).
     pub async fn wait_durable(&self) {
-        let Some(p) = self.vhosts().first().and_then(|v| v.persist.get().cloned()) else {
+        let Some(p) = self.persistence() else {
             return;
         };
         if let Some(c) = p.barrier() {
@@ -301,7 +306,7 @@ impl Broker {
 
     /// Watches free disk space every second and sets the alarm under `disk_free_limit`.
     pub fn spawn_disk_monitor(self: &Arc<Self>) {
-        let Some(p) = self.vhosts().first().and_then(|v| v.persist.get().cloned()) else {
+        let Some(p) = self.persistence() else {
             return;
         };
         let broker = Arc::downgrade(self);

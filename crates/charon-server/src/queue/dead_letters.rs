@@ -16,7 +16,7 @@ use std::sync::Arc;
 use charon_core::DeadLetter;
 use charon_core::dead_letter::{self, DeadLetterTarget};
 
-use super::handle::{Placed, QueueCmd, QueueHandle};
+use super::handle::{Placed, QueueCmd, QueueHandle, allocate, placed};
 use super::stored::StoreSide;
 use crate::broker::VHostState;
 
@@ -108,20 +108,13 @@ impl DeadLetterer {
                 }
                 continue;
             }
-            let places: Vec<(QueueHandle, u64)> = queues
-                .into_iter()
-                .filter(|q| !dead_letter::is_cycle(d.reason, &message, q.name()))
-                .map(|q| {
-                    let id = q.alloc_id();
-                    (q, id)
-                })
-                .collect();
             let persistent = message.properties.delivery_mode() == Some(2);
-            let members: Vec<(u64, u64)> = places
-                .iter()
-                .filter(|_| persistent)
-                .filter_map(|(q, id)| q.store_id().map(|s| (s, *id)))
-                .collect();
+            let (places, members) = allocate(
+                queues
+                    .into_iter()
+                    .filter(|q| !dead_letter::is_cycle(d.reason, &message, q.name())),
+                persistent,
+            );
             let stored = match (store.as_deref_mut(), source) {
                 (Some(s), Some(src)) => {
                     s.moved(src.1);
@@ -134,12 +127,7 @@ impl DeadLetterer {
                     .and_then(|p| p.publish_nowait(&message, members, now)),
                 _ => None,
             };
-            for (q, id) in places {
-                let placed = Placed {
-                    message: message.clone(),
-                    id,
-                    stored: stored.filter(|_| persistent && q.store_id().is_some()),
-                };
+            for (q, placed) in placed(places, &message, stored) {
                 if q.same(me) {
                     local.push(placed);
                 } else if let Some((_, v)) = batches.iter_mut().find(|(h, _)| h.same(&q)) {

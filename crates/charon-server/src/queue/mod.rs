@@ -10,4 +10,5 @@ mod stored;
 
 pub use actor::{QueueContext, now_ms, spawn};
 pub use handle::{ConfirmTo, ConsumerTarget, Placed, QueueCmd, QueueHandle, QueueStats, Stored};
+pub(crate) use handle::{allocate, placed};
 pub use stored::{PagedShapes, Persisted, StoreSide};

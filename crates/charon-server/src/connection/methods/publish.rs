@@ -16,7 +16,7 @@ use crate::access::{Permission, ResourceKind};
 use crate::broker::VHostState;
 use crate::error::{AmqpError, code};
 use crate::outbound::ConnEvent;
-use crate::queue::{ConfirmTo, Placed, QueueCmd, QueueHandle, now_ms};
+use crate::queue::{ConfirmTo, Placed, QueueCmd, QueueHandle, allocate, now_ms, placed};
 
 /// The store's commit for a persistent publish, or why it could not be stored.
 pub(super) type StoreCommit = Option<Result<Commit, AppendError>>;
@@ -30,13 +30,7 @@ pub(super) fn place(
     message: &Arc<Message>,
 ) -> (Vec<(QueueHandle, Placed)>, StoreCommit) {
     let persistent = message.properties.delivery_mode() == Some(2);
-    let ids: Vec<u64> = targets.iter().map(QueueHandle::alloc_id).collect();
-    let members: Vec<(u64, u64)> = targets
-        .iter()
-        .zip(&ids)
-        .filter(|_| persistent)
-        .filter_map(|(q, id)| q.store_id().map(|s| (s, *id)))
-        .collect();
+    let (places, members) = allocate(targets, persistent);
     let (msg, stored) = match vhost.persist.get() {
         Some(p) if !members.is_empty() => match p.publish(message, members, now_ms()) {
             Ok((msg, commit)) => (Some(msg), Some(Ok(commit))),
@@ -47,20 +41,7 @@ pub(super) fn place(
         },
         _ => (None, None),
     };
-    let placed = targets
-        .into_iter()
-        .zip(ids)
-        .map(|(q, id)| {
-            let stored = msg.filter(|_| persistent && q.store_id().is_some());
-            let placed = Placed {
-                message: message.clone(),
-                id,
-                stored,
-            };
-            (q, placed)
-        })
-        .collect();
-    (placed, stored)
+    (placed(places, message, msg).collect(), stored)
 }
 
 impl Connection {
