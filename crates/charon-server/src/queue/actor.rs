@@ -262,13 +262,27 @@ async fn run(
         // Dead letters routed back to this queue are enqueued here, which may dead-letter
         // others (drop-head); loop until settled (cycle detection bounds it).
         let mut rounds = 0;
+        let mut came_back = false;
         while state.has_dead_letters() && rounds < 16 {
             rounds += 1;
             let dead = state.take_dead_letters();
             let local = dl.dispatch(&me, target.as_ref(), dead, now, ctx.store.as_mut());
             for placed in local {
-                enqueue(&mut state, &mut ctx, placed, now);
+                came_back |= enqueue(&mut state, &mut ctx, placed, now);
             }
+        }
+        if came_back {
+            // Dead-lettered back into this queue: its consumers get them now, not at the next
+            // command.
+            deliver(
+                &mut state,
+                &me,
+                &consumers,
+                ctx.store.as_ref(),
+                now,
+                &mut out,
+                &mut delivered,
+            );
         }
         dl.retry(&me, now);
         if let Some(s) = ctx.store.as_mut() {

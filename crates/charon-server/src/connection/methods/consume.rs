@@ -139,8 +139,12 @@ impl Connection {
                     AMQPClass::Basic(basic::AMQPMethod::RecoverOk(basic::RecoverOk {})),
                 );
             }
-            basic::AMQPMethod::RecoverAsync(_) => {
-                return Err(AmqpError::not_implemented("requeue=false"));
+            basic::AMQPMethod::RecoverAsync(r) => {
+                // Deprecated, but RabbitMQ still honours requeue=true: requeue, reply nothing.
+                if !r.requeue {
+                    return Err(AmqpError::not_implemented("requeue=false"));
+                }
+                self.settle(channel, 0, true, Settle::Requeue).await?;
             }
             _ => {
                 return Err(AmqpError::new(

@@ -80,7 +80,7 @@ impl Connection {
                         ch.pending_confirms.remove(&seq);
                     }
                 }
-                self.flush_confirms(channel);
+                self.confirm_due(channel);
             }
             ConnEvent::ConsumerCancelled {
                 channel,

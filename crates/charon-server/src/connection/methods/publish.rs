@@ -223,7 +223,7 @@ impl Connection {
                 ch.pending_confirms
                     .insert(seq, u32::try_from(n).unwrap_or(u32::MAX));
             }
-            self.flush_confirms(channel);
+            self.confirm_due(channel);
             if let Some(stored) = stored {
                 let conn = self.handle.clone();
                 tokio::spawn(async move {
@@ -246,8 +246,16 @@ impl Connection {
         Ok(())
     }
 
+    /// Notes that `channel` may have confirms to send; they go out at the next flush, so the
+    /// confirms of one batch of events coalesce into `multiple=true` acks.
+    pub(super) fn confirm_due(&mut self, channel: u16) {
+        if !self.confirms_due.contains(&channel) {
+            self.confirms_due.push(channel);
+        }
+    }
+
     /// Acks (multiple) everything below the smallest still-pending publish.
-    pub(super) fn flush_confirms(&mut self, channel: u16) {
+    pub(crate) fn flush_confirms(&mut self, channel: u16) {
         let Some(ch) = self.channels.get_mut(&channel) else {
             return;
         };

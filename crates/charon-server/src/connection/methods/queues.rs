@@ -34,6 +34,56 @@ impl Connection {
             .map_err(|_| AmqpError::not_found(format!("no queue '{}'", q.name())))
     }
 
+    /// Declares (or finds) a queue and asks it for its counts. A queue that stops while being
+    /// asked (its auto-delete or exclusive owner went a moment ago) is no longer registered
+    /// then: the declare runs again and creates it, so a declare never fails because a queue
+    /// of that name is being deleted.
+    async fn declare_queue(
+        &mut self,
+        d: &queue::Declare,
+    ) -> Result<(std::sync::Arc<str>, crate::queue::QueueStats), AmqpError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let vhost_name = self.vhost_name.clone();
+            let vhost = self.vhost.clone();
+            let access = self.access.clone();
+            let (name, handle, created) = {
+                let mut topo = self
+                    .vhost
+                    .topology
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner());
+                let (name, entry, created) = topo.declare_queue_with(
+                    &QueueDeclare {
+                        name: d.queue.as_str().into(),
+                        passive: d.passive,
+                        durable: d.durable,
+                        exclusive: d.exclusive,
+                        auto_delete: d.auto_delete,
+                        arguments: d.arguments.clone(),
+                    },
+                    self.id,
+                    |name, new_args| {
+                        access
+                            .check_queue_declare(name, new_args)
+                            .map_err(AmqpError::from)
+                    },
+                    |meta| spawn_queue(meta, &vhost, &vhost_name),
+                )?;
+                (name, entry.handle.clone(), created)
+            };
+            if !created {
+                // A redeclare counts as use for `x-expires`.
+                let _ = handle.try_send(QueueCmd::Touch);
+            }
+            match Self::ask(&handle, |reply| QueueCmd::Stats { reply }).await {
+                Ok(stats) => return Ok((name, stats)),
+                Err(e) if created || attempt >= 3 => return Err(e),
+                Err(_) => continue,
+            }
+        }
+    }
     pub(super) async fn on_queue(
         &mut self,
         channel: u16,
@@ -41,39 +91,7 @@ impl Connection {
     ) -> Result<(), AmqpError> {
         match m {
             queue::AMQPMethod::Declare(d) => {
-                let vhost_name = self.vhost_name.clone();
-                let vhost = self.vhost.clone();
-                let access = self.access.clone();
-                let (name, handle, created) = {
-                    let mut topo = self
-                        .vhost
-                        .topology
-                        .write()
-                        .unwrap_or_else(|p| p.into_inner());
-                    let (name, entry, created) = topo.declare_queue_with(
-                        &QueueDeclare {
-                            name: d.queue.as_str().into(),
-                            passive: d.passive,
-                            durable: d.durable,
-                            exclusive: d.exclusive,
-                            auto_delete: d.auto_delete,
-                            arguments: d.arguments,
-                        },
-                        self.id,
-                        |name, new_args| {
-                            access
-                                .check_queue_declare(name, new_args)
-                                .map_err(AmqpError::from)
-                        },
-                        |meta| spawn_queue(meta, &vhost, &vhost_name),
-                    )?;
-                    (name, entry.handle.clone(), created)
-                };
-                if !created {
-                    // A redeclare counts as use for `x-expires`.
-                    let _ = handle.try_send(QueueCmd::Touch);
-                }
-                let stats = Self::ask(&handle, |reply| QueueCmd::Stats { reply }).await?;
+                let (name, stats) = self.declare_queue(&d).await?;
                 if !d.nowait {
                     self.reply(
                         channel,
