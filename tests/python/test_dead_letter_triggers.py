@@ -6,7 +6,7 @@ import pika
 import pika.exceptions as pe
 import pytest
 
-from dlx_helpers import assert_empty_for, count, get_n, get_within, props
+from dlx_helpers import assert_empty_for, count, eventually, get_n, get_within, props
 
 
 @pytest.fixture
@@ -99,11 +99,11 @@ def test_smaller_of_queue_ttl_and_message_ttl_wins(ch, uniq, dlq):
     q = uniq("src")
     ch.queue_declare(q, arguments={"x-dead-letter-exchange": x, "x-message-ttl": 60000})
     ch.basic_publish("", q, b"short", props(expiration="100"))
-    assert get_within(ch, d, 2.0) is not None
+    assert get_within(ch, d) is not None
     q2 = uniq("src")
     ch.queue_declare(q2, arguments={"x-dead-letter-exchange": x, "x-message-ttl": 100})
     ch.basic_publish("", q2, b"long", props(expiration="60000"))
-    assert get_within(ch, d, 2.0) is not None
+    assert get_within(ch, d) is not None
 
 
 def test_expiration_zero_expires_unless_deliverable_at_once(conn, ch, uniq, dlq):
@@ -241,10 +241,20 @@ def test_queue_expiry_x_expires_does_not_dead_letter_its_messages(ch, uniq, dlq)
     q = uniq("src")
     ch.queue_declare(q, arguments={"x-dead-letter-exchange": x, "x-expires": 200})
     ch.basic_publish("", q, b"in-expiring-queue")
-    ch.connection.sleep(0.6)
-    with pytest.raises(pe.ChannelClosedByBroker) as ei:
-        ch.queue_declare(q, passive=True)
-    assert ei.value.reply_code == 404
+    closed = []
+
+    def gone():
+        c2 = ch.connection.channel()
+        try:
+            c2.queue_declare(q, passive=True)
+        except pe.ChannelClosedByBroker as e:
+            closed.append(e.reply_code)
+            return True
+        c2.close()
+        return False
+
+    eventually(gone, "the queue expired", conn=ch.connection)
+    assert closed == [404]
 
 
 def test_queue_expiry_drops_messages_without_dead_lettering(conn, uniq):
@@ -256,7 +266,17 @@ def test_queue_expiry_drops_messages_without_dead_lettering(conn, uniq):
     q = uniq("src")
     ch.queue_declare(q, arguments={"x-dead-letter-exchange": x, "x-expires": 200})
     ch.basic_publish("", q, b"gone")
-    ch.connection.sleep(0.6)
+
+    def expired():
+        c2 = conn.channel()
+        try:
+            c2.queue_declare(q, passive=True)
+        except pe.ChannelClosedByBroker:
+            return True
+        c2.close()
+        return False
+
+    eventually(expired, "the queue expired", conn=conn)
     assert_empty_for(ch, d, 0.1)
 
 
@@ -277,6 +297,6 @@ def test_message_expires_when_its_ttl_passes_even_when_not_at_the_head(ch, uniq,
     ch.queue_declare(q, arguments={"x-dead-letter-exchange": x})
     ch.basic_publish("", q, b"head", props(expiration="60000"))
     ch.basic_publish("", q, b"second", props(expiration="100"))
-    got = get_within(ch, d, 2.0)
+    got = get_within(ch, d)
     assert got and got[2] == b"second"
     assert count(ch, q) == 1

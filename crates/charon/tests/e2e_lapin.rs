@@ -75,7 +75,7 @@ fn start_broker() -> Broker {
         child: Some(child),
         _dir: Some(dir),
     };
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         if TcpStream::connect(("127.0.0.1", amqp)).is_ok() {
             break;
@@ -194,7 +194,7 @@ async fn declare_bind_publish_consume_with_ack() {
         publish(&ch, "lapin-direct", "key", &[i]).await;
     }
     for i in 0..5u8 {
-        let d = tokio::time::timeout(Duration::from_secs(5), consumer.next())
+        let d = tokio::time::timeout(Duration::from_secs(60), consumer.next())
             .await
             .expect("delivery timeout")
             .unwrap()
@@ -461,7 +461,7 @@ async fn connection_error_503_unknown_exchange_type_closes_connection() {
         text,
         "COMMAND_INVALID - unknown exchange type 'no-such-type'"
     );
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while conn.status().connected() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
