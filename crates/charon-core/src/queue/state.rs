@@ -4,6 +4,12 @@
 //! message sits, not only at the head), max-length / max-length-bytes with each overflow mode,
 //! rejection and the delivery limit. Every message leaving that way becomes a [`DeadLetter`]
 //! value with its reason; whether it goes to a dead-letter exchange is the caller's business.
+//!
+//! Priority queues (`x-max-priority` on a classic queue, as RabbitMQ's `rabbit_priority_queue`):
+//! ready messages leave highest priority first, FIFO (by id) within a priority; a message
+//! without `priority` is 0, one above the maximum counts as the maximum. Everything that takes
+//! "the head" (delivery, basic.get, drop-head, browse) follows that order, so a requeued
+//! message goes back to its place within its priority.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -46,6 +52,8 @@ pub struct QueueState {
     /// Ready messages with an expiry, by expiry time.
     expiry: BTreeSet<(u64, MsgId)>,
     unacked: HashMap<MsgId, Unacked>,
+    /// Priority queues only: ready messages in delivery order, (max - priority, id).
+    order: Option<BTreeSet<(u8, MsgId)>>,
     consumers: Consumers,
     dead: Vec<DeadLetter>,
     /// Ids of messages that left the queue by any means, when tracked (durable queues: the
@@ -59,9 +67,23 @@ fn message_ttl(message: &Message) -> Option<u64> {
     std::str::from_utf8(raw).ok()?.trim().parse().ok()
 }
 
+/// The highest priority of a priority queue: `x-max-priority` on a classic queue (quorum
+/// queues and streams order FIFO here).
+fn priority_levels(args: &QueueArgs) -> Option<u8> {
+    args.max_priority
+        .filter(|_| args.queue_type == QueueType::Classic)
+}
+
 impl QueueState {
+    /// Position of `message` (id `id`) in a priority queue with highest priority `max`.
+    fn rank(max: u8, id: MsgId, message: &Message) -> (u8, MsgId) {
+        let p = message.properties.priority().unwrap_or(0).min(max);
+        (max - p, id)
+    }
+
     /// An empty queue.
     pub fn new(name: Arc<str>, args: QueueArgs) -> Self {
+        let order = priority_levels(&args).map(|_| BTreeSet::new());
         QueueState {
             name,
             vhost: Arc::from("/"),
@@ -71,6 +93,7 @@ impl QueueState {
             ready_bytes: 0,
             expiry: BTreeSet::new(),
             unacked: HashMap::new(),
+            order,
             consumers: Consumers::default(),
             dead: Vec::new(),
             gone: None,
@@ -152,7 +175,18 @@ impl QueueState {
     /// max-length drops (dead-letters) heads now; a new TTL applies to messages enqueued from now
     /// on, as in RabbitMQ.
     pub fn set_args(&mut self, args: QueueArgs) {
+        let levels = priority_levels(&args);
+        let rebuild = levels != priority_levels(&self.args);
         self.args = args;
+        if rebuild {
+            // Policies cannot set x-max-priority; kept correct should the settings differ anyway.
+            self.order = levels.map(|max| {
+                self.ready
+                    .iter()
+                    .map(|(id, r)| Self::rank(max, *id, &r.message))
+                    .collect()
+            });
+        }
         self.enforce_limits();
     }
 
@@ -195,6 +229,9 @@ impl QueueState {
     }
 
     fn insert_ready(&mut self, id: MsgId, r: Ready) {
+        if let (Some(order), Some(max)) = (self.order.as_mut(), priority_levels(&self.args)) {
+            order.insert(Self::rank(max, id, &r.message));
+        }
         self.ready_bytes += r.message.body_size();
         if let Some(t) = r.expires_at {
             self.expiry.insert((t, id));
@@ -204,6 +241,9 @@ impl QueueState {
 
     fn remove_ready(&mut self, id: MsgId) -> Option<Ready> {
         let r = self.ready.remove(&id)?;
+        if let (Some(order), Some(max)) = (self.order.as_mut(), priority_levels(&self.args)) {
+            order.remove(&Self::rank(max, id, &r.message));
+        }
         self.ready_bytes -= r.message.body_size();
         if let Some(t) = r.expires_at {
             self.expiry.remove(&(t, id));
@@ -212,7 +252,10 @@ impl QueueState {
     }
 
     fn pop_ready(&mut self) -> Option<(MsgId, Ready)> {
-        let id = *self.ready.keys().next()?;
+        let id = match &self.order {
+            Some(order) => order.first()?.1,
+            None => *self.ready.keys().next()?,
+        };
         self.remove_ready(id).map(|r| (id, r))
     }
 
@@ -484,6 +527,9 @@ impl QueueState {
             }
         }
         self.ready.clear();
+        if let Some(order) = self.order.as_mut() {
+            order.clear();
+        }
         self.expiry.clear();
         self.ready_bytes = 0;
         n
@@ -491,12 +537,21 @@ impl QueueState {
 
     /// Up to `limit` ready messages from position `from` (0 = head), without removing them.
     pub fn browse(&self, from: usize, limit: usize) -> Vec<(MsgId, Arc<Message>)> {
-        self.ready
-            .iter()
-            .skip(from)
-            .take(limit)
-            .map(|(id, r)| (*id, r.message.clone()))
-            .collect()
+        match &self.order {
+            Some(order) => order
+                .iter()
+                .skip(from)
+                .take(limit)
+                .filter_map(|(_, id)| self.ready.get(id).map(|r| (*id, r.message.clone())))
+                .collect(),
+            None => self
+                .ready
+                .iter()
+                .skip(from)
+                .take(limit)
+                .map(|(id, r)| (*id, r.message.clone()))
+                .collect(),
+        }
     }
 
     /// Remove one ready message by id (not dead-lettered); returns it.
