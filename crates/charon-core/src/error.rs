@@ -135,8 +135,9 @@ pub enum CoreError {
         /// Virtual host name.
         vhost: String,
     },
-    /// exchange.declare with an unknown type.
-    #[error("COMMAND_INVALID - {reason} exchange type '{kind}'")]
+    /// exchange.declare with an unknown type: a channel error 406 as in RabbitMQ 4.x
+    /// (`rabbit_exchange:check_type/1`; 3.10.8 closed the connection with 503).
+    #[error("PRECONDITION_FAILED - {reason} exchange type '{kind}'")]
     InvalidExchangeType {
         /// "unknown" (no such atom in RabbitMQ) or "invalid".
         reason: &'static str,
@@ -244,7 +245,7 @@ impl CoreError {
             | CoreError::InternalExchange { .. }
             | CoreError::ExclusiveConsume { .. } => ErrorKind::AccessRefused,
             CoreError::QueueLocked { .. } => ErrorKind::ResourceLocked,
-            CoreError::InvalidExchangeType { .. } => ErrorKind::CommandInvalid,
+            CoreError::InvalidExchangeType { .. } => ErrorKind::PreconditionFailed,
             CoreError::Inequivalent { .. }
             | CoreError::InvalidQueueArg { .. }
             | CoreError::UnsupportedQueueArg { .. }
