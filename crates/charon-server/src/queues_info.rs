@@ -42,7 +42,8 @@ impl Broker {
             };
             let policies = v.policies.read().unwrap_or_else(|p| p.into_inner()).clone();
             for e in entries {
-                let policy: Option<&Policy> = policies.for_queue(&e.meta.name);
+                let policy: Option<&Policy> =
+                    policies.for_queue_of(&e.meta.name, e.meta.args.queue_type);
                 let effective = v.effective_args(&e.meta);
                 pending.push((
                     QueueInfo {

@@ -61,6 +61,9 @@ pub struct QueueState {
     gone: Option<Vec<MsgId>>,
 }
 
+/// RabbitMQ 4.x's `delivery-limit` of a quorum queue when neither argument nor policy sets one.
+pub(crate) const QUORUM_DEFAULT_DELIVERY_LIMIT: i64 = 20;
+
 /// The per-message TTL of `message` (its `expiration` property, milliseconds), if valid.
 fn message_ttl(message: &Message) -> Option<u64> {
     let raw = message.properties.expiration()?;
@@ -461,21 +464,40 @@ impl QueueState {
         }
     }
 
-    /// The delivery limit in force: `x-delivery-limit` applies to quorum queues.
+    /// The delivery limit in force: quorum queues only, 20 unless set (RabbitMQ 4.x's
+    /// default), a negative setting means none.
     fn delivery_limit(&self) -> Option<u64> {
-        (self.args.queue_type == QueueType::Quorum)
-            .then_some(self.args.delivery_limit)
-            .flatten()
+        if self.args.queue_type != QueueType::Quorum {
+            return None;
+        }
+        u64::try_from(
+            self.args
+                .delivery_limit
+                .unwrap_or(QUORUM_DEFAULT_DELIVERY_LIMIT),
+        )
+        .ok()
     }
 
-    /// Return unacked messages (requeue=true, or their channel closed) to their original
-    /// position, marked redelivered. A message returned more times than the delivery limit is
+    /// Return unacked messages after a failed delivery (basic.reject / basic.nack with
+    /// requeue=true) to their original position, marked redelivered; this counts as a return
+    /// (`x-delivery-count`). A message returned more times than the delivery limit is
     /// dead-lettered (reason `delivery_limit`) instead.
     pub fn requeue(&mut self, ids: &[MsgId]) {
+        self.put_back(ids, true);
+    }
+
+    /// Return unacked messages whose consumer went (channel or connection closed, basic.recover)
+    /// to their original position, marked redelivered, without counting a return: as RabbitMQ
+    /// 4.x, only a failed delivery counts towards the delivery limit.
+    pub fn release(&mut self, ids: &[MsgId]) {
+        self.put_back(ids, false);
+    }
+
+    fn put_back(&mut self, ids: &[MsgId], counted: bool) {
         let limit = self.delivery_limit();
         for id in ids {
             if let Some(u) = self.settle(*id) {
-                let returns = u.returns.saturating_add(1);
+                let returns = u.returns.saturating_add(u32::from(counted));
                 if limit.is_some_and(|l| u64::from(returns) > l) {
                     self.mark_gone(*id);
                     self.dead.push(DeadLetter {

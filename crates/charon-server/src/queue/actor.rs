@@ -209,6 +209,7 @@ async fn run(
                 }
                 QueueCmd::Ack { ids } => state.ack(&ids),
                 QueueCmd::Requeue { ids } => state.requeue(&ids),
+                QueueCmd::Return { ids } => state.release(&ids),
                 QueueCmd::Reject { ids } => {
                     state.reject(&ids);
                 }

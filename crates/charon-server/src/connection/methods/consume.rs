@@ -82,12 +82,14 @@ impl Connection {
                             ch.unacked.insert(tag, Unacked { queue: q, id: r.id });
                         }
                         let msg = r.message;
-                        let quorum_props = q_is_quorum.then(|| {
-                            charon_core::queue::quorum::with_delivery_count(
-                                &msg.properties,
-                                r.returns,
-                            )
-                        });
+                        let quorum_props = q_is_quorum
+                            .then(|| {
+                                charon_core::queue::quorum::delivery_properties(
+                                    &msg.properties,
+                                    r.returns,
+                                )
+                            })
+                            .flatten();
                         encode_basic_get_ok(
                             &mut self.out,
                             channel,
@@ -133,7 +135,7 @@ impl Connection {
                 if !r.requeue {
                     return Err(AmqpError::not_implemented("requeue=false"));
                 }
-                self.settle(channel, 0, true, Settle::Requeue).await?;
+                self.settle(channel, 0, true, Settle::Return).await?;
                 self.reply(
                     channel,
                     AMQPClass::Basic(basic::AMQPMethod::RecoverOk(basic::RecoverOk {})),
@@ -144,7 +146,7 @@ impl Connection {
                 if !r.requeue {
                     return Err(AmqpError::not_implemented("requeue=false"));
                 }
-                self.settle(channel, 0, true, Settle::Requeue).await?;
+                self.settle(channel, 0, true, Settle::Return).await?;
             }
             _ => {
                 return Err(AmqpError::new(
@@ -226,6 +228,7 @@ impl Connection {
                 Settle::Ack => 0,
                 Settle::Requeue => 1,
                 Settle::Reject => 2,
+                Settle::Return => 3,
             };
             buf.settles.push((tag, multiple, code));
             return Ok(());
@@ -248,6 +251,7 @@ impl Connection {
             let cmd = match how {
                 Settle::Ack => QueueCmd::Ack { ids },
                 Settle::Requeue => QueueCmd::Requeue { ids },
+                Settle::Return => QueueCmd::Return { ids },
                 Settle::Reject => QueueCmd::Reject { ids },
             };
             let _ = q.send(cmd).await;
@@ -272,6 +276,9 @@ pub(super) fn server_tag(prefix: &str) -> String {
 #[derive(Clone, Copy)]
 pub(super) enum Settle {
     Ack,
+    /// Back to the queue after a failed delivery (reject/nack requeue=true).
     Requeue,
     Reject,
+    /// Back to the queue without a failed delivery (basic.recover).
+    Return,
 }

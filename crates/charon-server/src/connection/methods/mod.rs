@@ -51,7 +51,8 @@ pub(crate) async fn release_channel(ch: Channel) {
     }
     for (q, ids) in groups {
         touch(&q);
-        let _ = q.send(QueueCmd::Requeue { ids }).await;
+        // A closed channel's messages go back without counting a failed delivery.
+        let _ = q.send(QueueCmd::Return { ids }).await;
     }
     for q in touched {
         barrier(&q).await;

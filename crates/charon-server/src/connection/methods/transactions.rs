@@ -77,6 +77,7 @@ impl Connection {
                     let how = match how {
                         0 => Settle::Ack,
                         1 => Settle::Requeue,
+                        3 => Settle::Return,
                         _ => Settle::Reject,
                     };
                     self.settle_now(channel, tag, multiple, how).await?;
