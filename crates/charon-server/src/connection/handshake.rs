@@ -212,7 +212,14 @@ pub(crate) async fn open(
     let login = credentials(&mechanism, start_ok.response.as_bytes());
     let user = match login {
         Some((user, pass)) if broker.authenticate(&user, &pass, peer) => user,
-        _ => {
+        other => {
+            let user = other.map(|(u, _)| u).unwrap_or_default();
+            tracing::info!(
+                peer = %peer,
+                user = %user,
+                mechanism = %mechanism,
+                "login refused: user '{user}' - invalid credentials"
+            );
             return Err(HandshakeEnd::Refuse(AmqpError::access_refused(format!(
                 "Login was refused using authentication mechanism {mechanism}. For details see the broker logfile."
             ))));
@@ -253,6 +260,7 @@ pub(crate) async fn open(
         )));
     };
     let Some(access) = broker.access().permissions(&user, &vhost_name) else {
+        tracing::info!(peer = %peer, user = %user, vhost = %vhost_name, "vhost access refused");
         return Err(HandshakeEnd::Refuse(AmqpError::new(
             code::NOT_ALLOWED,
             format!("access to vhost '{vhost_name}' refused for user '{user}'"),

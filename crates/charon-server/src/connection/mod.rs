@@ -83,9 +83,32 @@ pub async fn serve(
         owes_close_ok: false,
         confirms_due: Vec::new(),
     };
+    tracing::info!(
+        conn = conn.id,
+        peer = %peer,
+        user = %conn.user,
+        vhost = %conn.vhost_name,
+        "connection opened: user '{}' authenticated and granted access to vhost '{}'",
+        conn.user,
+        conn.vhost_name
+    );
     conn.run(&mut reader, buf, events, shutdown).await;
     conn.cleanup().await;
     let linger = conn.owes_close_ok;
+    tracing::info!(
+        conn = conn.id,
+        peer = %peer,
+        user = %conn.user,
+        vhost = %conn.vhost_name,
+        by = if linger {
+            "client"
+        } else if conn.closing {
+            "broker"
+        } else {
+            "socket"
+        },
+        "connection closed"
+    );
     if linger {
         // RabbitMQ answers connection.close only once channels and exclusive queues are gone.
         encode_method(
@@ -247,7 +270,6 @@ impl Connection {
         };
         let mut ticker = tokio::time::interval(interval / 2);
         let mut last_read = Instant::now();
-        tracing::debug!(conn = self.id, user = %self.user, vhost = %self.vhost_name, "connection opened");
         let mut shutdown_sent = false;
         let mut close_deadline: Option<Instant> = None;
         // Frames that arrived with the handshake's last read.
@@ -350,7 +372,7 @@ impl Connection {
         if self.closing {
             return;
         }
-        tracing::debug!(conn = self.id, code = err.code, text = %err.text, "closing connection");
+        tracing::info!(conn = self.id, code = err.code, text = %err.text, "closing connection with an error");
         self.closing = true;
         encode_method(&mut self.out, 0, &close_method(&err));
     }
