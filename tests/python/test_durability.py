@@ -473,6 +473,7 @@ def test_bodies_beyond_the_memory_budget_are_read_back_for_delivery_dead_letteri
                 ch.basic_reject(m[0].delivery_tag, requeue=False)
             wait_until(lambda: count_q(ch, "pg-dlq") == 200, "200 dead-lettered")
             assert drain_bodies(ch, "pg-dlq") == bodies[200:400]
+            settle_store(b, ch, "pg")  # the gets and dead-letter moves are on disk
         b.proc.send_signal(signal.SIGKILL)
         b.proc.wait(10)
         b = conftest.start_charon(tmp_path, config_text=cfg)
