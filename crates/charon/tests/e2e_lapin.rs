@@ -50,6 +50,17 @@ fn start_broker() -> Broker {
             _dir: None,
         };
     }
+    // A port picked free may be taken by a parallel test before the broker binds it: try again
+    // with other ports when the broker exits early.
+    for _ in 0..10 {
+        if let Some(b) = try_start_broker() {
+            return b;
+        }
+    }
+    panic!("charon exited early 10 times (ports taken?)");
+}
+
+fn try_start_broker() -> Option<Broker> {
     let amqp = free_port();
     let http = free_port();
     let dir = std::env::temp_dir().join(format!("charon-lapin-{}-{}", std::process::id(), amqp));
@@ -81,12 +92,13 @@ fn start_broker() -> Broker {
             break;
         }
         if let Some(status) = broker.child.as_mut().unwrap().try_wait().unwrap() {
-            panic!("charon exited early: {status}");
+            eprintln!("charon exited early: {status}; retrying with other ports");
+            return None;
         }
         assert!(Instant::now() < deadline, "charon did not listen on {amqp}");
         std::thread::sleep(Duration::from_millis(50));
     }
-    broker
+    Some(broker)
 }
 
 async fn connect(b: &Broker) -> Connection {
