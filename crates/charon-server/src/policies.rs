@@ -4,8 +4,9 @@
 
 use charon_core::{ApplyTo, DefValue, Policy, PolicyDefinition, PolicyError};
 
-use crate::broker::{Broker, VHostState};
-use crate::queue::QueueCmd;
+use crate::broker::Broker;
+use crate::handles::QueueCmd;
+use crate::vhost::VHostState;
 
 /// A policy as submitted (`PUT /api/policies/{vhost}/{name}`).
 #[derive(Debug, Clone)]
@@ -106,7 +107,7 @@ fn definition_from_json(text: &str) -> Vec<(String, DefValue)> {
 
 /// Saves a vhost's policies to the store (no-op without one).
 fn save(vhost: &VHostState) {
-    let Some(p) = vhost.persist.get() else {
+    let Some(p) = vhost.persistence() else {
         return;
     };
     let rows: Vec<_> = {

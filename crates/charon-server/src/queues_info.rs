@@ -5,7 +5,7 @@ use charon_core::policy::Policy;
 use tokio::sync::oneshot;
 
 use crate::broker::Broker;
-use crate::queue::{QueueCmd, QueueHandle, QueueStats};
+use crate::handles::{QueueCmd, QueueHandle, QueueStats};
 
 /// A queue as listed.
 #[derive(Debug, Clone)]

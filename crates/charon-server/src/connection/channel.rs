@@ -9,8 +9,7 @@ use charon_protocol::CLASS_BASIC;
 use charon_protocol::methods::basic;
 
 use crate::error::AmqpError;
-use crate::flow::ChannelLimit;
-use crate::queue::QueueHandle;
+use crate::handles::{ChannelLimit, QueueHandle};
 
 /// A publish waiting for its content header and body frames.
 #[derive(Debug)]

@@ -14,8 +14,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::access::VHostAccess;
-use crate::broker::{Broker, VHostState};
+use crate::broker::Broker;
 use crate::error::{AmqpError, code};
+use crate::vhost::VHostState;
 
 /// What an opened connection negotiated.
 #[derive(Debug)]

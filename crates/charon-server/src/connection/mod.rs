@@ -25,9 +25,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::access::VHostAccess;
-use crate::broker::{Broker, VHostState};
+use crate::broker::Broker;
 use crate::error::{AmqpError, code};
-use crate::outbound::{ConnEvent, ConnHandle};
+use crate::handles::{ConnEvent, ConnHandle};
+use crate::vhost::VHostState;
 use channel::Channel;
 use handshake::HandshakeEnd;
 use writer::Outgoing;
@@ -327,7 +328,7 @@ impl Connection {
             let (tx, _rx) = tokio::sync::oneshot::channel();
             let _ = entry
                 .handle
-                .send(crate::queue::QueueCmd::Delete { reply: tx })
+                .send(crate::handles::QueueCmd::Delete { reply: tx })
                 .await;
         }
     }

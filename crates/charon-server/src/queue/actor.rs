@@ -2,7 +2,7 @@
 //!
 //! It drains its command channel in batches (up to [`BATCH`] commands), applies them to the state,
 //! then runs the delivery loop once for the whole batch, sending each consumer's deliveries as one
-//! event. Delivery credit comes from [`crate::flow`]; the actor never awaits a connection. It
+//! event. Delivery credit comes from [`crate::handles`]; the actor never awaits a connection. It
 //! wakes on its own for the earliest message expiry, for dead letters waiting to be retried and
 //! for its own `x-expires`; what left the queue goes to [`super::dead_letters`].
 
@@ -15,17 +15,16 @@ use charon_core::{ConsumerId, Delivery, PublishOutcome, QueueState};
 use tokio::sync::mpsc;
 
 use super::dead_letters::{self, DeadLetterer};
-use super::handle::{ConsumerTarget, Placed, QueueCmd, QueueHandle, QueueStats};
 use super::stored::StoreSide;
-use crate::broker::VHostState;
-use crate::outbound::ConnEvent;
+use crate::handles::{ConnEvent, ConsumerTarget, Placed, QueueCmd, QueueHandle, QueueStats};
+use crate::vhost::VHostState;
 
 /// Most commands handled between two runs of the delivery loop.
 const BATCH: usize = 512;
 
 /// Wall-clock milliseconds: TTLs count from enqueue time by the wall clock (they must survive
 /// restarts once the store lands).
-pub fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -39,14 +38,14 @@ struct Consumer {
 
 /// Where a queue lives and how it ends.
 #[derive(Debug)]
-pub struct QueueContext {
+pub(crate) struct QueueContext {
     /// Its vhost (dead-letter routing, self-removal).
-    pub vhost: Arc<VHostState>,
+    pub(crate) vhost: Arc<VHostState>,
     /// Auto-delete: remove itself once its last consumer is gone (RabbitMQ's rule: only after
     /// it has had at least one consumer).
-    pub auto_delete: bool,
+    pub(crate) auto_delete: bool,
     /// For a durable queue of a broker with a store: its messages in the store.
-    pub store: Option<StoreSide>,
+    pub(crate) store: Option<StoreSide>,
 }
 
 /// Spawns the actor for `state`, reachable through `handle`.
@@ -54,7 +53,7 @@ pub struct QueueContext {
 /// The actor keeps a clone of its own handle to register for credit wake-ups, so it lives until
 /// it is told to stop ([`QueueCmd::Delete`]), its last consumer leaves an auto-delete queue, or it
 /// expires (`x-expires`).
-pub fn spawn(
+pub(crate) fn spawn(
     state: QueueState,
     handle: &QueueHandle,
     rx: mpsc::Receiver<QueueCmd>,
@@ -365,10 +364,10 @@ mod tests {
     use tokio::sync::oneshot;
 
     use super::{QueueContext, spawn};
-    use crate::broker::VHostState;
-    use crate::flow::ChannelLimit;
-    use crate::outbound::{ConnEvent, ConnHandle};
-    use crate::queue::{ConsumerTarget, Placed, QueueCmd, QueueHandle};
+    use crate::handles::{
+        ChannelLimit, ConnEvent, ConnHandle, ConsumerTarget, Placed, QueueCmd, QueueHandle,
+    };
+    use crate::vhost::VHostState;
 
     fn msg(body: &'static str) -> Arc<Message> {
         Arc::new(Message::new(

@@ -16,9 +16,10 @@ use std::sync::Arc;
 use charon_core::DeadLetter;
 use charon_core::dead_letter::{self, DeadLetterTarget};
 
-use super::handle::{Placed, QueueCmd, QueueHandle, allocate, placed};
+use super::place::{allocate, placed};
 use super::stored::StoreSide;
-use crate::broker::VHostState;
+use crate::handles::{Placed, QueueCmd, QueueHandle};
+use crate::vhost::VHostState;
 
 /// Delay before dead letters refused by a full `reject-publish` queue are offered again (ms).
 const RETRY_MS: u64 = 50;
@@ -122,8 +123,7 @@ impl DeadLetterer {
                 }
                 _ if !members.is_empty() => self
                     .vhost
-                    .persist
-                    .get()
+                    .persistence()
                     .and_then(|p| p.publish_nowait(&message, members, now)),
                 _ => None,
             };

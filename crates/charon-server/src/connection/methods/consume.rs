@@ -11,7 +11,7 @@ use super::super::Connection;
 use super::super::channel::{ChannelConsumer, PendingPublish, Unacked};
 use crate::access::{Permission, ResourceKind};
 use crate::error::{AmqpError, code};
-use crate::queue::{ConsumerTarget, QueueCmd};
+use crate::handles::{ConsumerTarget, QueueCmd};
 
 impl Connection {
     pub(super) async fn on_basic(

@@ -5,8 +5,7 @@ use charon_protocol::{AMQPClass, CLASS_BASIC, encode_basic_deliver, encode_conte
 
 use super::super::Connection;
 use super::super::channel::Unacked;
-use crate::outbound::ConnEvent;
-use crate::queue::QueueCmd;
+use crate::handles::{ConnEvent, QueueCmd};
 
 impl Connection {
     pub(crate) fn on_event(&mut self, ev: ConnEvent) {

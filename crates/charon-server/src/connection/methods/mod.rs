@@ -15,7 +15,7 @@ use super::channel::Channel;
 use super::{Connection, Next};
 use crate::access::{Permission, ResourceKind};
 use crate::error::{AmqpError, code};
-use crate::queue::{QueueCmd, QueueHandle};
+use crate::handles::{QueueCmd, QueueHandle};
 
 mod consume;
 mod events;
@@ -231,14 +231,14 @@ impl Connection {
                 self.on_exchange(channel, m)?;
                 // The reply goes out after this returns: declare-ok means the definition is on disk.
                 if let Some(t) = self.vhost.save_topology() {
-                    let _ = t.await;
+                    t.wait().await;
                 }
             }
             AMQPClass::Queue(m) => {
                 let changes = !matches!(m, queue::AMQPMethod::Purge(_));
                 self.on_queue(channel, m).await?;
                 if changes && let Some(t) = self.vhost.save_topology() {
-                    let _ = t.await;
+                    t.wait().await;
                 }
             }
             AMQPClass::Basic(m) => self.on_basic(channel, m).await?,

@@ -8,41 +8,13 @@ use charon_protocol::{
     BasicProperties, CLASS_BASIC, encode_basic_ack, encode_basic_nack, encode_basic_return,
     encode_content, erlang,
 };
-use charon_store::{AppendError, Commit};
 
 use super::super::Connection;
 use super::super::channel::{PUBLISH_METHOD_ID, PendingPublish};
 use crate::access::{Permission, ResourceKind};
-use crate::broker::VHostState;
 use crate::error::{AmqpError, code};
-use crate::outbound::ConnEvent;
-use crate::queue::{ConfirmTo, Placed, QueueCmd, QueueHandle, allocate, now_ms, placed};
-
-/// The store's commit for a persistent publish, or why it could not be stored.
-pub(super) type StoreCommit = Option<Result<Commit, AppendError>>;
-
-/// A routed message's places: its id in each target queue, and, for a persistent message, one
-/// store record for all its durable targets (the body stored once). `Some(Err)`: it had to be
-/// stored and could not be (the store refuses writes); the publisher gets a nack.
-pub(super) fn place(
-    vhost: &VHostState,
-    targets: Vec<QueueHandle>,
-    message: &Arc<Message>,
-) -> (Vec<(QueueHandle, Placed)>, StoreCommit) {
-    let persistent = message.properties.delivery_mode() == Some(2);
-    let (places, members) = allocate(targets, persistent);
-    let (msg, stored) = match vhost.persist.get() {
-        Some(p) if !members.is_empty() => match p.publish(message, members, now_ms()) {
-            Ok((msg, commit)) => (Some(msg), Some(Ok(commit))),
-            Err(e) => {
-                tracing::warn!(error = %e, "a persistent message could not be stored");
-                (None, Some(Err(e)))
-            }
-        },
-        _ => (None, None),
-    };
-    (placed(places, message, msg).collect(), stored)
-}
+use crate::handles::{ConfirmTo, ConnEvent, QueueCmd, QueueHandle};
+use crate::queue::place;
 
 impl Connection {
     /// The publish a content frame belongs to; `None` on a closing channel (frame ignored);
@@ -227,10 +199,7 @@ impl Connection {
             if let Some(stored) = stored {
                 let conn = self.handle.clone();
                 tokio::spawn(async move {
-                    let ack = match stored {
-                        Ok(commit) => commit.await.is_ok(),
-                        Err(_) => false,
-                    };
+                    let ack = stored.wait().await;
                     let _ = conn.send(ConnEvent::Confirm { channel, seq, ack });
                 });
             }

@@ -7,9 +7,10 @@ use tokio::sync::oneshot;
 
 use super::super::Connection;
 use crate::access::{Permission, ResourceKind};
-use crate::broker::spawn_queue;
+
 use crate::error::{AmqpError, code};
-use crate::queue::{QueueCmd, QueueHandle};
+use crate::handles::{QueueCmd, QueueHandle};
+use crate::queue::spawn_queue;
 
 impl Connection {
     /// The queue `name` (or the channel's... RabbitMQ's "last declared" is not tracked yet).

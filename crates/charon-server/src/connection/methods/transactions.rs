@@ -7,7 +7,8 @@ use super::super::Connection;
 use super::super::channel::TxBuffer;
 use super::consume::Settle;
 use crate::error::{AmqpError, code};
-use crate::queue::QueueCmd;
+use crate::handles::QueueCmd;
+use crate::queue;
 
 impl Connection {
     pub(super) fn on_confirm_select(
@@ -53,7 +54,7 @@ impl Connection {
                 // commit-ok once the transaction's persistent messages are on disk.
                 let mut commits = Vec::new();
                 for (targets, message) in buf.publishes {
-                    let (placed, stored) = super::publish::place(&self.vhost, targets, &message);
+                    let (placed, stored) = queue::place(&self.vhost, targets, &message);
                     commits.extend(stored);
                     for (q, placed) in placed {
                         let _ = q
@@ -65,11 +66,7 @@ impl Connection {
                     }
                 }
                 for c in commits {
-                    let ok = match c {
-                        Ok(commit) => commit.await.is_ok(),
-                        Err(_) => false,
-                    };
-                    if !ok {
+                    if !c.wait().await {
                         return Err(AmqpError::internal("the transaction could not be stored"));
                     }
                 }

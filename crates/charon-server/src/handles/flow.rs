@@ -3,7 +3,7 @@
 //! A queue actor never blocks on a connection. Instead it asks, before each delivery, whether the
 //! consumer's connection and channel can take one more message ([`ConnFlow::try_take`],
 //! [`ChannelLimit::try_take`]). When they cannot, the queue registers itself as *starved* and is
-//! kicked ([`crate::queue::QueueCmd::Kick`]) once the connection has written its backlog or the
+//! kicked ([`super::QueueCmd::Kick`]) once the connection has written its backlog or the
 //! channel got acks back. This bounds every connection's outbound buffer (by
 //! [`MAX_PENDING_DELIVERIES`]) and the channel-wide prefetch (`basic.qos global=true`) without a
 //! lock held across an `.await`.
@@ -14,7 +14,7 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
-use crate::queue::QueueHandle;
+use super::queue::QueueHandle;
 
 /// Deliveries a connection may have encoded but not yet written to its socket.
 pub const MAX_PENDING_DELIVERIES: usize = 8192;
