@@ -22,7 +22,7 @@ pub mod value;
 pub mod vhost;
 
 pub use arguments::{Overflow, QueueArgs, QueueType};
-pub use error::{CoreError, ErrorKind};
+pub use error::CoreError;
 pub use exchange::{Binding, Destination, Exchange, ExchangeKind};
 pub use message::Message;
 pub use policy::{ApplyTo, DefValue, Policies, Policy, PolicyDefinition, PolicyError};

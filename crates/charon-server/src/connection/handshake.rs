@@ -15,7 +15,7 @@ use tokio::net::TcpStream;
 
 use crate::access::VHostAccess;
 use crate::broker::Broker;
-use crate::error::{AmqpError, code};
+use crate::error::AmqpError;
 use crate::vhost::VHostState;
 
 /// What an opened connection negotiated.
@@ -248,16 +248,14 @@ pub(crate) async fn open(
     };
     let vhost_name = open.virtual_host.as_str().to_string();
     let Some(vhost) = broker.vhost(&vhost_name) else {
-        return Err(HandshakeEnd::Refuse(AmqpError::new(
-            code::NOT_ALLOWED,
-            format!("vhost {vhost_name} not found"),
-        )));
+        return Err(HandshakeEnd::Refuse(AmqpError::not_allowed(format!(
+            "vhost {vhost_name} not found"
+        ))));
     };
     let Some(access) = broker.access().permissions(&user, &vhost_name) else {
-        return Err(HandshakeEnd::Refuse(AmqpError::new(
-            code::NOT_ALLOWED,
-            format!("access to vhost '{vhost_name}' refused for user '{user}'"),
-        )));
+        return Err(HandshakeEnd::Refuse(AmqpError::not_allowed(format!(
+            "access to vhost '{vhost_name}' refused for user '{user}'"
+        ))));
     };
     send(
         stream,

@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::access::VHostAccess;
 use crate::broker::Broker;
-use crate::error::{AmqpError, code};
+use crate::error::AmqpError;
 use crate::handles::{ConnEvent, ConnHandle};
 use crate::vhost::VHostState;
 use channel::Channel;
@@ -121,7 +121,7 @@ async fn refuse(mut stream: TcpStream, mut buf: BytesMut, err: AmqpError) {
 
 fn close_method(err: &AmqpError) -> AMQPClass {
     AMQPClass::Connection(connection::AMQPMethod::Close(connection::Close {
-        reply_code: err.code,
+        reply_code: err.code.code(),
         reply_text: err.text.as_str().into(),
         class_id: err.class_id,
         method_id: err.method_id,
@@ -219,7 +219,7 @@ impl Connection {
                 biased;
                 _ = shutdown.cancelled(), if !shutdown_sent => {
                     shutdown_sent = true;
-                    let err = AmqpError::new(code::CONNECTION_FORCED, "broker forced connection closure with reason 'shutdown'");
+                    let err = AmqpError::connection_forced("broker forced connection closure with reason 'shutdown'");
                     self.close_connection(err);
                     close_deadline = Some(Instant::now() + Duration::from_secs(3));
                 }
@@ -302,7 +302,7 @@ impl Connection {
         if self.closing {
             return;
         }
-        tracing::debug!(conn = self.id, code = err.code, text = %err.text, "closing connection");
+        tracing::debug!(conn = self.id, code = err.code.code(), text = %err.text, "closing connection");
         self.closing = true;
         encode_method(&mut self.out, 0, &close_method(&err));
     }

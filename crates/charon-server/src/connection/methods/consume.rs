@@ -10,7 +10,7 @@ use charon_protocol::{AMQPClass, CLASS_BASIC, encode_basic_get_ok, encode_conten
 use super::super::Connection;
 use super::super::channel::{ChannelConsumer, PendingPublish, Unacked};
 use crate::access::{Permission, ResourceKind};
-use crate::error::{AmqpError, code};
+use crate::error::AmqpError;
 use crate::handles::{ConsumerTarget, QueueCmd};
 
 impl Connection {
@@ -143,10 +143,7 @@ impl Connection {
                 return Err(AmqpError::not_implemented("requeue=false"));
             }
             _ => {
-                return Err(AmqpError::new(
-                    code::COMMAND_INVALID,
-                    "unimplemented method",
-                ));
+                return Err(AmqpError::command_invalid("unimplemented method"));
             }
         }
         Ok(())

@@ -6,7 +6,7 @@ use charon_protocol::methods::exchange;
 
 use super::super::Connection;
 use crate::access::{Permission, ResourceKind};
-use crate::error::{AmqpError, code};
+use crate::error::AmqpError;
 
 impl Connection {
     pub(super) fn on_exchange(
@@ -88,10 +88,7 @@ impl Connection {
                 )
             }
             _ => {
-                return Err(AmqpError::new(
-                    code::COMMAND_INVALID,
-                    "unimplemented method",
-                ));
+                return Err(AmqpError::command_invalid("unimplemented method"));
             }
         };
         drop(topo);

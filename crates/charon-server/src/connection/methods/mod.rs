@@ -14,7 +14,7 @@ use charon_protocol::{AMQPClass, FRAME_BODY, FRAME_HEADER, FRAME_HEARTBEAT, Fram
 use super::channel::Channel;
 use super::{Connection, Next};
 use crate::access::{Permission, ResourceKind};
-use crate::error::{AmqpError, code};
+use crate::error::AmqpError;
 use crate::handles::{QueueCmd, QueueHandle};
 
 mod consume;
@@ -138,7 +138,7 @@ impl Connection {
             &mut self.out,
             channel,
             &AMQPClass::Channel(chm::AMQPMethod::Close(chm::Close {
-                reply_code: err.code,
+                reply_code: err.code.code(),
                 reply_text: err.text.as_str().into(),
                 class_id: err.class_id,
                 method_id: err.method_id,
@@ -247,10 +247,7 @@ impl Connection {
             }
             AMQPClass::Tx(m) => self.on_tx(channel, m).await?,
             _ => {
-                return Err(AmqpError::new(
-                    code::COMMAND_INVALID,
-                    "unimplemented method",
-                ));
+                return Err(AmqpError::command_invalid("unimplemented method"));
             }
         }
         Ok(())

@@ -12,7 +12,7 @@ use charon_protocol::{
 use super::super::Connection;
 use super::super::channel::{PUBLISH_METHOD_ID, PendingPublish};
 use crate::access::{Permission, ResourceKind};
-use crate::error::{AmqpError, code};
+use crate::error::{AmqpError, ReplyCode};
 use crate::handles::{ConfirmTo, ConnEvent, QueueCmd, QueueHandle};
 use crate::queue::place;
 
@@ -166,8 +166,8 @@ impl Connection {
             encode_basic_return(
                 &mut self.out,
                 channel,
-                code::NO_ROUTE,
-                "NO_ROUTE",
+                ReplyCode::NoRoute.code(),
+                ReplyCode::NoRoute.name(),
                 exchange,
                 routing_key,
             );

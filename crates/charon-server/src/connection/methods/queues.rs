@@ -8,7 +8,7 @@ use tokio::sync::oneshot;
 use super::super::Connection;
 use crate::access::{Permission, ResourceKind};
 
-use crate::error::{AmqpError, code};
+use crate::error::AmqpError;
 use crate::handles::{QueueCmd, QueueHandle};
 use crate::queue::spawn_queue;
 
@@ -203,10 +203,7 @@ impl Connection {
                 }
             }
             _ => {
-                return Err(AmqpError::new(
-                    code::COMMAND_INVALID,
-                    "unimplemented method",
-                ));
+                return Err(AmqpError::command_invalid("unimplemented method"));
             }
         }
         Ok(())

@@ -6,7 +6,7 @@ use charon_protocol::methods::{confirm, tx};
 use super::super::Connection;
 use super::super::channel::TxBuffer;
 use super::consume::Settle;
-use crate::error::{AmqpError, code};
+use crate::error::AmqpError;
 use crate::handles::QueueCmd;
 use crate::queue;
 
@@ -94,10 +94,7 @@ impl Connection {
                 );
             }
             _ => {
-                return Err(AmqpError::new(
-                    code::COMMAND_INVALID,
-                    "unimplemented method",
-                ));
+                return Err(AmqpError::command_invalid("unimplemented method"));
             }
         }
         Ok(())
