@@ -24,7 +24,7 @@ pub mod vhost;
 pub use arguments::{Overflow, QueueArgs, QueueType};
 pub use error::CoreError;
 pub use exchange::{Binding, Destination, Exchange, ExchangeKind};
-pub use message::Message;
+pub use message::{Body, Message};
 pub use policy::{ApplyTo, DefValue, Policies, Policy, PolicyDefinition, PolicyError};
 pub use queue::{
     ConsumerId, ConsumerSpec, DeadLetter, DeadReason, Delivery, GetResult, MsgId, PublishOutcome,

@@ -34,7 +34,7 @@ fn reasons(s: &mut QueueState) -> Vec<(String, DeadReason)> {
         .into_iter()
         .map(|d| {
             (
-                String::from_utf8_lossy(&d.message.body).into_owned(),
+                String::from_utf8_lossy(d.message.body.wire_bytes()).into_owned(),
                 d.reason,
             )
         })

@@ -75,7 +75,8 @@ fn new_message(message: &Message, now: u64) -> NewMessage {
         exchange: Bytes::copy_from_slice(message.exchange.as_bytes()),
         routing_key: Bytes::copy_from_slice(message.routing_key.as_bytes()),
         properties: message.properties.0.clone(),
-        body: message.body.clone(),
+        // A published or dead-lettered message is always resident when it is stored.
+        body: message.body.resident().cloned().unwrap_or_default(),
         enqueue_ms: now,
         expiry_ms: own_expiry(message, now),
     }

@@ -493,7 +493,7 @@ mod tests {
             .ok()
             .flatten()
             .map(|g| (g.message.body.clone(), g.remaining));
-        assert_eq!(got, Some((Bytes::from("x"), 1)));
+        assert_eq!(got, Some((charon_core::Body::from(Bytes::from("x")), 1)));
         let (tx, rx) = oneshot::channel();
         assert!(q.send(QueueCmd::Purge { reply: tx }).await);
         assert_eq!(rx.await.ok(), Some(1));

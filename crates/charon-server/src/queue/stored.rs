@@ -11,7 +11,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use charon_core::{Message, MsgId, QueueState};
+use charon_core::{Body, Message, MsgId, QueueState};
 use charon_protocol::RawProperties;
 
 use crate::persist::Persistence;
@@ -51,7 +51,7 @@ impl PagedShapes {
         len: u64,
     ) -> Arc<Message> {
         if let Some(m) = &self.last
-            && m.paged == Some(len)
+            && m.body == (Body::Paged { len })
             && m.bcc.is_empty()
             && m.exchange.as_bytes() == exchange
             && m.routing_key.as_bytes() == routing_key
@@ -59,14 +59,12 @@ impl PagedShapes {
         {
             return m.clone();
         }
-        let mut m = Message::new(
+        let m = Arc::new(Message::new(
             Arc::from(String::from_utf8_lossy(exchange).as_ref()),
             Arc::from(String::from_utf8_lossy(routing_key).as_ref()),
             RawProperties(Bytes::copy_from_slice(props)),
-            Bytes::new(),
-        );
-        m.paged = Some(len);
-        let m = Arc::new(m);
+            Body::Paged { len },
+        ));
         self.last = Some(m.clone());
         m
     }
@@ -109,10 +107,9 @@ impl StoreSide {
         let Some(msg) = stored else {
             return;
         };
-        let held = if message.is_paged() {
-            0
-        } else {
-            u32::try_from(message.body.len()).unwrap_or(u32::MAX)
+        let held = match &message.body {
+            Body::Paged { .. } => 0,
+            Body::Resident(b) => u32::try_from(b.len()).unwrap_or(u32::MAX),
         };
         self.entries.insert(id, Persisted { msg, held });
         if held > 0 {

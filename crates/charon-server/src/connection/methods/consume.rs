@@ -102,7 +102,7 @@ impl Connection {
                             channel,
                             CLASS_BASIC,
                             quorum_props.as_ref().unwrap_or(&msg.properties),
-                            &msg.body,
+                            msg.body.wire_bytes(),
                             self.frame_max,
                         );
                     }

@@ -60,7 +60,7 @@ impl Connection {
                         channel,
                         CLASS_BASIC,
                         quorum_props.as_ref().unwrap_or(&m.properties),
-                        &m.body,
+                        m.body.wire_bytes(),
                         self.frame_max,
                     );
                 }

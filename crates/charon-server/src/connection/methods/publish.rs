@@ -176,7 +176,7 @@ impl Connection {
                 channel,
                 CLASS_BASIC,
                 &message.properties,
-                &message.body,
+                message.body.wire_bytes(),
                 self.frame_max,
             );
         }
