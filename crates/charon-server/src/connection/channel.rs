@@ -8,6 +8,7 @@ use charon_core::{ConsumerId, MsgId};
 use charon_protocol::CLASS_BASIC;
 use charon_protocol::methods::basic;
 
+use super::confirms::ConfirmTracker;
 use crate::error::AmqpError;
 use crate::handles::{ChannelLimit, QueueHandle};
 
@@ -57,13 +58,8 @@ pub(crate) struct Channel {
     pub(crate) closing: bool,
     pub(crate) publish: Option<PendingPublish>,
     pub(crate) confirm: bool,
-    pub(crate) next_seq: u64,
-    /// seq → queues that still have to accept it.
-    pub(crate) pending_confirms: BTreeMap<u64, u32>,
-    /// Highest seq already acked to the client.
-    pub(crate) acked_upto: u64,
-    /// Refused publishes (some queue's `reject-publish`) waiting to be nacked in seq order.
-    pub(crate) nacked: std::collections::BTreeSet<u64>,
+    /// Publisher confirms (confirm mode).
+    pub(crate) confirms: ConfirmTracker,
     pub(crate) next_tag: u64,
     pub(crate) unacked: BTreeMap<u64, Unacked>,
     pub(crate) consumers: HashMap<Arc<str>, ChannelConsumer>,

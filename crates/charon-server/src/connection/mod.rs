@@ -5,6 +5,8 @@
 //! output buffer that goes to the writer once per read batch, so many replies share a syscall.
 
 mod channel;
+mod commits;
+mod confirms;
 mod handshake;
 mod methods;
 mod writer;
@@ -76,6 +78,7 @@ pub async fn serve(
         out: BytesMut::with_capacity(64 * 1024),
         out_deliveries: 0,
         wtx,
+        commits: commits::CommitWaiter::new(handle.clone()),
         handle,
         closing: false,
         blocked_capable: opened.blocked_capable,
@@ -148,6 +151,8 @@ pub(crate) struct Connection {
     pub(crate) out_deliveries: usize,
     wtx: mpsc::UnboundedSender<Outgoing>,
     pub(crate) handle: ConnHandle,
+    /// Waits for the store commits of confirmed persistent publishes.
+    pub(crate) commits: commits::CommitWaiter,
     /// connection.close sent; waiting for close-ok.
     pub(crate) closing: bool,
     /// The client announced `connection.blocked`.

@@ -70,15 +70,7 @@ impl Connection {
                 let Some(ch) = self.channels.get_mut(&channel) else {
                     return;
                 };
-                if let Some(left) = ch.pending_confirms.get_mut(&seq) {
-                    *left = left.saturating_sub(1);
-                    if !ack {
-                        ch.pending_confirms.remove(&seq);
-                        ch.nacked.insert(seq);
-                    } else if *left == 0 {
-                        ch.pending_confirms.remove(&seq);
-                    }
-                }
+                ch.confirms.answer(seq, ack);
                 self.flush_confirms(channel);
             }
             ConnEvent::ConsumerCancelled {

@@ -1,4 +1,4 @@
-//! queue.declare/bind/unbind/purge/delete, and asking queue actors.
+//! queue.declare/bind/unbind/purge/delete (one function each), and asking queue actors.
 
 use charon_core::QueueDeclare;
 use charon_protocol::AMQPClass;
@@ -41,170 +41,176 @@ impl Connection {
         m: queue::AMQPMethod,
     ) -> Result<(), AmqpError> {
         match m {
-            queue::AMQPMethod::Declare(d) => {
-                let vhost_name = self.vhost_name.clone();
-                let vhost = self.vhost.clone();
-                let access = self.access.clone();
-                let (name, handle, created) = {
-                    let mut topo = self
-                        .vhost
-                        .topology
-                        .write()
-                        .unwrap_or_else(|p| p.into_inner());
-                    let (name, entry, created) = topo.declare_queue_with(
-                        &QueueDeclare {
-                            name: d.queue.as_str().into(),
-                            passive: d.passive,
-                            durable: d.durable,
-                            exclusive: d.exclusive,
-                            auto_delete: d.auto_delete,
-                            arguments: d.arguments,
-                        },
-                        self.id,
-                        |name, new_args| {
-                            access
-                                .check_queue_declare(name, new_args)
-                                .map_err(AmqpError::from)
-                        },
-                        |meta| spawn_queue(meta, &vhost, &vhost_name),
-                    )?;
-                    (name, entry.handle.clone(), created)
-                };
-                if !created {
-                    // A redeclare counts as use for `x-expires`.
-                    let _ = handle.try_send(QueueCmd::Touch);
-                }
-                let stats = Self::ask(&handle, |reply| QueueCmd::Stats { reply }).await?;
-                if !d.nowait {
-                    self.reply(
-                        channel,
-                        AMQPClass::Queue(queue::AMQPMethod::DeclareOk(queue::DeclareOk {
-                            queue: name.as_ref().into(),
-                            message_count: stats.messages,
-                            consumer_count: stats.consumers,
-                        })),
-                    );
-                }
+            queue::AMQPMethod::Declare(d) => self.queue_declare(channel, d).await,
+            queue::AMQPMethod::Bind(b) => self.queue_bind(channel, b),
+            queue::AMQPMethod::Unbind(b) => self.queue_unbind(channel, b),
+            queue::AMQPMethod::Purge(p) => self.queue_purge(channel, p).await,
+            queue::AMQPMethod::Delete(d) => self.queue_delete(channel, d).await,
+            _ => Err(AmqpError::command_invalid("unimplemented method")),
+        }
+    }
+
+    async fn queue_declare(&mut self, channel: u16, d: queue::Declare) -> Result<(), AmqpError> {
+        let vhost_name = self.vhost_name.clone();
+        let vhost = self.vhost.clone();
+        let access = self.access.clone();
+        let (name, handle, created) = {
+            let mut topo = self
+                .vhost
+                .topology
+                .write()
+                .unwrap_or_else(|p| p.into_inner());
+            let (name, entry, created) = topo.declare_queue_with(
+                &QueueDeclare {
+                    name: d.queue.as_str().into(),
+                    passive: d.passive,
+                    durable: d.durable,
+                    exclusive: d.exclusive,
+                    auto_delete: d.auto_delete,
+                    arguments: d.arguments,
+                },
+                self.id,
+                |name, new_args| {
+                    access
+                        .check_queue_declare(name, new_args)
+                        .map_err(AmqpError::from)
+                },
+                |meta| spawn_queue(meta, &vhost, &vhost_name),
+            )?;
+            (name, entry.handle.clone(), created)
+        };
+        if !created {
+            // A redeclare counts as use for `x-expires`.
+            let _ = handle.try_send(QueueCmd::Touch);
+        }
+        let stats = Self::ask(&handle, |reply| QueueCmd::Stats { reply }).await?;
+        if !d.nowait {
+            self.reply(
+                channel,
+                AMQPClass::Queue(queue::AMQPMethod::DeclareOk(queue::DeclareOk {
+                    queue: name.as_ref().into(),
+                    message_count: stats.messages,
+                    consumer_count: stats.consumers,
+                })),
+            );
+        }
+        Ok(())
+    }
+
+    fn queue_bind(&mut self, channel: u16, b: queue::Bind) -> Result<(), AmqpError> {
+        self.access
+            .check_bind(b.exchange.as_str(), ResourceKind::Queue, b.queue.as_str())?;
+        {
+            let mut topo = self
+                .vhost
+                .topology
+                .write()
+                .unwrap_or_else(|p| p.into_inner());
+            if topo.queue(b.queue.as_str()).is_some() {
+                topo.check_queue_access(b.queue.as_str(), self.id)?;
             }
-            queue::AMQPMethod::Bind(b) => {
-                self.access.check_bind(
-                    b.exchange.as_str(),
-                    ResourceKind::Queue,
-                    b.queue.as_str(),
-                )?;
-                {
-                    let mut topo = self
-                        .vhost
-                        .topology
-                        .write()
-                        .unwrap_or_else(|p| p.into_inner());
-                    if topo.queue(b.queue.as_str()).is_some() {
-                        topo.check_queue_access(b.queue.as_str(), self.id)?;
-                    }
-                    topo.bind_queue(
-                        b.queue.as_str(),
-                        b.exchange.as_str(),
-                        b.routing_key.as_str(),
-                        &b.arguments,
-                    )?;
-                }
-                if !b.nowait {
-                    self.reply(
-                        channel,
-                        AMQPClass::Queue(queue::AMQPMethod::BindOk(queue::BindOk {})),
-                    );
-                }
+            topo.bind_queue(
+                b.queue.as_str(),
+                b.exchange.as_str(),
+                b.routing_key.as_str(),
+                &b.arguments,
+            )?;
+        }
+        if !b.nowait {
+            self.reply(
+                channel,
+                AMQPClass::Queue(queue::AMQPMethod::BindOk(queue::BindOk {})),
+            );
+        }
+        Ok(())
+    }
+
+    fn queue_unbind(&mut self, channel: u16, b: queue::Unbind) -> Result<(), AmqpError> {
+        self.access
+            .check_bind(b.exchange.as_str(), ResourceKind::Queue, b.queue.as_str())?;
+        {
+            let mut topo = self
+                .vhost
+                .topology
+                .write()
+                .unwrap_or_else(|p| p.into_inner());
+            topo.unbind_queue(
+                b.queue.as_str(),
+                b.exchange.as_str(),
+                b.routing_key.as_str(),
+                &b.arguments,
+            )?;
+        }
+        self.reply(
+            channel,
+            AMQPClass::Queue(queue::AMQPMethod::UnbindOk(queue::UnbindOk {})),
+        );
+        Ok(())
+    }
+
+    async fn queue_purge(&mut self, channel: u16, p: queue::Purge) -> Result<(), AmqpError> {
+        self.permit(ResourceKind::Queue, p.queue.as_str(), Permission::Read)?;
+        let q = self.queue_handle(p.queue.as_str())?;
+        let n = Self::ask(&q, |reply| QueueCmd::Purge { reply }).await?;
+        if !p.nowait {
+            self.reply(
+                channel,
+                AMQPClass::Queue(queue::AMQPMethod::PurgeOk(queue::PurgeOk {
+                    message_count: n,
+                })),
+            );
+        }
+        Ok(())
+    }
+
+    async fn queue_delete(&mut self, channel: u16, d: queue::Delete) -> Result<(), AmqpError> {
+        let name = d.queue.as_str().to_string();
+        self.permit(ResourceKind::Queue, &name, Permission::Configure)?;
+        let exists = {
+            let topo = self
+                .vhost
+                .topology
+                .read()
+                .unwrap_or_else(|p| p.into_inner());
+            topo.queue(&name).is_some()
+        };
+        let mut count = 0;
+        if exists {
+            let q = self.queue_handle(&name)?;
+            let stats = Self::ask(&q, |reply| QueueCmd::Stats { reply }).await?;
+            if d.if_unused && stats.consumers > 0 {
+                return Err(AmqpError::precondition(format!(
+                    "queue '{name}' in vhost '{}' in use",
+                    self.vhost_name
+                )));
             }
-            queue::AMQPMethod::Unbind(b) => {
-                self.access.check_bind(
-                    b.exchange.as_str(),
-                    ResourceKind::Queue,
-                    b.queue.as_str(),
-                )?;
-                {
-                    let mut topo = self
-                        .vhost
-                        .topology
-                        .write()
-                        .unwrap_or_else(|p| p.into_inner());
-                    topo.unbind_queue(
-                        b.queue.as_str(),
-                        b.exchange.as_str(),
-                        b.routing_key.as_str(),
-                        &b.arguments,
-                    )?;
-                }
-                self.reply(
-                    channel,
-                    AMQPClass::Queue(queue::AMQPMethod::UnbindOk(queue::UnbindOk {})),
-                );
+            if d.if_empty && stats.messages > 0 {
+                return Err(AmqpError::precondition(format!(
+                    "queue '{name}' in vhost '{}' not empty",
+                    self.vhost_name
+                )));
             }
-            queue::AMQPMethod::Purge(p) => {
-                self.permit(ResourceKind::Queue, p.queue.as_str(), Permission::Read)?;
-                let q = self.queue_handle(p.queue.as_str())?;
-                let n = Self::ask(&q, |reply| QueueCmd::Purge { reply }).await?;
-                if !p.nowait {
-                    self.reply(
-                        channel,
-                        AMQPClass::Queue(queue::AMQPMethod::PurgeOk(queue::PurgeOk {
-                            message_count: n,
-                        })),
-                    );
-                }
+            let removed = {
+                let mut topo = self
+                    .vhost
+                    .topology
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner());
+                topo.remove_queue(&name)
+            };
+            if let Some(entry) = removed {
+                count = Self::ask(&entry.handle, |reply| QueueCmd::Delete { reply })
+                    .await
+                    .unwrap_or(0);
             }
-            queue::AMQPMethod::Delete(d) => {
-                let name = d.queue.as_str().to_string();
-                self.permit(ResourceKind::Queue, &name, Permission::Configure)?;
-                let exists = {
-                    let topo = self
-                        .vhost
-                        .topology
-                        .read()
-                        .unwrap_or_else(|p| p.into_inner());
-                    topo.queue(&name).is_some()
-                };
-                let mut count = 0;
-                if exists {
-                    let q = self.queue_handle(&name)?;
-                    let stats = Self::ask(&q, |reply| QueueCmd::Stats { reply }).await?;
-                    if d.if_unused && stats.consumers > 0 {
-                        return Err(AmqpError::precondition(format!(
-                            "queue '{name}' in vhost '{}' in use",
-                            self.vhost_name
-                        )));
-                    }
-                    if d.if_empty && stats.messages > 0 {
-                        return Err(AmqpError::precondition(format!(
-                            "queue '{name}' in vhost '{}' not empty",
-                            self.vhost_name
-                        )));
-                    }
-                    let removed = {
-                        let mut topo = self
-                            .vhost
-                            .topology
-                            .write()
-                            .unwrap_or_else(|p| p.into_inner());
-                        topo.remove_queue(&name)
-                    };
-                    if let Some(entry) = removed {
-                        count = Self::ask(&entry.handle, |reply| QueueCmd::Delete { reply })
-                            .await
-                            .unwrap_or(0);
-                    }
-                }
-                if !d.nowait {
-                    self.reply(
-                        channel,
-                        AMQPClass::Queue(queue::AMQPMethod::DeleteOk(queue::DeleteOk {
-                            message_count: count,
-                        })),
-                    );
-                }
-            }
-            _ => {
-                return Err(AmqpError::command_invalid("unimplemented method"));
-            }
+        }
+        if !d.nowait {
+            self.reply(
+                channel,
+                AMQPClass::Queue(queue::AMQPMethod::DeleteOk(queue::DeleteOk {
+                    message_count: count,
+                })),
+            );
         }
         Ok(())
     }
