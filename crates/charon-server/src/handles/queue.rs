@@ -133,7 +133,7 @@ pub enum QueueCmd {
     /// A dead-lettered message routed here from another queue. When this queue refuses it
     /// (full, `reject-publish`), it goes back to `from`, which keeps it and retries: a dead
     /// letter is never dropped for lack of room.
-    DeadLetter {
+    EnqueueDeadLetters {
         /// The dead-lettered copies (x-death already updated), in dead-lettering order. The
         /// source already wrote the move to the store (one record for all targets): the target
         /// only keeps them.
@@ -142,7 +142,7 @@ pub enum QueueCmd {
         from: QueueHandle,
     },
     /// Dead letters this queue sent were refused by `target`; keep them and retry later.
-    DeadLetterRefused {
+    DeadLettersRefused {
         /// The dead-lettered copies.
         messages: Vec<Placed>,
         /// The queue that refused it.

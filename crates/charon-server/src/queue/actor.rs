@@ -10,11 +10,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use charon_core::dead_letter::DeadLetterTarget;
+use charon_core::dead_letter::DlxSettings;
 use charon_core::{ConsumerId, Delivery, PublishOutcome, QueueState};
 use tokio::sync::mpsc;
 
-use super::dead_letters::{self, DeadLetterer};
+use super::dead_letters::{self, DeadLetterDispatcher};
 use super::stored::StoreSide;
 use crate::handles::{ConnEvent, ConsumerTarget, Placed, QueueCmd, QueueHandle, QueueStats};
 use crate::vhost::VHostState;
@@ -62,9 +62,9 @@ pub(crate) fn spawn(
     tokio::spawn(run(state, handle.clone(), rx, ctx));
 }
 
-fn dl_target(state: &QueueState) -> Option<DeadLetterTarget> {
+fn dl_target(state: &QueueState) -> Option<DlxSettings> {
     let a = state.args();
-    a.dead_letter_exchange.as_ref().map(|x| DeadLetterTarget {
+    a.dead_letter_exchange.as_ref().map(|x| DlxSettings {
         exchange: Arc::from(x.as_str()),
         routing_key: a.dead_letter_routing_key.as_deref().map(Arc::from),
     })
@@ -83,9 +83,9 @@ struct Actor {
     me: QueueHandle,
     ctx: QueueContext,
     consumers: HashMap<ConsumerId, Consumer>,
-    dl: DeadLetterer,
+    dl: DeadLetterDispatcher,
     /// Where dead letters go (argument or policy), if anywhere.
-    target: Option<DeadLetterTarget>,
+    target: Option<DlxSettings>,
     /// Last use (consume, cancel, get, redeclare): `x-expires` counts from here.
     last_used: u64,
     /// Deliveries of this batch (reused buffer).
@@ -124,7 +124,7 @@ impl Actor {
     fn new(state: QueueState, me: QueueHandle, ctx: QueueContext) -> Self {
         Self {
             target: dl_target(&state),
-            dl: DeadLetterer::new(ctx.vhost.clone()),
+            dl: DeadLetterDispatcher::new(ctx.vhost.clone()),
             state,
             me,
             ctx,
@@ -166,8 +166,10 @@ impl Actor {
                     });
                 }
             }
-            QueueCmd::DeadLetter { messages, from } => self.take_dead_letters(messages, from, now),
-            QueueCmd::DeadLetterRefused { messages, target } => {
+            QueueCmd::EnqueueDeadLetters { messages, from } => {
+                self.take_dead_letters(messages, from, now)
+            }
+            QueueCmd::DeadLettersRefused { messages, target } => {
                 self.dl.refused(messages, target, now);
             }
             QueueCmd::SetArgs { args } => {

@@ -3,8 +3,9 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use charon_core::Message;
 use charon_core::arguments::MAX_EXPIRY;
-use charon_core::{Message, dead_letter};
+use charon_core::routing::{header_routes, strip_bcc};
 use charon_protocol::methods::basic;
 use charon_protocol::{
     BasicProperties, CLASS_BASIC, RawProperties, encode_basic_ack, encode_basic_nack,
@@ -150,7 +151,7 @@ impl Connection {
         };
         let headers = decoded.as_ref().and_then(|d| d.headers().as_ref());
         let (cc, bcc) = match &decoded {
-            Some(d) if headers.is_some() => dead_letter::header_routes(d),
+            Some(d) if headers.is_some() => header_routes(d),
             _ => (Vec::new(), Vec::new()),
         };
         let mut keys: Vec<&str> = vec![routing_key];
@@ -169,7 +170,7 @@ impl Connection {
         }
         // BCC routes but never reaches a consumer: the message goes on without that header.
         // Its BCC keys are kept on the message for dead-lettering.
-        let properties = match decoded.as_ref().and_then(dead_letter::strip_bcc) {
+        let properties = match decoded.as_ref().and_then(strip_bcc) {
             Some(p) => p,
             None => properties,
         };
