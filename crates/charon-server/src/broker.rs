@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::access::{AccessControl, ConfigError};
 use crate::config::Config;
+use crate::locks::RwLockExt;
 use crate::persist::{self, Persistence, StoreSlot};
 use crate::queue;
 pub use crate::vhost::VHostState;
@@ -142,7 +143,7 @@ impl Broker {
             }
             if let Some(data) = persist::topology_of(&rec, &v.name) {
                 let name = v.name.clone();
-                let mut topo = v.topology.write().unwrap_or_else(|p| p.into_inner());
+                let mut topo = v.topology.write_recover();
                 let restored_ok = persist::restore_topology(&mut topo, data, |meta, sid| {
                     p.note_queue_id(sid);
                     known.insert(sid);

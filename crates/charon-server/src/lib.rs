@@ -19,12 +19,13 @@
 pub mod access;
 pub mod broker;
 pub mod config;
-pub mod connection;
+pub(crate) mod connection;
 pub mod error;
 pub mod handles;
-pub mod persist;
+mod locks;
+pub(crate) mod persist;
 pub mod policies;
-pub mod queue;
+pub(crate) mod queue;
 pub mod queues_info;
 pub mod server;
 pub mod vhost;

@@ -6,6 +6,7 @@ use charon_core::{ApplyTo, DefValue, Policy, PolicyDefinition, PolicyError};
 
 use crate::broker::Broker;
 use crate::handles::QueueCmd;
+use crate::locks::RwLockExt;
 use crate::vhost::VHostState;
 
 /// A policy as submitted (`PUT /api/policies/{vhost}/{name}`).
@@ -111,7 +112,7 @@ fn save(vhost: &VHostState) {
         return;
     };
     let rows: Vec<_> = {
-        let ps = vhost.policies.read().unwrap_or_else(|p| p.into_inner());
+        let ps = vhost.policies.read_recover();
         ps.iter()
             .map(|p| {
                 (
@@ -131,7 +132,7 @@ fn save(vhost: &VHostState) {
 
 /// Sends every queue of `vhost` its current effective settings.
 fn reapply(vhost: &VHostState) {
-    let topo = vhost.topology.read().unwrap_or_else(|p| p.into_inner());
+    let topo = vhost.topology.read_recover();
     for entry in topo.queues() {
         let args = vhost.effective_args(&entry.meta);
         let handle = entry.handle.clone();
@@ -161,7 +162,7 @@ impl Broker {
             definition,
         )?;
         let created = {
-            let mut ps = v.policies.write().unwrap_or_else(|p| p.into_inner());
+            let mut ps = v.policies.write_recover();
             ps.set(policy)
         };
         save(&v);
@@ -179,7 +180,7 @@ impl Broker {
             return false;
         };
         let removed = {
-            let mut ps = v.policies.write().unwrap_or_else(|p| p.into_inner());
+            let mut ps = v.policies.write_recover();
             ps.clear(name)
         };
         if removed {
@@ -198,11 +199,7 @@ impl Broker {
             });
             match policy {
                 Ok(p) => {
-                    vhost
-                        .policies
-                        .write()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .set(p);
+                    vhost.policies.write_recover().set(p);
                 }
                 Err(e) => tracing::warn!(policy = %name, error = %e, "could not restore a policy"),
             }
@@ -216,7 +213,7 @@ impl Broker {
             if vhost.is_some_and(|n| n != &*v.name) {
                 continue;
             }
-            let ps = v.policies.read().unwrap_or_else(|p| p.into_inner());
+            let ps = v.policies.read_recover();
             for p in ps.iter() {
                 out.push(PolicyView {
                     vhost: v.name.to_string(),

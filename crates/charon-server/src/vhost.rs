@@ -10,6 +10,7 @@ use charon_core::policy::effective_args;
 use charon_core::{Policies, QueueArgs, QueueMeta, VHost};
 
 use crate::handles::QueueHandle;
+use crate::locks::{MutexExt, RwLockExt};
 use crate::persist::{self, Durable, Persistence, StoreSlot};
 
 /// One virtual host: its topology (exchanges, bindings, queue handles) and its policies.
@@ -61,12 +62,9 @@ impl VHostState {
         let p = self.persistence()?;
         // Held while encoding and appending, so that saves reach the log in topology order
         // (lock order: `saved_topology`, then `topology`).
-        let mut saved = self
-            .saved_topology
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut saved = self.saved_topology.lock_recover();
         let encoded = {
-            let topo = self.topology.read().unwrap_or_else(|p| p.into_inner());
+            let topo = self.topology.read_recover();
             persist::encode_topology(&topo, QueueHandle::store_id)
         };
         if *saved == encoded {
@@ -78,7 +76,7 @@ impl VHostState {
 
     /// The settings queue `meta` runs with: its arguments overlaid with the policy that applies.
     pub fn effective_args(&self, meta: &QueueMeta) -> QueueArgs {
-        let policies = self.policies.read().unwrap_or_else(|p| p.into_inner());
+        let policies = self.policies.read_recover();
         let declared_overflow = charon_core::value::lookup(&meta.arguments, "x-overflow").is_some();
         effective_args(
             &meta.args,

@@ -75,8 +75,19 @@ pub(crate) struct Channel {
 pub(crate) struct TxBuffer {
     /// Routed publishes: (targets, message).
     pub(crate) publishes: Vec<(Vec<QueueHandle>, Arc<charon_core::Message>)>,
-    /// basic.ack/nack/reject as received: (delivery tag, multiple, ack/requeue/reject as 0/1/2).
-    pub(crate) settles: Vec<(u64, bool, u8)>,
+    /// basic.ack/nack/reject as received: (delivery tag, multiple, how).
+    pub(crate) settles: Vec<(u64, bool, Settle)>,
+}
+
+/// How delivered messages are settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Settle {
+    /// basic.ack.
+    Ack,
+    /// basic.nack/reject with requeue.
+    Requeue,
+    /// basic.nack/reject without requeue (dead-lettered when the queue has a DLX).
+    Reject,
 }
 
 impl Channel {

@@ -30,13 +30,14 @@ use crate::access::VHostAccess;
 use crate::broker::Broker;
 use crate::error::AmqpError;
 use crate::handles::{ConnEvent, ConnHandle};
+use crate::locks::RwLockExt;
 use crate::vhost::VHostState;
 use channel::Channel;
 use handshake::HandshakeEnd;
 use writer::Outgoing;
 
 /// Serves one accepted TCP connection until it closes.
-pub async fn serve(
+pub(crate) async fn serve(
     stream: TcpStream,
     peer: SocketAddr,
     broker: Arc<Broker>,
@@ -321,11 +322,7 @@ impl Connection {
             }
         }
         let owned: Vec<_> = {
-            let mut topo = self
-                .vhost
-                .topology
-                .write()
-                .unwrap_or_else(|p| p.into_inner());
+            let mut topo = self.vhost.topology.write_recover();
             let names = topo.queues_owned_by(self.id);
             names.iter().filter_map(|n| topo.remove_queue(n)).collect()
         };

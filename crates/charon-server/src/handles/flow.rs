@@ -15,6 +15,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
 use super::queue::QueueHandle;
+use crate::locks::MutexExt;
 
 /// Deliveries a connection may have encoded but not yet written to its socket.
 pub const MAX_PENDING_DELIVERIES: usize = 8192;
@@ -25,7 +26,7 @@ struct Starved(Mutex<Vec<QueueHandle>>);
 
 impl Starved {
     fn register(&self, queue: &QueueHandle) {
-        let mut list = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut list = self.0.lock_recover();
         if !list.iter().any(|q| q.same(queue)) {
             list.push(queue.clone());
         }
@@ -33,7 +34,7 @@ impl Starved {
 
     fn kick_all(&self) {
         let drained: Vec<QueueHandle> = {
-            let mut list = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            let mut list = self.0.lock_recover();
             std::mem::take(&mut *list)
         };
         for q in drained {

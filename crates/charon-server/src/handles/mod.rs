@@ -4,7 +4,7 @@
 //!
 //! They refer to each other (a consumer target names its connection and channel gate; credit
 //! remembers the queues waiting for it), so they live together; everything else imports them
-//! from here and they import nothing else of the server.
+//! from here and they import nothing else of the server (but the lock helper, `crate::locks`).
 
 mod conn;
 mod flow;

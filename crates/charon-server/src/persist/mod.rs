@@ -52,7 +52,7 @@ const KIND_POLICIES: u8 = 2;
 
 /// The broker's handle on its store.
 #[derive(Debug)]
-pub struct Persistence {
+pub(crate) struct Persistence {
     store: Store,
     /// Body bytes of stored messages that queues hold in memory.
     resident: AtomicU64,
@@ -85,7 +85,7 @@ fn new_message(message: &Message, now: u64) -> NewMessage {
 impl Persistence {
     /// Opens the store under `data_dir` (`<data_dir>/store`) and recovers it; `budget` is the
     /// in-memory budget for stored bodies (bytes).
-    pub fn open(data_dir: &Path, budget: u64) -> Result<(Arc<Persistence>, Recovered), OpenError> {
+    pub(crate) fn open(data_dir: &Path, budget: u64) -> Result<(Arc<Persistence>, Recovered), OpenError> {
         let (store, rec) = Store::open_dir(data_dir.join("store"), StoreConfig::default())?;
         if rec.truncated_bytes > 0 {
             tracing::warn!(
@@ -107,7 +107,7 @@ impl Persistence {
 
     /// A store id for a new durable queue: above every id in use and every id handed out
     /// before (the clock's microseconds), so a deleted queue's id never comes back.
-    pub fn new_queue_id(&self) -> u64 {
+    pub(crate) fn new_queue_id(&self) -> u64 {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
@@ -128,7 +128,7 @@ impl Persistence {
     }
 
     /// A recovered queue id: new ids go above it.
-    pub fn note_queue_id(&self, id: u64) {
+    pub(crate) fn note_queue_id(&self, id: u64) {
         self.next_queue
             .fetch_max(id.saturating_add(1), Ordering::Relaxed);
     }
@@ -180,7 +180,7 @@ impl Persistence {
     }
 
     /// Like [`Self::publish`], durable with the next group commit (nobody waits for it).
-    pub fn publish_nowait(
+    pub(crate) fn publish_nowait(
         &self,
         message: &Message,
         members: Vec<(u64, u64)>,
@@ -200,7 +200,7 @@ impl Persistence {
 
     /// Dead-letters, as one record, message `source` (queue store id, id there) into its copy
     /// `message` at `targets` (none: it is only removed). Returns the copy's store id.
-    pub fn dead_letter(
+    pub(crate) fn dead_letter(
         &self,
         source: (u64, u64),
         message: &Message,
@@ -222,14 +222,14 @@ impl Persistence {
     }
 
     /// Records that messages left queue `queue` (goes with the next group commit).
-    pub fn settle(&self, queue: u64, ids: Vec<u64>) {
+    pub(crate) fn settle(&self, queue: u64, ids: Vec<u64>) {
         if let Err(e) = self.store.append_nowait(Command::Settle { queue, ids }) {
             tracing::error!(error = %e, "could not record settled messages");
         }
     }
 
     /// Records the first delivery of messages of queue `queue`.
-    pub fn delivered(&self, queue: u64, ids: &[u64]) {
+    pub(crate) fn delivered(&self, queue: u64, ids: &[u64]) {
         for &id in ids {
             let cmd = Command::DeliveryCount {
                 member: (queue, id),
@@ -242,7 +242,7 @@ impl Persistence {
     }
 
     /// Removes every message of queue `queue` (deleted, or unknown at recovery).
-    pub fn purge(&self, queue: u64) {
+    pub(crate) fn purge(&self, queue: u64) {
         if let Err(e) = self.store.append_nowait(Command::Purge { queue }) {
             tracing::error!(error = %e, "could not record a queue's removal");
         }
@@ -254,7 +254,7 @@ impl Persistence {
     }
 
     /// Reads stored message `msg`'s body back.
-    pub fn read_body(&self, msg: u64) -> Option<Bytes> {
+    pub(crate) fn read_body(&self, msg: u64) -> Option<Bytes> {
         let at = self.store.current_body(msg)?;
         match self.store.read_body(&at) {
             Ok(b) => Some(b),
@@ -266,17 +266,17 @@ impl Persistence {
     }
 
     /// Last durable log index (bodies stored at or below it can be read back).
-    pub fn durable_index(&self) -> u64 {
+    pub(crate) fn durable_index(&self) -> u64 {
         self.store.durable_index()
     }
 
     /// `n` body bytes of stored messages are now held in memory.
-    pub fn hold(&self, n: u64) {
+    pub(crate) fn hold(&self, n: u64) {
         self.resident.fetch_add(n, Ordering::Relaxed);
     }
 
     /// `n` body bytes of stored messages are no longer held in memory.
-    pub fn release(&self, n: u64) {
+    pub(crate) fn release(&self, n: u64) {
         let _ = self
             .resident
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
@@ -285,12 +285,12 @@ impl Persistence {
     }
 
     /// Whether held bodies exceed the budget (queues then page newly stored bodies out).
-    pub fn over_budget(&self) -> bool {
+    pub(crate) fn over_budget(&self) -> bool {
         self.resident.load(Ordering::Relaxed) > self.budget
     }
 
     /// Free bytes on the data directory's file system.
-    pub fn free_bytes(&self) -> Option<u64> {
+    pub(crate) fn free_bytes(&self) -> Option<u64> {
         self.store.free_bytes().ok()
     }
 }

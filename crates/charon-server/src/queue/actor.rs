@@ -17,6 +17,7 @@ use tokio::sync::mpsc;
 use super::dead_letters::{self, DeadLetterDispatcher};
 use super::stored::StoreSide;
 use crate::handles::{ConnEvent, ConsumerTarget, Placed, QueueCmd, QueueHandle, QueueStats};
+use crate::locks::RwLockExt;
 use crate::vhost::VHostState;
 
 /// Most commands handled between two runs of the delivery loop.
@@ -339,12 +340,7 @@ impl Actor {
     fn remove_self(&mut self) -> bool {
         let me = &self.me;
         {
-            let mut topo = self
-                .ctx
-                .vhost
-                .topology
-                .write()
-                .unwrap_or_else(|p| p.into_inner());
+            let mut topo = self.ctx.vhost.topology.write_recover();
             if !topo.queue(me.name()).is_some_and(|e| e.handle.same(me)) {
                 return false;
             }

@@ -19,6 +19,7 @@ use charon_core::dead_letter::{self, DlxSettings};
 use super::place::{allocate, placed};
 use super::stored::StoreSide;
 use crate::handles::{Placed, QueueCmd, QueueHandle};
+use crate::locks::RwLockExt;
 use crate::vhost::VHostState;
 
 /// Delay before dead letters refused by a full `reject-publish` queue are offered again (ms).
@@ -88,11 +89,7 @@ impl DeadLetterDispatcher {
             let keys: Vec<&str> = copy.routing_keys.iter().map(|k| k.as_ref()).collect();
             let mut queues: Vec<QueueHandle> = Vec::new();
             let routed = {
-                let topo = self
-                    .vhost
-                    .topology
-                    .read()
-                    .unwrap_or_else(|p| p.into_inner());
+                let topo = self.vhost.topology.read_recover();
                 topo.route_dead_letter(&target.exchange, &keys, headers, &mut queues)
             };
             if !routed {

@@ -8,7 +8,7 @@ use charon_protocol::methods::basic;
 use charon_protocol::{AMQPClass, CLASS_BASIC, encode_basic_get_ok, encode_content};
 
 use super::super::Connection;
-use super::super::channel::{ChannelConsumer, PendingPublish, Unacked};
+use super::super::channel::{ChannelConsumer, PendingPublish, Settle, Unacked};
 use crate::access::{Permission, ResourceKind};
 use crate::error::AmqpError;
 use crate::handles::{ConsumerTarget, QueueCmd};
@@ -215,12 +215,7 @@ impl Connection {
                     "unknown delivery tag {tag}"
                 )));
             }
-            let code = match how {
-                Settle::Ack => 0,
-                Settle::Requeue => 1,
-                Settle::Reject => 2,
-            };
-            buf.settles.push((tag, multiple, code));
+            buf.settles.push((tag, multiple, how));
             return Ok(());
         }
         self.settle_now(channel, tag, multiple, how).await
@@ -260,11 +255,4 @@ pub(super) fn server_tag(prefix: &str) -> String {
         s.push(char::from(ALPHABET.get(idx).copied().unwrap_or(b'A')));
     }
     s
-}
-
-#[derive(Clone, Copy)]
-pub(super) enum Settle {
-    Ack,
-    Requeue,
-    Reject,
 }

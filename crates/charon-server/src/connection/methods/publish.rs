@@ -18,6 +18,7 @@ use super::super::confirms::ConfirmReply;
 use crate::access::{Permission, ResourceKind};
 use crate::error::{AmqpError, ReplyCode};
 use crate::handles::{ConfirmTo, QueueCmd, QueueHandle};
+use crate::locks::RwLockExt;
 use crate::queue;
 
 impl Connection {
@@ -158,11 +159,7 @@ impl Connection {
         keys.extend(cc.iter().chain(&bcc).map(|k| k.as_ref()));
         let mut targets: Vec<QueueHandle> = Vec::new();
         {
-            let topo = self
-                .vhost
-                .topology
-                .read()
-                .unwrap_or_else(|p| p.into_inner());
+            let topo = self.vhost.topology.read_recover();
             topo.route(exchange, &keys, headers, &mut targets)?;
         }
         if let Some(props) = &decoded {

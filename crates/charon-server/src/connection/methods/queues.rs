@@ -10,16 +10,13 @@ use crate::access::{Permission, ResourceKind};
 
 use crate::error::AmqpError;
 use crate::handles::{QueueCmd, QueueHandle};
+use crate::locks::RwLockExt;
 use crate::queue::spawn_queue;
 
 impl Connection {
     /// The queue `name` (or the channel's... RabbitMQ's "last declared" is not tracked yet).
     pub(super) fn queue_handle(&self, name: &str) -> Result<QueueHandle, AmqpError> {
-        let topo = self
-            .vhost
-            .topology
-            .read()
-            .unwrap_or_else(|p| p.into_inner());
+        let topo = self.vhost.topology.read_recover();
         Ok(topo.check_queue_access(name, self.id)?.handle.clone())
     }
 
@@ -55,11 +52,7 @@ impl Connection {
         let vhost = self.vhost.clone();
         let access = self.access.clone();
         let (name, handle, created) = {
-            let mut topo = self
-                .vhost
-                .topology
-                .write()
-                .unwrap_or_else(|p| p.into_inner());
+            let mut topo = self.vhost.topology.write_recover();
             let (name, entry, created) = topo.declare_queue_with(
                 &QueueDeclare {
                     name: d.queue.as_str().into(),
@@ -101,11 +94,7 @@ impl Connection {
         self.access
             .check_bind(b.exchange.as_str(), ResourceKind::Queue, b.queue.as_str())?;
         {
-            let mut topo = self
-                .vhost
-                .topology
-                .write()
-                .unwrap_or_else(|p| p.into_inner());
+            let mut topo = self.vhost.topology.write_recover();
             if topo.queue(b.queue.as_str()).is_some() {
                 topo.check_queue_access(b.queue.as_str(), self.id)?;
             }
@@ -129,11 +118,7 @@ impl Connection {
         self.access
             .check_bind(b.exchange.as_str(), ResourceKind::Queue, b.queue.as_str())?;
         {
-            let mut topo = self
-                .vhost
-                .topology
-                .write()
-                .unwrap_or_else(|p| p.into_inner());
+            let mut topo = self.vhost.topology.write_recover();
             topo.unbind_queue(
                 b.queue.as_str(),
                 b.exchange.as_str(),
@@ -167,11 +152,7 @@ impl Connection {
         let name = d.queue.as_str().to_string();
         self.permit(ResourceKind::Queue, &name, Permission::Configure)?;
         let exists = {
-            let topo = self
-                .vhost
-                .topology
-                .read()
-                .unwrap_or_else(|p| p.into_inner());
+            let topo = self.vhost.topology.read_recover();
             topo.queue(&name).is_some()
         };
         let mut count = 0;
@@ -191,11 +172,7 @@ impl Connection {
                 )));
             }
             let removed = {
-                let mut topo = self
-                    .vhost
-                    .topology
-                    .write()
-                    .unwrap_or_else(|p| p.into_inner());
+                let mut topo = self.vhost.topology.write_recover();
                 topo.remove_queue(&name)
             };
             if let Some(entry) = removed {

@@ -5,7 +5,6 @@ use charon_protocol::methods::{confirm, tx};
 
 use super::super::Connection;
 use super::super::channel::TxBuffer;
-use super::consume::Settle;
 use crate::error::AmqpError;
 use crate::handles::QueueCmd;
 use crate::queue;
@@ -71,11 +70,6 @@ impl Connection {
                     }
                 }
                 for (tag, multiple, how) in buf.settles {
-                    let how = match how {
-                        0 => Settle::Ack,
-                        1 => Settle::Requeue,
-                        _ => Settle::Reject,
-                    };
                     self.settle_now(channel, tag, multiple, how).await?;
                 }
                 self.reply(
