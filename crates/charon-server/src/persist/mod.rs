@@ -85,7 +85,10 @@ fn new_message(message: &Message, now: u64) -> NewMessage {
 impl Persistence {
     /// Opens the store under `data_dir` (`<data_dir>/store`) and recovers it; `budget` is the
     /// in-memory budget for stored bodies (bytes).
-    pub(crate) fn open(data_dir: &Path, budget: u64) -> Result<(Arc<Persistence>, Recovered), OpenError> {
+    pub(crate) fn open(
+        data_dir: &Path,
+        budget: u64,
+    ) -> Result<(Arc<Persistence>, Recovered), OpenError> {
         let (store, rec) = Store::open_dir(data_dir.join("store"), StoreConfig::default())?;
         if rec.truncated_bytes > 0 {
             tracing::warn!(
