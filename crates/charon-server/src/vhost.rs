@@ -23,7 +23,7 @@ pub struct VHostState {
     pub name: Arc<str>,
     /// Exchanges, bindings and the registry of queue actors.
     pub topology: RwLock<VHost<QueueHandle>>,
-    /// Policies (see [`crate::policies`]).
+    /// Policies (set through `Broker::set_policy`, policies.rs).
     pub policies: RwLock<Policies>,
     /// The broker's store slot (empty without a store).
     store: StoreSlot,

@@ -7,7 +7,7 @@
 use tokio::sync::mpsc;
 
 use crate::handles::{ConnEvent, ConnHandle};
-use crate::persist::Durable;
+use crate::queue::Durable;
 
 /// Store writes waiting to be confirmed, per connection (the publisher waits when it is full).
 const CAPACITY: usize = 4096;

@@ -11,6 +11,7 @@ mod place;
 mod spawn;
 mod stored;
 
+pub(crate) use crate::persist::Durable;
 pub(crate) use actor::now_ms;
 pub(crate) use place::place;
 pub(crate) use spawn::{spawn_queue, spawn_queue_with};
