@@ -1,8 +1,9 @@
 //! The one place where errors of every layer become AMQP replies.
 //!
 //! [`AmqpError`] is what a connection sends: a reply code, RabbitMQ's reply text, and the
-//! method that failed. Protocol errors ([`FrameError`]), domain errors ([`CoreError`]) and
-//! permission refusals ([`AccessRefused`], 403) are mapped here and nowhere else: each knows its
+//! method that failed. Protocol errors ([`FrameError`]), domain errors ([`CoreError`]), the
+//! server's own refusals ([`ServerError`]) and permission refusals ([`AccessRefused`], 403) are
+//! mapped here and nowhere else: each knows its
 //! [`ReplyCode`] (charon-protocol: the number, the name and whether it closes the channel or the
 //! connection) and its text after the name; the "NAME - " prefix is put on here only.
 
@@ -27,7 +28,8 @@ pub struct AmqpError {
 }
 
 impl AmqpError {
-    /// An error with `code` and a detail text; the code name is prefixed.
+    /// An error with `code` and a detail text; the code name is prefixed. Prefer a typed error
+    /// ([`ServerError`], [`CoreError`], ...) and its `From`: the mapping stays here.
     pub fn new(code: ReplyCode, detail: impl AsRef<str>) -> Self {
         Self {
             code,
@@ -49,66 +51,6 @@ impl AmqpError {
     /// Whether this error closes the whole connection rather than one channel.
     pub fn is_connection_error(&self) -> bool {
         !self.code.is_channel_error()
-    }
-
-    /// 406 PRECONDITION_FAILED.
-    pub fn precondition(detail: impl AsRef<str>) -> Self {
-        Self::new(ReplyCode::PreconditionFailed, detail)
-    }
-
-    /// 505 UNEXPECTED_FRAME.
-    pub fn unexpected_frame(detail: impl AsRef<str>) -> Self {
-        Self::new(ReplyCode::UnexpectedFrame, detail)
-    }
-
-    /// 505 UNEXPECTED_FRAME for a frame refused as a whole, quoting its octets as RabbitMQ's
-    /// reader does: "type 2, all octets = <<...>>".
-    pub fn unexpected_frame_octets(frame_type: u8, payload: &[u8]) -> Self {
-        Self::unexpected_frame(erlang::frame_octets(
-            frame_type,
-            payload.len(),
-            &erlang::snippet(payload),
-        ))
-    }
-
-    /// 504 CHANNEL_ERROR.
-    pub fn channel_error(detail: impl AsRef<str>) -> Self {
-        Self::new(ReplyCode::ChannelError, detail)
-    }
-
-    /// 540 NOT_IMPLEMENTED.
-    pub fn not_implemented(detail: impl AsRef<str>) -> Self {
-        Self::new(ReplyCode::NotImplemented, detail)
-    }
-
-    /// 530 NOT_ALLOWED.
-    pub fn not_allowed(detail: impl AsRef<str>) -> Self {
-        Self::new(ReplyCode::NotAllowed, detail)
-    }
-
-    /// 403 ACCESS_REFUSED.
-    pub fn access_refused(detail: impl AsRef<str>) -> Self {
-        Self::new(ReplyCode::AccessRefused, detail)
-    }
-
-    /// 404 NOT_FOUND.
-    pub fn not_found(detail: impl AsRef<str>) -> Self {
-        Self::new(ReplyCode::NotFound, detail)
-    }
-
-    /// 503 COMMAND_INVALID.
-    pub fn command_invalid(detail: impl AsRef<str>) -> Self {
-        Self::new(ReplyCode::CommandInvalid, detail)
-    }
-
-    /// 320 CONNECTION_FORCED.
-    pub fn connection_forced(detail: impl AsRef<str>) -> Self {
-        Self::new(ReplyCode::ConnectionForced, detail)
-    }
-
-    /// 541 INTERNAL_ERROR.
-    pub fn internal(detail: impl AsRef<str>) -> Self {
-        Self::new(ReplyCode::InternalError, detail)
     }
 }
 
@@ -135,7 +77,7 @@ impl From<CoreError> for AmqpError {
 
 impl From<AccessRefused> for AmqpError {
     fn from(err: AccessRefused) -> Self {
-        Self::access_refused(err.to_string())
+        Self::new(ReplyCode::AccessRefused, err.to_string())
     }
 }
 
@@ -146,16 +88,215 @@ impl From<FrameError> for AmqpError {
     }
 }
 
+/// The server's own refusals: what the connection's state machine rejects (frames out of place,
+/// channel and transaction misuse, publish checks, login). `Display` is RabbitMQ's reply text
+/// after the "NAME - " prefix; [`ServerError::reply_code`] is its code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ServerError {
+    /// A content frame where a method frame was expected.
+    #[error("expected method frame, got non method frame instead")]
+    ExpectedMethodFrame,
+    /// Something other than a method on channel 0 during the handshake.
+    #[error("expected method frame on channel 0")]
+    ExpectedMethodOnChannelZero,
+    /// A frame refused as a whole; the text quotes its octets as RabbitMQ's reader does
+    /// ("type 2, all octets = <<...>>").
+    #[error("{octets}")]
+    FrameRefused {
+        /// `erlang::frame_octets` of the frame.
+        octets: String,
+    },
+    /// Another frame while a publish waits for its content header.
+    #[error("expected content header for class 60, got non content header frame instead")]
+    ContentHeaderExpected,
+    /// Another frame while a publish waits for body frames.
+    #[error("expected content body, got non content body frame instead")]
+    ContentBodyExpected,
+    /// A content header of a class other than basic.
+    #[error("expected content header for class 60, got one for class {class_id} instead")]
+    WrongContentClass {
+        /// The class announced.
+        class_id: u16,
+    },
+    /// Wrong credentials.
+    #[error(
+        "Login was refused using authentication mechanism {mechanism}. For details see the broker logfile."
+    )]
+    LoginRefused {
+        /// The SASL mechanism used.
+        mechanism: String,
+    },
+    /// connection.open for a vhost that does not exist.
+    #[error("vhost {vhost} not found")]
+    VHostNotFound {
+        /// The vhost asked for.
+        vhost: String,
+    },
+    /// connection.open for a vhost the user has no permissions on.
+    #[error("access to vhost '{vhost}' refused for user '{user}'")]
+    VHostAccessRefused {
+        /// The vhost asked for.
+        vhost: String,
+        /// The user.
+        user: String,
+    },
+    /// confirm.select on a transactional channel.
+    #[error("cannot switch from tx to confirm mode")]
+    TxToConfirm,
+    /// tx.select on a channel in confirm mode.
+    #[error("cannot switch from confirm to tx mode")]
+    ConfirmToTx,
+    /// tx.commit/rollback without tx.select.
+    #[error("channel is not transactional")]
+    NotTransactional,
+    /// The store refused a transaction's persistent messages.
+    #[error("the transaction could not be stored")]
+    TxNotStored,
+    /// A method the broker does not take in this place.
+    #[error("unimplemented method")]
+    UnimplementedMethod,
+    /// The queue went away while the channel asked it something.
+    #[error("no queue '{queue}'")]
+    QueueGone {
+        /// Queue name.
+        queue: String,
+    },
+    /// queue.delete if-unused on a queue with consumers.
+    #[error("queue '{queue}' in vhost '{vhost}' in use")]
+    QueueInUse {
+        /// Queue name.
+        queue: String,
+        /// Vhost name.
+        vhost: String,
+    },
+    /// queue.delete if-empty on a queue with messages.
+    #[error("queue '{queue}' in vhost '{vhost}' not empty")]
+    QueueNotEmpty {
+        /// Queue name.
+        queue: String,
+        /// Vhost name.
+        vhost: String,
+    },
+    /// basic.publish with immediate=true.
+    #[error("immediate=true")]
+    Immediate,
+    /// basic.recover(-async) with requeue=false.
+    #[error("requeue=false")]
+    RecoverWithoutRequeue,
+    /// channel.flow active=false.
+    #[error("active=false")]
+    FlowInactive,
+    /// basic.consume with a tag in use on the channel.
+    #[error("attempt to reuse consumer tag '{tag}'")]
+    ConsumerTagReused {
+        /// The tag.
+        tag: String,
+    },
+    /// An ack/nack/reject for a tag the channel did not deliver (or already settled).
+    #[error("unknown delivery tag {tag}")]
+    UnknownDeliveryTag {
+        /// The tag.
+        tag: u64,
+    },
+    /// A connection-class method other than close/close-ok after the handshake.
+    #[error("unexpected method in connection state running")]
+    UnexpectedConnectionMethod,
+    /// channel.open on an open channel.
+    #[error("second 'channel.open' seen")]
+    SecondChannelOpen,
+    /// channel.open beyond the negotiated channel_max.
+    #[error("number of channels opened ({open}) has reached the negotiated channel_max ({max})")]
+    ChannelMaxReached {
+        /// Channels open.
+        open: usize,
+        /// The negotiated channel_max.
+        max: u16,
+    },
+    /// A method on a channel that is not open.
+    #[error("expected 'channel.open'")]
+    ChannelNotOpen,
+    /// The broker shuts down.
+    #[error("broker forced connection closure with reason 'shutdown'")]
+    Shutdown,
+    /// A `user_id` property naming another user (`rabbit_channel:check_user_id_header/2`).
+    #[error("user_id property set to '{claimed}' but authenticated user was '{user}'")]
+    UserIdMismatch {
+        /// The user_id sent.
+        claimed: String,
+        /// The authenticated user.
+        user: String,
+    },
+    /// An `expiration` property that is not a valid TTL (`check_expiration_header/1`).
+    #[error("invalid expiration '{value}': {reason}")]
+    InvalidExpiration {
+        /// The property as sent.
+        value: String,
+        /// The Erlang error term.
+        reason: String,
+    },
+}
+
+impl ServerError {
+    /// A frame refused as a whole, quoting its octets.
+    pub fn frame_refused(frame_type: u8, payload: &[u8]) -> Self {
+        ServerError::FrameRefused {
+            octets: erlang::frame_octets(frame_type, payload.len(), &erlang::snippet(payload)),
+        }
+    }
+
+    /// The reply code this refusal is sent with.
+    pub fn reply_code(&self) -> ReplyCode {
+        match self {
+            ServerError::ExpectedMethodFrame
+            | ServerError::ExpectedMethodOnChannelZero
+            | ServerError::FrameRefused { .. }
+            | ServerError::ContentHeaderExpected
+            | ServerError::ContentBodyExpected
+            | ServerError::WrongContentClass { .. } => ReplyCode::UnexpectedFrame,
+            ServerError::LoginRefused { .. } => ReplyCode::AccessRefused,
+            ServerError::VHostNotFound { .. }
+            | ServerError::VHostAccessRefused { .. }
+            | ServerError::ConsumerTagReused { .. }
+            | ServerError::ChannelMaxReached { .. } => ReplyCode::NotAllowed,
+            ServerError::TxToConfirm
+            | ServerError::ConfirmToTx
+            | ServerError::NotTransactional
+            | ServerError::QueueInUse { .. }
+            | ServerError::QueueNotEmpty { .. }
+            | ServerError::UnknownDeliveryTag { .. }
+            | ServerError::UserIdMismatch { .. }
+            | ServerError::InvalidExpiration { .. } => ReplyCode::PreconditionFailed,
+            ServerError::TxNotStored => ReplyCode::InternalError,
+            ServerError::UnimplementedMethod => ReplyCode::CommandInvalid,
+            ServerError::QueueGone { .. } => ReplyCode::NotFound,
+            ServerError::Immediate
+            | ServerError::RecoverWithoutRequeue
+            | ServerError::FlowInactive => ReplyCode::NotImplemented,
+            ServerError::UnexpectedConnectionMethod
+            | ServerError::SecondChannelOpen
+            | ServerError::ChannelNotOpen => ReplyCode::ChannelError,
+            ServerError::Shutdown => ReplyCode::ConnectionForced,
+        }
+    }
+}
+
+impl From<ServerError> for AmqpError {
+    fn from(err: ServerError) -> Self {
+        Self::new(err.reply_code(), err.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn long_texts_are_cut_like_rabbitmq() {
-        let e = AmqpError::precondition("x".repeat(300));
+        let e = AmqpError::new(ReplyCode::PreconditionFailed, "x".repeat(300));
         assert_eq!(e.text.len(), 255);
         assert!(e.text.ends_with("..."));
-        let short = AmqpError::precondition("short");
-        assert_eq!(short.text, "PRECONDITION_FAILED - short");
+        let short = AmqpError::from(ServerError::UnknownDeliveryTag { tag: 7 });
+        assert_eq!(short.text, "PRECONDITION_FAILED - unknown delivery tag 7");
+        assert_eq!(short.code.code(), 406);
     }
 }

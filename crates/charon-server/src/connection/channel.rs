@@ -9,7 +9,7 @@ use charon_protocol::CLASS_BASIC;
 use charon_protocol::methods::basic;
 
 use super::confirms::ConfirmTracker;
-use crate::error::AmqpError;
+use crate::error::{AmqpError, ServerError};
 use crate::handles::{ChannelLimit, QueueHandle};
 
 /// A publish waiting for its content header and body frames.
@@ -25,12 +25,12 @@ impl PendingPublish {
     /// 505 for a frame other than the content this publish waits for: its header first, then
     /// body frames (RabbitMQ's `rabbit_command_assembler` texts, reported on basic.publish).
     pub(crate) fn content_expected(&self) -> AmqpError {
-        let text = if self.header.is_some() {
-            "expected content body, got non content body frame instead"
+        let err = if self.header.is_some() {
+            ServerError::ContentBodyExpected
         } else {
-            "expected content header for class 60, got non content header frame instead"
+            ServerError::ContentHeaderExpected
         };
-        AmqpError::unexpected_frame(text).on(CLASS_BASIC, PUBLISH_METHOD_ID)
+        AmqpError::from(err).on(CLASS_BASIC, PUBLISH_METHOD_ID)
     }
 }
 

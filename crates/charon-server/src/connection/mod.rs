@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::access::VHostAccess;
 use crate::broker::Broker;
-use crate::error::AmqpError;
+use crate::error::{AmqpError, ServerError};
 use crate::handles::{ConnEvent, ConnHandle};
 use crate::locks::RwLockExt;
 use crate::vhost::VHostState;
@@ -225,7 +225,7 @@ impl Connection {
                 biased;
                 _ = shutdown.cancelled(), if !shutdown_sent => {
                     shutdown_sent = true;
-                    let err = AmqpError::connection_forced("broker forced connection closure with reason 'shutdown'");
+                    let err = AmqpError::from(ServerError::Shutdown);
                     self.close_connection(err);
                     close_deadline = Some(Instant::now() + Duration::from_secs(3));
                 }

@@ -10,7 +10,7 @@ use charon_protocol::{AMQPClass, CLASS_BASIC, encode_basic_get_ok, encode_conten
 use super::super::Connection;
 use super::super::channel::{ChannelConsumer, PendingPublish, Settle, Unacked};
 use crate::access::{Permission, ResourceKind};
-use crate::error::AmqpError;
+use crate::error::{AmqpError, ServerError};
 use crate::handles::{ConsumerTarget, QueueCmd};
 
 impl Connection {
@@ -22,7 +22,7 @@ impl Connection {
         match m {
             basic::AMQPMethod::Publish(p) => {
                 if p.immediate {
-                    return Err(AmqpError::not_implemented("immediate=true"));
+                    return Err(ServerError::Immediate.into());
                 }
                 self.channel_mut(channel)?.publish = Some(PendingPublish {
                     method: p,
@@ -131,7 +131,7 @@ impl Connection {
             }
             basic::AMQPMethod::Recover(r) => {
                 if !r.requeue {
-                    return Err(AmqpError::not_implemented("requeue=false"));
+                    return Err(ServerError::RecoverWithoutRequeue.into());
                 }
                 self.settle(channel, 0, true, Settle::Requeue).await?;
                 self.reply(
@@ -140,10 +140,10 @@ impl Connection {
                 );
             }
             basic::AMQPMethod::RecoverAsync(_) => {
-                return Err(AmqpError::not_implemented("requeue=false"));
+                return Err(ServerError::RecoverWithoutRequeue.into());
             }
             _ => {
-                return Err(AmqpError::command_invalid("unimplemented method"));
+                return Err(ServerError::UnimplementedMethod.into());
             }
         }
         Ok(())
@@ -160,9 +160,10 @@ impl Connection {
             Arc::from(c.consumer_tag.as_str())
         };
         if self.channel_mut(channel)?.consumers.contains_key(&tag) {
-            return Err(AmqpError::not_allowed(format!(
-                "attempt to reuse consumer tag '{tag}'"
-            )));
+            return Err(ServerError::ConsumerTagReused {
+                tag: tag.to_string(),
+            }
+            .into());
         }
         self.permit(ResourceKind::Queue, c.queue.as_str(), Permission::Read)?;
         let q = self.queue_handle(c.queue.as_str())?;
@@ -211,9 +212,7 @@ impl Connection {
         let ch = self.channel_mut(channel)?;
         if let Some(buf) = ch.tx.as_mut() {
             if !(ch.unacked.contains_key(&tag) || multiple && tag == 0) {
-                return Err(AmqpError::precondition(format!(
-                    "unknown delivery tag {tag}"
-                )));
+                return Err(ServerError::UnknownDeliveryTag { tag }.into());
             }
             buf.settles.push((tag, multiple, how));
             return Ok(());
@@ -231,7 +230,7 @@ impl Connection {
         let groups = self
             .channel_mut(channel)?
             .take_tags(tag, multiple)
-            .ok_or_else(|| AmqpError::precondition(format!("unknown delivery tag {tag}")))?;
+            .ok_or(ServerError::UnknownDeliveryTag { tag })?;
         for (q, ids) in groups {
             let cmd = match how {
                 Settle::Ack => QueueCmd::Ack { ids },

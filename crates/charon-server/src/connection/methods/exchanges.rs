@@ -6,7 +6,7 @@ use charon_protocol::methods::exchange;
 
 use super::super::Connection;
 use crate::access::{Permission, ResourceKind};
-use crate::error::AmqpError;
+use crate::error::{AmqpError, ServerError};
 use crate::locks::RwLockExt;
 
 impl Connection {
@@ -85,7 +85,7 @@ impl Connection {
                 )
             }
             _ => {
-                return Err(AmqpError::command_invalid("unimplemented method"));
+                return Err(ServerError::UnimplementedMethod.into());
             }
         };
         drop(topo);

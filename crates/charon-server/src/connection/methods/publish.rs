@@ -16,7 +16,7 @@ use super::super::Connection;
 use super::super::channel::{PUBLISH_METHOD_ID, PendingPublish};
 use super::super::confirms::ConfirmReply;
 use crate::access::{Permission, ResourceKind};
-use crate::error::{AmqpError, ReplyCode};
+use crate::error::{AmqpError, ReplyCode, ServerError};
 use crate::handles::{ConfirmTo, QueueCmd, QueueHandle};
 use crate::locks::RwLockExt;
 use crate::queue;
@@ -28,12 +28,7 @@ impl Connection {
         &mut self,
         channel: u16,
     ) -> Result<Option<&mut PendingPublish>, (u16, AmqpError)> {
-        let unexpected = || {
-            (
-                channel,
-                AmqpError::unexpected_frame("expected method frame, got non method frame instead"),
-            )
-        };
+        let unexpected = || (channel, AmqpError::from(ServerError::ExpectedMethodFrame));
         let ch = self.channels.get_mut(&channel).ok_or_else(unexpected)?;
         if ch.closing {
             return Ok(None);
@@ -55,10 +50,9 @@ impl Connection {
         if header.class_id != CLASS_BASIC {
             return Err((
                 channel,
-                AmqpError::unexpected_frame(format!(
-                    "expected content header for class 60, got one for class {} instead",
-                    header.class_id
-                ))
+                AmqpError::from(ServerError::WrongContentClass {
+                    class_id: header.class_id,
+                })
                 .on(CLASS_BASIC, PUBLISH_METHOD_ID),
             ));
         }
@@ -272,10 +266,11 @@ const FLAG_USER_ID: u16 = 0x0010;
 fn check_user_id(props: &BasicProperties, user: &str, impersonator: bool) -> Result<(), AmqpError> {
     match props.user_id() {
         Some(claimed) if claimed.as_str() != user && !impersonator => {
-            Err(AmqpError::precondition(format!(
-                "user_id property set to '{}' but authenticated user was '{user}'",
-                claimed.as_str()
-            )))
+            Err(ServerError::UserIdMismatch {
+                claimed: claimed.as_str().to_string(),
+                user: user.to_string(),
+            }
+            .into())
         }
         _ => Ok(()),
     }
@@ -289,10 +284,11 @@ fn check_expiration(props: &BasicProperties) -> Result<(), AmqpError> {
     };
     match parse_expiration(expiration.as_str()) {
         Ok(()) => Ok(()),
-        Err(reason) => Err(AmqpError::precondition(format!(
-            "invalid expiration '{}': {reason}",
-            expiration.as_str()
-        ))),
+        Err(reason) => Err(ServerError::InvalidExpiration {
+            value: expiration.as_str().to_string(),
+            reason,
+        }
+        .into()),
     }
 }
 

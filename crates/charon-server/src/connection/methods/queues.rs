@@ -8,7 +8,7 @@ use tokio::sync::oneshot;
 use super::super::Connection;
 use crate::access::{Permission, ResourceKind};
 
-use crate::error::AmqpError;
+use crate::error::{AmqpError, ServerError};
 use crate::handles::{QueueCmd, QueueHandle};
 use crate::locks::RwLockExt;
 use crate::queue::spawn_queue;
@@ -26,10 +26,17 @@ impl Connection {
     ) -> Result<T, AmqpError> {
         let (tx, rx) = oneshot::channel();
         if !q.send(make(tx)).await {
-            return Err(AmqpError::not_found(format!("no queue '{}'", q.name())));
+            return Err(ServerError::QueueGone {
+                queue: q.name().to_string(),
+            }
+            .into());
         }
-        rx.await
-            .map_err(|_| AmqpError::not_found(format!("no queue '{}'", q.name())))
+        rx.await.map_err(|_| {
+            ServerError::QueueGone {
+                queue: q.name().to_string(),
+            }
+            .into()
+        })
     }
 
     pub(super) async fn on_queue(
@@ -43,7 +50,7 @@ impl Connection {
             queue::AMQPMethod::Unbind(b) => self.queue_unbind(channel, b),
             queue::AMQPMethod::Purge(p) => self.queue_purge(channel, p).await,
             queue::AMQPMethod::Delete(d) => self.queue_delete(channel, d).await,
-            _ => Err(AmqpError::command_invalid("unimplemented method")),
+            _ => Err(ServerError::UnimplementedMethod.into()),
         }
     }
 
@@ -160,16 +167,18 @@ impl Connection {
             let q = self.queue_handle(&name)?;
             let stats = Self::ask(&q, |reply| QueueCmd::Stats { reply }).await?;
             if d.if_unused && stats.consumers > 0 {
-                return Err(AmqpError::precondition(format!(
-                    "queue '{name}' in vhost '{}' in use",
-                    self.vhost_name
-                )));
+                return Err(ServerError::QueueInUse {
+                    queue: name,
+                    vhost: self.vhost_name.clone(),
+                }
+                .into());
             }
             if d.if_empty && stats.messages > 0 {
-                return Err(AmqpError::precondition(format!(
-                    "queue '{name}' in vhost '{}' not empty",
-                    self.vhost_name
-                )));
+                return Err(ServerError::QueueNotEmpty {
+                    queue: name,
+                    vhost: self.vhost_name.clone(),
+                }
+                .into());
             }
             let removed = {
                 let mut topo = self.vhost.topology.write_recover();

@@ -5,7 +5,7 @@ use charon_protocol::methods::{confirm, tx};
 
 use super::super::Connection;
 use super::super::channel::TxBuffer;
-use crate::error::AmqpError;
+use crate::error::{AmqpError, ServerError};
 use crate::handles::QueueCmd;
 use crate::queue;
 
@@ -17,9 +17,7 @@ impl Connection {
     ) -> Result<(), AmqpError> {
         let ch = self.channel_mut(channel)?;
         if ch.tx.is_some() {
-            return Err(AmqpError::precondition(
-                "cannot switch from tx to confirm mode",
-            ));
+            return Err(ServerError::TxToConfirm.into());
         }
         ch.confirm = true;
         if !s.nowait {
@@ -36,9 +34,7 @@ impl Connection {
         match m {
             tx::AMQPMethod::Select(_) => {
                 if ch.confirm {
-                    return Err(AmqpError::precondition(
-                        "cannot switch from confirm to tx mode",
-                    ));
+                    return Err(ServerError::ConfirmToTx.into());
                 }
                 ch.tx.get_or_insert_with(TxBuffer::default);
                 self.reply(
@@ -48,7 +44,7 @@ impl Connection {
             }
             tx::AMQPMethod::Commit(_) => {
                 let Some(buf) = ch.tx.replace(TxBuffer::default()) else {
-                    return Err(AmqpError::precondition("channel is not transactional"));
+                    return Err(ServerError::NotTransactional.into());
                 };
                 // commit-ok once the transaction's persistent messages are on disk.
                 let mut commits = Vec::new();
@@ -66,7 +62,7 @@ impl Connection {
                 }
                 for c in commits {
                     if !c.wait().await {
-                        return Err(AmqpError::internal("the transaction could not be stored"));
+                        return Err(ServerError::TxNotStored.into());
                     }
                 }
                 for (tag, multiple, how) in buf.settles {
@@ -80,7 +76,7 @@ impl Connection {
             tx::AMQPMethod::Rollback(_) => {
                 // Publishes and settlements are dropped; the messages stay unacked.
                 if ch.tx.replace(TxBuffer::default()).is_none() {
-                    return Err(AmqpError::precondition("channel is not transactional"));
+                    return Err(ServerError::NotTransactional.into());
                 }
                 self.reply(
                     channel,
@@ -88,7 +84,7 @@ impl Connection {
                 );
             }
             _ => {
-                return Err(AmqpError::command_invalid("unimplemented method"));
+                return Err(ServerError::UnimplementedMethod.into());
             }
         }
         Ok(())
