@@ -12,7 +12,7 @@
 //! - [`connections`]: connections (close), channels, consumers.
 //! - [`definitions`]: definitions export/import.
 //! - [`policies`]: the `/api/policies` endpoints.
-//! - [`metrics`]: Prometheus.
+//! - [`metrics`]: the Prometheus exposition.
 //! - [`msgjson`]: messages and properties as JSON.
 
 pub mod auth;
@@ -61,13 +61,25 @@ pub fn router(broker: Arc<Broker>) -> Router {
         .route("/api/charon/environment", get(o::environment))
         .route("/api/health/checks/alarms", get(o::alarms))
         .route("/api/health/checks/local-alarms", get(o::alarms))
-        .route("/api/health/checks/port-listener/{port}", get(o::port_listener))
+        .route(
+            "/api/health/checks/port-listener/{port}",
+            get(o::port_listener),
+        )
         .route("/api/health/checks/virtual-hosts", get(o::ok_check))
-        .route("/api/health/checks/node-is-quorum-critical", get(o::ok_check))
-        .route("/api/health/checks/node-is-mirror-sync-critical", get(o::ok_check))
+        .route(
+            "/api/health/checks/node-is-quorum-critical",
+            get(o::ok_check),
+        )
+        .route(
+            "/api/health/checks/node-is-mirror-sync-critical",
+            get(o::ok_check),
+        )
         .route("/api/aliveness-test/{vhost}", get(o::aliveness))
         .route("/api/users", get(u::list_users))
-        .route("/api/users/without-permissions", get(u::users_without_permissions))
+        .route(
+            "/api/users/without-permissions",
+            get(u::users_without_permissions),
+        )
         .route("/api/users/bulk-delete", post(u::bulk_delete_users))
         .route(
             "/api/users/{name}",
@@ -91,7 +103,10 @@ pub fn router(broker: Arc<Broker>) -> Router {
         .route("/api/vhosts/{vhost}/channels", get(c::vhost_channels))
         .route("/api/connections", get(c::list))
         .route("/api/connections/{name}", get(c::get_one).delete(c::close))
-        .route("/api/connections/{name}/channels", get(c::connection_channels))
+        .route(
+            "/api/connections/{name}/channels",
+            get(c::connection_channels),
+        )
         .route("/api/channels", get(c::channels))
         .route("/api/channels/{name}", get(c::channel))
         .route("/api/consumers", get(c::consumers))
@@ -129,7 +144,10 @@ pub fn router(broker: Arc<Broker>) -> Router {
         )
         .route("/api/queues/{vhost}/{name}/get", post(queues::get_messages))
         .route("/api/queues/{vhost}/{name}/actions", post(queues::actions))
-        .route("/api/queues/{vhost}/{name}/bindings", get(x::queue_bindings))
+        .route(
+            "/api/queues/{vhost}/{name}/bindings",
+            get(x::queue_bindings),
+        )
         .route("/api/queues/{vhost}/{name}/messages", get(queues::peek))
         .route(
             "/api/definitions",

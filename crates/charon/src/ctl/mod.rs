@@ -19,7 +19,12 @@ pub(crate) use client::CtlError;
 #[derive(Args, Debug)]
 pub(crate) struct CtlArgs {
     /// Management API base URL.
-    #[arg(long, env = "CHARON_HTTP_URL", default_value = "http://127.0.0.1:15672", global = true)]
+    #[arg(
+        long,
+        env = "CHARON_HTTP_URL",
+        default_value = "http://127.0.0.1:15672",
+        global = true
+    )]
     url: String,
     /// User for the management API.
     #[arg(long, env = "CHARON_USER", default_value = "guest", global = true)]
