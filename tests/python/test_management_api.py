@@ -226,7 +226,9 @@ def test_connections_channels_consumers_and_close(broker, api, uniq):
     assert len(chans) == 1 and chans[0]["prefetch_count"] == 7 and chans[0]["confirm"] is True
     stats = wait_for(lambda: (lambda s: s if s.get("publish") == 3 else None)(
         api.ok(f"/connections/{q(c['name'])}/channels")[0]["message_stats"]), what="publish count")
-    assert stats["deliver"] + stats["deliver_no_ack"] == 3
+    assert stats["deliver"] == 3 and stats["confirm"] == 3
+    assert api.ok(f"/connections/{q(c['name'])}/channels")[0]["messages_unacknowledged"] == 3
+    assert api.ok("/overview")["message_stats"]["publish"] >= 3
     cons = [k for k in api.ok("/consumers") if k["consumer_tag"] == "ctag-1"]
     assert cons and cons[0]["queue"] == {"name": qn, "vhost": "/"} and cons[0]["prefetch_count"] == 7
     r = api.delete(f"/connections/{q(c['name'])}", headers={"X-Reason": "bye from test"})
