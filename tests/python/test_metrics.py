@@ -78,3 +78,22 @@ def test_metrics_on_both_listeners_with_dead_letter_counters(tmp_path):
                                "rabbitmq_connections_closed_total") == 1, what="closed count")
     finally:
         stop_charon(b)
+
+
+def test_grafana_dashboard_uses_only_exported_metrics(broker):
+    """Every metric the dashboard in docs/ queries is one the broker exports."""
+    import json
+    import re
+    from pathlib import Path
+
+    dash = json.loads((Path(__file__).resolve().parents[2] / "docs" / "grafana-charon.json").read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    wanted = {m for e in exprs for m in re.findall(r"\b((?:rabbitmq|charon)_[a-z_]+)\b", e)}
+    assert len(wanted) >= 10
+    text = requests.get(f"http://127.0.0.1:{broker.http_port}/metrics", timeout=30).text
+    exported = set()
+    for fam in text_string_to_metric_families(text):
+        exported.add(fam.name)
+        if fam.type == "counter":
+            exported.add(fam.name + "_total")
+    assert wanted <= exported, wanted - exported
