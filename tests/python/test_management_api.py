@@ -241,6 +241,13 @@ def test_connections_channels_consumers_and_close(broker, api, uniq):
     assert e.value.reply_code == 320 and "bye from test" in e.value.reply_text
     wait_for(lambda: not [c for c in api.ok("/connections")
                           if c["client_properties"].get("connection_name") == "mgmt-test"], what="gone")
+    # Opens, closes and failed logins are logged at info, as RabbitMQ does.
+    with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+        broker.connect(password="wrong-password")
+    log = lambda: broker.log_path.read_text(errors="replace")
+    wait_for(lambda: f"connection ({c['name']}): user 'guest' authenticated and granted access to vhost '/'" in log()
+             and f"closing AMQP connection ({c['name']}, vhost: '/', user: 'guest')" in log()
+             and "PLAIN login refused: user 'guest' - invalid credentials" in log(), what="log lines")
 
 
 def test_pagination_sorting_and_columns(broker, api, uniq):
