@@ -39,11 +39,11 @@ def test_text_log_in_a_file_has_no_ansi_and_logs_logins_and_connections(tmp_path
     b = conftest.start_charon(tmp_path)
     try:
         connect_fail_and_close(b)
-        text = wait_for_log(b.log_path, "connection closed")
+        text = wait_for_log(b.log_path, "closing AMQP connection")
         assert "\x1b[" not in text
         assert "login refused: user 'guest' - invalid credentials" in text
-        assert "connection opened: user 'guest' authenticated and granted access to vhost '/'" in text
-        opened = [line for line in text.splitlines() if "connection opened" in line]
+        assert "user 'guest' authenticated and granted access to vhost '/'" in text
+        opened = [line for line in text.splitlines() if "granted access to vhost" in line]
         assert opened and " INFO " in opened[0]
     finally:
         conftest.stop_charon(b)
@@ -54,13 +54,13 @@ def test_json_log_format_writes_one_object_per_line(tmp_path):
     b = conftest.start_charon(tmp_path, config_text=cfg)
     try:
         connect_fail_and_close(b)
-        text = wait_for_log(b.log_path, "connection closed")
+        text = wait_for_log(b.log_path, "closing AMQP connection")
         records = [json.loads(line) for line in text.splitlines() if line.strip()]
         assert records
         for r in records:
             assert {"timestamp", "level", "target", "fields"} <= r.keys(), r
         msgs = [(r["level"], r["fields"].get("message", "")) for r in records]
-        assert ("INFO", "connection closed") in msgs
+        assert any(level == "INFO" and m.startswith("closing AMQP connection") for level, m in msgs)
         refused = [r for r in records if "login refused" in r["fields"].get("message", "")]
         assert refused and refused[0]["fields"]["user"] == "guest"
     finally:
@@ -90,17 +90,17 @@ def test_rust_log_filters_by_level_and_target(tmp_path):
         c.close()
         conftest.stop_charon(b)
         text = b.log_path.read_text(errors="replace")
-        assert "connection opened" not in text and "charon started" not in text
+        assert "granted access to vhost" not in text and "charon started" not in text
     finally:
         conftest.stop_charon(b)
     loud = tmp_path / "loud"
     loud.mkdir()
-    b = start_plain(loud, {"RUST_LOG": "warn,charon_server::connection=info"})
+    b = start_plain(loud, {"RUST_LOG": "warn,charon_server::connection=info,charon_server::admin=info"})
     try:
         c = b.connect()
         c.close()
-        text = wait_for_log(b.log_path, "connection closed")
-        assert "connection opened" in text
+        text = wait_for_log(b.log_path, "closing AMQP connection")
+        assert "granted access to vhost" in text
         assert "charon started" not in text  # target `charon` stays at warn
     finally:
         conftest.stop_charon(b)
