@@ -3,6 +3,7 @@
 //! # Layout
 //! - [`access`]: users, vhost access and resource permissions (configure/write/read).
 //! - [`config`]: the configuration file's shape and defaults.
+//! - [`data_lock`]: the lock that keeps a second broker off a data directory in use.
 //! - [`error`]: the one place where protocol and domain errors become AMQP replies.
 //! - [`flow`]: delivery credit between queue actors and connections (no lock across `.await`).
 //! - [`outbound`]: events queue actors send to connections.
@@ -19,6 +20,7 @@ pub mod access;
 pub mod broker;
 pub mod config;
 pub mod connection;
+pub mod data_lock;
 pub mod error;
 pub mod flow;
 pub mod outbound;

@@ -87,6 +87,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     );
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating data dir {}", config.data_dir))?;
+    // Held until the process ends: a second broker on this directory exits here.
+    let _lock =
+        charon_server::data_lock::DataDirLock::acquire(std::path::Path::new(&config.data_dir))?;
     broker
         .open_store()
         .with_context(|| format!("opening the store in {}", config.data_dir))?;
