@@ -5,6 +5,8 @@
 //! - [`config`]: the configuration file's shape and defaults.
 //! - [`data_lock`]: the lock that keeps a second broker off a data directory in use.
 //! - [`error`]: the one place where protocol and domain errors become AMQP replies.
+//! - [`limits`]: connection/channel/queue limits (node, vhost, user) with RabbitMQ's texts.
+//! - [`memory`]: the memory alarm's setting and measurement; asking the allocator to purge.
 //! - [`flow`]: delivery credit between queue actors and connections (no lock across `.await`).
 //! - [`outbound`]: events queue actors send to connections.
 //! - [`queue`]: queue actors, their handles and commands, dead-letter dispatch.
@@ -23,6 +25,8 @@ pub mod connection;
 pub mod data_lock;
 pub mod error;
 pub mod flow;
+pub mod limits;
+pub mod memory;
 pub mod outbound;
 pub mod persist;
 pub mod policies;

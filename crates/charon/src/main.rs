@@ -2,6 +2,7 @@
 //! client of the management API) and `charon bench` (the load tool).
 
 mod ctl;
+mod purge;
 
 /// mimalloc: the broker allocates and frees many small objects per message (properties, queue
 /// entries, dead-lettered copies); glibc malloc spent over a quarter of the CPU of the mass-expiry
@@ -82,6 +83,9 @@ fn load_config(args: ServerArgs) -> anyhow::Result<Config> {
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
+    config
+        .validate()
+        .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
     let broker = Arc::new(
         charon_server::broker::Broker::new(config.clone()).context("invalid configuration")?,
     );
@@ -102,6 +106,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     tracing::info!(amqp = %config.amqp_listen, http = %config.http_listen, data_dir = %config.data_dir, "charon started");
     let shutdown = CancellationToken::new();
     broker.spawn_disk_monitor();
+    broker.spawn_memory_monitor();
     let http_task = tokio::spawn(charon_http::run(http, broker.clone(), shutdown.clone()));
     let amqp_task = tokio::spawn(charon_server::server::run(amqp, broker, shutdown.clone()));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -120,6 +125,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .on_thread_park(purge::on_park)
         .build()?;
     match cli.command {
         Command::Server(args) => {

@@ -29,6 +29,8 @@ pub(crate) struct Opened {
     pub(crate) heartbeat: u16,
     /// The client announced the `connection.blocked` capability.
     pub(crate) blocked_capable: bool,
+    /// Counted against the node's, vhost's and user's connection limits while it lives.
+    pub(crate) slot: crate::limits::ConnectionSlot,
 }
 
 /// Whether the client's properties announce `capabilities.<name> = true`.
@@ -252,6 +254,11 @@ pub(crate) async fn open(
             format!("vhost {vhost_name} not found"),
         )));
     };
+    // RabbitMQ's order: node, vhost and user connection limits, then vhost access.
+    let slot = broker
+        .limits()
+        .open_connection(&vhost_name, &user)
+        .map_err(HandshakeEnd::Refuse)?;
     let Some(access) = broker.access().permissions(&user, &vhost_name) else {
         return Err(HandshakeEnd::Refuse(AmqpError::new(
             code::NOT_ALLOWED,
@@ -272,5 +279,6 @@ pub(crate) async fn open(
         channel_max: tune.channel_max,
         heartbeat: tune.heartbeat,
         blocked_capable,
+        slot,
     })
 }

@@ -5,6 +5,7 @@
 //! output buffer that goes to the writer once per read batch, so many replies share a syscall.
 
 mod channel;
+mod consumer_timeout;
 mod handshake;
 mod methods;
 mod writer;
@@ -80,6 +81,7 @@ pub async fn serve(
         blocked_capable: opened.blocked_capable,
         has_published: false,
         blocked: false,
+        slot: opened.slot,
     };
     conn.run(reader, buf, events, shutdown).await;
     conn.cleanup().await;
@@ -155,6 +157,8 @@ pub(crate) struct Connection {
     pub(crate) has_published: bool,
     /// Reading is paused by a resource alarm.
     blocked: bool,
+    /// Counted against connection limits until the connection is dropped.
+    pub(crate) slot: crate::limits::ConnectionSlot,
 }
 
 /// How the connection loop goes on after a frame.
@@ -167,8 +171,8 @@ impl Connection {
     /// Resource alarm: a connection that publishes is paused (its socket is not read) while the
     /// alarm is on, and told with connection.blocked / connection.unblocked when it announced that
     /// capability, as RabbitMQ does. Consumers on other connections keep working.
-    fn on_alarm(&mut self, on: bool) {
-        let pause = on && self.has_published;
+    fn on_alarm(&mut self, alarms: crate::broker::Alarms) {
+        let pause = alarms.any() && self.has_published;
         if pause == self.blocked {
             return;
         }
@@ -178,7 +182,7 @@ impl Connection {
         }
         let m = if pause {
             connection::AMQPMethod::Blocked(connection::Blocked {
-                reason: "low on disk".into(),
+                reason: alarms.reason().into(),
             })
         } else {
             connection::AMQPMethod::Unblocked(connection::Unblocked {})
@@ -200,6 +204,9 @@ impl Connection {
             Duration::from_secs(u64::from(self.heartbeat))
         };
         let mut ticker = tokio::time::interval(interval / 2);
+        let mut timeouts = tokio::time::interval(consumer_timeout::check_interval(
+            self.broker.config().consumer_timeout,
+        ));
         let mut last_read = Instant::now();
         tracing::debug!(conn = self.id, user = %self.user, vhost = %self.vhost_name, "connection opened");
         let mut shutdown_sent = false;
@@ -245,6 +252,7 @@ impl Connection {
                         }
                     }
                 }
+                _ = timeouts.tick() => self.check_consumer_timeouts().await,
                 _ = ticker.tick() => {
                     if self.blocked {
                         // Not reading while blocked: the client's heartbeats wait in the socket.

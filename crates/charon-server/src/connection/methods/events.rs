@@ -40,6 +40,7 @@ impl Connection {
                             Unacked {
                                 queue: queue.clone(),
                                 id: d.id,
+                                at: std::time::Instant::now(),
                             },
                         );
                     }

@@ -121,7 +121,7 @@ impl Connection {
         }
     }
 
-    async fn close_channel(&mut self, channel: u16, err: AmqpError) {
+    pub(super) async fn close_channel(&mut self, channel: u16, err: AmqpError) {
         if let Some(ch) = self.channels.get_mut(&channel) {
             ch.closing = true;
             ch.publish = None;
@@ -169,7 +169,18 @@ impl Connection {
                     self.channels.len(), self.channel_max
                 )).on(cid, mid)));
             }
-            self.channels.insert(channel, Channel::default());
+            let slot = self
+                .slot
+                .limits()
+                .open_channel(&self.user)
+                .map_err(|e| (channel, e.on(cid, mid)))?;
+            self.channels.insert(
+                channel,
+                Channel {
+                    _slot: Some(slot),
+                    ..Default::default()
+                },
+            );
             self.reply(
                 channel,
                 AMQPClass::Channel(chm::AMQPMethod::OpenOk(chm::OpenOk {})),
