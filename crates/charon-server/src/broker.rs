@@ -388,7 +388,8 @@ impl Broker {
                 let Some(used) = crate::memory::resident_bytes() else {
                     continue;
                 };
-                if ticks.is_multiple_of(10) || used.saturating_add(used / 8) < last || used > limit {
+                if ticks.is_multiple_of(10) || used.saturating_add(used / 8) < last || used > limit
+                {
                     crate::memory::request_purge();
                 }
                 last = used;

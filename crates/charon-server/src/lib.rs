@@ -17,6 +17,7 @@
 //! - [`broker`]: vhosts, users, ids.
 //! - [`connection`]: one task per AMQP connection (handshake, channels, methods) + its writer.
 //! - [`server`]: the accept loop and shutdown.
+//! - [`tls`]: rustls configuration from `[tls]`, the `EXTERNAL` login from a client certificate.
 
 pub mod access;
 pub mod broker;
@@ -33,6 +34,7 @@ pub mod policies;
 pub mod queue;
 pub mod queues_info;
 pub mod server;
+pub mod tls;
 
 pub use config::Config;
 pub use error::AmqpError;

@@ -108,6 +108,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     broker.spawn_disk_monitor();
     broker.spawn_memory_monitor();
     let http_task = tokio::spawn(charon_http::run(http, broker.clone(), shutdown.clone()));
+    let tls_tasks = spawn_tls(&config, &broker, &shutdown).await?;
     let amqp_task = tokio::spawn(charon_server::server::run(amqp, broker, shutdown.clone()));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
@@ -118,7 +119,53 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     shutdown.cancel();
     let _ = amqp_task.await;
     let _ = http_task.await;
+    for t in tls_tasks {
+        let _ = t.await;
+    }
     Ok(())
+}
+
+/// Binds `amqps_listen` and `https_listen` (when set) and serves them over TLS.
+async fn spawn_tls(
+    config: &Config,
+    broker: &Arc<charon_server::broker::Broker>,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
+    let mut tasks = Vec::new();
+    let Some(tls) = &config.tls else {
+        return Ok(tasks);
+    };
+    if let Some(addr) = &config.amqps_listen {
+        let acceptor = charon_server::tls::TlsAcceptor::from(
+            charon_server::tls::server_config(tls, &[]).context("[tls]")?,
+        );
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding AMQPS on {addr}"))?;
+        tracing::info!(amqps = %addr, "AMQP over TLS listening");
+        tasks.push(tokio::spawn(charon_server::server::run_tls(
+            listener,
+            acceptor,
+            broker.clone(),
+            shutdown.clone(),
+        )));
+    }
+    if let Some(addr) = &config.https_listen {
+        let acceptor = charon_server::tls::TlsAcceptor::from(
+            charon_server::tls::server_config(tls, &[b"http/1.1"]).context("[tls]")?,
+        );
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding HTTPS on {addr}"))?;
+        tracing::info!(https = %addr, "management API over TLS listening");
+        let (b, s) = (broker.clone(), shutdown.clone());
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = charon_http::run_tls(listener, acceptor, b, s).await {
+                tracing::error!(error = %e, "HTTPS listener failed");
+            }
+        }));
+    }
+    Ok(tasks)
 }
 
 fn main() -> anyhow::Result<()> {

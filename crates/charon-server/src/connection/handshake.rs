@@ -10,8 +10,7 @@ use charon_protocol::{
     ProtocolHeaderCheck, ShortString, check_protocol_header, decode_frame, encode_method, erlang,
     peek_frame,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::access::VHostAccess;
 use crate::broker::{Broker, VHostState};
@@ -56,7 +55,10 @@ pub(crate) enum HandshakeEnd {
     Refuse(AmqpError),
 }
 
-async fn read_frame(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<Frame, HandshakeEnd> {
+async fn read_frame<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buf: &mut BytesMut,
+) -> Result<Frame, HandshakeEnd> {
     loop {
         match decode_frame(buf, FRAME_MIN_SIZE) {
             Ok(Some(f)) => return Ok(f),
@@ -69,8 +71,8 @@ async fn read_frame(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<Frame,
     }
 }
 
-async fn read_method(
-    stream: &mut TcpStream,
+async fn read_method<S: AsyncRead + Unpin>(
+    stream: &mut S,
     buf: &mut BytesMut,
 ) -> Result<AMQPClass, HandshakeEnd> {
     match read_frame(stream, buf).await? {
@@ -85,8 +87,8 @@ async fn read_method(
 /// Reads the method after tune-ok. A frame on a channel other than 0 before
 /// connection.open is refused like RabbitMQ's reader does in state `opening`:
 /// 505 quoting the frame's octets.
-async fn read_opening_method(
-    stream: &mut TcpStream,
+async fn read_opening_method<S: AsyncRead + Unpin>(
+    stream: &mut S,
     buf: &mut BytesMut,
 ) -> Result<AMQPClass, HandshakeEnd> {
     loop {
@@ -110,7 +112,10 @@ async fn read_opening_method(
     }
 }
 
-async fn send(stream: &mut TcpStream, method: AMQPClass) -> Result<(), HandshakeEnd> {
+async fn send<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    method: AMQPClass,
+) -> Result<(), HandshakeEnd> {
     let mut out = BytesMut::new();
     encode_method(&mut out, 0, &method);
     stream.write_all(&out).await.map_err(|_| HandshakeEnd::Drop)
@@ -171,11 +176,12 @@ fn credentials(mechanism: &str, response: &[u8]) -> Option<(String, String)> {
 }
 
 /// Runs the opening handshake up to connection.open-ok.
-pub(crate) async fn open(
-    stream: &mut TcpStream,
+pub(crate) async fn open<S: AsyncRead + AsyncWrite + Unpin + Send>(
+    stream: &mut S,
     buf: &mut BytesMut,
     broker: &Broker,
     peer: IpAddr,
+    external: Option<String>,
 ) -> Result<Opened, HandshakeEnd> {
     while buf.len() < 8 {
         if let ProtocolHeaderCheck::Invalid = check_protocol_header(buf) {
@@ -196,7 +202,12 @@ pub(crate) async fn open(
             version_major: 0,
             version_minor: 9,
             server_properties: server_properties(),
-            mechanisms: LongString::from("PLAIN AMQPLAIN"),
+            // EXTERNAL only where a verified client certificate names the user.
+            mechanisms: LongString::from(if external.is_some() {
+                "PLAIN AMQPLAIN EXTERNAL"
+            } else {
+                "PLAIN AMQPLAIN"
+            }),
             locales: LongString::from("en_US"),
         })),
     )
@@ -208,12 +219,21 @@ pub(crate) async fn open(
     };
     let blocked_capable = has_capability(&start_ok.client_properties, "connection.blocked");
     let mechanism = start_ok.mechanism.as_str().to_string();
-    if mechanism != "PLAIN" && mechanism != "AMQPLAIN" {
+    let external_ok = mechanism == "EXTERNAL" && external.is_some();
+    if mechanism != "PLAIN" && mechanism != "AMQPLAIN" && !external_ok {
         return Err(HandshakeEnd::Drop);
     }
-    let login = credentials(&mechanism, start_ok.response.as_bytes());
+    let login = if external_ok {
+        // RabbitMQ's EXTERNAL: the response is ignored, the certificate names the user.
+        external
+            .filter(|user| broker.access().authenticate_external(user, peer))
+            .map(|user| (user, String::new()))
+    } else {
+        credentials(&mechanism, start_ok.response.as_bytes())
+            .filter(|(user, pass)| broker.authenticate(user, pass, peer))
+    };
     let user = match login {
-        Some((user, pass)) if broker.authenticate(&user, &pass, peer) => user,
+        Some((user, _)) => user,
         _ => {
             return Err(HandshakeEnd::Refuse(AmqpError::access_refused(format!(
                 "Login was refused using authentication mechanism {mechanism}. For details see the broker logfile."

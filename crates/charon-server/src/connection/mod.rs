@@ -8,6 +8,7 @@ mod channel;
 mod consumer_timeout;
 mod handshake;
 mod methods;
+mod transport;
 mod writer;
 
 use std::collections::HashMap;
@@ -19,9 +20,8 @@ use bytes::BytesMut;
 use charon_core::ConnectionId;
 use charon_protocol::methods::connection;
 use charon_protocol::{AMQPClass, Frame, decode_frame, encode_heartbeat, encode_method};
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::TcpStream;
-use tokio::net::tcp::OwnedReadHalf;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -33,6 +33,8 @@ use channel::Channel;
 use handshake::HandshakeEnd;
 use writer::Outgoing;
 
+pub use transport::Transport;
+
 /// Serves one accepted TCP connection until it closes.
 pub async fn serve(
     stream: TcpStream,
@@ -41,11 +43,23 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) {
     let _ = stream.set_nodelay(true);
+    serve_on(stream, peer, broker, shutdown, None).await;
+}
+
+/// Serves one connection on any transport until it closes. `external` is the login the
+/// `EXTERNAL` mechanism offers (a TLS client certificate's CN), if any.
+pub async fn serve_on<S: Transport>(
+    stream: S,
+    peer: SocketAddr,
+    broker: Arc<Broker>,
+    shutdown: CancellationToken,
+    external: Option<String>,
+) {
     let mut stream = stream;
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let opened = tokio::time::timeout(
         Duration::from_secs(10),
-        handshake::open(&mut stream, &mut buf, &broker, peer.ip()),
+        handshake::open(&mut stream, &mut buf, &broker, peer.ip(), external),
     )
     .await;
     let opened = match opened {
@@ -56,7 +70,7 @@ pub async fn serve(
         }
         Ok(Err(HandshakeEnd::Drop)) | Err(_) => return,
     };
-    let (reader, write_half) = stream.into_split();
+    let (reader, write_half) = stream.split_io();
     let (handle, events) = ConnHandle::new();
     let (wtx, wrx) = mpsc::unbounded_channel();
     let writer = tokio::spawn(writer::run(write_half, wrx, handle.flow_arc()));
@@ -90,7 +104,7 @@ pub async fn serve(
 }
 
 /// Sends connection.close for a failed handshake, waits briefly for close-ok, closes.
-async fn refuse(mut stream: TcpStream, mut buf: BytesMut, err: AmqpError) {
+async fn refuse<S: Transport>(mut stream: S, mut buf: BytesMut, err: AmqpError) {
     use tokio::io::AsyncWriteExt;
     let mut out = BytesMut::new();
     encode_method(&mut out, 0, &close_method(&err));
@@ -190,9 +204,9 @@ impl Connection {
         encode_method(&mut self.out, 0, &AMQPClass::Connection(m));
     }
 
-    async fn run(
+    async fn run<R: AsyncRead + Unpin>(
         &mut self,
-        mut reader: OwnedReadHalf,
+        mut reader: R,
         mut buf: BytesMut,
         mut events: mpsc::UnboundedReceiver<ConnEvent>,
         shutdown: CancellationToken,

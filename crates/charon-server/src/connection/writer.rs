@@ -7,8 +7,7 @@
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use crate::flow::ConnFlow;
@@ -21,8 +20,8 @@ pub(crate) struct Outgoing {
 }
 
 /// Writes until the sender side is dropped or the socket fails; then shuts the socket down.
-pub(crate) async fn run(
-    mut socket: OwnedWriteHalf,
+pub(crate) async fn run<W: AsyncWrite + Unpin>(
+    mut socket: W,
     mut rx: mpsc::UnboundedReceiver<Outgoing>,
     flow: Arc<ConnFlow>,
 ) {
