@@ -61,18 +61,28 @@ def meant_for_reject(mid: str) -> bool:
 class Broker:
     def __init__(self, binary, data_dir, log):
         self.binary, self.data_dir, self.log = binary, data_dir, log
-        self.port, self.http = free_port(), free_port()
+        self.port = free_port()
         self.proc = None
         self.generation = 0  # which start of the broker a connection talks to
 
     def start(self):
-        self.proc = subprocess.Popen(
-            [self.binary, "server", "--amqp-listen", f"127.0.0.1:{self.port}",
-             "--http-listen", f"127.0.0.1:{self.http}", "--data-dir", str(self.data_dir),
-             "--log-level", "warn"],
-            stdout=self.log, stderr=subprocess.STDOUT)
+        # The port may have been taken while the broker was down (the machine is shared):
+        # then start again on another one; clients read `self.port` on every reconnect.
         self.generation += 1
-        wait_port(self.port, self.proc)
+        for attempt in range(10):
+            self.proc = subprocess.Popen(
+                [self.binary, "server", "--amqp-listen", f"127.0.0.1:{self.port}",
+                 "--http-listen", "127.0.0.1:0", "--data-dir", str(self.data_dir),
+                 "--log-level", "warn"],
+                stdout=self.log, stderr=subprocess.STDOUT)
+            try:
+                wait_port(self.port, self.proc)
+                return
+            except RuntimeError:
+                if self.proc.poll() is None:
+                    raise
+                self.port = free_port()
+        raise RuntimeError("broker did not start in 10 attempts (see its log)")
 
     def kill9(self):
         self.proc.send_signal(signal.SIGKILL)

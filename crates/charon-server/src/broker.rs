@@ -368,8 +368,9 @@ impl Broker {
     }
 
     /// Watches the broker's resident memory every 500 ms against `vm_memory_high_watermark`
-    /// and sets or clears the memory alarm; asks the allocator to return freed memory every few
-    /// seconds and whenever memory use dropped (queues drained or deleted).
+    /// and sets or clears the memory alarm; asks the allocator to return freed memory every 5 s,
+    /// whenever memory use dropped (queues drained or deleted) and on every check above 70 % of
+    /// the mark.
     pub fn spawn_memory_monitor(self: &Arc<Self>) {
         let available = crate::memory::available_bytes().unwrap_or(u64::MAX);
         let limit = self.config.vm_memory_high_watermark.limit(available);
@@ -390,8 +391,9 @@ impl Broker {
                 let Some(used) = crate::memory::resident_bytes() else {
                     continue;
                 };
-                if ticks.is_multiple_of(10) || used.saturating_add(used / 8) < last || used > limit
-                {
+                // Near the mark, freed memory must go back before it counts against us.
+                let near = used > limit / 10 * 7;
+                if ticks.is_multiple_of(10) || used.saturating_add(used / 8) < last || near {
                     crate::memory::request_purge();
                 }
                 last = used;

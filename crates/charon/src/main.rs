@@ -170,6 +170,7 @@ async fn spawn_tls(
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    purge::init();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .on_thread_park(purge::on_park)
