@@ -110,6 +110,9 @@ pub fn peer_login(conn: &rustls::ServerConnection) -> Option<String> {
 pub use tokio_rustls::TlsAcceptor;
 pub use tokio_rustls::server::TlsStream;
 
+/// Most TLS handshakes in progress at once per listener (accepting waits beyond).
+pub const MAX_PENDING_HANDSHAKES: usize = 1024;
+
 /// Most time a client gets for the TLS handshake.
 pub const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -122,8 +125,12 @@ pub fn accept_loop(
     shutdown: tokio_util::sync::CancellationToken,
 ) -> tokio::sync::mpsc::Receiver<(TlsStream<tokio::net::TcpStream>, std::net::SocketAddr)> {
     let (tx, rx) = tokio::sync::mpsc::channel(256);
+    let handshakes = Arc::new(tokio::sync::Semaphore::new(MAX_PENDING_HANDSHAKES));
     tokio::spawn(async move {
         loop {
+            let Ok(permit) = handshakes.clone().acquire_owned().await else {
+                return;
+            };
             let accepted = tokio::select! {
                 _ = shutdown.cancelled() => return,
                 a = listener.accept() => a,
@@ -143,6 +150,7 @@ pub fn accept_loop(
                     Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
                     Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
                 }
+                drop(permit);
             });
         }
     });

@@ -84,7 +84,12 @@ impl PagedShapes {
     }
 }
 
-/// The store side of one durable queue actor.
+/// Ready messages from which transient messages are tracked for paging.
+pub(super) const TRACK_BACKLOG: u32 = 1024;
+/// Body size from which a transient message is always tracked for paging.
+pub(super) const TRACK_BYTES: usize = 64 << 10;
+
+/// The store side of one queue actor.
 #[derive(Debug)]
 pub struct StoreSide {
     pub(super) p: Arc<Persistence>,
@@ -124,8 +129,14 @@ impl StoreSide {
     }
 
     /// Message `id` entered the queue; `stored` is its store id when the sender stored it
-    /// for this queue.
-    pub fn accept(&mut self, id: MsgId, stored: Option<u64>, message: &Message) {
+    /// for this queue; `backlog` is the queue's ready count. A transient message is tracked
+    /// for paging only when it is large or the queue has a backlog: a queue its consumers keep
+    /// short pays nothing for paging it will never need (at most [`TRACK_BACKLOG`] small
+    /// messages per queue go untracked and uncounted).
+    pub fn accept(&mut self, id: MsgId, stored: Option<u64>, message: &Message, backlog: u32) {
+        if stored.is_none() && backlog < TRACK_BACKLOG && message.body.len() < TRACK_BYTES {
+            return;
+        }
         let held = if message.is_paged() {
             0
         } else {
@@ -175,6 +186,9 @@ impl StoreSide {
 
     /// Messages left the queue (acked, expired, dropped, purged, ...): settle the stored ones.
     pub fn gone(&mut self, ids: Vec<MsgId>) {
+        if self.entries.is_empty() {
+            return;
+        }
         let mut settled = Vec::new();
         let mut paged = Vec::new();
         for id in ids {
@@ -209,6 +223,10 @@ impl StoreSide {
 
     /// First deliveries of messages `ids`: recovered after a crash, they come back redelivered.
     pub fn delivered(&self, ids: &mut Vec<MsgId>) {
+        if self.entries.is_empty() {
+            ids.clear();
+            return;
+        }
         ids.retain(|id| self.entries.get(id).is_some_and(|e| !e.transient));
         if !ids.is_empty() {
             self.p.delivered(self.sid, ids);
