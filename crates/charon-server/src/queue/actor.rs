@@ -103,7 +103,7 @@ fn enqueue(state: &mut QueueState, ctx: &mut QueueContext, placed: Placed, now: 
     match state.publish_as(id, message.clone(), now) {
         PublishOutcome::Enqueued(_) => {
             if let Some(s) = ctx.store.as_mut() {
-                s.accept(id, stored, &message, state.message_count());
+                s.accept(id, stored, &message, state.ready_bytes());
             }
             true
         }

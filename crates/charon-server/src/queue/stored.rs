@@ -84,8 +84,8 @@ impl PagedShapes {
     }
 }
 
-/// Ready messages from which transient messages are tracked for paging.
-pub(super) const TRACK_BACKLOG: u32 = 1024;
+/// Ready body bytes of a queue from which its transient messages are tracked for paging.
+pub(super) const TRACK_BACKLOG: u64 = 4 << 20;
 /// Body size from which a transient message is always tracked for paging.
 pub(super) const TRACK_BYTES: usize = 64 << 10;
 
@@ -99,6 +99,8 @@ pub struct StoreSide {
     shadow: u64,
     /// Something was written to the page-out area.
     shadow_used: bool,
+    /// Entries that are stored messages (not transient ones tracked for paging).
+    stored: usize,
     entries: HashMap<MsgId, Persisted>,
     /// Stored messages whose bodies are held, oldest first (candidates for paging out).
     held: VecDeque<MsgId>,
@@ -122,6 +124,7 @@ impl StoreSide {
             sid,
             shadow,
             shadow_used: false,
+            stored: entries.len(),
             entries,
             held: VecDeque::new(),
             shapes,
@@ -129,13 +132,16 @@ impl StoreSide {
     }
 
     /// Message `id` entered the queue; `stored` is its store id when the sender stored it
-    /// for this queue; `backlog` is the queue's ready count. A transient message is tracked
-    /// for paging only when it is large or the queue has a backlog: a queue its consumers keep
-    /// short pays nothing for paging it will never need (at most [`TRACK_BACKLOG`] small
-    /// messages per queue go untracked and uncounted).
-    pub fn accept(&mut self, id: MsgId, stored: Option<u64>, message: &Message, backlog: u32) {
+    /// for this queue; `backlog` is the queue's ready bytes. A transient message is tracked
+    /// for paging only when it is large or the queue holds a backlog of bodies: a queue its
+    /// consumers keep short pays nothing for paging it will never need (at most
+    /// [`TRACK_BACKLOG`] bytes of small bodies per queue go untracked and uncounted).
+    pub fn accept(&mut self, id: MsgId, stored: Option<u64>, message: &Message, backlog: u64) {
         if stored.is_none() && backlog < TRACK_BACKLOG && message.body.len() < TRACK_BYTES {
             return;
+        }
+        if stored.is_some() {
+            self.stored += 1;
         }
         let held = if message.is_paged() {
             0
@@ -181,6 +187,7 @@ impl StoreSide {
     pub fn moved(&mut self, id: MsgId) {
         if let Some(e) = self.entries.remove(&id) {
             self.p.release(u64::from(e.held));
+            self.stored = self.stored.saturating_sub(usize::from(!e.transient));
         }
     }
 
@@ -195,6 +202,7 @@ impl StoreSide {
             if let Some(e) = self.entries.remove(&id) {
                 self.p.release(u64::from(e.held));
                 if !e.transient {
+                    self.stored = self.stored.saturating_sub(1);
                     settled.push(id);
                 } else if e.msg != 0 {
                     paged.push(id);
@@ -214,6 +222,7 @@ impl StoreSide {
         let held: u64 = self.entries.values().map(|e| u64::from(e.held)).sum();
         self.p.release(held);
         self.entries.clear();
+        self.stored = 0;
         self.held.clear();
         self.p.purge(self.sid);
         if self.shadow_used && self.shadow != self.sid {
@@ -223,7 +232,7 @@ impl StoreSide {
 
     /// First deliveries of messages `ids`: recovered after a crash, they come back redelivered.
     pub fn delivered(&self, ids: &mut Vec<MsgId>) {
-        if self.entries.is_empty() {
+        if self.stored == 0 {
             ids.clear();
             return;
         }

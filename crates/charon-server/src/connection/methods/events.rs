@@ -31,6 +31,7 @@ impl Connection {
                     return;
                 };
                 let quorum = queue.is_quorum();
+                let at = std::time::Instant::now();
                 for d in deliveries {
                     ch.next_tag += 1;
                     let tag = ch.next_tag;
@@ -40,7 +41,7 @@ impl Connection {
                             Unacked {
                                 queue: queue.clone(),
                                 id: d.id,
-                                at: std::time::Instant::now(),
+                                at,
                             },
                         );
                     }
