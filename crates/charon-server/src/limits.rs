@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::AmqpError;
+use crate::error::{AmqpError, ServerError};
 
 /// RabbitMQ's vhost limits (`rabbitmqctl set_vhost_limits`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
@@ -141,21 +141,24 @@ impl Limits {
         if let Some(max) = self.connection_max
             && c.connections >= max
         {
-            return Err(AmqpError::not_allowed(format!(
-                "connection refused: node connection limit ({max}) is reached"
-            )));
+            return Err(ServerError::NodeConnectionLimit { max }.into());
         }
         let on_vhost = c.vhost_connections.get(vhost).copied().unwrap_or(0);
         if let Some(l) = over(vl.max_connections, on_vhost) {
-            return Err(AmqpError::not_allowed(format!(
-                "access to vhost '{vhost}' refused for user '{user}': connection limit ({l}) is reached"
-            )));
+            return Err(ServerError::VHostConnectionLimit {
+                vhost: vhost.to_string(),
+                user: user.to_string(),
+                limit: l,
+            }
+            .into());
         }
         let of_user = c.user_connections.get(user).copied().unwrap_or(0);
         if let Some(l) = over(ul.max_connections, of_user) {
-            return Err(AmqpError::not_allowed(format!(
-                "connection refused for user '{user}': user connection limit ({l}) is reached"
-            )));
+            return Err(ServerError::UserConnectionLimit {
+                user: user.to_string(),
+                limit: l,
+            }
+            .into());
         }
         c.connections += 1;
         *c.vhost_connections.entry(vhost.to_string()).or_default() += 1;
@@ -174,9 +177,11 @@ impl Limits {
         let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
         let of_user = c.user_channels.get(user).copied().unwrap_or(0);
         if let Some(l) = over(ul.max_channels, of_user) {
-            return Err(AmqpError::not_allowed(format!(
-                "number of channels opened for user '{user}' has reached the maximum allowed user limit of ({l})"
-            )));
+            return Err(ServerError::UserChannelLimit {
+                user: user.to_string(),
+                limit: l,
+            }
+            .into());
         }
         *c.user_channels.entry(user.to_string()).or_default() += 1;
         Ok(ChannelSlot {
@@ -188,9 +193,12 @@ impl Limits {
     /// 406 when a new queue would go over the vhost's `max-queues` (`existing` queues now).
     pub fn check_new_queue(&self, vhost: &str, name: &str, existing: u64) -> Result<(), AmqpError> {
         match over(self.vhost_limits(vhost).max_queues, existing) {
-            Some(l) => Err(AmqpError::precondition(format!(
-                "cannot declare queue '{name}': queue limit in vhost '{vhost}' ({l}) is reached"
-            ))),
+            Some(l) => Err(ServerError::QueueLimit {
+                queue: name.to_string(),
+                vhost: vhost.to_string(),
+                limit: l,
+            }
+            .into()),
             None => Ok(()),
         }
     }

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::Connection;
-use crate::error::AmqpError;
+use crate::error::ServerError;
 
 /// How often a connection looks at its oldest unacked deliveries, for a timeout of `ms`.
 pub(super) fn check_interval(ms: u64) -> Duration {
@@ -43,10 +43,8 @@ impl Connection {
                 timeout_ms = ms,
                 "consumer timed out waiting for an acknowledgement; closing the channel"
             );
-            let err = AmqpError::precondition(format!(
-                "delivery acknowledgement on channel {channel} timed out. Timeout value used: {ms} ms. This timeout value can be configured, see consumers doc guide to learn more"
-            ));
-            self.close_channel(channel, err).await;
+            let err = ServerError::ConsumerTimeout { channel, ms };
+            self.close_channel(channel, err.into()).await;
         }
     }
 }

@@ -7,14 +7,15 @@ use bytes::BytesMut;
 use charon_protocol::methods::connection;
 use charon_protocol::{
     AMQPClass, AMQPValue, FRAME_MIN_SIZE, FieldTable, Frame, LongString, PROTOCOL_HEADER,
-    ProtocolHeaderCheck, ShortString, check_protocol_header, decode_frame, encode_method, erlang,
+    ProtocolHeaderCheck, ShortString, check_protocol_header, decode_frame, encode_method,
     peek_frame,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::access::VHostAccess;
-use crate::broker::{Broker, VHostState};
-use crate::error::{AmqpError, code};
+use crate::broker::Broker;
+use crate::error::{AmqpError, ServerError};
+use crate::vhost::VHostState;
 
 /// What an opened connection negotiated.
 #[derive(Debug)]
@@ -30,6 +31,8 @@ pub(crate) struct Opened {
     pub(crate) blocked_capable: bool,
     /// Counted against the node's, vhost's and user's connection limits while it lives.
     pub(crate) slot: crate::limits::ConnectionSlot,
+    /// The client's properties (listed by the management API).
+    pub(crate) client_properties: charon_protocol::FieldTable,
 }
 
 /// Whether the client's properties announce `capabilities.<name> = true`.
@@ -78,9 +81,9 @@ async fn read_method<S: AsyncRead + Unpin>(
     match read_frame(stream, buf).await? {
         Frame::Method { channel: 0, method } => Ok(*method),
         Frame::Heartbeat { .. } => Box::pin(read_method(stream, buf)).await,
-        _ => Err(HandshakeEnd::Refuse(AmqpError::unexpected_frame(
-            "expected method frame on channel 0",
-        ))),
+        _ => Err(HandshakeEnd::Refuse(
+            ServerError::ExpectedMethodOnChannelZero.into(),
+        )),
     }
 }
 
@@ -95,9 +98,9 @@ async fn read_opening_method<S: AsyncRead + Unpin>(
         if let Some((frame_type, channel, payload)) = peek_frame(buf)
             && channel != 0
         {
-            return Err(HandshakeEnd::Refuse(AmqpError::unexpected_frame(
-                erlang::frame_octets(frame_type, payload.len(), &erlang::snippet(payload)),
-            )));
+            return Err(HandshakeEnd::Refuse(
+                ServerError::frame_refused(frame_type, payload).into(),
+            ));
         }
         match decode_frame(buf, FRAME_MIN_SIZE) {
             Ok(Some(Frame::Method { method, .. })) => return Ok(*method),
@@ -225,19 +228,26 @@ pub(crate) async fn open<S: AsyncRead + AsyncWrite + Unpin + Send>(
     }
     let login = if external_ok {
         // RabbitMQ's EXTERNAL: the response is ignored, the certificate names the user.
-        external
-            .filter(|user| broker.access().authenticate_external(user, peer))
-            .map(|user| (user, String::new()))
+        external.map(|user| (user, String::new()))
     } else {
         credentials(&mechanism, start_ok.response.as_bytes())
-            .filter(|(user, pass)| broker.authenticate(user, pass, peer))
+    };
+    let ok = match &login {
+        Some((user, _)) if external_ok => broker.access().authenticate_external(user, peer),
+        Some((user, pass)) => broker.authenticate(user, pass, peer),
+        None => false,
     };
     let user = match login {
-        Some((user, _)) => user,
-        _ => {
-            return Err(HandshakeEnd::Refuse(AmqpError::access_refused(format!(
-                "Login was refused using authentication mechanism {mechanism}. For details see the broker logfile."
-            ))));
+        Some((user, _)) if ok => user,
+        other => {
+            let who = other.map(|(u, _)| u).unwrap_or_default();
+            tracing::info!(%peer, user = %who, "{mechanism} login refused: user '{who}' - invalid credentials");
+            return Err(HandshakeEnd::Refuse(
+                ServerError::LoginRefused {
+                    mechanism: mechanism.to_string(),
+                }
+                .into(),
+            ));
         }
     };
     let cfg = broker.config();
@@ -269,10 +279,12 @@ pub(crate) async fn open<S: AsyncRead + AsyncWrite + Unpin + Send>(
     };
     let vhost_name = open.virtual_host.as_str().to_string();
     let Some(vhost) = broker.vhost(&vhost_name) else {
-        return Err(HandshakeEnd::Refuse(AmqpError::new(
-            code::NOT_ALLOWED,
-            format!("vhost {vhost_name} not found"),
-        )));
+        return Err(HandshakeEnd::Refuse(
+            ServerError::VHostNotFound {
+                vhost: vhost_name.to_string(),
+            }
+            .into(),
+        ));
     };
     // RabbitMQ's order: node, vhost and user connection limits, then vhost access.
     let slot = broker
@@ -280,10 +292,13 @@ pub(crate) async fn open<S: AsyncRead + AsyncWrite + Unpin + Send>(
         .open_connection(&vhost_name, &user)
         .map_err(HandshakeEnd::Refuse)?;
     let Some(access) = broker.access().permissions(&user, &vhost_name) else {
-        return Err(HandshakeEnd::Refuse(AmqpError::new(
-            code::NOT_ALLOWED,
-            format!("access to vhost '{vhost_name}' refused for user '{user}'"),
-        )));
+        return Err(HandshakeEnd::Refuse(
+            ServerError::VHostAccessRefused {
+                vhost: vhost_name.to_string(),
+                user: user.to_string(),
+            }
+            .into(),
+        ));
     };
     send(
         stream,
@@ -300,5 +315,6 @@ pub(crate) async fn open<S: AsyncRead + AsyncWrite + Unpin + Send>(
         heartbeat: tune.heartbeat,
         blocked_capable,
         slot,
+        client_properties: start_ok.client_properties,
     })
 }

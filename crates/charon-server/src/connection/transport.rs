@@ -7,13 +7,15 @@ use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 
 /// A byte stream a connection can be served on.
-pub trait Transport: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+pub(crate) trait Transport: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     /// The half the connection task reads.
     type Read: AsyncRead + Unpin + Send + 'static;
     /// The half the writer task writes.
     type Write: AsyncWrite + Unpin + Send + 'static;
     /// Splits into the two halves.
     fn split_io(self) -> (Self::Read, Self::Write);
+    /// The local address of the connection (`fallback` when unknown).
+    fn local_addr_or(&self, fallback: std::net::SocketAddr) -> std::net::SocketAddr;
 }
 
 impl Transport for TcpStream {
@@ -22,6 +24,9 @@ impl Transport for TcpStream {
     fn split_io(self) -> (Self::Read, Self::Write) {
         self.into_split()
     }
+    fn local_addr_or(&self, fallback: std::net::SocketAddr) -> std::net::SocketAddr {
+        self.local_addr().unwrap_or(fallback)
+    }
 }
 
 impl Transport for TlsStream<TcpStream> {
@@ -29,5 +34,8 @@ impl Transport for TlsStream<TcpStream> {
     type Write = tokio::io::WriteHalf<Self>;
     fn split_io(self) -> (Self::Read, Self::Write) {
         tokio::io::split(self)
+    }
+    fn local_addr_or(&self, fallback: std::net::SocketAddr) -> std::net::SocketAddr {
+        self.get_ref().0.local_addr().unwrap_or(fallback)
     }
 }

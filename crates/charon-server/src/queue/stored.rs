@@ -17,14 +17,14 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use charon_core::{Message, MsgId, QueueState};
+use charon_core::{Body, Message, MsgId, QueueState};
 use charon_protocol::RawProperties;
 
 use crate::persist::Persistence;
 
 /// One message of this queue that the store holds.
 #[derive(Debug, Clone, Copy)]
-pub struct Persisted {
+pub(crate) struct Persisted {
     /// The store's message id (to read the body back).
     msg: u64,
     /// Body bytes held in memory and counted against the budget (0: paged out).
@@ -35,7 +35,7 @@ pub struct Persisted {
 
 impl Persisted {
     /// A message whose body is on disk only (recovered).
-    pub fn paged(msg: u64) -> Self {
+    pub(crate) fn paged(msg: u64) -> Self {
         Persisted {
             msg,
             held: 0,
@@ -49,13 +49,13 @@ impl Persisted {
 /// paged-out messages then holds ten million pointers, not ten million message records. The
 /// body is found through the queue's own id for the message, never through the `Arc`.
 #[derive(Debug, Default)]
-pub struct PagedShapes {
+pub(crate) struct PagedShapes {
     last: Option<Arc<Message>>,
 }
 
 impl PagedShapes {
     /// A paged-out message with these fields (shared with the previous one when equal).
-    pub fn get(
+    pub(crate) fn get(
         &mut self,
         exchange: &[u8],
         routing_key: &[u8],
@@ -63,7 +63,7 @@ impl PagedShapes {
         len: u64,
     ) -> Arc<Message> {
         if let Some(m) = &self.last
-            && m.paged == Some(len)
+            && m.body == (Body::Paged { len })
             && m.bcc.is_empty()
             && m.exchange.as_bytes() == exchange
             && m.routing_key.as_bytes() == routing_key
@@ -71,14 +71,12 @@ impl PagedShapes {
         {
             return m.clone();
         }
-        let mut m = Message::new(
+        let m = Arc::new(Message::new(
             Arc::from(String::from_utf8_lossy(exchange).as_ref()),
             Arc::from(String::from_utf8_lossy(routing_key).as_ref()),
             RawProperties(Bytes::copy_from_slice(props)),
-            Bytes::new(),
-        );
-        m.paged = Some(len);
-        let m = Arc::new(m);
+            Body::Paged { len },
+        ));
         self.last = Some(m.clone());
         m
     }
@@ -91,7 +89,7 @@ pub(super) const TRACK_BYTES: usize = 64 << 10;
 
 /// The store side of one queue actor.
 #[derive(Debug)]
-pub struct StoreSide {
+pub(crate) struct StoreSide {
     pub(super) p: Arc<Persistence>,
     /// The queue's store id (durable queues; for others the same as `shadow`, never used).
     sid: u64,
@@ -112,7 +110,7 @@ pub struct StoreSide {
 impl StoreSide {
     /// The store side of queue `sid` with page-out area `shadow`, with the messages recovered
     /// for it.
-    pub fn new(
+    pub(crate) fn new(
         p: Arc<Persistence>,
         sid: u64,
         shadow: u64,
@@ -136,18 +134,23 @@ impl StoreSide {
     /// for paging only when it is large or the queue holds a backlog of bodies: a queue its
     /// consumers keep short pays nothing for paging it will never need (at most
     /// [`TRACK_BACKLOG`] bytes of small bodies per queue go untracked and uncounted).
-    pub fn accept(&mut self, id: MsgId, stored: Option<u64>, message: &Message, backlog: u64) {
-        if stored.is_none() && backlog < TRACK_BACKLOG && message.body.len() < TRACK_BYTES {
+    pub(crate) fn accept(
+        &mut self,
+        id: MsgId,
+        stored: Option<u64>,
+        message: &Message,
+        backlog: u64,
+    ) {
+        let held = match &message.body {
+            Body::Paged { .. } => 0,
+            Body::Resident(b) => u32::try_from(b.len()).unwrap_or(u32::MAX),
+        };
+        if stored.is_none() && backlog < TRACK_BACKLOG && (held as usize) < TRACK_BYTES {
             return;
         }
         if stored.is_some() {
             self.stored += 1;
         }
-        let held = if message.is_paged() {
-            0
-        } else {
-            u32::try_from(message.body.len()).unwrap_or(u32::MAX)
-        };
         let entry = match stored {
             Some(msg) => Persisted {
                 msg,
@@ -170,12 +173,12 @@ impl StoreSide {
     }
 
     /// A stored message the queue did not take (refused at publish): it leaves the store.
-    pub fn refused(&mut self, id: MsgId) {
+    pub(crate) fn refused(&mut self, id: MsgId) {
         self.p.settle(self.sid, vec![id]);
     }
 
     /// Where message `id` sits in the store as a dead-lettering source: (queue, id).
-    pub fn source_of(&self, id: Option<MsgId>) -> Option<(u64, u64)> {
+    pub(crate) fn source_of(&self, id: Option<MsgId>) -> Option<(u64, u64)> {
         let id = id?;
         self.entries
             .get(&id)
@@ -184,7 +187,7 @@ impl StoreSide {
     }
 
     /// Message `id` left through a record that already removed it (a dead-letter move).
-    pub fn moved(&mut self, id: MsgId) {
+    pub(crate) fn moved(&mut self, id: MsgId) {
         if let Some(e) = self.entries.remove(&id) {
             self.p.release(u64::from(e.held));
             self.stored = self.stored.saturating_sub(usize::from(!e.transient));
@@ -192,7 +195,7 @@ impl StoreSide {
     }
 
     /// Messages left the queue (acked, expired, dropped, purged, ...): settle the stored ones.
-    pub fn gone(&mut self, ids: Vec<MsgId>) {
+    pub(crate) fn gone(&mut self, ids: Vec<MsgId>) {
         if self.entries.is_empty() {
             return;
         }
@@ -218,7 +221,7 @@ impl StoreSide {
     }
 
     /// The queue is deleted: all its stored messages go.
-    pub fn purge(&mut self) {
+    pub(crate) fn purge(&mut self) {
         let held: u64 = self.entries.values().map(|e| u64::from(e.held)).sum();
         self.p.release(held);
         self.entries.clear();
@@ -231,7 +234,7 @@ impl StoreSide {
     }
 
     /// First deliveries of messages `ids`: recovered after a crash, they come back redelivered.
-    pub fn delivered(&self, ids: &mut Vec<MsgId>) {
+    pub(crate) fn delivered(&self, ids: &mut Vec<MsgId>) {
         if self.stored == 0 {
             ids.clear();
             return;
@@ -243,7 +246,7 @@ impl StoreSide {
     }
 
     /// `message` (id `id`) with its body, read back from the store if it was paged out.
-    pub fn load(&self, id: MsgId, message: &Arc<Message>) -> Arc<Message> {
+    pub(crate) fn load(&self, id: MsgId, message: &Arc<Message>) -> Arc<Message> {
         if !message.is_paged() {
             return message.clone();
         }
@@ -261,7 +264,7 @@ impl StoreSide {
     /// durable before it leaves memory (it is read back from disk): stored messages are once
     /// their publish is committed; transient ones are first written to the page-out area (as
     /// many as the excess needs) and paged out on a later pass, once that write is committed.
-    pub fn page_out(&mut self, state: &mut QueueState) {
+    pub(crate) fn page_out(&mut self, state: &mut QueueState) {
         if !self.p.over_budget() {
             return;
         }
