@@ -2,8 +2,11 @@
 connection.blocked and is paused, consumers keep going; when memory comes back (the queue
 is deleted and the allocator returns its pages) it is unblocked."""
 
+import base64
+import json
 import socket
 import time
+import urllib.request
 
 import pytest
 from pamqp import commands
@@ -20,6 +23,13 @@ def rss_of(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+def node(b):
+    req = urllib.request.Request(f"http://127.0.0.1:{b.http_port}/api/nodes")
+    req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.load(r)[0]
 
 
 def test_memory_alarm_blocks_publisher_consumers_go_on_and_clears_after_delete(tmp_path):
@@ -53,6 +63,8 @@ def test_memory_alarm_blocks_publisher_consumers_go_on_and_clears_after_delete(t
             assert blocked is not None, f"no connection.blocked after {sent} x 256 KiB"
             assert blocked.reason == "low on memory"
             assert "memory alarm set" in b.log_path.read_text(errors="replace")
+            n = node(b)
+            assert n["mem_alarm"] is True and n["mem_limit"] == 120 << 20, n
             # Consumers keep going while publishers are blocked.
             with b.connect() as consumer:
                 m, _, got = consumer.channel().basic_get("memq", auto_ack=True)
@@ -62,6 +74,7 @@ def test_memory_alarm_blocks_publisher_consumers_go_on_and_clears_after_delete(t
                 admin.channel().queue_delete("memq")
             f = pub.expect_method(commands.Connection.Unblocked, timeout=120)
             assert "memory alarm cleared" in b.log_path.read_text(errors="replace")
+            assert node(b)["mem_alarm"] is False
             assert rss_of(b.proc.pid) < 120 << 20
     finally:
         conftest.stop_charon(b)
