@@ -5,7 +5,10 @@
 //! - [`admin`]: the management interface (API, CLI, metrics): users/vhosts at run time,
 //!   connection registry and counters, topology and message operations, definitions.
 //! - [`config`]: the configuration file's shape and defaults.
+//! - [`data_lock`]: the lock that keeps a second broker off a data directory in use.
 //! - [`error`]: the one place where protocol and domain errors become AMQP replies.
+//! - [`limits`]: connection/channel/queue limits (node, vhost, user) with RabbitMQ's texts.
+//! - [`memory`]: the memory alarm's setting and measurement; asking the allocator to purge.
 //! - [`handles`]: how tasks reach each other: queue and connection handles, queue commands,
 //!   connection events, delivery credit (no lock across `.await`).
 //! - [`queue`]: queue actors, placing messages in them, dead-letter dispatch.
@@ -17,20 +20,25 @@
 //! - [`broker`]: vhosts, users, ids.
 //! - [`connection`]: one task per AMQP connection (handshake, channels, methods) + its writer.
 //! - [`server`]: the accept loop and shutdown.
+//! - [`tls`]: rustls configuration from `[tls]`, the `EXTERNAL` login from a client certificate.
 
 pub mod access;
 pub mod admin;
 pub mod broker;
 pub mod config;
 pub(crate) mod connection;
+pub mod data_lock;
 pub mod error;
 pub mod handles;
+pub mod limits;
 mod locks;
+pub mod memory;
 pub(crate) mod persist;
 pub mod policies;
 pub(crate) mod queue;
 pub mod queues_info;
 pub mod server;
+pub mod tls;
 pub mod vhost;
 
 pub use config::Config;

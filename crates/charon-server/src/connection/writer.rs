@@ -7,8 +7,7 @@
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use crate::handles::ConnFlow;
@@ -20,10 +19,16 @@ pub(crate) struct Outgoing {
     pub(crate) deliveries: usize,
 }
 
+<<<<<<< HEAD
 /// Writes until the sender side is dropped or the socket fails. Returns the socket when every
 /// write succeeded (the caller decides when to close it), `None` after a failed write.
 pub(crate) async fn run(
     mut socket: OwnedWriteHalf,
+=======
+/// Writes until the sender side is dropped or the socket fails; then shuts the socket down.
+pub(crate) async fn run<W: AsyncWrite + Unpin>(
+    mut socket: W,
+>>>>>>> harden
     mut rx: mpsc::UnboundedReceiver<Outgoing>,
     flow: Arc<ConnFlow>,
 ) -> Option<OwnedWriteHalf> {

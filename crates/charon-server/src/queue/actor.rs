@@ -348,7 +348,7 @@ impl Actor {
         match self.state.publish_as(id, message.clone(), now) {
             PublishOutcome::Enqueued(_) => {
                 if let Some(s) = self.ctx.store.as_mut() {
-                    s.accept(id, stored, &message);
+                    s.accept(id, stored, &message, self.state.ready_bytes());
                 }
                 true
             }

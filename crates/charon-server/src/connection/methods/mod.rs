@@ -137,6 +137,7 @@ impl Connection {
         }
     }
 
+<<<<<<< HEAD
     /// connection.update-secret: RabbitMQ's internal users have no expiring credentials, so the
     /// new secret changes nothing; the user's access to the vhost is checked again (it may have
     /// been revoked since the connection opened) and update-secret-ok is sent.
@@ -168,6 +169,9 @@ impl Connection {
     }
 
     async fn close_channel(&mut self, channel: u16, err: AmqpError) {
+=======
+    pub(super) async fn close_channel(&mut self, channel: u16, err: AmqpError) {
+>>>>>>> harden
         if let Some(ch) = self.channels.get_mut(&channel) {
             ch.closing = true;
             ch.publish = None;
@@ -216,7 +220,15 @@ impl Connection {
                 };
                 return Err((channel, AmqpError::from(err).on(cid, mid)));
             }
-            let ch = Channel::default();
+            let slot = self
+                .slot
+                .limits()
+                .open_channel(&self.user)
+                .map_err(|e| (channel, e.on(cid, mid)))?;
+            let ch = Channel {
+                _slot: Some(slot),
+                ..Default::default()
+            };
             self.admin.channel_opened(channel, &ch.stats);
             self.channels.insert(channel, ch);
             self.reply(
