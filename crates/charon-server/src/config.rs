@@ -114,7 +114,6 @@ impl Default for Config {
     }
 }
 
-<<<<<<< HEAD
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -125,14 +124,13 @@ pub enum LogFormat {
     /// One JSON object per line (timestamp, level, target, fields).
     Json,
 }
-=======
+
 /// Default `max_message_size`: 128 MiB.
 pub const DEFAULT_MAX_MESSAGE_SIZE: u64 = 128 << 20;
 
 /// Largest `max_message_size` allowed (RabbitMQ's `?MAX_MSG_SIZE`, 512 MiB); a content header
 /// announcing more is a frame error whatever the setting.
 pub const MAX_MSG_SIZE: u64 = 536_870_912;
->>>>>>> harden
 
 /// One user account.
 #[derive(Debug, Clone, Deserialize)]

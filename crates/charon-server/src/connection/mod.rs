@@ -75,11 +75,7 @@ pub(crate) async fn serve_on<S: Transport>(
         }
         Ok(Err(HandshakeEnd::Drop)) | Err(_) => return,
     };
-<<<<<<< HEAD
-    let (mut reader, write_half) = stream.into_split();
-=======
-    let (reader, write_half) = stream.split_io();
->>>>>>> harden
+    let (mut reader, write_half) = stream.split_io();
     let (handle, events) = ConnHandle::new();
     let (wtx, wrx) = mpsc::unbounded_channel();
     let writer = tokio::spawn(writer::run(write_half, wrx, handle.flow_arc()));
@@ -121,12 +117,9 @@ pub(crate) async fn serve_on<S: Transport>(
         blocked_capable: opened.blocked_capable,
         has_published: false,
         blocked: false,
-<<<<<<< HEAD
         owes_close_ok: false,
         confirms_due: Vec::new(),
-=======
         slot: opened.slot,
->>>>>>> harden
     };
     conn.run(&mut reader, buf, events, shutdown).await;
     conn.cleanup().await;
@@ -156,7 +149,7 @@ pub(crate) async fn serve_on<S: Transport>(
 /// After close-ok, reads and discards until the client closes the socket (a client may still be
 /// flushing frames it queued before its connection.close), for at most the heartbeat timeout,
 /// capped at 30 s, like RabbitMQ's `?CLOSING_TIMEOUT`.
-async fn discard_until_closed(reader: &mut OwnedReadHalf, heartbeat: u16) {
+async fn discard_until_closed<R: AsyncRead + Unpin>(reader: &mut R, heartbeat: u16) {
     let secs = if heartbeat > 0 && heartbeat < 30 {
         u64::from(heartbeat)
     } else {
@@ -246,16 +239,13 @@ pub(crate) struct Connection {
     pub(crate) has_published: bool,
     /// Reading is paused by a resource alarm.
     blocked: bool,
-<<<<<<< HEAD
     /// The client sent connection.close: close-ok goes out after cleanup.
     pub(crate) owes_close_ok: bool,
     /// Channels with confirms settled since the last flush: their acks go out together, as
     /// `multiple=true` runs, when the batch is flushed.
     pub(crate) confirms_due: Vec<u16>,
-=======
     /// Counted against connection limits until the connection is dropped.
     pub(crate) slot: crate::limits::ConnectionSlot,
->>>>>>> harden
 }
 
 /// How the connection loop goes on after a frame.
@@ -289,11 +279,7 @@ impl Connection {
 
     async fn run<R: AsyncRead + Unpin>(
         &mut self,
-<<<<<<< HEAD
-        reader: &mut OwnedReadHalf,
-=======
         mut reader: R,
->>>>>>> harden
         mut buf: BytesMut,
         mut events: mpsc::UnboundedReceiver<ConnEvent>,
         shutdown: CancellationToken,

@@ -19,19 +19,13 @@ pub(crate) struct Outgoing {
     pub(crate) deliveries: usize,
 }
 
-<<<<<<< HEAD
 /// Writes until the sender side is dropped or the socket fails. Returns the socket when every
 /// write succeeded (the caller decides when to close it), `None` after a failed write.
-pub(crate) async fn run(
-    mut socket: OwnedWriteHalf,
-=======
-/// Writes until the sender side is dropped or the socket fails; then shuts the socket down.
 pub(crate) async fn run<W: AsyncWrite + Unpin>(
     mut socket: W,
->>>>>>> harden
     mut rx: mpsc::UnboundedReceiver<Outgoing>,
     flow: Arc<ConnFlow>,
-) -> Option<OwnedWriteHalf> {
+) -> Option<W> {
     let mut batch = Vec::with_capacity(64);
     let mut buf = BytesMut::new();
     while rx.recv_many(&mut batch, 64).await > 0 {

@@ -137,7 +137,6 @@ impl Connection {
         }
     }
 
-<<<<<<< HEAD
     /// connection.update-secret: RabbitMQ's internal users have no expiring credentials, so the
     /// new secret changes nothing; the user's access to the vhost is checked again (it may have
     /// been revoked since the connection opened) and update-secret-ok is sent.
@@ -168,10 +167,7 @@ impl Connection {
         }
     }
 
-    async fn close_channel(&mut self, channel: u16, err: AmqpError) {
-=======
     pub(super) async fn close_channel(&mut self, channel: u16, err: AmqpError) {
->>>>>>> harden
         if let Some(ch) = self.channels.get_mut(&channel) {
             ch.closing = true;
             ch.publish = None;
