@@ -12,6 +12,7 @@
 //! - [`topology`]: exchanges, queues and bindings listed, declared and deleted.
 //! - [`messages`]: publish, get (with RabbitMQ's ack modes), purge and peek.
 //! - [`definitions`]: RabbitMQ's definitions JSON, export and import.
+//! - [`params`]: vhost/user limits, runtime and global parameters set at run time.
 //! - [`node`]: node facts (memory, fds, disk, alarms, uptime).
 
 pub mod connections;
@@ -19,6 +20,7 @@ pub mod definitions;
 pub mod json;
 pub mod messages;
 pub mod node;
+pub mod params;
 pub mod password;
 pub mod rates;
 pub mod store;
@@ -52,6 +54,8 @@ pub struct AdminState {
     /// Held while users/vhosts/permissions are snapshotted and appended to the store, so that
     /// saves reach the log in the order of the changes (never held across an `.await`).
     pub(crate) access_save: std::sync::Mutex<()>,
+    /// Runtime and global parameters (inert JSON).
+    pub(crate) params: std::sync::Mutex<params::ParamState>,
 }
 
 impl AdminState {
@@ -64,6 +68,7 @@ impl AdminState {
             started_ms: crate::queue::now_ms(),
             cluster_id: format!("charon-cluster-id-{seed:016x}"),
             access_save: std::sync::Mutex::new(()),
+            params: std::sync::Mutex::default(),
         }
     }
 }

@@ -1,4 +1,4 @@
-//! Users, vhosts and permissions in the store: one definition record (kind 3, see
+//! Users, vhosts, permissions, vhost/user limits and runtime/global parameters in the store: one definition record (kind 3, see
 //! docs/storage-format.md) holding all of them as JSON, rewritten whole after every change.
 //!
 //! At start the record is applied over what the configuration file built: users and
@@ -7,6 +7,7 @@
 //! deleted at run time that the config file names comes back at the next start, as RabbitMQ's
 //! definitions-at-boot do).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -16,6 +17,7 @@ use crate::access::{User, VHostAccess};
 use crate::admin::password::{HashAlg, PasswordHash};
 use crate::broker::Broker;
 use crate::config::PermissionConfig;
+use crate::limits::{UserLimits, VHostLimits};
 use crate::persist;
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -38,6 +40,18 @@ struct StoredAccess {
     users: Vec<StoredUser>,
     vhosts: Vec<StoredVHost>,
     permissions: Vec<PermissionConfig>,
+    /// Vhost limits set at run time (or imported), by vhost.
+    #[serde(default)]
+    vhost_limits: BTreeMap<String, VHostLimits>,
+    /// User limits, by user.
+    #[serde(default)]
+    user_limits: BTreeMap<String, UserLimits>,
+    /// Runtime parameters (`component`, `vhost`, `name`, `value`).
+    #[serde(default)]
+    parameters: Vec<serde_json::Value>,
+    /// Global parameters by name.
+    #[serde(default)]
+    global_parameters: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Broker {
@@ -62,7 +76,12 @@ impl Broker {
 
     /// Snapshots users, vhosts and permissions and appends them to the store.
     fn snapshot_access(&self, p: &crate::persist::Persistence) -> Option<crate::persist::Durable> {
+        let (parameters, global_parameters) = self.stored_parameters();
         let data = StoredAccess {
+            vhost_limits: self.list_vhost_limits().into_iter().collect(),
+            user_limits: self.list_user_limits().into_iter().collect(),
+            parameters,
+            global_parameters,
             users: self
                 .list_users()
                 .into_iter()
@@ -112,6 +131,13 @@ impl Broker {
         for v in &stored.vhosts {
             self.insert_vhost(&v.name);
         }
+        for (v, l) in &stored.vhost_limits {
+            self.limits().set_vhost_limits(v, *l);
+        }
+        for (u, l) in &stored.user_limits {
+            self.limits().set_user_limits(u, *l);
+        }
+        self.restore_parameters(&stored.parameters, &stored.global_parameters);
         let mut users = self.access().write();
         for u in stored.users {
             let alg = HashAlg::from_name(&u.hashing_algorithm).unwrap_or(HashAlg::Sha256);
