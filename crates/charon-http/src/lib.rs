@@ -24,6 +24,7 @@ pub mod listing;
 pub mod metrics;
 pub mod msgjson;
 pub mod overview;
+pub mod params;
 pub mod policies;
 pub mod queues;
 pub mod users;
@@ -44,6 +45,7 @@ async fn not_found() -> error::ApiError {
 pub fn router(broker: Arc<Broker>) -> Router {
     use connections as c;
     use exchanges as x;
+    use params as pm;
     use overview as o;
     use users as u;
     Router::new()
@@ -167,11 +169,37 @@ pub fn router(broker: Arc<Broker>) -> Router {
         )
         .route("/api/operator-policies", get(o::extensions))
         .route("/api/operator-policies/{vhost}", get(o::extensions))
-        .route("/api/parameters", get(o::extensions))
-        .route("/api/parameters/{component}", get(o::extensions))
-        .route("/api/global-parameters", get(o::extensions))
-        .route("/api/vhost-limits", get(o::extensions))
-        .route("/api/user-limits", get(o::extensions))
+        .route("/api/parameters", get(pm::list_parameters))
+        .route("/api/parameters/{component}", get(pm::component_parameters))
+        .route(
+            "/api/parameters/{component}/{vhost}",
+            get(pm::vhost_parameters),
+        )
+        .route(
+            "/api/parameters/{component}/{vhost}/{name}",
+            get(pm::get_parameter)
+                .put(pm::put_parameter)
+                .delete(pm::delete_parameter),
+        )
+        .route("/api/global-parameters", get(pm::list_global))
+        .route(
+            "/api/global-parameters/{name}",
+            get(pm::get_global)
+                .put(pm::put_global)
+                .delete(pm::delete_global),
+        )
+        .route("/api/vhost-limits", get(pm::list_vhost_limits))
+        .route("/api/vhost-limits/{vhost}", get(pm::vhost_limits_of))
+        .route(
+            "/api/vhost-limits/{vhost}/{name}",
+            axum::routing::put(pm::put_vhost_limit).delete(pm::delete_vhost_limit),
+        )
+        .route("/api/user-limits", get(pm::list_user_limits))
+        .route("/api/user-limits/{user}", get(pm::user_limits_of))
+        .route(
+            "/api/user-limits/{user}/{name}",
+            axum::routing::put(pm::put_user_limit).delete(pm::delete_user_limit),
+        )
         .route("/api/topic-permissions", get(o::extensions))
         .route("/api/feature-flags", get(o::extensions))
         .route("/api/{*rest}", axum::routing::any(not_found))

@@ -4,10 +4,11 @@
 //! and what Charon exports imports into RabbitMQ.
 //!
 //! Export leaves out what RabbitMQ leaves out: the default and `amq.*` exchanges, exclusive
-//! queues, the default exchange's implicit bindings. `parameters` and `topic_permissions` are
-//! exported empty; on import they are ignored (Charon has no runtime parameters yet), as are
-//! `global_parameters`. Import runs as the broker itself (no permission checks on the objects,
-//! as RabbitMQ's import), stops at the first invalid object and reports it.
+//! queues, the default exchange's implicit bindings. It includes `parameters` (inert ones and
+//! vhost limits as component `vhost-limits`), `global_parameters` (inert; import keeps the
+//! node's own `internal_cluster_id`) and user `limits`. `topic_permissions` are exported empty
+//! and ignored. Import runs as the broker itself (no permission checks on the objects, as
+//! RabbitMQ's import), stops at the first invalid object and reports it.
 
 use charon_core::{DefValue, ExchangeDeclare, QueueDeclare};
 use serde_json::{Map, Value, json};
@@ -143,7 +144,8 @@ impl Broker {
                         json!({
                             "name": u.name, "password_hash": u.password_hash,
                             "hashing_algorithm": u.hashing_algorithm, "tags": u.tags,
-                            "limits": {},
+                            "limits": super::params::user_limits_json(
+                                &self.limits().user_limits(&u.name)),
                         })
                     })
                     .collect(),
@@ -167,11 +169,20 @@ impl Broker {
             );
             m.insert("topic_permissions".into(), json!([]));
         }
-        m.insert("parameters".into(), json!([]));
+        m.insert(
+            "parameters".into(),
+            self.list_parameters(None, vhost)
+                .iter()
+                .map(super::params::Parameter::to_json)
+                .collect(),
+        );
         if vhost.is_none() {
             m.insert(
                 "global_parameters".into(),
-                json!([{"name": "internal_cluster_id", "value": self.admin().cluster_id}]),
+                self.list_global_parameters()
+                    .into_iter()
+                    .map(|(n, v)| json!({"name": n, "value": v}))
+                    .collect(),
             );
         }
         m.insert("policies".into(), Value::Array(policies));
@@ -227,6 +238,20 @@ impl Broker {
                 };
                 self.put_user(str_field(&u, "name"), password, parse_tags(u.get("tags")))
                     .await?;
+                if let Some(l) = u.get("limits").filter(|l| l.is_object()) {
+                    let l = super::params::parse_user_limits(l)?;
+                    if l != crate::limits::UserLimits::default() {
+                        self.replace_user_limits(str_field(&u, "name"), l).await?;
+                    }
+                }
+            }
+            for g in list("global_parameters") {
+                let name = str_field(&g, "name");
+                // The cluster id is the node's own, as RabbitMQ keeps its own on import.
+                if name != "internal_cluster_id" {
+                    let value = g.get("value").cloned().unwrap_or(Value::Null);
+                    self.put_global_parameter(name, value).await?;
+                }
             }
             for p in list("permissions") {
                 self.set_permissions(
@@ -242,6 +267,16 @@ impl Broker {
             && self.vhost(v).is_none()
         {
             return Err(AdminError::NotFound);
+        }
+        for p in list("parameters") {
+            let value = p.get("value").cloned().unwrap_or(Value::Null);
+            self.put_parameter(
+                str_field(&p, "component"),
+                &vhost_of(&p),
+                str_field(&p, "name"),
+                value,
+            )
+            .await?;
         }
         for p in list("policies") {
             let definition: Vec<(String, DefValue)> = p
