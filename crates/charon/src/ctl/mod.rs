@@ -6,8 +6,10 @@
 //! - `client`: the HTTP client.
 //! - `output`: informational lines and tab-separated tables.
 //! - `verbs`: the verbs.
+//! - `limits`: the vhost/user limits verbs.
 
 mod client;
+mod limits;
 mod output;
 mod verbs;
 
@@ -172,6 +174,9 @@ pub(crate) enum CtlCommand {
     /// Clears a policy.
     #[command(name = "clear_policy")]
     ClearPolicy { name: String },
+    /// Vhost and user limits.
+    #[command(flatten)]
+    Limits(limits::LimitsCommand),
 }
 
 /// Runs one `ctl` command, printing what `rabbitmqctl` would. Errors are one line on stderr
@@ -183,7 +188,11 @@ pub(crate) fn run(args: CtlArgs) -> ! {
         json: args.formatter == "json",
         headers: !args.no_table_headers,
     };
-    match verbs::run(&client, style, &args.vhost, args.command) {
+    let done = match args.command {
+        CtlCommand::Limits(l) => limits::run(&client, style, &args.vhost, l),
+        other => verbs::run(&client, style, &args.vhost, other),
+    };
+    match done {
         Ok(()) => std::process::exit(0),
         Err(e) => {
             let code = e.downcast_ref::<CtlError>().map_or(70, |c| c.code);

@@ -485,6 +485,7 @@ pub(super) fn run(c: &Client, style: Style, vhost: &str, cmd: CtlCommand) -> any
                 &[],
             )?;
         }
+        CtlCommand::Limits(l) => super::limits::run(c, style, vhost, l)?,
     }
     Ok(())
 }
