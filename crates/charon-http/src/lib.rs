@@ -45,8 +45,8 @@ async fn not_found() -> error::ApiError {
 pub fn router(broker: Arc<Broker>) -> Router {
     use connections as c;
     use exchanges as x;
-    use params as pm;
     use overview as o;
+    use params as pm;
     use users as u;
     Router::new()
         .route(

@@ -180,7 +180,10 @@ pub async fn vhost_parameters(
 ) -> Result<Json<Value>, ApiError> {
     user.may_set_policies()?;
     user.check_vhost(&broker, &vhost)?;
-    respond(parameters(&user, &broker, Some(&component), Some(&vhost)), &q)
+    respond(
+        parameters(&user, &broker, Some(&component), Some(&vhost)),
+        &q,
+    )
 }
 
 /// `GET /api/parameters/{component}/{vhost}/{name}`.

@@ -217,16 +217,23 @@ impl Broker {
                 value: vhost_limits_json(&l),
             })
             .collect();
-        out.extend(self.params().parameters.iter().map(|((c, v, n), val)| Parameter {
-            component: c.clone(),
-            vhost: v.clone(),
-            name: n.clone(),
-            value: val.clone(),
-        }));
+        out.extend(
+            self.params()
+                .parameters
+                .iter()
+                .map(|((c, v, n), val)| Parameter {
+                    component: c.clone(),
+                    vhost: v.clone(),
+                    name: n.clone(),
+                    value: val.clone(),
+                }),
+        );
         out.retain(|p| {
             component.is_none_or(|c| c == p.component) && vhost.is_none_or(|v| v == p.vhost)
         });
-        out.sort_by(|a, b| (&a.component, &a.vhost, &a.name).cmp(&(&b.component, &b.vhost, &b.name)));
+        out.sort_by(|a, b| {
+            (&a.component, &a.vhost, &a.name).cmp(&(&b.component, &b.vhost, &b.name))
+        });
         out
     }
 
@@ -249,7 +256,9 @@ impl Broker {
             return Ok(created);
         }
         if component.is_empty() || name.is_empty() {
-            return Err(AdminError::BadRequest("component and name must not be empty".into()));
+            return Err(AdminError::BadRequest(
+                "component and name must not be empty".into(),
+            ));
         }
         let created = self
             .params()
@@ -266,7 +275,8 @@ impl Broker {
             if self.limits().vhost_limits(vhost) == VHostLimits::default() {
                 return false;
             }
-            self.limits().set_vhost_limits(vhost, VHostLimits::default());
+            self.limits()
+                .set_vhost_limits(vhost, VHostLimits::default());
         } else if self
             .params()
             .parameters
@@ -314,7 +324,11 @@ impl Broker {
             .iter()
             .map(|((c, v, n), val)| json!({"component": c, "vhost": v, "name": n, "value": val}))
             .collect();
-        let global = p.global.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let global = p
+            .global
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         (params, global)
     }
 

@@ -10,6 +10,7 @@ use super::output::{Style, table};
 
 /// A limits verb.
 #[derive(clap::Subcommand, Debug)]
+#[allow(clippy::enum_variant_names)] // rabbitmqctl's verb names
 pub(crate) enum LimitsCommand {
     /// Sets the vhost's limits: `set_vhost_limits [-p VHOST] '{"max-connections": 10}'`.
     #[command(name = "set_vhost_limits")]
@@ -56,7 +57,10 @@ fn listing(c: &Client, style: Style, path: &str, key: &str) -> anyhow::Result<()
         .map(|o| {
             let mut m = Map::new();
             m.insert(key.into(), o.get(key).cloned().unwrap_or(Value::Null));
-            m.insert("limits".into(), o.get("value").cloned().unwrap_or(json!({})));
+            m.insert(
+                "limits".into(),
+                o.get("value").cloned().unwrap_or(json!({})),
+            );
             m
         })
         .collect();
