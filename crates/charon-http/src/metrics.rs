@@ -8,10 +8,11 @@
 //! `charon_dlq_oldest_message_age_seconds{vhost,queue}` (queues whose head message was
 //! dead-lettered), and the alarms as gauges (`rabbitmq_alarms_*`, `charon_alarm{resource}`).
 //!
-//! The exposition is written here (a few lines of text: every value is a snapshot taken at
-//! scrape time from the broker's interface, so a metrics registry would only be copied into).
+//! Every value is a snapshot taken at scrape time from the broker's interface (queue actors
+//! answer with their counters); the snapshot is a `prometheus-client` custom [`Collector`]
+//! registered in a per-scrape `Registry` and encoded by the crate (OpenMetrics text, which the
+//! Prometheus text parser reads: counters end in `_total`, `# EOF` is a comment to it).
 
-use std::fmt::Write;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -21,6 +22,13 @@ use axum::response::IntoResponse;
 use charon_server::admin::REASONS;
 use charon_server::admin::node::AlarmKind;
 use charon_server::broker::Broker;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -30,48 +38,81 @@ pub fn prometheus_listen(broker: &Broker) -> Option<String> {
     (!a.is_empty()).then(|| a.clone())
 }
 
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+/// One metric family of a scrape: rabbitmq_prometheus's name (counters with their `_total`),
+/// type, help and samples.
+#[derive(Debug)]
+struct Family {
+    name: String,
+    kind: &'static str,
+    help: String,
+    samples: Vec<(Vec<(String, String)>, f64)>,
 }
 
-struct Out(String);
+/// A scrape's snapshot, taken from the broker's interface when scraped and encoded by
+/// `prometheus-client` as a custom [`Collector`].
+#[derive(Debug, Default)]
+struct Out(Vec<Family>);
 
 impl Out {
-    fn family(&mut self, name: &str, kind: &str, help: &str) {
-        let _ = writeln!(self.0, "# HELP {name} {help}");
-        let _ = writeln!(self.0, "# TYPE {name} {kind}");
+    fn family(&mut self, name: &str, kind: &'static str, help: &str) {
+        self.0.push(Family {
+            name: name.to_string(),
+            kind,
+            help: help.to_string(),
+            samples: Vec::new(),
+        });
     }
 
     fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
-        self.0.push_str(name);
-        if !labels.is_empty() {
-            self.0.push('{');
-            for (i, (k, v)) in labels.iter().enumerate() {
-                if i > 0 {
-                    self.0.push(',');
+        let labels = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        match self.0.last_mut() {
+            Some(f) if f.name == name => f.samples.push((labels, value)),
+            _ => {
+                self.family(name, "gauge", name);
+                if let Some(f) = self.0.last_mut() {
+                    f.samples.push((labels, value));
                 }
-                let _ = write!(self.0, "{k}=\"{}\"", escape(v));
             }
-            self.0.push('}');
         }
-        let _ = writeln!(self.0, " {value}");
     }
 
-    fn one(&mut self, name: &str, kind: &str, help: &str, value: f64) {
+    fn one(&mut self, name: &str, kind: &'static str, help: &str, value: f64) {
         self.family(name, kind, help);
         self.sample(name, &[], value);
     }
 }
 
+impl Collector for Out {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        for f in &self.0 {
+            if f.kind == "counter" {
+                // prometheus-client appends `_total` to a counter's samples.
+                let name = f.name.strip_suffix("_total").unwrap_or(&f.name);
+                let mut m = encoder.encode_descriptor(name, &f.help, None, MetricType::Counter)?;
+                for (labels, v) in &f.samples {
+                    ConstCounter::new(*v).encode(m.encode_family(labels)?)?;
+                }
+            } else {
+                let mut m = encoder.encode_descriptor(&f.name, &f.help, None, MetricType::Gauge)?;
+                for (labels, v) in &f.samples {
+                    ConstGauge::new(*v).encode(m.encode_family(labels)?)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The whole scrape.
 pub async fn render(broker: &Broker) -> String {
-    let mut o = Out(String::with_capacity(8192));
+    let mut o = Out::default();
     let node = charon_server::admin::node_name();
     o.family(
         "rabbitmq_build_info",
-        "untyped",
+        "gauge",
         "RabbitMQ-compatible build info",
     );
     o.sample(
@@ -83,11 +124,7 @@ pub async fn render(broker: &Broker) -> String {
         ],
         1.0,
     );
-    o.family(
-        "rabbitmq_identity_info",
-        "untyped",
-        "Node and cluster names",
-    );
+    o.family("rabbitmq_identity_info", "gauge", "Node and cluster names");
     o.sample(
         "rabbitmq_identity_info",
         &[("rabbitmq_node", &node), ("rabbitmq_cluster", &node)],
@@ -378,7 +415,13 @@ pub async fn render(broker: &Broker) -> String {
     for k in AlarmKind::ALL {
         o.sample("charon_alarm", &[("resource", k.resource())], on(k));
     }
-    o.0
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(o));
+    let mut text = String::with_capacity(16 * 1024);
+    if let Err(e) = encode(&mut text, &registry) {
+        tracing::error!(error = %e, "the metrics could not be encoded");
+    }
+    text
 }
 
 /// `GET /metrics`.
