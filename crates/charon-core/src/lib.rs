@@ -10,6 +10,7 @@
 //! * [`policy`] – [`Policies`]: policies and the effective queue settings.
 //! * [`dead_letter`] – the dead-lettered message: x-death headers, routing keys, cycles.
 //! * [`queue`] – [`QueueState`]: one queue's messages and consumers.
+//! * [`retry`] – retries with backoff: settings, parked messages, ordered keys.
 
 pub mod arguments;
 pub mod dead_letter;
@@ -18,6 +19,7 @@ pub mod exchange;
 pub mod message;
 pub mod policy;
 pub mod queue;
+pub mod retry;
 pub mod value;
 pub mod vhost;
 

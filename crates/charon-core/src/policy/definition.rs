@@ -69,6 +69,8 @@ pub struct PolicyDefinition {
     pub overflow: Option<Overflow>,
     /// `delivery-limit`.
     pub delivery_limit: Option<u64>,
+    /// `retry-*` keys (`crate::retry`).
+    pub retry: crate::retry::RetryKeys,
     /// Every key as given, in order, for listing.
     pub raw: Vec<(String, DefValue)>,
 }
@@ -138,6 +140,8 @@ impl PolicyDefinition {
                     })
                 }
                 k if INERT_KEYS.contains(&k) => {}
+                k if k.starts_with("retry-")
+                    && d.retry.parse_policy_key(k, v).map_err(invalid)? => {}
                 _ => unknown.push(key.clone()),
             }
         }

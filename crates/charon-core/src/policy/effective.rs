@@ -4,7 +4,9 @@
 //!
 //! - `dead-letter-exchange`, `dead-letter-routing-key`, `overflow`: the queue argument wins;
 //! - `message-ttl`, `max-length`, `max-length-bytes`, `expires`, `delivery-limit`: the smaller of
-//!   the two wins.
+//!   the two wins;
+//! - `retry-*` (Charon): see [`crate::retry::settings`] (`retry-limit` the smaller, the rest
+//!   the argument's).
 
 use crate::arguments::QueueArgs;
 
@@ -24,7 +26,9 @@ pub fn effective_args(
     policy: Option<&PolicyDefinition>,
 ) -> QueueArgs {
     let Some(p) = policy else {
-        return declared.clone();
+        let mut e = declared.clone();
+        e.retry = declared.retry_declared.resolve(None);
+        return e;
     };
     let mut e = declared.clone();
     e.dead_letter_exchange = declared
@@ -43,5 +47,6 @@ pub fn effective_args(
     e.max_length_bytes = min_of(declared.max_length_bytes, p.max_length_bytes);
     e.expires = min_of(declared.expires, p.expires);
     e.delivery_limit = min_of(declared.delivery_limit, p.delivery_limit);
+    e.retry = declared.retry_declared.resolve(Some(&p.retry));
     e
 }

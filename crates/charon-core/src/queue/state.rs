@@ -16,6 +16,8 @@ use crate::arguments::{Overflow, QueueArgs, QueueType};
 use crate::error::CoreError;
 use crate::message::Message;
 
+mod park;
+
 #[derive(Debug, Clone)]
 struct Ready {
     message: Arc<Message>,
