@@ -1,7 +1,9 @@
 //! `/api/queues`: queues with their counts, in the shape of RabbitMQ's management API
 //! (`name`, `vhost`, `durable`, `auto_delete`, `exclusive`, `policy`, `messages`,
 //! `messages_ready`, `messages_unacknowledged`, `consumers`), plus Charon's
-//! `dead_letters_dropped_no_dlx` (dead letters dropped because the DLX did not exist).
+//! `dead_letters_dropped_no_dlx` (dead letters dropped because the DLX did not exist) and the
+//! retry counts (`docs/retries.md`): `messages_parked`, `messages_held` (behind a retrying
+//! message of the same key) and `next_due` (ms since the epoch, or null).
 
 use std::sync::Arc;
 
@@ -29,6 +31,9 @@ fn json(q: &QueueInfo) -> Value {
         "messages_unacknowledged": s.unacked,
         "consumers": s.consumers,
         "dead_letters_dropped_no_dlx": s.dead_letters_dropped_no_dlx,
+        "messages_parked": s.parked,
+        "messages_held": s.held,
+        "next_due": s.next_due_ms,
     })
 }
 

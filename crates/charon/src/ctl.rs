@@ -180,7 +180,7 @@ pub(crate) fn run(args: CtlArgs) -> anyhow::Result<()> {
             println!("Timeout: 60.0 seconds ...\nListing queues for vhost {vhost} ...");
             let list = client.call("GET", &format!("/api/queues/{}", enc(&vhost)), None)?;
             println!(
-                "name\tmessages\tmessages_unacknowledged\tconsumers\tpolicy\tdead_letters_dropped_no_dlx"
+                "name\tmessages\tmessages_unacknowledged\tconsumers\tpolicy\tdead_letters_dropped_no_dlx\tmessages_parked\tmessages_held\tnext_due"
             );
             for q in list.as_array().map(Vec::as_slice).unwrap_or_default() {
                 let s = |k: &str| match q.get(k) {
@@ -189,13 +189,16 @@ pub(crate) fn run(args: CtlArgs) -> anyhow::Result<()> {
                     Some(v) => v.to_string(),
                 };
                 println!(
-                    "{}\t{}\t{}\t{}\t{}\t{}",
+                    "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
                     s("name"),
                     s("messages_ready"),
                     s("messages_unacknowledged"),
                     s("consumers"),
                     s("policy"),
-                    s("dead_letters_dropped_no_dlx")
+                    s("dead_letters_dropped_no_dlx"),
+                    s("messages_parked"),
+                    s("messages_held"),
+                    s("next_due")
                 );
             }
         }

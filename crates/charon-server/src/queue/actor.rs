@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 
 use super::dead_letters::{self, DeadLetterer};
 use super::handle::{ConsumerTarget, Placed, QueueCmd, QueueHandle, QueueStats};
+use super::retry::RetrySide;
 use super::stored::StoreSide;
 use crate::broker::VHostState;
 use crate::outbound::ConnEvent;
@@ -94,12 +95,25 @@ fn remove_self(ctx: &mut QueueContext, me: &QueueHandle) -> bool {
 
 /// Enqueues `placed` (a publish or a dead letter whose sender chose its id and wrote it to the
 /// store); returns whether the queue took it.
-fn enqueue(state: &mut QueueState, ctx: &mut QueueContext, placed: Placed, now: u64) -> bool {
+fn enqueue(
+    state: &mut QueueState,
+    ctx: &mut QueueContext,
+    retry: &mut RetrySide,
+    placed: Placed,
+    now: u64,
+) -> bool {
     let Placed {
         message,
         id,
         stored,
     } = placed;
+    if retry.holds(state, id, &message) {
+        // Held behind a retrying message of its key: the queue's all the same.
+        if let Some(s) = ctx.store.as_mut() {
+            s.accept(id, stored, &message);
+        }
+        return true;
+    }
     match state.publish_as(id, message.clone(), now) {
         PublishOutcome::Enqueued(_) => {
             if let Some(s) = ctx.store.as_mut() {
@@ -128,6 +142,8 @@ async fn run(
     let mut dl = DeadLetterer::new(ctx.vhost.clone());
     let mut target = dl_target(&state);
     let mut last_used = now_ms();
+    let mut retry = RetrySide::default();
+    retry.settings_changed(&mut state, last_used);
     loop {
         let now = now_ms();
         let expires_at = if consumers.is_empty() {
@@ -135,7 +151,12 @@ async fn run(
         } else {
             None
         };
-        let wake = [state.next_expiry(), dl.next_retry(), expires_at]
+        let wake = [
+            state.next_expiry(),
+            dl.next_retry(),
+            expires_at,
+            retry.next_due(),
+        ]
             .into_iter()
             .flatten()
             .min();
@@ -149,7 +170,7 @@ async fn run(
         for cmd in batch.drain(..) {
             match cmd {
                 QueueCmd::Publish { placed, confirm } => {
-                    let taken = enqueue(&mut state, &mut ctx, placed, now);
+                    let taken = enqueue(&mut state, &mut ctx, &mut retry, placed, now);
                     if let Some(c) = confirm {
                         let _ = c.conn.send(ConnEvent::Confirm {
                             channel: c.channel,
@@ -165,7 +186,7 @@ async fn run(
                         if state.refuses(placed.message.body_size()) {
                             refused.push(placed);
                         } else {
-                            enqueue(&mut state, &mut ctx, placed, now);
+                            enqueue(&mut state, &mut ctx, &mut retry, placed, now);
                         }
                     }
                     if !refused.is_empty() {
@@ -177,6 +198,7 @@ async fn run(
                 }
                 QueueCmd::SetArgs { args } => {
                     state.set_args(*args);
+                    retry.settings_changed(&mut state, now);
                     target = dl_target(&state);
                 }
                 QueueCmd::Touch => last_used = now,
@@ -209,9 +231,8 @@ async fn run(
                 }
                 QueueCmd::Ack { ids } => state.ack(&ids),
                 QueueCmd::Requeue { ids } => state.requeue(&ids),
-                QueueCmd::Reject { ids } => {
-                    state.reject(&ids);
-                }
+                QueueCmd::Nack { ids } => retry.failed(&mut state, &ids, true, now),
+                QueueCmd::Reject { ids } => retry.failed(&mut state, &ids, false, now),
                 QueueCmd::Get { no_ack, reply } => {
                     last_used = now;
                     let mut got = state.get(no_ack, now);
@@ -226,11 +247,18 @@ async fn run(
                     let _ = reply.send(got);
                 }
                 QueueCmd::Purge { reply } => {
-                    let _ = reply.send(state.purge());
+                    let more = retry.purge();
+                    let n = state.purge() + u32::try_from(more.len()).unwrap_or(u32::MAX);
+                    if let Some(s) = ctx.store.as_mut() {
+                        s.gone(more);
+                    }
+                    let _ = reply.send(n);
                 }
                 QueueCmd::Stats { reply } => {
                     let mut s = stats_of(&state);
                     s.dead_letters_dropped_no_dlx = dl.dropped_no_dlx;
+                    let r = retry.stats();
+                    (s.parked, s.held, s.next_due_ms) = (r.parked, r.held, r.next_due);
                     let _ = reply.send(s);
                 }
                 QueueCmd::Delete { reply } => {
@@ -249,6 +277,7 @@ async fn run(
                 QueueCmd::Kick => {}
             }
         }
+        retry.release(&mut state, &me, now, ctx.store.as_mut());
         deliver(
             &mut state,
             &me,
@@ -267,13 +296,15 @@ async fn run(
             let dead = state.take_dead_letters();
             let local = dl.dispatch(&me, target.as_ref(), dead, now, ctx.store.as_mut());
             for placed in local {
-                enqueue(&mut state, &mut ctx, placed, now);
+                enqueue(&mut state, &mut ctx, &mut retry, placed, now);
             }
         }
         dl.retry(&me, now);
+        let gone = state.take_gone();
+        retry.gone(&mut state, &gone, now);
         if let Some(s) = ctx.store.as_mut() {
             s.delivered(&mut delivered);
-            s.gone(state.take_gone());
+            s.gone(gone);
             s.page_out(&mut state);
         }
         if consumers.is_empty()
@@ -351,7 +382,7 @@ fn stats_of(state: &QueueState) -> QueueStats {
         messages: state.message_count(),
         unacked: state.unacked_count(),
         consumers: state.consumer_count(),
-        dead_letters_dropped_no_dlx: 0,
+        ..QueueStats::default()
     }
 }
 

@@ -107,6 +107,12 @@ pub struct QueueStats {
     pub consumers: u32,
     /// Dead letters dropped because the dead-letter exchange did not exist.
     pub dead_letters_dropped_no_dlx: u64,
+    /// Messages parked for a retry (`queue::retry`).
+    pub parked: u64,
+    /// Messages held behind a retrying message of the same key.
+    pub held: u64,
+    /// When the next parked message is due (ms since the epoch).
+    pub next_due_ms: Option<u64>,
 }
 
 /// Commands a queue actor accepts.
@@ -144,6 +150,12 @@ pub enum QueueCmd {
     },
     /// Return delivered messages to their original positions.
     Requeue {
+        /// Message ids.
+        ids: Vec<MsgId>,
+    },
+    /// basic.nack / basic.reject with requeue=true from a client: like [`QueueCmd::Requeue`],
+    /// or a retry with backoff under `retry-on-requeue`.
+    Nack {
         /// Message ids.
         ids: Vec<MsgId>,
     },

@@ -6,6 +6,7 @@
 mod actor;
 mod dead_letters;
 mod handle;
+mod retry;
 mod stored;
 
 pub use actor::{QueueContext, now_ms, spawn};

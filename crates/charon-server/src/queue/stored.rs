@@ -84,6 +84,10 @@ pub struct StoreSide {
     /// Shapes of paged-out messages (no paged-out message keeps a connection's read buffer
     /// alive: its properties are copied).
     shapes: PagedShapes,
+    /// Messages retried to the tail under a new id (`queue::retry`): new id → id in the store,
+    /// and back. Ids are never reused in a queue, so both directions are unambiguous.
+    alias: HashMap<MsgId, MsgId>,
+    alias_back: HashMap<MsgId, MsgId>,
 }
 
 impl StoreSide {
@@ -100,6 +104,38 @@ impl StoreSide {
             entries,
             held: VecDeque::new(),
             shapes,
+            alias: HashMap::new(),
+            alias_back: HashMap::new(),
+        }
+    }
+
+    /// The id under which the store knows the queue's message `id`.
+    fn store_qid(&self, id: MsgId) -> MsgId {
+        self.alias.get(&id).copied().unwrap_or(id)
+    }
+
+    /// Message `old` came back to the queue (a retry) under id `new`; the store keeps it under
+    /// its first id.
+    pub fn renamed(&mut self, old: MsgId, new: MsgId) {
+        let Some(e) = self.entries.remove(&old) else {
+            return;
+        };
+        self.entries.insert(new, e);
+        let first = self.alias.remove(&old).unwrap_or(old);
+        self.alias_back.insert(first, new);
+        self.alias.insert(new, first);
+        if e.held > 0 {
+            self.held.push_back(new);
+        }
+    }
+
+    fn forget_alias(&mut self, id: MsgId) -> MsgId {
+        match self.alias.remove(&id) {
+            Some(first) => {
+                self.alias_back.remove(&first);
+                first
+            }
+            None => id,
         }
     }
 
@@ -129,11 +165,15 @@ impl StoreSide {
     /// Where message `id` sits in the store as a dead-lettering source: (queue, id).
     pub fn source_of(&self, id: Option<MsgId>) -> Option<(u64, u64)> {
         let id = id?;
-        self.entries.contains_key(&id).then_some((self.sid, id))
+        self.entries
+            .contains_key(&id)
+            .then(|| (self.sid, self.store_qid(id)))
     }
 
     /// Message `id` left through a record that already removed it (a dead-letter move).
     pub fn moved(&mut self, id: MsgId) {
+        let id = self.alias_back.get(&id).copied().unwrap_or(id);
+        self.forget_alias(id);
         if let Some(e) = self.entries.remove(&id) {
             self.p.release(u64::from(e.held));
         }
@@ -145,7 +185,7 @@ impl StoreSide {
         for id in ids {
             if let Some(e) = self.entries.remove(&id) {
                 self.p.release(u64::from(e.held));
-                settled.push(id);
+                settled.push(self.forget_alias(id));
             }
         }
         if !settled.is_empty() {
@@ -159,12 +199,17 @@ impl StoreSide {
         self.p.release(held);
         self.entries.clear();
         self.held.clear();
+        self.alias.clear();
+        self.alias_back.clear();
         self.p.purge(self.sid);
     }
 
     /// First deliveries of messages `ids`: recovered after a crash, they come back redelivered.
     pub fn delivered(&self, ids: &mut Vec<MsgId>) {
         ids.retain(|id| self.entries.contains_key(id));
+        for id in ids.iter_mut() {
+            *id = self.store_qid(*id);
+        }
         if !ids.is_empty() {
             self.p.delivered(self.sid, ids);
         }

@@ -243,7 +243,7 @@ impl Connection {
         for (q, ids) in groups {
             let cmd = match how {
                 Settle::Ack => QueueCmd::Ack { ids },
-                Settle::Requeue => QueueCmd::Requeue { ids },
+                Settle::Requeue => QueueCmd::Nack { ids },
                 Settle::Reject => QueueCmd::Reject { ids },
             };
             let _ = q.send(cmd).await;
