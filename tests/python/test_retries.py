@@ -229,3 +229,47 @@ def test_invalid_retry_policy_is_refused_with_400(broker, uniq):
                         "apply-to": "queues"})
     assert status == 400
     assert "retry-delays should be a non-empty list" in body["reason"]
+
+
+def test_seed_003_manual_retry_topology_still_works(ch, uniq):
+    """Seed 003's hand-built retries: Main → Retry queue (TTL + DLX) → Main, N times, then the
+    consumer sends it to a DLQ with a TTL and max-length (drop-head)."""
+    main_x, retry_x, dlq_x = uniq("main.exchange"), uniq("retry.exchange"), uniq("dlq.exchange")
+    main_q, retry_q, dlq = uniq("main"), uniq("retry"), uniq("dlq")
+    ch.exchange_declare(main_x, "direct")
+    ch.exchange_declare(retry_x, "fanout")
+    ch.exchange_declare(dlq_x, "fanout")
+    ch.queue_declare(main_q, arguments={"x-dead-letter-exchange": retry_x})
+    ch.queue_bind(main_q, main_x, "work")
+    ch.queue_declare(retry_q, arguments={"x-message-ttl": 300, "x-dead-letter-exchange": main_x})
+    ch.queue_bind(retry_q, retry_x)
+    ch.queue_declare(dlq, arguments={"x-message-ttl": 604800000, "x-max-length": 2,
+                                     "x-overflow": "drop-head"})
+    ch.queue_bind(dlq, dlq_x)
+    n = 3
+    for i in range(3):
+        ch.basic_publish(main_x, "work", f"job-{i}".encode())
+    attempts = {}
+    done = 0
+    deadline = time.monotonic() + 120
+    while done < 3 and time.monotonic() < deadline:
+        m = get_within(ch, main_q, timeout=1.0, auto_ack=False)
+        if m is None:
+            continue
+        deaths = (m[1].headers or {}).get("x-death", [])
+        retries = next((d["count"] for d in deaths if d["queue"] == retry_q), 0)
+        attempts.setdefault(m[2], []).append(retries)
+        if retries < n:  # retry < N → retry
+            ch.basic_reject(m[0].delivery_tag, requeue=False)
+        else:  # retry ≥ N → DLQ
+            ch.basic_publish(dlq_x, "", m[2], pika.BasicProperties(headers=m[1].headers))
+            ch.basic_ack(m[0].delivery_tag)
+            done += 1
+    assert attempts == {f"job-{i}".encode(): [0, 1, 2, 3] for i in range(3)}
+    # max-length 2 with drop-head keeps the DLQ bounded: the oldest was dropped.
+    got = [get_within(ch, dlq, timeout=10) for _ in range(2)]
+    assert sorted(g[2] for g in got) == [b"job-1", b"job-2"]
+    assert ch.basic_get(dlq)[0] is None
+    death = {d["queue"]: d for d in got[0][1].headers["x-death"]}
+    assert death[retry_q]["reason"] == "expired" and death[main_q]["reason"] == "rejected"
+    assert death[retry_q]["count"] == n and death[main_q]["count"] == n
