@@ -401,6 +401,18 @@ impl Persistence {
         }
     }
 
+    /// Records that member `(queue, id)` is parked until `due_ms` for retry `attempt`.
+    pub fn park(&self, queue: u64, id: u64, due_ms: u64, attempt: u32) {
+        let cmd = Command::Park {
+            member: (queue, id),
+            due_ms,
+            attempt,
+        };
+        if let Err(e) = self.store.append_nowait(cmd) {
+            tracing::error!(error = %e, "could not record a parked message");
+        }
+    }
+
     /// Removes every message of queue `queue` (deleted, or unknown at recovery).
     pub fn purge(&self, queue: u64) {
         if let Err(e) = self.store.append_nowait(Command::Purge { queue }) {

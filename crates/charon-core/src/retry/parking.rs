@@ -153,6 +153,32 @@ impl Retrier {
         true
     }
 
+    /// A parked message recovered after a restart (`message` already carries its
+    /// `x-retry-count`): parked until `due` (at once if that passed), holding its key again.
+    pub fn restore(
+        &mut self,
+        state: &mut QueueState,
+        settings: Option<&RetrySettings>,
+        due: u64,
+        id: MsgId,
+        message: Arc<Message>,
+    ) {
+        let s = settings.filter(|s| s.order_key.is_some());
+        let key = s
+            .and_then(|s| s.order_key.as_ref())
+            .and_then(|k| k.of(&message));
+        if let (Some(s), Some(k)) = (s, &key)
+            && !self.block(state, s, id, k)
+        {
+            if let Some(h) = self.holds.get_mut(k) {
+                h.waiting.push_back((due, id, message));
+                self.waiting += 1;
+            }
+            return;
+        }
+        self.parked.insert((due, id), Parked { message, key });
+    }
+
     /// Whether `message` (id `id` here) must wait behind a retrying message of its key; if so
     /// it is kept here (the caller does not enqueue it).
     pub fn holds(

@@ -157,9 +157,9 @@ async fn run(
             expires_at,
             retry.next_due(),
         ]
-            .into_iter()
-            .flatten()
-            .min();
+        .into_iter()
+        .flatten()
+        .min();
         let timer = wake.map(|t| Duration::from_millis(t.saturating_sub(now)));
         tokio::select! {
             n = rx.recv_many(&mut batch, BATCH) => if n == 0 { return },
@@ -231,8 +231,13 @@ async fn run(
                 }
                 QueueCmd::Ack { ids } => state.ack(&ids),
                 QueueCmd::Requeue { ids } => state.requeue(&ids),
-                QueueCmd::Nack { ids } => retry.failed(&mut state, &ids, true, now),
-                QueueCmd::Reject { ids } => retry.failed(&mut state, &ids, false, now),
+                QueueCmd::Nack { ids } => {
+                    retry.failed(&mut state, &ids, true, now, ctx.store.as_ref());
+                }
+                QueueCmd::Reject { ids } => {
+                    retry.failed(&mut state, &ids, false, now, ctx.store.as_ref());
+                }
+                QueueCmd::RestoreParked { parked } => retry.restore(&mut state, parked),
                 QueueCmd::Get { no_ack, reply } => {
                     last_used = now;
                     let mut got = state.get(no_ack, now);

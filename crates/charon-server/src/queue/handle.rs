@@ -209,6 +209,12 @@ pub enum QueueCmd {
         /// Declared arguments overlaid with the policy.
         args: Box<charon_core::QueueArgs>,
     },
+    /// Parked messages recovered from the store (sent once, right after spawn):
+    /// `(due ms, id, message, retry attempt)`.
+    RestoreParked {
+        /// The parked messages.
+        parked: Vec<(u64, MsgId, Arc<Message>, u32)>,
+    },
     /// The queue was used (redeclared): restarts its `x-expires` countdown.
     Touch,
     /// Credit became available (connection backlog drained, channel acks, channel.flow on):

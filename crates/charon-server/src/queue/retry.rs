@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use charon_core::retry::{Retrier, RetryStats};
+use charon_core::retry::{Retrier, RetryStats, with_retry_count};
 use charon_core::{Message, MsgId, QueueState};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
@@ -31,11 +31,39 @@ impl Default for RetrySide {
 impl RetrySide {
     /// Consumers rejected (`requeue = false`) or nacked with requeue (`requeue = true`)
     /// messages `ids`: parked, or handled as the queue always does (dead-lettered, requeued).
-    pub(super) fn failed(&mut self, state: &mut QueueState, ids: &[MsgId], requeue: bool, now: u64) {
+    pub(super) fn failed(
+        &mut self,
+        state: &mut QueueState,
+        ids: &[MsgId],
+        requeue: bool,
+        now: u64,
+        store: Option<&StoreSide>,
+    ) {
         let settings = state.args().retry.clone();
         let rng = &mut self.rng;
-        self.r
-            .failed(state, settings.as_ref(), ids, requeue, now, &mut || rng.random());
+        let parked = self
+            .r
+            .failed(state, settings.as_ref(), ids, requeue, now, &mut || {
+                rng.random()
+            });
+        if let Some(s) = store {
+            for p in parked {
+                s.park(p.id, p.due, p.attempt);
+            }
+        }
+    }
+
+    /// Parked messages recovered from the store: `(due, id, message, attempt)`.
+    pub(super) fn restore(
+        &mut self,
+        state: &mut QueueState,
+        parked: Vec<(u64, MsgId, Arc<Message>, u32)>,
+    ) {
+        let settings = state.args().retry.clone();
+        for (due, id, m, attempt) in parked {
+            let m = Arc::new(with_retry_count(&m, attempt));
+            self.r.restore(state, settings.as_ref(), due, id, m);
+        }
     }
 
     /// Whether `message` (id `id`) waits behind a retrying message of its key instead of

@@ -114,6 +114,14 @@ impl StoreSide {
         self.alias.get(&id).copied().unwrap_or(id)
     }
 
+    /// Stored message `id` was parked until `due` for retry `attempt` (one `Park` record, no
+    /// body copy).
+    pub fn park(&self, id: MsgId, due: u64, attempt: u32) {
+        if self.entries.contains_key(&id) {
+            self.p.park(self.sid, self.store_qid(id), due, attempt);
+        }
+    }
+
     /// Message `old` came back to the queue (a retry) under id `new`; the store keeps it under
     /// its first id.
     pub fn renamed(&mut self, old: MsgId, new: MsgId) {
