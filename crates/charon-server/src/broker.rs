@@ -34,6 +34,8 @@ pub struct VHostState {
     /// The durable topology as last saved: methods that change nothing durable (transient and
     /// passive declares) write nothing and wait for no fsync.
     saved_topology: std::sync::Mutex<bytes::Bytes>,
+    /// The delayed message exchanges' task (`exchange_delay`), started on first use.
+    pub delayed: OnceLock<crate::exchange_delay::DelayHandle>,
 }
 
 impl VHostState {
@@ -47,6 +49,7 @@ impl VHostState {
             policies: RwLock::new(Policies::default()),
             persist: OnceLock::new(),
             saved_topology: std::sync::Mutex::new(bytes::Bytes::new()),
+            delayed: OnceLock::new(),
         }
     }
 
@@ -289,6 +292,7 @@ impl Broker {
                 }
                 drop(topo);
                 drop(v.save_topology());
+                restored += crate::exchange_delay::recover(&v, &rec, &mut known);
             }
         }
         // Messages of queues that no longer exist (deleted while a publish was on its way).

@@ -20,6 +20,7 @@ pub mod broker;
 pub mod config;
 pub mod connection;
 pub mod error;
+pub mod exchange_delay;
 pub mod flow;
 pub mod outbound;
 pub mod persist;

@@ -89,7 +89,7 @@ pub(crate) fn encode_topology(v: &VHost<QueueHandle>) -> Bytes {
     out.put_u32_le(exchanges.len() as u32);
     for x in &exchanges {
         put_str(&mut out, x.name.as_bytes());
-        put_str(&mut out, x.kind.as_str().as_bytes());
+        put_str(&mut out, x.type_name().as_bytes());
         out.put_u8(u8::from(x.auto_delete) | (u8::from(x.internal) << 1));
         put_str(&mut out, &table_bytes(&x.arguments));
     }
@@ -398,6 +398,14 @@ impl Persistence {
             if self.store.append_nowait(cmd).is_err() {
                 return;
             }
+        }
+    }
+
+    /// Moves, as one record, the message of member `source` to `targets` (none: it is only
+    /// removed): a delayed message routed when due.
+    pub fn route(&self, source: (u64, u64), targets: Vec<(u64, u64)>) {
+        if let Err(e) = self.store.append_nowait(Command::Route { source, targets }) {
+            tracing::error!(error = %e, "could not record a routed delayed message");
         }
     }
 

@@ -18,6 +18,7 @@ use crate::error::{AmqpError, code};
 use crate::queue::{QueueCmd, QueueHandle};
 
 mod consume;
+mod delayed;
 mod events;
 mod exchanges;
 mod publish;

@@ -163,14 +163,18 @@ impl Connection {
         let mut keys: Vec<&str> = vec![routing_key];
         keys.extend(cc.iter().chain(&bcc).map(|k| k.as_ref()));
         let mut targets: Vec<QueueHandle> = Vec::new();
-        {
+        let delay = {
             let topo = self
                 .vhost
                 .topology
                 .read()
                 .unwrap_or_else(|p| p.into_inner());
-            topo.route(exchange, &keys, headers, &mut targets)?;
-        }
+            let delay = crate::exchange_delay::delay_of(&topo, exchange, headers);
+            if delay.is_none() {
+                topo.route(exchange, &keys, headers, &mut targets)?;
+            }
+            delay
+        };
         if let Some(props) = &decoded {
             check_user_id(props, &self.user, self.impersonator)?;
             check_expiration(props)?;
@@ -190,6 +194,11 @@ impl Connection {
             )
             .with_bcc(bcc),
         );
+        if let Some((delay, durable)) = delay {
+            return self
+                .publish_delayed(channel, seq, message, delay, durable)
+                .await;
+        }
         if targets.is_empty() && p.method.mandatory {
             encode_basic_return(
                 &mut self.out,

@@ -1,0 +1,76 @@
+//! basic.publish to a delayed message exchange (`crate::exchange_delay`) with an `x-delay`:
+//! the message is handed to the vhost's delay task instead of being routed now. A persistent
+//! message on a durable exchange is stored first (one `Publish` record); the publisher's confirm
+//! waits for that commit. No basic.return: where it goes is decided when it is due.
+
+use std::sync::Arc;
+
+use charon_core::Message;
+
+use super::super::Connection;
+use crate::error::AmqpError;
+use crate::exchange_delay::{self, Delayed};
+use crate::outbound::ConnEvent;
+use crate::queue::now_ms;
+
+impl Connection {
+    pub(super) async fn publish_delayed(
+        &mut self,
+        channel: u16,
+        seq: Option<u64>,
+        message: Arc<Message>,
+        delay: u64,
+        durable: bool,
+    ) -> Result<(), AmqpError> {
+        let now = now_ms();
+        let handle = exchange_delay::handle(&self.vhost);
+        let persistent = message.properties.delivery_mode() == Some(2);
+        let mut commit = None;
+        let mut stored = None;
+        if let (true, true, Some(p)) = (persistent, durable, self.vhost.persist.get()) {
+            let member = (
+                exchange_delay::store_id(&self.vhost.name, &message.exchange),
+                handle.next_seq(),
+            );
+            match p.publish(&message, vec![member], now) {
+                Ok((msg, c)) => {
+                    stored = Some((member, msg));
+                    commit = Some(Ok(c));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "a delayed persistent message could not be stored");
+                    commit = Some(Err(e));
+                }
+            }
+        }
+        let refused = matches!(commit, Some(Err(_)));
+        if !refused {
+            handle
+                .add(Delayed {
+                    due: now.saturating_add(delay),
+                    exchange: message.exchange.clone(),
+                    message,
+                    stored,
+                })
+                .await;
+        }
+        if let Some(seq) = seq {
+            let ch = self.channel_mut(channel)?;
+            if commit.is_some() {
+                ch.pending_confirms.insert(seq, 1);
+            }
+            self.flush_confirms(channel);
+            if let Some(c) = commit {
+                let conn = self.handle.clone();
+                tokio::spawn(async move {
+                    let ack = match c {
+                        Ok(c) => c.await.is_ok(),
+                        Err(_) => false,
+                    };
+                    let _ = conn.send(ConnEvent::Confirm { channel, seq, ack });
+                });
+            }
+        }
+        Ok(())
+    }
+}
