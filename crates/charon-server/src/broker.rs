@@ -243,6 +243,8 @@ fn spawn_queue_with(
             continue;
         }
         state.restore(e.id, message, expires_at, e.delivery_count > 0);
+        // Every recorded delivery ended in a return (an ack would have settled it).
+        state.set_returns(e.id, e.delivery_count);
     }
     if !recovered.is_empty() {
         // Length limits hold after recovery too (a policy may have lowered them).

@@ -388,12 +388,12 @@ impl Persistence {
         }
     }
 
-    /// Records the first delivery of messages of queue `queue`.
-    pub fn delivered(&self, queue: u64, ids: &[u64]) {
-        for &id in ids {
+    /// Records deliveries of messages of queue `queue`: (id, deliveries so far).
+    pub fn delivered(&self, queue: u64, ids: &[(u64, u32)]) {
+        for &(id, count) in ids {
             let cmd = Command::DeliveryCount {
                 member: (queue, id),
-                count: 1,
+                count,
             };
             if self.store.append_nowait(cmd).is_err() {
                 return;

@@ -420,9 +420,11 @@ impl QueueState {
         }
     }
 
-    /// The delivery limit in force: `x-delivery-limit` applies to quorum queues.
+    /// The delivery limit in force: `x-delivery-limit` applies to quorum queues; for classic
+    /// queues the `delivery-limit` policy key does too (a Charon extension: classic queues
+    /// refuse the argument, so it can only come from a policy).
     fn delivery_limit(&self) -> Option<u64> {
-        (self.args.queue_type == QueueType::Quorum)
+        (self.args.queue_type != QueueType::Stream)
             .then_some(self.args.delivery_limit)
             .flatten()
     }

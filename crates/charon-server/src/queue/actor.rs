@@ -166,7 +166,8 @@ async fn run(
             () = tokio::time::sleep(timer.unwrap_or_default()), if timer.is_some() => {}
         }
         let now = now_ms();
-        let mut delivered: Vec<u64> = Vec::new();
+        // Deliveries of this batch: (id, deliveries so far), for the stored delivery counter.
+        let mut delivered: Vec<(u64, u32)> = Vec::new();
         for cmd in batch.drain(..) {
             match cmd {
                 QueueCmd::Publish { placed, confirm } => {
@@ -242,9 +243,7 @@ async fn run(
                     last_used = now;
                     let mut got = state.get(no_ack, now);
                     if let Some(g) = got.as_mut() {
-                        if !g.redelivered {
-                            delivered.push(g.id);
-                        }
+                        delivered.push((g.id, g.returns.saturating_add(1)));
                         if let Some(s) = &ctx.store {
                             g.message = s.load(g.id, &g.message);
                         }
@@ -333,7 +332,7 @@ fn deliver(
     store: Option<&StoreSide>,
     now: u64,
     out: &mut Vec<Delivery>,
-    delivered: &mut Vec<u64>,
+    delivered: &mut Vec<(u64, u32)>,
 ) {
     if consumers.is_empty() || state.message_count() == 0 {
         return;
@@ -357,9 +356,7 @@ fn deliver(
     // Group consecutive deliveries per consumer, preserving queue order within each consumer.
     let mut grouped: Vec<(ConsumerId, Vec<Delivery>)> = Vec::new();
     for mut d in out.drain(..) {
-        if !d.redelivered {
-            delivered.push(d.id);
-        }
+        delivered.push((d.id, d.returns.saturating_add(1)));
         if let Some(s) = store {
             d.message = s.load(d.id, &d.message);
         }

@@ -212,15 +212,18 @@ impl StoreSide {
         self.p.purge(self.sid);
     }
 
-    /// First deliveries of messages `ids`: recovered after a crash, they come back redelivered.
-    pub fn delivered(&self, ids: &mut Vec<MsgId>) {
-        ids.retain(|id| self.entries.contains_key(id));
-        for id in ids.iter_mut() {
+    /// Deliveries of messages `ids` with their delivery counts (`DeliveryCount`): recovered
+    /// after a crash, they come back redelivered, with their counts (`x-delivery-count`, the
+    /// delivery limit).
+    pub fn delivered(&self, ids: &mut Vec<(MsgId, u32)>) {
+        ids.retain(|(id, _)| self.entries.contains_key(id));
+        for (id, _) in ids.iter_mut() {
             *id = self.store_qid(*id);
         }
         if !ids.is_empty() {
             self.p.delivered(self.sid, ids);
         }
+        ids.clear();
     }
 
     /// `message` (id `id`) with its body, read back from the store if it was paged out.

@@ -39,6 +39,14 @@ impl QueueState {
         self.enforce_limits();
     }
 
+    /// Sets how often ready message `id` was returned before (recovered: its stored delivery
+    /// count), for `x-delivery-count` and the delivery limit.
+    pub fn set_returns(&mut self, id: MsgId, returns: u32) {
+        if let Some(r) = self.ready.get_mut(&id) {
+            r.returns = returns;
+        }
+    }
+
     /// Takes every ready message after `after` for which `hold` is true out of the queue (not
     /// gone: the caller keeps them), in queue order.
     pub fn take_ready_after(
