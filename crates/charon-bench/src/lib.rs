@@ -21,6 +21,7 @@ pub mod null_broker;
 mod proc_stats;
 mod producer;
 mod report;
+pub mod retry_scenarios;
 mod runner;
 mod scenario;
 mod stats;

@@ -18,6 +18,11 @@ pub enum Scenario {
     /// `--pmessages` into queues with `x-message-ttl = --ttl-ms` and no consumer; consumers
     /// drain the DLQs; reports how long after the last TTL deadline the DLQs were complete.
     Expiry,
+    /// Retries with backoff: messages fail `--retry-limit` times before being acked
+    /// (`--retry-mode native` or seed 003's `manual` topology); reports retry cycles/s.
+    Retry,
+    /// Delayed message exchange: `--pmessages` with distinct `x-delay`s; reports lateness.
+    Delayed,
 }
 
 impl Scenario {
@@ -27,12 +32,14 @@ impl Scenario {
             Self::Throughput => "throughput",
             Self::DeadLetter => "dead-letter",
             Self::Expiry => "expiry",
+            Self::Retry => "retry",
+            Self::Delayed => "delayed",
         }
     }
 
     /// Whether main queues dead-letter into a DLQ each.
     pub fn dead_letters(self) -> bool {
-        self != Self::Throughput
+        matches!(self, Self::DeadLetter | Self::Expiry)
     }
 }
 
@@ -77,6 +84,8 @@ impl Topology {
         let mut specs = Vec::new();
         for i in 0..args.consumers {
             match args.scenario {
+                // Their own runner (retry_scenarios.rs) makes their connections.
+                Scenario::Retry | Scenario::Delayed => {}
                 Scenario::Throughput => specs.push(ConsumerSpec {
                     queue: pick(&self.queues, i),
                     reject: false,
