@@ -3,8 +3,9 @@
 //! the messages held back behind them.
 //!
 //! A parked message costs one B-tree entry: key `(due, id)` (16 bytes) and value
-//! ([`Parked`]: the shared message pointer and an optional key pointer, 24 bytes) — it leaves
-//! the queue's unacked table, so it costs no more than a queued message. Releasing is
+//! ([`Parked`]: the shared message pointer as delivered, an optional key pointer and the
+//! attempt, 32 bytes) — it leaves the queue's unacked table, so it costs no more than a queued
+//! message; its `x-retry-count` header is written when it comes back. Releasing is
 //! `pop_first` while the first due time has passed: O(log n) per message.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -17,8 +18,10 @@ use crate::queue::{MsgId, QueueState};
 /// A parked message.
 #[derive(Debug, Clone)]
 struct Parked {
+    /// As it was delivered: `x-retry-count` is set when it comes back.
     message: Arc<Message>,
     key: Option<Arc<[u8]>>,
+    attempt: u32,
 }
 
 /// A key with a message retrying, and the later messages of that key waiting behind it.
@@ -27,7 +30,7 @@ struct Hold {
     /// Other messages of this key that failed while it was retrying (they were in flight when
     /// it first failed), in order: each is parked when the one before it is settled, with its
     /// due time (no earlier than that).
-    waiting: VecDeque<(u64, MsgId, Arc<Message>)>,
+    waiting: VecDeque<(u64, MsgId, Arc<Message>, u32)>,
     /// Later messages of this key, by their id in the queue (their place when released).
     held: BTreeMap<MsgId, Arc<Message>>,
 }
@@ -111,18 +114,25 @@ impl Retrier {
             let attempt = done + 1;
             let due = now_ms.saturating_add(s.delay(attempt, entropy()));
             let key = s.order_key.as_ref().and_then(|k| k.of(&m));
-            let message = Arc::new(with_retry_count(&m, attempt));
+            let message = m;
             parked.push(ParkedAt { id, due, attempt });
             if let Some(k) = &key
                 && !self.block(state, s, id, k)
             {
                 if let Some(h) = self.holds.get_mut(k) {
-                    h.waiting.push_back((due, id, message));
+                    h.waiting.push_back((due, id, message, attempt));
                     self.waiting += 1;
                 }
                 continue;
             }
-            self.parked.insert((due, id), Parked { message, key });
+            self.parked.insert(
+                (due, id),
+                Parked {
+                    message,
+                    key,
+                    attempt,
+                },
+            );
         }
         parked
     }
@@ -153,8 +163,8 @@ impl Retrier {
         true
     }
 
-    /// A parked message recovered after a restart (`message` already carries its
-    /// `x-retry-count`): parked until `due` (at once if that passed), holding its key again.
+    /// A parked message recovered after a restart (its retry `attempt` from the store): parked
+    /// until `due` (at once if that passed), holding its key again.
     pub fn restore(
         &mut self,
         state: &mut QueueState,
@@ -162,6 +172,7 @@ impl Retrier {
         due: u64,
         id: MsgId,
         message: Arc<Message>,
+        attempt: u32,
     ) {
         let s = settings.filter(|s| s.order_key.is_some());
         let key = s
@@ -171,12 +182,19 @@ impl Retrier {
             && !self.block(state, s, id, k)
         {
             if let Some(h) = self.holds.get_mut(k) {
-                h.waiting.push_back((due, id, message));
+                h.waiting.push_back((due, id, message, attempt));
                 self.waiting += 1;
             }
             return;
         }
-        self.parked.insert((due, id), Parked { message, key });
+        self.parked.insert(
+            (due, id),
+            Parked {
+                message,
+                key,
+                attempt,
+            },
+        );
     }
 
     /// Whether `message` (id `id` here) must wait behind a retrying message of its key; if so
@@ -222,7 +240,8 @@ impl Retrier {
             if let Some(k) = p.key {
                 self.retrying.insert(new, k);
             }
-            state.enqueue_at(new, p.message, now_ms);
+            let message = Arc::new(with_retry_count(&p.message, p.attempt));
+            state.enqueue_at(new, message, now_ms);
             moved.push((old, new));
         }
         moved
@@ -242,12 +261,18 @@ impl Retrier {
             let Some(hold) = self.holds.get_mut(&k) else {
                 continue;
             };
-            if let Some((due, wid, message)) = hold.waiting.pop_front() {
+            if let Some((due, wid, message, attempt)) = hold.waiting.pop_front() {
                 // The next failed message of the key takes its turn.
                 self.waiting -= 1;
                 let key = Some(k.clone());
-                self.parked
-                    .insert((due.max(now_ms), wid), Parked { message, key });
+                self.parked.insert(
+                    (due.max(now_ms), wid),
+                    Parked {
+                        message,
+                        key,
+                        attempt,
+                    },
+                );
                 continue;
             }
             if let Some(hold) = self.holds.remove(&k) {
@@ -262,9 +287,15 @@ impl Retrier {
     /// The order key was turned off: every held message goes back to its place.
     pub fn release_holds(&mut self, state: &mut QueueState, now_ms: u64) {
         for (_, hold) in self.holds.drain() {
-            for (due, wid, message) in hold.waiting {
-                self.parked
-                    .insert((due, wid), Parked { message, key: None });
+            for (due, wid, message, attempt) in hold.waiting {
+                self.parked.insert(
+                    (due, wid),
+                    Parked {
+                        message,
+                        key: None,
+                        attempt,
+                    },
+                );
             }
             for (hid, m) in hold.held {
                 state.enqueue_at(hid, m, now_ms);
@@ -282,7 +313,7 @@ impl Retrier {
     pub fn purge(&mut self) -> Vec<MsgId> {
         let mut ids: Vec<MsgId> = self.parked.keys().map(|(_, id)| *id).collect();
         for (_, h) in self.holds.drain() {
-            ids.extend(h.waiting.into_iter().map(|(_, id, _)| id));
+            ids.extend(h.waiting.into_iter().map(|(_, id, _, _)| id));
             ids.extend(h.held.into_keys());
         }
         self.parked.clear();

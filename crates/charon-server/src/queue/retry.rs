@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use charon_core::retry::{Retrier, RetryStats, with_retry_count};
+use charon_core::retry::{Retrier, RetryStats};
 use charon_core::{Message, MsgId, QueueState};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
@@ -61,8 +61,8 @@ impl RetrySide {
     ) {
         let settings = state.args().retry.clone();
         for (due, id, m, attempt) in parked {
-            let m = Arc::new(with_retry_count(&m, attempt));
-            self.r.restore(state, settings.as_ref(), due, id, m);
+            self.r
+                .restore(state, settings.as_ref(), due, id, m, attempt);
         }
     }
 
