@@ -14,7 +14,7 @@
 //! distinct delays spread evenly over `--delay-spread-ms` after `--delay-base-ms`; reports the
 //! lateness of each arrival (receive time − send time − its delay), p50/p99/max. Measured at the
 //! client, it includes publish and delivery latency: an upper bound of the broker's release
-//! lateness.
+//! lateness. `--rate` paces the publisher (msg/s) so that publishing lag does not count.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -451,6 +451,25 @@ async fn delayed(args: &BenchArgs, uri: &AmqpUri) -> Result<RetryReport, BenchEr
     .await?;
     let mut c = open(uri, args.prefetch).await?;
     c.consume(&q, true).await?;
+    // The consumer runs while the producer publishes: messages due early are read on time.
+    let consumer = tokio::spawn(async move {
+        let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)
+            .map_err(|e| BenchError::Protocol(e.to_string()))?;
+        let mut seen = 0u64;
+        consume(&mut c, |d, _| {
+            let now = now_nanos();
+            let mut a = [0u8; 8];
+            let mut b = [0u8; 8];
+            a.copy_from_slice(&d.body[..8]);
+            b.copy_from_slice(&d.body[8..16]);
+            let due = u64::from_le_bytes(a) + u64::from_le_bytes(b) * 1_000_000;
+            hist.saturating_record((now.saturating_sub(due) / 1000).max(1));
+            seen += 1;
+            seen < n
+        })
+        .await?;
+        Ok::<_, BenchError>((hist, c))
+    });
     let base = args.delay_base_ms;
     let spread = args.delay_spread_ms.max(1);
     let start = Instant::now();
@@ -467,27 +486,22 @@ async fn delayed(args: &BenchArgs, uri: &AmqpUri) -> Result<RetryReport, BenchEr
             p = p.with_delivery_mode(2);
         }
         publish(&mut out, &x, "k", p, body)?;
-        if out.len() > 1 << 20 {
+        // With --rate: paced in batches of 1/100 s, so the broker takes each message close to
+        // its send time (the delay counts from the broker's receipt).
+        let batch = (args.rate / 100).max(1);
+        if out.len() > 1 << 20 || (args.rate > 0 && (i + 1) % batch == 0) {
             admin.writer.write_all(&out).await?;
             out.clear();
         }
+        if args.rate > 0 && (i + 1) % batch == 0 {
+            let due = start + Duration::from_secs_f64((i + 1) as f64 / args.rate as f64);
+            tokio::time::sleep_until(due.into()).await;
+        }
     }
     admin.writer.write_all(&out).await?;
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)
-        .map_err(|e| BenchError::Protocol(e.to_string()))?;
-    let mut seen = 0u64;
-    consume(&mut c, |d, _| {
-        let now = now_nanos();
-        let mut a = [0u8; 8];
-        let mut b = [0u8; 8];
-        a.copy_from_slice(&d.body[..8]);
-        b.copy_from_slice(&d.body[8..16]);
-        let due = u64::from_le_bytes(a) + u64::from_le_bytes(b) * 1_000_000;
-        hist.saturating_record((now.saturating_sub(due) / 1000).max(1));
-        seen += 1;
-        seen < n
-    })
-    .await?;
+    let (hist, c) = consumer
+        .await
+        .map_err(|e| BenchError::Task(e.to_string()))??;
     let elapsed = start.elapsed().as_secs_f64();
     c.close().await;
     admin.delete_queue(&q).await?;
