@@ -14,14 +14,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use charon_core::Message;
-use charon_core::dead_letter;
+
 use charon_core::exchange::delayed;
 use charon_core::vhost::VHost;
 use charon_protocol::FieldTable;
 use tokio::sync::mpsc;
 
-use crate::broker::VHostState;
-use crate::queue::{QueueCmd, QueueHandle, allocate, now_ms, placed};
+use crate::handles::{QueueCmd, QueueHandle};
+use crate::locks::RwLockExt;
+use crate::queue::{PagedShapes, allocate, now_ms, placed};
+use crate::vhost::VHostState;
 
 /// Capacity of the delay task's command channel.
 const CAPACITY: usize = 4096;
@@ -160,13 +162,14 @@ async fn run(
 /// with one `Route` record. A message whose exchange is gone is dropped (as the plugin does).
 async fn release(vhost: &Arc<VHostState>, d: Delayed, now: u64) {
     let props = d.message.properties.decode().ok();
-    let mut keys = dead_letter::publish_routing_keys(&d.message.routing_key, props.as_ref());
+    let mut keys =
+        charon_core::routing::publish_routing_keys(&d.message.routing_key, props.as_ref());
     keys.extend(d.message.bcc.iter().cloned());
     let keys: Vec<&str> = keys.iter().map(|k| k.as_ref()).collect();
     let headers = props.as_ref().and_then(|p| p.headers().as_ref());
     let mut targets: Vec<QueueHandle> = Vec::new();
     let routed = {
-        let topo = vhost.topology.read().unwrap_or_else(|p| p.into_inner());
+        let topo = vhost.topology.read_recover();
         topo.exchange(&d.exchange).is_some_and(|x| x.delayed)
             && topo
                 .route(&d.exchange, &keys, headers, &mut targets)
@@ -177,7 +180,7 @@ async fn release(vhost: &Arc<VHostState>, d: Delayed, now: u64) {
     }
     let persistent = d.message.properties.delivery_mode() == Some(2);
     let (places, members) = allocate(targets, persistent);
-    let p = vhost.persist.get();
+    let p = vhost.persistence();
     let (stored, message) = match (d.stored, p) {
         (Some((member, msg)), Some(p)) => {
             p.route(member, members);
@@ -218,7 +221,7 @@ pub fn recover(
     known: &mut std::collections::HashSet<u64>,
 ) -> usize {
     let exchanges: Vec<Arc<str>> = {
-        let topo = vhost.topology.read().unwrap_or_else(|p| p.into_inner());
+        let topo = vhost.topology.read_recover();
         topo.exchanges()
             .filter(|x| x.delayed && x.durable)
             .map(|x| x.name.clone())
@@ -226,7 +229,7 @@ pub fn recover(
     };
     let mut out = Vec::new();
     let mut first_seq = 0;
-    let mut shapes = crate::queue::PagedShapes::default();
+    let mut shapes = PagedShapes::default();
     for x in exchanges {
         let sid = store_id(&vhost.name, &x);
         known.insert(sid);

@@ -64,14 +64,14 @@ mod tests {
             Some(ExchangeKind::Topic)
         );
         assert_eq!(
-            routing_kind(&FieldTable::default()).err().map(|e| e.to_string()),
+            routing_kind(&FieldTable::default()).err().map(|e| e.reply_text()),
             Some("PRECONDITION_FAILED - Invalid argument, 'x-delayed-type' must be an existing exchange type".into())
         );
         assert!(routing_kind(&t(DELAYED_TYPE_ARG, s(DELAYED_TYPE))).is_err());
         assert_eq!(
             routing_kind(&t(DELAYED_TYPE_ARG, s("zqxwv123")))
                 .err()
-                .map(|e| e.to_string()),
+                .map(|e| e.reply_text()),
             Some("COMMAND_INVALID - unknown exchange type 'zqxwv123'".into())
         );
     }

@@ -14,8 +14,9 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::arguments::QueueArgs;
+use crate::dead_letter::Reason as DeadReason;
 use crate::policy::{DefValue, PolicyDefinition, effective_args};
-use crate::queue::{ConsumerSpec, DeadReason, Delivery, QueueState};
+use crate::queue::{ConsumerSpec, Delivery, QueueState};
 
 fn table(entries: &[(&str, AMQPValue)]) -> FieldTable {
     let mut t = FieldTable::default();
@@ -26,7 +27,7 @@ fn table(entries: &[(&str, AMQPValue)]) -> FieldTable {
 }
 
 fn args(entries: &[(&str, AMQPValue)]) -> Result<QueueArgs, String> {
-    QueueArgs::parse(&table(entries), "q", "/").map_err(|e| e.to_string())
+    QueueArgs::parse(&table(entries), "q", "/").map_err(|e| e.reply_text())
 }
 
 fn policy(entries: &[(&str, DefValue)]) -> Result<PolicyDefinition, String> {
@@ -56,7 +57,7 @@ fn keyed(n: u64, key: Option<&str>) -> Arc<Message> {
 }
 
 fn body(m: &Message) -> u64 {
-    std::str::from_utf8(&m.body)
+    std::str::from_utf8(m.body.wire_bytes())
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(u64::MAX)

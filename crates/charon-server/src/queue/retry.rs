@@ -9,8 +9,8 @@ use charon_core::retry::{Retrier, RetryStats};
 use charon_core::{Message, MsgId, QueueState};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
-use super::handle::QueueHandle;
 use super::stored::StoreSide;
+use crate::handles::QueueHandle;
 
 /// The retry side of one queue actor.
 #[derive(Debug)]

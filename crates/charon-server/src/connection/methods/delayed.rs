@@ -10,7 +10,6 @@ use charon_core::Message;
 use super::super::Connection;
 use crate::error::AmqpError;
 use crate::exchange_delay::{self, Delayed};
-use crate::outbound::ConnEvent;
 use crate::queue::now_ms;
 
 impl Connection {
@@ -27,24 +26,17 @@ impl Connection {
         let persistent = message.properties.delivery_mode() == Some(2);
         let mut commit = None;
         let mut stored = None;
-        if let (true, true, Some(p)) = (persistent, durable, self.vhost.persist.get()) {
+        if let (true, true, Some(p)) = (persistent, durable, self.vhost.persistence()) {
             let member = (
                 exchange_delay::store_id(&self.vhost.name, &message.exchange),
                 handle.next_seq(),
             );
-            match p.publish(&message, vec![member], now) {
-                Ok((msg, c)) => {
-                    stored = Some((member, msg));
-                    commit = Some(Ok(c));
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "a delayed persistent message could not be stored");
-                    commit = Some(Err(e));
-                }
-            }
+            let (msg, durable) = p.publish(&message, vec![member], now);
+            stored = msg.map(|m| (member, m));
+            commit = Some(durable);
         }
-        let refused = matches!(commit, Some(Err(_)));
-        if !refused {
+        // A message the store refused is not kept (its publisher gets a nack).
+        if commit.is_none() || stored.is_some() {
             handle
                 .add(Delayed {
                     due: now.saturating_add(delay),
@@ -57,18 +49,11 @@ impl Connection {
         if let Some(seq) = seq {
             let ch = self.channel_mut(channel)?;
             if commit.is_some() {
-                ch.pending_confirms.insert(seq, 1);
+                ch.confirms.expect(seq, 1);
             }
             self.flush_confirms(channel);
             if let Some(c) = commit {
-                let conn = self.handle.clone();
-                tokio::spawn(async move {
-                    let ack = match c {
-                        Ok(c) => c.await.is_ok(),
-                        Err(_) => false,
-                    };
-                    let _ = conn.send(ConnEvent::Confirm { channel, seq, ack });
-                });
+                self.commits.wait_for(channel, seq, c).await;
             }
         }
         Ok(())
