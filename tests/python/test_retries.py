@@ -8,6 +8,7 @@ catch a message that never comes back on its own.
 """
 
 import decimal
+import json
 import subprocess
 import time
 
@@ -196,12 +197,13 @@ def test_queue_stats_show_parked_and_next_due_in_api_and_ctl(broker, ch, uniq):
     assert body["messages_parked"] == 1 and body["messages_ready"] == 0
     assert before + 60000 <= body["next_due"] <= int(time.time() * 1000) + 60000 + 1000
     out = subprocess.run([find_binary(), "ctl", "--url", f"http://127.0.0.1:{broker.http_port}",
-                          "list_queues"], capture_output=True, text=True, timeout=30)
+                          "--formatter", "json", "list_queues", "name", "messages_parked",
+                          "messages_held", "next_due"],
+                         capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
-    header = out.stdout.splitlines()[2].split("\t")
-    row = next(line.split("\t") for line in out.stdout.splitlines() if line.startswith(q + "\t"))
-    rec = dict(zip(header, row))
-    assert rec["messages_parked"] == "1" and int(rec["next_due"]) == body["next_due"]
+    rec = next(r for r in json.loads(out.stdout) if r["name"] == q)
+    assert rec["messages_parked"] == 1 and rec["messages_held"] == 0
+    assert rec["next_due"] == body["next_due"]
     ch.queue_purge(q)
     status, body = api(broker, "GET", f"/api/queues/%2f/{q}")
     assert body["messages_parked"] == 0 and body["next_due"] is None

@@ -96,6 +96,8 @@ struct Actor {
     delivered: Vec<(u64, u32)>,
     /// Retries: parked messages, held keys (`queue/retry.rs`).
     retry: RetrySide,
+    /// Message counters for management and metrics (this actor is their only writer).
+    counters: super::admin::QueueCounters,
 }
 
 async fn run(
@@ -139,6 +141,7 @@ impl Actor {
             last_used: now_ms(),
             out: Vec::new(),
             delivered: Vec::new(),
+            counters: Default::default(),
         }
     }
 
@@ -170,6 +173,7 @@ impl Actor {
         match cmd {
             QueueCmd::Publish { placed, confirm } => {
                 let taken = self.enqueue(placed, now);
+                self.counters.published += u64::from(taken);
                 if let Some(c) = confirm {
                     let _ = c.conn.send(ConnEvent::Confirm {
                         channel: c.channel,
@@ -212,7 +216,10 @@ impl Actor {
                     return Next::Stop;
                 }
             }
-            QueueCmd::Ack { ids } => self.state.ack(&ids),
+            QueueCmd::Ack { ids } => {
+                self.counters.acked += ids.len() as u64;
+                self.state.ack(&ids);
+            }
             QueueCmd::Requeue { ids } => self.state.requeue(&ids),
             QueueCmd::Nack { ids } => {
                 let store = self.ctx.store.as_ref();
@@ -227,6 +234,7 @@ impl Actor {
                 self.last_used = now;
                 let mut got = self.state.get(no_ack, now);
                 if let Some(g) = got.as_mut() {
+                    self.counters.get += 1;
                     self.delivered.push((g.id, g.returns.saturating_add(1)));
                     if let Some(s) = &self.ctx.store {
                         g.message = s.load(g.id, &g.message);
@@ -263,6 +271,7 @@ impl Actor {
                 return Next::Stop;
             }
             QueueCmd::Kick => {}
+            QueueCmd::Admin(q) => self.admin_query(q),
         }
         Next::Continue
     }
@@ -276,6 +285,7 @@ impl Actor {
                 refused.push(placed);
             } else {
                 self.enqueue(placed, now);
+                self.counters.dead_letters_in += 1;
             }
         }
         if !refused.is_empty() {
@@ -288,7 +298,7 @@ impl Actor {
     fn after_batch(&mut self, now: u64) -> Next {
         self.retry
             .release(&mut self.state, &self.me, now, self.ctx.store.as_mut());
-        deliver(
+        self.counters.delivered += deliver(
             &mut self.state,
             &self.me,
             &self.consumers,
@@ -304,6 +314,7 @@ impl Actor {
         while self.state.has_dead_letters() && rounds < 16 {
             rounds += 1;
             let dead = self.state.take_dead_letters();
+            self.counters.note_dead(&dead, self.target.is_some());
             let local = self.dl.dispatch(
                 &self.me,
                 self.target.as_ref(),
@@ -369,6 +380,34 @@ impl Actor {
         }
     }
 
+    /// Answers a management query (peek, details).
+    fn admin_query(&self, q: super::admin::AdminQuery) {
+        match q {
+            super::admin::AdminQuery::Peek {
+                offset,
+                count,
+                reply,
+            } => {
+                let peeked =
+                    super::admin::peek(&self.state, self.ctx.store.as_ref(), offset, count);
+                let _ = reply.send(peeked);
+            }
+            super::admin::AdminQuery::Details { reply } => {
+                let mut stats = stats_of(&self.state);
+                stats.dead_letters_dropped_no_dlx = self.dl.dropped_no_dlx;
+                let (head_timestamp, head_death_time) = super::admin::head_facts(&self.state);
+                let _ = reply.send(super::admin::QueueDetails {
+                    stats,
+                    counters: self.counters,
+                    ready_bytes: self.state.ready_bytes(),
+                    head_timestamp,
+                    head_death_time,
+                    dropped_no_route: self.dl.dropped_no_route,
+                });
+            }
+        }
+    }
+
     /// Removes the queue from its vhost (auto-delete, x-expires) if the registered queue of
     /// that name is this one; its stored messages and its definition go with it.
     fn remove_self(&mut self) -> bool {
@@ -397,9 +436,9 @@ fn deliver(
     now: u64,
     out: &mut Vec<Delivery>,
     delivered: &mut Vec<(u64, u32)>,
-) {
+) -> u64 {
     if consumers.is_empty() || state.message_count() == 0 {
-        return;
+        return 0;
     }
     let mut may_deliver = |id: ConsumerId| -> bool {
         let Some(c) = consumers.get(&id) else {
@@ -417,6 +456,7 @@ fn deliver(
         true
     };
     state.next_deliveries(now, &mut may_deliver, out);
+    let count = out.len() as u64;
     // Group consecutive deliveries per consumer, preserving queue order within each consumer.
     let mut grouped: Vec<(ConsumerId, Vec<Delivery>)> = Vec::new();
     for mut d in out.drain(..) {
@@ -440,6 +480,7 @@ fn deliver(
             });
         }
     }
+    count
 }
 
 /// The counts a queue reports.

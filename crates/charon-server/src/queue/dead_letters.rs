@@ -41,6 +41,8 @@ pub(super) struct DeadLetterDispatcher {
     outbox: VecDeque<Pending>,
     /// Dead letters dropped because the DLX did not exist.
     pub(super) dropped_no_dlx: u64,
+    /// Dead letters dropped because the DLX routed them to no queue.
+    pub(super) dropped_no_route: u64,
     warned_no_dlx: bool,
 }
 
@@ -50,6 +52,7 @@ impl DeadLetterDispatcher {
             vhost,
             outbox: VecDeque::new(),
             dropped_no_dlx: 0,
+            dropped_no_route: 0,
             warned_no_dlx: false,
         }
     }
@@ -103,6 +106,9 @@ impl DeadLetterDispatcher {
                     );
                 }
                 continue;
+            }
+            if queues.is_empty() {
+                self.dropped_no_route += 1;
             }
             let persistent = *copy.properties.delivery_mode() == Some(2);
             let (places, members) = allocate(
