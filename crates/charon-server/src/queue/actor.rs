@@ -395,6 +395,8 @@ impl Actor {
             super::admin::AdminQuery::Details { reply } => {
                 let mut stats = stats_of(&self.state);
                 stats.dead_letters_dropped_no_dlx = self.dl.dropped_no_dlx;
+                let r = self.retry.stats();
+                (stats.parked, stats.held, stats.next_due_ms) = (r.parked, r.held, r.next_due);
                 let (head_timestamp, head_death_time) = super::admin::head_facts(&self.state);
                 let _ = reply.send(super::admin::QueueDetails {
                     stats,
