@@ -140,3 +140,25 @@ def test_persistent_delayed_messages_survive_restart_on_time_exactly_once(tmp_pa
         assert got[1][1] - t0 >= long_ms / 1000 - 0.005
         time.sleep(0.5)
         assert ch.basic_get(q)[0] is None  # never twice
+
+
+def test_declaring_a_delayed_exchange_needs_configure_permission(broker, uniq):
+    """The configure check applies to x-delayed-message like to any known type (user 'reader'
+    has no configure permission on '/')."""
+    name = uniq("dx")
+    with broker.connect(user="reader", password="reader") as c:
+        ch = c.channel()
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as e:
+            declare(ch, name, "direct")
+        assert e.value.reply_code == 403
+        assert e.value.reply_text == (f"ACCESS_REFUSED - access to exchange '{name}' in vhost '/' "
+                                      "refused for user 'reader'")
+
+
+def test_delayed_exchange_is_listed_with_its_type(broker, ch, uniq):
+    from dlx_helpers import api
+    x = uniq("dx")
+    declare(ch, x, "topic")
+    status, body = api(broker, "GET", f"/api/exchanges/%2f/{x}")
+    assert status == 200
+    assert body["type"] == DELAYED and body["arguments"] == {"x-delayed-type": "topic"}

@@ -103,7 +103,7 @@ impl Broker {
             out.extend(topo.exchanges().map(|x| ExchangeView {
                 vhost: v.name.to_string(),
                 name: x.name.to_string(),
-                kind: x.kind.as_str().to_string(),
+                kind: x.type_name().to_string(),
                 durable: x.durable,
                 auto_delete: x.auto_delete,
                 internal: x.internal,
