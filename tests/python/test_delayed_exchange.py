@@ -162,3 +162,14 @@ def test_delayed_exchange_is_listed_with_its_type(broker, ch, uniq):
     status, body = api(broker, "GET", f"/api/exchanges/%2f/{x}")
     assert status == 200
     assert body["type"] == DELAYED and body["arguments"] == {"x-delayed-type": "topic"}
+    assert body["messages_delayed"] == 0
+    for _ in range(3):
+        ch.basic_publish(x, "k", b"later", pika.BasicProperties(headers={"x-delay": 600000}))
+    deadline = time.monotonic() + UPPER_SLACK_S
+    while time.monotonic() < deadline:
+        body = api(broker, "GET", f"/api/exchanges/%2f/{x}")[1]
+        if body["messages_delayed"] == 3:
+            break
+        time.sleep(0.05)
+    assert body["messages_delayed"] == 3
+    ch.exchange_delete(x)

@@ -46,7 +46,27 @@ pub struct Delayed {
 pub struct DelayHandle {
     tx: mpsc::Sender<Delayed>,
     seq: AtomicU64,
-    waiting: Arc<AtomicU64>,
+    waiting: Arc<Waiting>,
+}
+
+/// Messages waiting, per exchange (for management; the task and publishers update it).
+#[derive(Debug, Default)]
+pub struct Waiting(std::sync::Mutex<std::collections::HashMap<Arc<str>, u64>>);
+
+impl Waiting {
+    fn add(&self, exchange: &Arc<str>, n: i64) {
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let e = m.entry(exchange.clone()).or_default();
+        *e = e.saturating_add_signed(n);
+        if *e == 0 {
+            m.remove(exchange);
+        }
+    }
+
+    fn of(&self, exchange: &str) -> u64 {
+        let m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        m.get(exchange).copied().unwrap_or(0)
+    }
 }
 
 impl DelayHandle {
@@ -56,16 +76,17 @@ impl DelayHandle {
         self.seq.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Messages waiting.
-    pub fn waiting(&self) -> u64 {
-        self.waiting.load(Ordering::Relaxed)
+    /// Messages waiting for delayed exchange `exchange`.
+    pub fn waiting(&self, exchange: &str) -> u64 {
+        self.waiting.of(exchange)
     }
 
     /// Hands a message over (waits while the task's channel is full).
     pub async fn add(&self, d: Delayed) {
-        self.waiting.fetch_add(1, Ordering::Relaxed);
+        let x = d.exchange.clone();
+        self.waiting.add(&x, 1);
         if self.tx.send(d).await.is_err() {
-            self.waiting.fetch_sub(1, Ordering::Relaxed);
+            self.waiting.add(&x, -1);
         }
     }
 }
@@ -102,7 +123,10 @@ pub fn handle(vhost: &Arc<VHostState>) -> &DelayHandle {
 pub fn start(vhost: &Arc<VHostState>, recovered: Vec<Delayed>, first_seq: u64) -> &DelayHandle {
     vhost.delayed.get_or_init(|| {
         let (tx, rx) = mpsc::channel(CAPACITY);
-        let waiting = Arc::new(AtomicU64::new(recovered.len() as u64));
+        let waiting = Arc::new(Waiting::default());
+        for d in &recovered {
+            waiting.add(&d.exchange, 1);
+        }
         let seq = first_seq.max(now_ms().saturating_mul(1000));
         tokio::spawn(run(Arc::downgrade(vhost), rx, recovered, waiting.clone()));
         DelayHandle {
@@ -117,7 +141,7 @@ async fn run(
     vhost: std::sync::Weak<VHostState>,
     mut rx: mpsc::Receiver<Delayed>,
     recovered: Vec<Delayed>,
-    waiting: Arc<AtomicU64>,
+    waiting: Arc<Waiting>,
 ) {
     let mut order = 0u64;
     let mut pending: BTreeMap<(u64, u64), Delayed> = BTreeMap::new();
@@ -152,7 +176,7 @@ async fn run(
                 break;
             }
             let d = entry.remove();
-            waiting.fetch_sub(1, Ordering::Relaxed);
+            waiting.add(&d.exchange, -1);
             release(&v, d, now).await;
         }
     }
