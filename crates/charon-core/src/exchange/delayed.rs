@@ -72,7 +72,7 @@ mod tests {
             routing_kind(&t(DELAYED_TYPE_ARG, s("zqxwv123")))
                 .err()
                 .map(|e| e.reply_text()),
-            Some("COMMAND_INVALID - unknown exchange type 'zqxwv123'".into())
+            Some("PRECONDITION_FAILED - unknown exchange type 'zqxwv123'".into())
         );
     }
 

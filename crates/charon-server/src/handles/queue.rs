@@ -104,14 +104,16 @@ pub enum QueueCmd {
         /// Message ids.
         ids: Vec<MsgId>,
     },
-    /// Return delivered messages to their original positions.
+    /// Return delivered messages to their original positions after a failed delivery
+    /// (reject/nack requeue=true: counts towards a quorum queue's delivery limit), or retry
+    /// them with backoff under `retry-on-requeue` (`queue/retry.rs`).
     Requeue {
         /// Message ids.
         ids: Vec<MsgId>,
     },
-    /// basic.nack / basic.reject with requeue=true from a client: like [`QueueCmd::Requeue`],
-    /// or a retry with backoff under `retry-on-requeue`.
-    Nack {
+    /// Return delivered messages whose consumer went (channel closed, basic.recover) to their
+    /// original positions, without counting a failed delivery.
+    Return {
         /// Message ids.
         ids: Vec<MsgId>,
     },
