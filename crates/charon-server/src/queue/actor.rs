@@ -92,7 +92,8 @@ struct Actor {
     last_used: u64,
     /// Deliveries of this batch (reused buffer).
     out: Vec<Delivery>,
-    /// Messages delivered in this batch with their delivery counts (the store's counter).
+    /// Store delivery counters to write: (id, failed deliveries + 1), at a first delivery (1)
+    /// and at every failed delivery (reject/nack requeue=true).
     delivered: Vec<(u64, u32)>,
     /// Retries: parked messages, held keys (`queue/retry.rs`).
     retry: RetrySide,
@@ -223,6 +224,12 @@ impl Actor {
             QueueCmd::Requeue { ids } => {
                 let store = self.ctx.store.as_ref();
                 self.retry.failed(&mut self.state, &ids, true, now, store);
+                // The failed-delivery count changed: the store keeps it (count + 1).
+                for id in ids {
+                    if let Some(r) = self.state.returns_of(id) {
+                        self.delivered.push((id, r.saturating_add(1)));
+                    }
+                }
             }
             QueueCmd::Return { ids } => self.state.release(&ids),
             QueueCmd::Reject { ids } => {
@@ -235,7 +242,9 @@ impl Actor {
                 let mut got = self.state.get(no_ack, now);
                 if let Some(g) = got.as_mut() {
                     self.counters.get += 1;
-                    self.delivered.push((g.id, g.returns.saturating_add(1)));
+                    if !g.redelivered {
+                        self.delivered.push((g.id, 1));
+                    }
                     if let Some(s) = &self.ctx.store {
                         g.message = s.load(g.id, &g.message);
                     }
@@ -476,7 +485,9 @@ fn deliver(
     // Group consecutive deliveries per consumer, preserving queue order within each consumer.
     let mut grouped: Vec<(ConsumerId, Vec<Delivery>)> = Vec::new();
     for mut d in out.drain(..) {
-        delivered.push((d.id, d.returns.saturating_add(1)));
+        if !d.redelivered {
+            delivered.push((d.id, 1));
+        }
         if let Some(s) = store {
             d.message = s.load(d.id, &d.message);
         }

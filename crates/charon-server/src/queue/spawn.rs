@@ -69,8 +69,8 @@ pub(crate) fn spawn_queue_with(
             continue;
         }
         state.restore(e.id, message, expires_at, e.delivery_count > 0);
-        // Every recorded delivery ended in a return (an ack would have settled it).
-        state.set_returns(e.id, e.delivery_count);
+        // The store keeps failed deliveries + 1 (`DeliveryCount`, docs/storage-format.md).
+        state.set_returns(e.id, e.delivery_count.saturating_sub(1));
     }
     if !recovered.is_empty() {
         // Length limits hold after recovery too (a policy may have lowered them).

@@ -209,9 +209,9 @@ impl StoreSide {
         self.p.purge(self.sid);
     }
 
-    /// Deliveries of messages `ids` with their delivery counts (`DeliveryCount`): recovered
-    /// after a crash, they come back redelivered, with their counts (`x-delivery-count`, the
-    /// delivery limit).
+    /// Delivery counters of messages `ids` (`DeliveryCount` = failed deliveries + 1, written at
+    /// the first delivery and at every failed one): recovered after a crash, they come back
+    /// redelivered, with their failed-delivery counts (`x-delivery-count`, delivery limits).
     pub(crate) fn delivered(&self, ids: &mut Vec<(MsgId, u32)>) {
         ids.retain(|(id, _)| self.entries.contains_key(id));
         for (id, _) in ids.iter_mut() {

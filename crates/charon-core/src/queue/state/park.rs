@@ -47,6 +47,11 @@ impl QueueState {
         }
     }
 
+    /// How often ready message `id` was returned after a failed delivery, if it is ready.
+    pub fn returns_of(&self, id: MsgId) -> Option<u32> {
+        self.ready.get(&id).map(|r| r.returns)
+    }
+
     /// Takes every ready message after `after` for which `hold` is true out of the queue (not
     /// gone: the caller keeps them), in queue order.
     pub fn take_ready_after(
