@@ -121,8 +121,10 @@ pub fn extract(
     let empty = FieldTable::default();
     let headers = props.headers().as_ref().unwrap_or(&empty);
     let h = |k: &str| get(headers, k).and_then(text);
+    // Dead-lettered by a queue: x-first-death-*; republished by Spring AMQP's
+    // RepublishMessageRecoverer: x-original-exchange / x-original-routingKey.
     let original_queue = h("x-first-death-queue");
-    let original_exchange = h("x-first-death-exchange");
+    let original_exchange = h("x-first-death-exchange").or_else(|| h("x-original-exchange"));
     let reason = h("x-first-death-reason");
     let mut routing_keys = Vec::new();
     let mut death_count = 0i64;
@@ -143,6 +145,11 @@ pub fn extract(
                 routing_keys = keys.as_slice().iter().filter_map(text).collect();
             }
         }
+    }
+    if routing_keys.is_empty()
+        && let Some(k) = h("x-original-routingKey")
+    {
+        routing_keys.push(k);
     }
     let message_id = props.message_id().as_ref().map(|s| s.as_str().to_string());
     let key = match &cfg.key_header {

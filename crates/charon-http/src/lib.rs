@@ -3,11 +3,13 @@
 //! `charon-server`'s [`Broker`] interface, the same one the AMQP side uses.
 //!
 //! - [`auth`]: basic authentication against the broker's users.
+//! - [`dead_letters`]: the dead-letter archive's `/api/dead-letters` endpoints.
 //! - [`error`]: error JSON and status codes.
 //! - [`policies`]: the `/api/policies` endpoints.
 //! - [`queues`]: the `/api/queues` endpoints.
 
 pub mod auth;
+pub mod dead_letters;
 pub mod error;
 pub mod policies;
 pub mod queues;
@@ -38,6 +40,7 @@ pub fn router(broker: Arc<Broker>) -> Router {
         .route("/api/queues", get(queues::list_all))
         .route("/api/queues/{vhost}", get(queues::list_vhost))
         .route("/api/queues/{vhost}/{name}", get(queues::get_one))
+        .merge(dead_letters::routes())
         .with_state(broker)
 }
 

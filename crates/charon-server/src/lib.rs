@@ -2,6 +2,7 @@
 //!
 //! # Layout
 //! - [`access`]: users, vhost access and resource permissions (configure/write/read).
+//! - [`archive`]: the dead-letter archive: archive queues handed to SQL, replays.
 //! - [`config`]: the configuration file's shape and defaults.
 //! - [`error`]: the one place where protocol and domain errors become AMQP replies.
 //! - [`flow`]: delivery credit between queue actors and connections (no lock across `.await`).
@@ -16,6 +17,7 @@
 //! - [`server`]: the accept loop and shutdown.
 
 pub mod access;
+pub mod archive;
 pub mod broker;
 pub mod config;
 pub mod connection;

@@ -90,6 +90,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     broker
         .open_store()
         .with_context(|| format!("opening the store in {}", config.data_dir))?;
+    charon_server::archive::ArchiveService::start(&broker);
     let amqp = tokio::net::TcpListener::bind(&config.amqp_listen)
         .await
         .with_context(|| format!("binding AMQP on {}", config.amqp_listen))?;

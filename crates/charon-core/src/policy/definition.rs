@@ -137,6 +137,15 @@ impl PolicyDefinition {
                         }
                     })
                 }
+                // The dead-letter archive (charon-server's `archive`): a boolean.
+                "dead-letter-archive" => {
+                    if !matches!(v, DefValue::Bool(_)) {
+                        return Err(invalid(format!(
+                            "{key} should be a boolean, actually was {}",
+                            v.describe()
+                        )));
+                    }
+                }
                 k if INERT_KEYS.contains(&k) => {}
                 _ => unknown.push(key.clone()),
             }

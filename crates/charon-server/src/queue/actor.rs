@@ -326,6 +326,7 @@ fn deliver(
         }
         if let Some(s) = store {
             d.message = s.load(d.id, &d.message);
+            d.stored = s.store_msg(d.id);
         }
         match grouped.iter_mut().find(|(id, _)| *id == d.consumer) {
             Some((_, v)) => v.push(d),
