@@ -218,12 +218,12 @@ fn normalise(s: &str) -> String {
     let mut i = 0;
     while i < chars.len() {
         let c = chars[i];
-        if c == '"' || c == '\'' {
-            if let Some(end) = chars[i + 1..].iter().position(|&x| x == c) {
-                out.push_str("\"…\"");
-                i += end + 2;
-                continue;
-            }
+        if (c == '"' || c == '\'')
+            && let Some(end) = chars[i + 1..].iter().position(|&x| x == c)
+        {
+            out.push_str("\"…\"");
+            i += end + 2;
+            continue;
         }
         if c.is_alphanumeric() || c == '-' || c == '_' {
             // A token: words stay, tokens with digits (ids, numbers, uuids, hex) become '#'.

@@ -232,29 +232,65 @@ pub fn finish(
     })
 }
 
+/// INFLIGHT items whose fate the store's recovered last index `recovered` cannot decide: no
+/// store index recorded and writes after their watermark survived. For each: (job, its request,
+/// the record). The caller looks for the replayed message in its target queues.
+pub fn undecided(
+    c: &mut dyn Conn,
+    recovered: Option<i64>,
+) -> Result<Vec<(i64, Value, Record)>, ArchiveError> {
+    let Some(l) = recovered else {
+        return Ok(Vec::new());
+    };
+    let cols = RECORD_COLUMNS
+        .split(", ")
+        .map(|col| format!("d.{}", col.trim()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let rows = c.query(
+        &format!(
+            "SELECT i.job_id, j.request, {cols} FROM replay_items i \
+             JOIN dead_letters d ON d.id = i.record_id JOIN replay_jobs j ON j.id = i.job_id \
+             WHERE i.state = 'INFLIGHT' AND i.store_index IS NULL AND i.watermark < ?"
+        ),
+        &[l.into()],
+    )?;
+    Ok(rows
+        .iter()
+        .filter_map(|r| {
+            let request = serde_json::from_str(&r[1].text()).unwrap_or(Value::Null);
+            Record::from_row(&r[2..]).map(|rec| (r[0].int(), request, rec))
+        })
+        .collect())
+}
+
 /// At start, before any publish: decides INFLIGHT items of every job against the store's
-/// recovered last index `recovered` (None: the broker has no store). Returns
-/// (replayed, to publish again, uncertain).
+/// recovered last index `recovered` (None: the broker has no store): a recorded store index at
+/// or below it is durable (REPLAYED), above it was lost (PENDING again); without an index,
+/// `found` (the replayed message was seen in a target queue, see [`undecided`]) decides.
+/// Returns (replayed, to publish again).
 pub fn resolve_inflight(
     c: &mut dyn Conn,
     recovered: Option<i64>,
-) -> Result<(u64, u64, u64), ArchiveError> {
+    found: &std::collections::HashSet<(i64, i64)>,
+) -> Result<(u64, u64), ArchiveError> {
     let rows = c.query(
-        "SELECT job_id, record_id, watermark, store_index FROM replay_items WHERE state = 'INFLIGHT'",
+        "SELECT job_id, record_id, store_index FROM replay_items WHERE state = 'INFLIGHT'",
         &[],
     )?;
-    let mut out = (0, 0, 0);
     let mut done: Vec<(i64, i64)> = Vec::new();
     let mut again: Vec<(i64, i64)> = Vec::new();
-    let mut uncertain: Vec<(i64, i64)> = Vec::new();
+    let l = recovered.unwrap_or(-1);
     for r in rows {
-        let (job, rec, wm, idx) = (r[0].int(), r[1].int(), r[2].opt_int(), r[3].opt_int());
-        let l = recovered.unwrap_or(-1);
-        match idx {
-            Some(i) if i >= 0 && i <= l => done.push((job, rec)),
-            Some(_) => again.push((job, rec)),
-            None if wm.is_some_and(|w| w >= l) || recovered.is_none() => again.push((job, rec)),
-            None => uncertain.push((job, rec)),
+        let (job, rec, idx) = (r[0].int(), r[1].int(), r[2].opt_int());
+        let durable = match idx {
+            Some(i) => i >= 0 && i <= l,
+            None => found.contains(&(job, rec)),
+        };
+        if durable {
+            done.push((job, rec));
+        } else {
+            again.push((job, rec));
         }
     }
     transaction(c, |c| {
@@ -275,22 +311,9 @@ pub fn resolve_inflight(
                 &[(*job).into(), (*rec).into()],
             )?;
         }
-        for (job, rec) in &uncertain {
-            c.exec(
-                "UPDATE replay_items SET state = 'FAILED', error = 'interrupted: delivery uncertain' WHERE job_id = ? AND record_id = ?",
-                &[(*job).into(), (*rec).into()],
-            )?;
-            c.exec(
-                "UPDATE dead_letters SET status = 'FAILED', resolution_note = 'replay interrupted by a restart: delivery uncertain', updated_at = ? WHERE id = ?",
-                &[now.into(), (*rec).into()],
-            )?;
-        }
         Ok(())
     })?;
-    out.0 = done.len() as u64;
-    out.1 = again.len() as u64;
-    out.2 = uncertain.len() as u64;
-    Ok(out)
+    Ok((done.len() as u64, again.len() as u64))
 }
 
 /// Cancels a running job: its PENDING items are dropped (their records keep their status).

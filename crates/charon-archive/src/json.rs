@@ -47,10 +47,10 @@ pub fn table_to_json(t: &FieldTable) -> Value {
 /// `new` as an AMQP value; where `old` (the value it replaces) shows as the same JSON, `old`
 /// itself (its exact type).
 pub fn json_to_value(new: &Value, old: Option<&AMQPValue>) -> AMQPValue {
-    if let Some(o) = old {
-        if value_to_json(o) == *new {
-            return o.clone();
-        }
+    if let Some(o) = old
+        && value_to_json(o) == *new
+    {
+        return o.clone();
     }
     match new {
         Value::Null => AMQPValue::Void,

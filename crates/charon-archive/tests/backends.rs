@@ -155,8 +155,10 @@ fn exercise(a: &Archive) {
         jobs::stored_at(c, job, &[(a_id, 101), (b_id, 102)]).expect("stored");
         // Crash: the store recovered up to 101: a is durable, b (at 102) was lost with the torn
         // tail and is published again.
-        let (done, again, unsure) = jobs::resolve_inflight(c, Some(101)).expect("resolve");
-        assert_eq!((done, again, unsure), (1, 1, 0));
+        assert!(jobs::undecided(c, Some(101)).expect("undecided").is_empty());
+        let none = std::collections::HashSet::new();
+        let (done, again) = jobs::resolve_inflight(c, Some(101), &none).expect("resolve");
+        assert_eq!((done, again), (1, 1));
         let ra = ops::get(c, a_id).expect("get").expect("rec");
         assert_eq!((ra.status.as_str(), ra.replay_count), ("REPLAYED", 1));
         let spec = jobs::running(c)
@@ -165,28 +167,35 @@ fn exercise(a: &Archive) {
             .expect("job running");
         let next = jobs::next(c, job, 10).expect("next");
         assert_eq!(next.iter().map(|r| r.id).collect::<Vec<_>>(), vec![b_id]);
-        // Appended but its index not yet recorded, and later writes survived: uncertain, never
-        // published twice.
+        // Appended but its index not yet recorded, and later writes survived: undecided by the
+        // index; the caller looks in the target queues and found it (REPLAYED) or not (again).
         jobs::inflight(c, job, &[b_id], 200).expect("inflight");
+        let und = jobs::undecided(c, Some(250)).expect("undecided");
+        assert_eq!(und.len(), 1);
+        assert_eq!((und[0].0, und[0].2.id), (job, b_id));
         assert_eq!(
-            jobs::resolve_inflight(c, Some(250)).expect("resolve"),
-            (0, 0, 1)
+            jobs::resolve_inflight(c, Some(250), &none).expect("resolve"),
+            (0, 1)
         );
+        // Nothing after the watermark survived: not undecided, goes again.
+        jobs::inflight(c, job, &[b_id], 300).expect("inflight");
+        assert!(jobs::undecided(c, Some(300)).expect("undecided").is_empty());
         assert_eq!(
-            ops::get(c, b_id).expect("get").expect("rec").status,
-            "FAILED"
+            jobs::resolve_inflight(c, Some(300), &none).expect("resolve"),
+            (0, 1)
         );
-        // Nothing after the watermark survived: not published, goes again.
+        // Found in a target queue: replayed.
+        jobs::inflight(c, job, &[b_id], 300).expect("inflight");
+        let found: std::collections::HashSet<(i64, i64)> = [(job, b_id)].into();
+        assert_eq!(
+            jobs::resolve_inflight(c, Some(400), &found).expect("resolve"),
+            (1, 0)
+        );
         c.exec(
             "UPDATE replay_items SET state = 'PENDING' WHERE record_id = ?",
             &[b_id.into()],
         )
         .expect("reset");
-        jobs::inflight(c, job, &[b_id], 300).expect("inflight");
-        assert_eq!(
-            jobs::resolve_inflight(c, Some(300)).expect("resolve"),
-            (0, 1, 0)
-        );
         jobs::inflight(c, job, &[b_id], 300).expect("inflight");
         jobs::finish(c, &spec, &[(b_id, Err("NO_ROUTE".into()))]).expect("finish");
         let info = jobs::info(c, job).expect("info").expect("job");

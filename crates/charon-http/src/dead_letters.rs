@@ -7,11 +7,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::Json;
+use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::Router;
 use base64::Engine;
 use charon_archive::filter::Filter;
 use charon_archive::ops::{self, Edit, Selection};
@@ -31,7 +31,10 @@ pub fn routes() -> Router<Arc<Broker>> {
         .route("/api/dead-letters/audit", get(audit))
         .route("/api/dead-letters/stats", get(stats))
         .route("/api/dead-letters/jobs", get(list_jobs))
-        .route("/api/dead-letters/jobs/{id}", get(get_job).delete(cancel_job))
+        .route(
+            "/api/dead-letters/jobs/{id}",
+            get(get_job).delete(cancel_job),
+        )
         .route("/api/dead-letters/replay", post(replay))
         .route("/api/dead-letters/skip", post(skip))
         .route("/api/dead-letters/delete", post(delete_many))
@@ -128,12 +131,14 @@ async fn list(
         .run(move |c| ops::list(c, &filter, sort.as_deref(), page, size))
         .await?;
     let items: Vec<Value> = items.iter().map(|r| r.to_json()).collect();
-    Ok(Json(json!({"items": items, "total": total, "page": page, "page_size": size})).into_response())
+    Ok(
+        Json(json!({"items": items, "total": total, "page": page, "page_size": size}))
+            .into_response(),
+    )
 }
 
 fn parse_id(id: &str) -> Result<i64, DlError> {
-    id.parse()
-        .map_err(|_| DlError::Api(ApiError::NotFound))
+    id.parse().map_err(|_| DlError::Api(ApiError::NotFound))
 }
 
 async fn get_one(State(b): State<Arc<Broker>>, _u: AuthUser, Path(id): Path<String>) -> Res {
@@ -173,8 +178,8 @@ async fn edit(
     let id = parse_id(&id)?;
     let payload = match body.get("payload") {
         None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(
-            match body.get("payload_encoding").and_then(Value::as_str) {
+        Some(Value::String(s)) => {
+            Some(match body.get("payload_encoding").and_then(Value::as_str) {
                 Some("base64") => base64::engine::general_purpose::STANDARD
                     .decode(s)
                     .map_err(|_| ApiError::BadRequest("payload: invalid base64".into()))?,
@@ -185,13 +190,15 @@ async fn edit(
                     ))
                     .into());
                 }
-            },
-        ),
+            })
+        }
         Some(_) => return Err(ApiError::BadRequest("payload must be a string".into()).into()),
     };
     let headers = body.get("headers").filter(|h| !h.is_null()).cloned();
     if payload.is_none() && headers.is_none() {
-        return Err(ApiError::BadRequest("nothing to edit: give payload and/or headers".into()).into());
+        return Err(
+            ApiError::BadRequest("nothing to edit: give payload and/or headers".into()).into(),
+        );
     }
     let e = Edit {
         payload,
@@ -247,7 +254,13 @@ async fn replay(State(b): State<Arc<Broker>>, u: AuthUser, Json(body): Json<Valu
         return Err(ApiError::BadRequest("rate must be a positive number".into()).into());
     }
     let mut request = serde_json::Map::new();
-    for k in ["exchange", "routing_key", "rate", "strip_death_headers", "note"] {
+    for k in [
+        "exchange",
+        "routing_key",
+        "rate",
+        "strip_death_headers",
+        "note",
+    ] {
         if let Some(v) = body.get(k).filter(|v| !v.is_null()) {
             request.insert(k.into(), v.clone());
         }
@@ -255,7 +268,11 @@ async fn replay(State(b): State<Arc<Broker>>, u: AuthUser, Json(body): Json<Valu
     let (job, total) = svc
         .start_replay(sel, Value::Object(request), u.name.clone())
         .await?;
-    Ok((StatusCode::ACCEPTED, Json(json!({"job": job, "total": total}))).into_response())
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({"job": job, "total": total})),
+    )
+        .into_response())
 }
 
 async fn list_jobs(State(b): State<Arc<Broker>>, _u: AuthUser) -> Res {
@@ -336,7 +353,10 @@ async fn audit(
     let (items, total) = svc
         .run(move |c| ops::list_audit(c, &terms, page, size))
         .await?;
-    Ok(Json(json!({"items": items, "total": total, "page": page, "page_size": size})).into_response())
+    Ok(
+        Json(json!({"items": items, "total": total, "page": page, "page_size": size}))
+            .into_response(),
+    )
 }
 
 async fn stats(State(b): State<Arc<Broker>>, _u: AuthUser) -> Res {

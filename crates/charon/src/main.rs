@@ -90,7 +90,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     broker
         .open_store()
         .with_context(|| format!("opening the store in {}", config.data_dir))?;
-    charon_server::archive::ArchiveService::start(&broker);
+    charon_server::archive::ArchiveService::start(&broker)
+        .prepare(std::time::Duration::from_secs(15))
+        .await;
     let amqp = tokio::net::TcpListener::bind(&config.amqp_listen)
         .await
         .with_context(|| format!("binding AMQP on {}", config.amqp_listen))?;

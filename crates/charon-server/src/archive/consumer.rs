@@ -106,7 +106,7 @@ pub(super) async fn run(svc: Arc<ArchiveService>, vhost: String, queue: QueueHan
             {
                 Ok(_) => break,
                 Err(e) => {
-                    if failures % 30 == 0 {
+                    if failures.is_multiple_of(30) {
                         tracing::error!(queue = %queue.name(), error = %e, pending = records.len(), "archiving failed; the messages stay in the queue, retrying");
                     }
                     failures += 1;

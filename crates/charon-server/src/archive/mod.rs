@@ -160,6 +160,19 @@ impl ArchiveService {
         svc
     }
 
+    /// Opens an existing archive before clients connect (at most `limit`), so that replays a
+    /// restart interrupted are resolved while their messages still sit in the queues.
+    pub async fn prepare(self: &Arc<Self>, limit: Duration) {
+        if !self.wanted(false) {
+            return;
+        }
+        match tokio::time::timeout(limit, self.open()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "dead-letter archive unavailable at start"),
+            Err(_) => tracing::warn!("dead-letter archive slow to open at start; going on"),
+        }
+    }
+
     pub(crate) fn broker(&self) -> Option<Arc<Broker>> {
         self.broker.upgrade()
     }
@@ -167,7 +180,12 @@ impl ArchiveService {
     /// The database, opened (and migrated) on first use; replays a restart interrupted are
     /// resolved and resumed then.
     async fn open(self: &Arc<Self>) -> Result<Archive, ArchiveError> {
-        if let Some(a) = self.archive.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+        if let Some(a) = self
+            .archive
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+        {
             return Ok(a);
         }
         let url = self.url.clone();
@@ -176,13 +194,24 @@ impl ArchiveService {
             .map_err(|e| ArchiveError::Db(e.to_string()))??;
         let recovered = self.recovered;
         let a2 = a.clone();
-        let (done, again, unsure) = tokio::task::spawn_blocking(move || {
-            a2.with(|c| jobs::resolve_inflight(c, recovered))
+        let undecided =
+            tokio::task::spawn_blocking(move || a2.with(|c| jobs::undecided(c, recovered)))
+                .await
+                .map_err(|e| ArchiveError::Db(e.to_string()))??;
+        let mut found = HashSet::new();
+        for (job, request, record) in undecided {
+            if replay::in_target_queues(self, &record, &request).await {
+                found.insert((job, record.id));
+            }
+        }
+        let a2 = a.clone();
+        let (done, again) = tokio::task::spawn_blocking(move || {
+            a2.with(|c| jobs::resolve_inflight(c, recovered, &found))
         })
         .await
         .map_err(|e| ArchiveError::Db(e.to_string()))??;
-        if done + again + unsure > 0 {
-            tracing::warn!(done, again, unsure, "replays interrupted by a restart resolved");
+        if done + again > 0 {
+            tracing::warn!(done, again, "replays interrupted by a restart resolved");
         }
         {
             let mut g = self.archive.lock().unwrap_or_else(|p| p.into_inner());
@@ -221,9 +250,7 @@ impl ArchiveService {
     ) -> Result<(i64, i64), ArchiveError> {
         let req = request.clone();
         let who = actor.clone();
-        let (id, total) = self
-            .run(move |c| jobs::create(c, &sel, &req, &who))
-            .await?;
+        let (id, total) = self.run(move |c| jobs::create(c, &sel, &req, &who)).await?;
         if total > 0 {
             self.spawn_job(jobs::JobSpec {
                 id,
@@ -312,7 +339,9 @@ async fn supervise(svc: Arc<ArchiveService>) {
                 .await
             {
                 Ok((0, 0)) => {}
-                Ok((aged, capped)) => tracing::info!(aged, capped, "archive retention removed records"),
+                Ok((aged, capped)) => {
+                    tracing::info!(aged, capped, "archive retention removed records")
+                }
                 Err(e) => tracing::warn!(error = %e, "archive retention failed"),
             }
         }
@@ -323,7 +352,9 @@ async fn supervise(svc: Arc<ArchiveService>) {
 impl ArchiveService {
     /// Runs retention and the size cap now (the API's `POST /api/dead-letters/retention`).
     pub async fn retention_now(self: &Arc<Self>) -> Result<(u64, u64), ArchiveError> {
-        let older = self.retention_ms.map(|r| charon_archive::time::now_ms() - r);
+        let older = self
+            .retention_ms
+            .map(|r| charon_archive::time::now_ms() - r);
         let cap = self.max_bytes;
         self.run(move |c| charon_archive::ops::retention(c, older, cap))
             .await

@@ -41,7 +41,7 @@ async fn retry<T: Send + 'static>(
         match svc.run(f.clone()).await {
             Ok(v) => return v,
             Err(e) => {
-                if n % 30 == 0 {
+                if n.is_multiple_of(30) {
                     tracing::error!(error = %e, what, "replay job: archive database failed; retrying");
                 }
                 n += 1;
@@ -76,16 +76,11 @@ pub(super) fn replay_properties(r: &Record, strip: bool) -> RawProperties {
     RawProperties::encode(&props.with_headers(headers))
 }
 
-/// Starts publishing record `r` per the job's request.
-async fn start(
-    svc: &Arc<ArchiveService>,
+/// Where record `r` replays to per `request`: (exchange, routing key, properties).
+fn destination(
     r: &Record,
     request: &Value,
-) -> Result<Pending, PublishError> {
-    let vhost = svc
-        .broker()
-        .and_then(|b| b.vhost(&r.vhost))
-        .ok_or_else(|| PublishError::Route(format!("NOT_FOUND - no vhost '{}'", r.vhost)))?;
+) -> Result<(String, String, RawProperties), PublishError> {
     let exchange = request
         .get("exchange")
         .and_then(Value::as_str)
@@ -103,11 +98,64 @@ async fn start(
         .get("strip_death_headers")
         .and_then(Value::as_bool)
         .unwrap_or(false);
+    Ok((exchange, routing_key, replay_properties(r, strip)))
+}
+
+/// Whether record `r`'s replay (per `request`) sits in one of the queues it routes to: decides
+/// a replay a restart interrupted between its publish and the record of its store index.
+pub(super) async fn in_target_queues(
+    svc: &Arc<ArchiveService>,
+    r: &Record,
+    request: &Value,
+) -> bool {
+    let Some(vhost) = svc.broker().and_then(|b| b.vhost(&r.vhost)) else {
+        return false;
+    };
+    let Ok((exchange, routing_key, props)) = destination(r, request) else {
+        return false;
+    };
+    let decoded = props.decode().ok();
+    let headers = decoded.as_ref().and_then(|d| d.headers().as_ref());
+    let mut targets = Vec::new();
+    {
+        let topo = vhost.topology.read().unwrap_or_else(|p| p.into_inner());
+        if topo
+            .route(&exchange, &[routing_key.as_str()], headers, &mut targets)
+            .is_err()
+        {
+            return false;
+        }
+    }
+    for q in targets {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if !q.send(crate::queue::QueueCmd::Browse { reply: tx }).await {
+            continue;
+        }
+        if let Ok(msgs) = rx.await
+            && msgs.iter().any(|m| m.properties.0 == props.0)
+        {
+            return true;
+        }
+    }
+    false
+}
+
+/// Starts publishing record `r` per the job's request.
+async fn start(
+    svc: &Arc<ArchiveService>,
+    r: &Record,
+    request: &Value,
+) -> Result<Pending, PublishError> {
+    let vhost = svc
+        .broker()
+        .and_then(|b| b.vhost(&r.vhost))
+        .ok_or_else(|| PublishError::Route(format!("NOT_FOUND - no vhost '{}'", r.vhost)))?;
+    let (exchange, routing_key, props) = destination(r, request)?;
     publish_message(
         &vhost,
         &exchange,
         &routing_key,
-        replay_properties(r, strip),
+        props,
         Bytes::from(r.payload.clone()),
     )
     .await
@@ -159,23 +207,27 @@ pub(super) async fn run_job(svc: &Arc<ArchiveService>, spec: JobSpec) {
                 next_at = next_at.max(Instant::now() - g) + g;
             }
             match start(svc, r, &spec.request).await {
-                Ok(p) => pending.push((r.id, p)),
+                Ok(p) => {
+                    let at = p
+                        .store_index
+                        .and_then(|i| i64::try_from(i).ok())
+                        .unwrap_or(-1);
+                    pending.push((r.id, p, at));
+                    // At a rate, each index is recorded at once (the window a restart must
+                    // resolve by looking into the queues stays one commit long).
+                    if gap.is_some() {
+                        let one = [(r.id, at)];
+                        retry(svc, "store index", move |c| jobs::stored_at(c, id, &one)).await;
+                    }
+                }
                 Err(e) => results.push((r.id, Err(e.to_string()))),
             }
         }
-        let at: Vec<(i64, i64)> = pending
-            .iter()
-            .map(|(rid, p)| {
-                (
-                    *rid,
-                    p.store_index
-                        .and_then(|i| i64::try_from(i).ok())
-                        .unwrap_or(-1),
-                )
-            })
-            .collect();
-        retry(svc, "store indices", move |c| jobs::stored_at(c, id, &at)).await;
-        for (rid, p) in pending {
+        if gap.is_none() {
+            let at: Vec<(i64, i64)> = pending.iter().map(|(rid, _, at)| (*rid, *at)).collect();
+            retry(svc, "store indices", move |c| jobs::stored_at(c, id, &at)).await;
+        }
+        for (rid, p, _) in pending {
             results.push((rid, p.wait().await.map_err(|e| e.to_string())));
         }
         let results = Arc::new(results);

@@ -228,6 +228,10 @@ async fn run(
                 QueueCmd::Purge { reply } => {
                     let _ = reply.send(state.purge());
                 }
+                QueueCmd::Browse { reply } => {
+                    let all = state.browse(0, usize::MAX).into_iter().map(|(_, m)| m);
+                    let _ = reply.send(all.collect());
+                }
                 QueueCmd::Stats { reply } => {
                     let mut s = stats_of(&state);
                     s.dead_letters_dropped_no_dlx = dl.dropped_no_dlx;
