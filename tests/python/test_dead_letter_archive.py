@@ -7,6 +7,7 @@ dead-letter exchange routes it to `orders.dlq`, an archive queue, which hands it
 
 import base64
 import signal
+import subprocess
 import threading
 import time
 
@@ -356,3 +357,44 @@ def test_retention_removes_old_rows_and_counts_them(tmp_path):
         assert audit["items"][0]["actor"] == "charon" and audit["items"][0]["result"] == {"deleted": 5}
     finally:
         conftest.stop_charon(b)
+
+
+def test_ctl_dlq_lists_groups_replays_skips_and_audits_through_the_api(node):
+    b = node["b"]
+    api = Api(b)
+    with b.connect() as c:
+        ch = c.channel()
+        ch.queue_declare("back", durable=True)
+        ch.queue_declare("c.dlq", durable=True, arguments={"x-dead-letter-archive": True})
+        for i in range(3):
+            headers = {"x-exception-message": f"Timeout after {100 + i} ms", "x-original-exchange": "",
+                       "x-original-routingKey": "back"}
+            ch.basic_publish("", "c.dlq", f"c-{i}".encode(), pika.BasicProperties(message_id=f"c-{i}", headers=headers))
+    api.wait_records(3)
+
+    def ctl(*args):
+        out = subprocess.run([conftest.find_binary(), "ctl", "--url", f"http://127.0.0.1:{b.http_port}",
+                              "--username", "alice", "--password", "secret", "dlq", *args],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    listing = ctl("list", "--error", "Timeout", "--sort", "id")
+    rows = [line.split("\t") for line in listing.splitlines()[1:-1]]
+    assert [r[4] for r in rows] == ["c-0", "c-1", "c-2"] and all(r[1] == "PENDING" for r in rows)
+    groups = ctl("groups", "--by", "error_fingerprint,status").splitlines()
+    assert len(groups) == 2 and groups[1].split("\t")[2] == "3", groups
+    first = rows[0][0]
+    out = ctl("replay", "--ids", first, "--note", "from ctl", "--wait")
+    assert '"replayed": 1' in out
+    with b.connect() as c:
+        m = wait_until(lambda: c.channel().basic_get("back", auto_ack=True)[0], what="replayed via ctl")
+        assert m.routing_key == "back"
+    assert "Skipped 2 records" in ctl("skip", "--status", "PENDING", "--reason", "flaky downstream")
+    audit = ctl("audit").splitlines()
+    assert audit[1].split("\t")[1:3] == ["alice", "skip"] and audit[2].split("\t")[2] == "replay"
+    assert '"SKIPPED": 2' in ctl("stats")
+    out = subprocess.run([conftest.find_binary(), "ctl", "--url", f"http://127.0.0.1:{b.http_port}",
+                          "--username", "alice", "--password", "secret", "dlq", "skip", "--reason", "x"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "--all" in out.stderr

@@ -64,6 +64,10 @@ enum CtlCommand {
         #[arg(short = 'p', long = "vhost", default_value = "/")]
         vhost: String,
     },
+    /// The dead-letter archive: list, get, groups, edit, replay, job(s), cancel, skip, delete,
+    /// audit, stats (docs/archive.md).
+    #[command(subcommand)]
+    Dlq(Box<crate::dlq::DlqCommand>),
     /// Lists the policies of a vhost.
     #[command(name = "list_policies")]
     ListPolicies {
@@ -143,6 +147,9 @@ fn enc(s: &str) -> String {
 pub(crate) fn run(args: CtlArgs) -> anyhow::Result<()> {
     let client = Client::new(&args);
     match args.command {
+        CtlCommand::Dlq(cmd) => {
+            return crate::dlq::run(&args.url, &args.username, &args.password, *cmd);
+        }
         CtlCommand::SetPolicy {
             vhost,
             apply_to,

@@ -2,6 +2,7 @@
 //! client of the management API) and `charon bench` (the load tool).
 
 mod ctl;
+mod dlq;
 
 /// mimalloc: the broker allocates and frees many small objects per message (properties, queue
 /// entries, dead-lettered copies); glibc malloc spent over a quarter of the CPU of the mass-expiry
