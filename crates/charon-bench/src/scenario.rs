@@ -18,6 +18,10 @@ pub enum Scenario {
     /// `--pmessages` into queues with `x-message-ttl = --ttl-ms` and no consumer; consumers
     /// drain the DLQs; reports how long after the last TTL deadline the DLQs were complete.
     Expiry,
+    /// The dead-letter archive (Charon only): `--pmessages` persistent messages into an archive
+    /// queue; reports archived/s, replay/s and the management API's list/group latency over
+    /// every record in the archive (see `crate::archive`).
+    Archive,
 }
 
 impl Scenario {
@@ -27,12 +31,13 @@ impl Scenario {
             Self::Throughput => "throughput",
             Self::DeadLetter => "dead-letter",
             Self::Expiry => "expiry",
+            Self::Archive => "archive",
         }
     }
 
     /// Whether main queues dead-letter into a DLQ each.
     pub fn dead_letters(self) -> bool {
-        self != Self::Throughput
+        matches!(self, Self::DeadLetter | Self::Expiry)
     }
 }
 
@@ -95,6 +100,7 @@ impl Topology {
                     queue: pick(&self.dlqs, i),
                     reject: false,
                 }),
+                Scenario::Archive => {}
             }
         }
         specs

@@ -137,7 +137,11 @@ fn main() -> anyhow::Result<()> {
                 .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
                 .with_writer(std::io::stderr)
                 .init();
-            runtime.block_on(charon_bench::run_and_print(args))?;
+            if args.scenario == charon_bench::Scenario::Archive {
+                runtime.block_on(charon_bench::run_archive(args))?;
+            } else {
+                runtime.block_on(charon_bench::run_and_print(args))?;
+            }
         }
     }
     Ok(())
