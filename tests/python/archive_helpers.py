@@ -33,9 +33,16 @@ class PgCluster:
             shutil.chown(self.dir, "postgres", "postgres")
         data = os.path.join(self.dir, "data")
         self._run([f"{self.bin}/initdb", "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8"])
+        self.start()
+
+    def start(self):
         opts = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off"
-        self._run([f"{self.bin}/pg_ctl", "-D", data, "-o", opts, "-l", os.path.join(self.dir, "log"),
-                   "-w", "-t", "120", "start"])
+        self._run([f"{self.bin}/pg_ctl", "-D", os.path.join(self.dir, "data"), "-o", opts,
+                   "-l", os.path.join(self.dir, "log"), "-w", "-t", "120", "start"])
+
+    def halt(self):
+        """Stops the server (the data stays): the archive is down."""
+        self._run([f"{self.bin}/pg_ctl", "-D", os.path.join(self.dir, "data"), "-m", "immediate", "-w", "stop"])
 
     def _run(self, args):
         if self.as_postgres:
@@ -54,6 +61,12 @@ class PgCluster:
 
 
 _cluster = {}
+
+
+def own_pg_cluster():
+    if _pg_bin() is None:
+        pytest.skip("PostgreSQL is not installed (scripts/test.sh installs Debian's postgresql)")
+    return PgCluster()
 
 
 def pg_cluster():

@@ -15,7 +15,7 @@ import pika
 import pytest
 
 import conftest
-from archive_helpers import Api, config_for, queue_depth, stop_pg_cluster, wait_until
+from archive_helpers import Api, config_for, own_pg_cluster, queue_depth, stop_pg_cluster, wait_until
 
 pytestmark = pytest.mark.charon_only
 
@@ -398,3 +398,40 @@ def test_ctl_dlq_lists_groups_replays_skips_and_audits_through_the_api(node):
                           "--username", "alice", "--password", "secret", "dlq", "skip", "--reason", "x"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and "--all" in out.stderr
+
+
+def test_while_postgres_is_down_messages_wait_in_the_queue_and_are_archived_when_it_returns(tmp_path):
+    pg = own_pg_cluster()
+    b = None
+    try:
+        cfg = f'archive_url = "{pg.database()}"\n' + conftest.CONFIG_TOML
+        b = conftest.start_charon(tmp_path, config_text=cfg)
+        api = Api(b)
+        with b.connect() as c:
+            ch = c.channel()
+            ch.queue_declare("pg.dlq", durable=True, arguments={"x-dead-letter-archive": True})
+            ch.confirm_delivery()
+            for i in range(5):
+                ch.basic_publish("", "pg.dlq", b"before", pika.BasicProperties(message_id=f"b-{i}", delivery_mode=2))
+            api.wait_records(5)
+            pg.halt()
+            for i in range(50):
+                ch.basic_publish("", "pg.dlq", b"during", pika.BasicProperties(message_id=f"d-{i}", delivery_mode=2))
+
+            def held():
+                status, q = api.get("/api/queues/%2f/pg.dlq")
+                return status == 200 and q["messages_ready"] + q["messages_unacknowledged"] == 50
+            wait_until(held, what="the 50 messages held by the queue while the archive is down")
+            status, err = api.get("/api/dead-letters")
+            assert status == 503 and err["error"] == "archive_unavailable"
+            time.sleep(1.5)
+            assert held(), "nothing is dropped while the archive is down"
+            pg.start()
+            body = api.wait_records(55)
+            assert body["total"] == 55
+            assert {r["message_id"] for r in body["items"]} == {f"b-{i}" for i in range(5)} | {f"d-{i}" for i in range(50)}
+            wait_until(lambda: queue_depth(b, "pg.dlq") == 0, what="the queue drained")
+    finally:
+        if b:
+            conftest.stop_charon(b)
+        pg.stop()

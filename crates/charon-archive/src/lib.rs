@@ -97,6 +97,16 @@ impl Archive {
         f(g.as_mut())
     }
 
+    /// Whether both handles share one connection.
+    pub fn same(&self, other: &Archive) -> bool {
+        Arc::ptr_eq(&self.conn, &other.conn)
+    }
+
+    /// Whether the connection is lost (the server went away): open a new one.
+    pub fn is_broken(&self) -> bool {
+        self.lock().is_broken()
+    }
+
     /// The URL, password redacted.
     pub fn url(&self) -> &str {
         &self.url

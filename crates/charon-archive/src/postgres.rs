@@ -8,7 +8,20 @@ use crate::sql::{Cell, Conn, Dialect, Param};
 
 /// A PostgreSQL connection.
 pub struct Postgres {
-    client: postgres::Client,
+    /// Always `Some` but while dropping.
+    client: Option<postgres::Client>,
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        // `postgres::Client` blocks on its own runtime when dropped, which panics inside a
+        // tokio runtime: let a thread of its own close it.
+        if let Some(c) = self.client.take() {
+            let _ = std::thread::Builder::new()
+                .name("archive-pg-close".into())
+                .spawn(move || drop(c));
+        }
+    }
 }
 
 impl std::fmt::Debug for Postgres {
@@ -21,7 +34,15 @@ impl Postgres {
     /// Connects to `url` (`postgresql://user:pass@host:port/db`).
     pub fn connect(url: &str) -> Result<Self, ArchiveError> {
         let client = postgres::Client::connect(url, postgres::NoTls)?;
-        Ok(Postgres { client })
+        Ok(Postgres {
+            client: Some(client),
+        })
+    }
+
+    fn client(&mut self) -> Result<&mut postgres::Client, ArchiveError> {
+        self.client
+            .as_mut()
+            .ok_or_else(|| ArchiveError::Db("connection closed".into()))
     }
 }
 
@@ -88,21 +109,25 @@ impl Conn for Postgres {
     fn exec(&mut self, sql: &str, p: &[Param]) -> Result<u64, ArchiveError> {
         let boxed = params(p);
         let refs: Vec<&(dyn ToSql + Sync)> = boxed.iter().map(|b| b.as_ref()).collect();
-        Ok(self.client.execute(renumber(sql).as_str(), &refs)?)
+        Ok(self.client()?.execute(renumber(sql).as_str(), &refs)?)
     }
 
     fn query(&mut self, sql: &str, p: &[Param]) -> Result<Vec<Vec<Cell>>, ArchiveError> {
         let boxed = params(p);
         let refs: Vec<&(dyn ToSql + Sync)> = boxed.iter().map(|b| b.as_ref()).collect();
-        let rows = self.client.query(renumber(sql).as_str(), &refs)?;
+        let rows = self.client()?.query(renumber(sql).as_str(), &refs)?;
         rows.iter()
             .map(|r| (0..r.len()).map(|i| cell(r, i)).collect())
             .collect()
     }
 
     fn batch(&mut self, sql: &str) -> Result<(), ArchiveError> {
-        self.client.batch_execute(sql)?;
+        self.client()?.batch_execute(sql)?;
         Ok(())
+    }
+
+    fn is_broken(&self) -> bool {
+        self.client.as_ref().is_none_or(postgres::Client::is_closed)
     }
 
     fn insert_id(&mut self, sql: &str, p: &[Param]) -> Result<i64, ArchiveError> {

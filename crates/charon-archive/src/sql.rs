@@ -134,6 +134,10 @@ pub trait Conn: Send {
     fn batch(&mut self, sql: &str) -> Result<(), ArchiveError>;
     /// Inserts and returns the new row's id (`RETURNING id` / `last_insert_rowid`).
     fn insert_id(&mut self, sql: &str, params: &[Param]) -> Result<i64, ArchiveError>;
+    /// Whether the connection is lost for good (reconnect).
+    fn is_broken(&self) -> bool {
+        false
+    }
 }
 
 /// Runs `f` in a transaction: committed when it returns `Ok`, rolled back otherwise.

@@ -40,6 +40,8 @@ pub struct ArchiveService {
     recovered: Option<i64>,
     /// Archive queues with a running consumer, by queue instance id.
     consumers: Mutex<HashSet<u64>>,
+    /// Whether this run resolved the replays the last restart interrupted.
+    resolved: std::sync::atomic::AtomicBool,
     /// Replay jobs running in this process.
     running_jobs: Mutex<HashSet<i64>>,
     retention_ms: Option<i64>,
@@ -152,6 +154,7 @@ impl ArchiveService {
             recovered,
             consumers: Mutex::new(HashSet::new()),
             running_jobs: Mutex::new(HashSet::new()),
+            resolved: std::sync::atomic::AtomicBool::new(false),
             retention_ms: parse_duration_ms(&cfg.archive_retention),
             max_bytes: i64::try_from(cfg.archive_max_bytes).ok().filter(|m| *m > 0),
         });
@@ -177,8 +180,8 @@ impl ArchiveService {
         self.broker.upgrade()
     }
 
-    /// The database, opened (and migrated) on first use; replays a restart interrupted are
-    /// resolved and resumed then.
+    /// The database, opened (and migrated) on first use and again after the connection was
+    /// lost; the first time, replays a restart interrupted are resolved and resumed.
     async fn open(self: &Arc<Self>) -> Result<Archive, ArchiveError> {
         if let Some(a) = self
             .archive
@@ -192,6 +195,30 @@ impl ArchiveService {
         let a = tokio::task::spawn_blocking(move || Archive::open(&url))
             .await
             .map_err(|e| ArchiveError::Db(e.to_string()))??;
+        if !self.resolved.load(std::sync::atomic::Ordering::SeqCst) {
+            self.resolve(&a).await?;
+            self.resolved
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        {
+            let mut g = self.archive.lock().unwrap_or_else(|p| p.into_inner());
+            if g.is_none() {
+                *g = Some(a.clone());
+                tracing::info!(url = %a.url(), "dead-letter archive opened");
+            }
+        }
+        let a3 = a.clone();
+        let running = tokio::task::spawn_blocking(move || a3.with(jobs::running))
+            .await
+            .map_err(|e| ArchiveError::Db(e.to_string()))??;
+        for spec in running {
+            self.spawn_job(spec);
+        }
+        Ok(a)
+    }
+
+    /// Decides the replays the last restart interrupted (once per run, before any replay).
+    async fn resolve(self: &Arc<Self>, a: &Archive) -> Result<(), ArchiveError> {
         let recovered = self.recovered;
         let a2 = a.clone();
         let undecided =
@@ -213,21 +240,7 @@ impl ArchiveService {
         if done + again > 0 {
             tracing::warn!(done, again, "replays interrupted by a restart resolved");
         }
-        {
-            let mut g = self.archive.lock().unwrap_or_else(|p| p.into_inner());
-            if g.is_none() {
-                *g = Some(a.clone());
-                tracing::info!(url = %a.url(), "dead-letter archive opened");
-            }
-        }
-        let a3 = a.clone();
-        let running = tokio::task::spawn_blocking(move || a3.with(jobs::running))
-            .await
-            .map_err(|e| ArchiveError::Db(e.to_string()))??;
-        for spec in running {
-            self.spawn_job(spec);
-        }
-        Ok(a)
+        Ok(())
     }
 
     /// Runs `f` on the database in a blocking thread.
@@ -236,9 +249,18 @@ impl ArchiveService {
         f: impl FnOnce(&mut dyn Conn) -> Result<T, ArchiveError> + Send + 'static,
     ) -> Result<T, ArchiveError> {
         let a = self.open().await?;
-        tokio::task::spawn_blocking(move || a.with(f))
+        let a2 = a.clone();
+        let r = tokio::task::spawn_blocking(move || a2.with(f))
             .await
-            .map_err(|e| ArchiveError::Db(e.to_string()))?
+            .map_err(|e| ArchiveError::Db(e.to_string()))?;
+        if r.is_err() && a.is_broken() {
+            // The server went away: the next call connects again.
+            let mut g = self.archive.lock().unwrap_or_else(|p| p.into_inner());
+            if g.as_ref().is_some_and(|cur| cur.same(&a)) {
+                *g = None;
+            }
+        }
+        r
     }
 
     /// Starts a replay job for the selected records; returns (job id, records).
