@@ -16,7 +16,7 @@ use crate::outbound::{ConnEvent, ConnHandle};
 use crate::queue::{ConsumerTarget, QueueCmd, QueueHandle};
 
 /// Unacked deliveries the archiver takes from its queue at once.
-const PREFETCH: u16 = 2000;
+const PREFETCH: u16 = 8000;
 /// Most records written in one transaction.
 const MAX_BATCH: usize = 2000;
 
