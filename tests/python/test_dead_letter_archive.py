@@ -215,6 +215,9 @@ def test_dead_letters_are_archived_with_every_field_filtered_grouped_edited_repl
     assert audit["items"][0]["ids"] == [r3] and audit["items"][0]["note"] == "gone"
     assert audit["items"][1]["filter"] == {"header.tenant": "zeta"}
     assert audit["items"][1]["result"] == {"skipped": 2}
+    assert audit["items"][2]["result"] == {"job": audit["items"][2]["job"], "records": 1, "state": "DONE",
+                                           "replayed": 0, "failed": 1, "not_replayed": 0}
+    assert audit["items"][4]["note"] == "retry after fix" and audit["items"][4]["result"]["replayed"] == 1
     status, audit = api.get("/api/dead-letters/audit", record_id=str(rid))
     assert [a["action"] for a in audit["items"]] == ["replay", "edit"]
     # A user without a management tag may not act.

@@ -79,6 +79,38 @@ pub fn create(
     })
 }
 
+/// The job's audit row gets its outcome: replayed and failed counts, final state.
+fn audit_outcome(c: &mut dyn Conn, job: i64) -> Result<(), ArchiveError> {
+    let mut counts = serde_json::Map::new();
+    for row in c.query(
+        "SELECT state, COUNT(*) FROM replay_items WHERE job_id = ? GROUP BY state",
+        &[job.into()],
+    )? {
+        counts.insert(row[0].text().to_lowercase(), json!(row[1].int()));
+    }
+    let state = c
+        .query(
+            "SELECT state, total FROM replay_jobs WHERE id = ?",
+            &[job.into()],
+        )?
+        .first()
+        .map(|r| (r[0].text(), r[1].int()))
+        .unwrap_or_default();
+    let result = json!({
+        "job": job,
+        "records": state.1,
+        "state": state.0,
+        "replayed": counts.get("replayed").cloned().unwrap_or(json!(0)),
+        "failed": counts.get("failed").cloned().unwrap_or(json!(0)),
+        "not_replayed": counts.get("cancelled").cloned().unwrap_or(json!(0)),
+    });
+    c.exec(
+        "UPDATE dead_letter_audit SET result = ? WHERE job_id = ? AND action = 'replay'",
+        &[result.to_string().into(), job.into()],
+    )?;
+    Ok(())
+}
+
 /// Running jobs (to resume at start).
 pub fn running(c: &mut dyn Conn) -> Result<Vec<JobSpec>, ArchiveError> {
     let rows = c.query(
@@ -228,6 +260,9 @@ pub fn finish(
             "UPDATE replay_jobs SET updated_at = ?, state = CASE WHEN CAST(? AS BIGINT) = 1 AND state = 'RUNNING' THEN 'DONE' ELSE state END WHERE id = ?",
             &[now.into(), i64::from(done).into(), job.id.into()],
         )?;
+        if done {
+            audit_outcome(c, job.id)?;
+        }
         Ok(())
     })
 }
@@ -345,6 +380,7 @@ pub fn cancel(c: &mut dyn Conn, job: i64, actor: &str) -> Result<bool, ArchiveEr
             &json!({"job": job, "not_replayed": dropped}),
             Some(job),
         )?;
+        audit_outcome(c, job)?;
         Ok(true)
     })
 }
