@@ -167,31 +167,55 @@ pub fn groups(c: &mut dyn Conn, by: Option<&str>, f: &Filter) -> Result<Vec<Valu
     let (cond, params) = f.to_sql(c.dialect())?;
     let list = cols.join(", ");
     let sql = format!(
-        "SELECT {list}, COUNT(*), MIN(created_at), MAX(created_at), MIN(error_message) \
+        "SELECT {list}, COUNT(*), MIN(created_at), MAX(created_at) \
          FROM dead_letters WHERE {cond} GROUP BY {list} ORDER BY COUNT(*) DESC"
     );
     let rows = c.query(&sql, &params)?;
     let n = cols.len();
-    Ok(rows
-        .iter()
-        .map(|r| {
-            let mut m = serde_json::Map::new();
-            for (i, col) in cols.iter().enumerate() {
-                m.insert(
-                    col.clone(),
-                    r[i].opt_text().map_or(Value::Null, Value::from),
-                );
-            }
-            m.insert("count".into(), json!(r[n].int()));
-            m.insert("oldest".into(), json!(format_ms(r[n + 1].int())));
-            m.insert("newest".into(), json!(format_ms(r[n + 2].int())));
+    let mut out = Vec::with_capacity(rows.len());
+    for (g, r) in rows.iter().enumerate() {
+        let mut m = serde_json::Map::new();
+        for (i, col) in cols.iter().enumerate() {
             m.insert(
-                "error_message".into(),
-                r[n + 3].opt_text().map_or(Value::Null, Value::from),
+                col.clone(),
+                r[i].opt_text().map_or(Value::Null, Value::from),
             );
-            Value::Object(m)
-        })
-        .collect())
+        }
+        m.insert("count".into(), json!(r[n].int()));
+        m.insert("oldest".into(), json!(format_ms(r[n + 1].int())));
+        m.insert("newest".into(), json!(format_ms(r[n + 2].int())));
+        // A sample error message of the group (the first 100 groups; one indexed lookup each).
+        let sample = if g < 100 {
+            let mut conds = vec![cond.clone()];
+            let mut p = params.clone();
+            for (i, col) in cols.iter().enumerate() {
+                match r[i].opt_text() {
+                    Some(v) => {
+                        conds.push(format!("{col} = ?"));
+                        p.push(Param::from(v));
+                    }
+                    None => conds.push(format!("{col} IS NULL")),
+                }
+            }
+            c.query(
+                &format!(
+                    "SELECT error_message FROM dead_letters WHERE {} AND error_message IS NOT NULL LIMIT 1",
+                    conds.join(" AND ")
+                ),
+                &p,
+            )?
+            .first()
+            .and_then(|row| row[0].opt_text())
+        } else {
+            None
+        };
+        m.insert(
+            "error_message".into(),
+            sample.map_or(Value::Null, Value::from),
+        );
+        out.push(Value::Object(m));
+    }
+    Ok(out)
 }
 
 /// An edit of a record before a replay.

@@ -36,14 +36,15 @@ CREATE TABLE dead_letters (
     created_at BIGINT NOT NULL,
     updated_at BIGINT NOT NULL
 );
-CREATE INDEX dead_letters_status ON dead_letters (status, created_at);
+CREATE INDEX dead_letters_status ON dead_letters (status, id);
 CREATE INDEX dead_letters_created ON dead_letters (created_at);
-CREATE INDEX dead_letters_orig_queue ON dead_letters (original_queue, created_at);
-CREATE INDEX dead_letters_vhost_queue ON dead_letters (vhost, queue, created_at);
-CREATE INDEX dead_letters_reason ON dead_letters (reason);
-CREATE INDEX dead_letters_fingerprint ON dead_letters (error_fingerprint);
+CREATE INDEX dead_letters_orig_queue ON dead_letters (original_queue, status, id);
+CREATE INDEX dead_letters_queue ON dead_letters (queue, status, id);
+CREATE INDEX dead_letters_reason ON dead_letters (reason, id);
+CREATE INDEX dead_letters_fingerprint ON dead_letters (error_fingerprint, status, id);
 CREATE INDEX dead_letters_key ON dead_letters (message_key);
 CREATE INDEX dead_letters_message_id ON dead_letters (message_id);
+CREATE INDEX dead_letters_groups ON dead_letters (original_queue, reason, error_fingerprint, status, created_at);
 CREATE TABLE dead_letter_history (
     id {ID},
     record_id BIGINT NOT NULL,
