@@ -90,14 +90,7 @@ fn service(b: &Broker) -> Result<Arc<ArchiveService>, DlError> {
 }
 
 fn may_change(u: &AuthUser) -> Result<(), DlError> {
-    if u.tags
-        .iter()
-        .any(|t| t == "administrator" || t == "policymaker")
-    {
-        Ok(())
-    } else {
-        Err(ApiError::NotAuthorised.into())
-    }
+    Ok(u.may_set_policies()?)
 }
 
 fn paging(q: &[(String, String)]) -> Result<(u64, u64), DlError> {

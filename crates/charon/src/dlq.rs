@@ -31,9 +31,6 @@ pub(crate) struct FilterArgs {
     /// Bytes the body contains.
     #[arg(long)]
     body: Option<String>,
-    /// Virtual host.
-    #[arg(long)]
-    vhost: Option<String>,
     /// `NAME=VALUE`: a header's value (repeatable).
     #[arg(long = "header")]
     header: Vec<String>,
@@ -53,7 +50,6 @@ impl FilterArgs {
             ("error", &self.error),
             ("key", &self.key),
             ("body", &self.body),
-            ("vhost", &self.vhost),
         ];
         for (k, v) in fixed {
             if let Some(v) = v {

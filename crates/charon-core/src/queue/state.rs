@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use super::consumers::Consumers;
 use super::{
-    ConsumerId, ConsumerSpec, DeadLetter, DeadReason, Delivery, GetResult, MsgId, PublishOutcome,
+    ConsumerId, ConsumerSpec, DeadLetter, Delivery, GetResult, MsgId, PublishOutcome, Reason,
 };
 use crate::arguments::{Overflow, QueueArgs, QueueType};
 use crate::error::CoreError;
@@ -24,6 +24,21 @@ struct Ready {
     expires_at: Option<u64>,
     /// Times the message was returned to the queue (for x-delivery-limit).
     returns: u32,
+}
+
+/// A ready message as [`QueueState::browse_detailed`] shows it.
+#[derive(Debug, Clone)]
+pub struct Browsed {
+    /// Its id in the queue.
+    pub id: MsgId,
+    /// The message.
+    pub message: Arc<Message>,
+    /// Delivered before.
+    pub redelivered: bool,
+    /// Times returned to the queue.
+    pub returns: u32,
+    /// Absolute expiry (ms), if any.
+    pub expires_at: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -173,7 +188,7 @@ impl QueueState {
             if dead_lettered {
                 self.dead.push(DeadLetter {
                     message,
-                    reason: DeadReason::Maxlen,
+                    reason: Reason::Maxlen,
                     id: None,
                 });
             }
@@ -254,7 +269,7 @@ impl QueueState {
                     self.mark_gone(id);
                     self.dead.push(DeadLetter {
                         message: r.message,
-                        reason: DeadReason::Maxlen,
+                        reason: Reason::Maxlen,
                         id: Some(id),
                     });
                 }
@@ -274,7 +289,7 @@ impl QueueState {
                 self.mark_gone(id);
                 self.dead.push(DeadLetter {
                     message: r.message,
-                    reason: DeadReason::Expired,
+                    reason: Reason::Expired,
                     id: Some(id),
                 });
             } else {
@@ -438,7 +453,7 @@ impl QueueState {
                     self.mark_gone(*id);
                     self.dead.push(DeadLetter {
                         message: u.message,
-                        reason: DeadReason::DeliveryLimit,
+                        reason: Reason::DeliveryLimit,
                         id: Some(*id),
                     });
                     continue;
@@ -466,7 +481,7 @@ impl QueueState {
                 self.mark_gone(*id);
                 self.dead.push(DeadLetter {
                     message: u.message,
-                    reason: DeadReason::Rejected,
+                    reason: Reason::Rejected,
                     id: Some(*id),
                 });
                 n += 1;
@@ -497,6 +512,23 @@ impl QueueState {
             .skip(from)
             .take(limit)
             .map(|(id, r)| (*id, r.message.clone()))
+            .collect()
+    }
+
+    /// Like [`Self::browse`], with each message's redelivered flag, return count and expiry
+    /// (for peeking through the management API; nothing changes).
+    pub fn browse_detailed(&self, from: usize, limit: usize) -> Vec<Browsed> {
+        self.ready
+            .iter()
+            .skip(from)
+            .take(limit)
+            .map(|(id, r)| Browsed {
+                id: *id,
+                message: r.message.clone(),
+                redelivered: r.redelivered,
+                returns: r.returns,
+                expires_at: r.expires_at,
+            })
             .collect()
     }
 

@@ -11,9 +11,7 @@ use charon_core::{ConsumerSpec, Delivery};
 use tokio::sync::oneshot;
 
 use super::ArchiveService;
-use crate::flow::ChannelLimit;
-use crate::outbound::{ConnEvent, ConnHandle};
-use crate::queue::{ConsumerTarget, QueueCmd, QueueHandle};
+use crate::handles::{ChannelLimit, ConnEvent, ConnHandle, ConsumerTarget, QueueCmd, QueueHandle};
 
 /// Unacked deliveries the archiver takes from its queue at once.
 const PREFETCH: u16 = 8000;
@@ -91,7 +89,7 @@ pub(super) async fn run(svc: Arc<ArchiveService>, vhost: String, queue: QueueHan
                     &vhost,
                     queue.name(),
                     &d.message.properties,
-                    d.message.body.clone(),
+                    d.message.body.resident().cloned().unwrap_or_default(),
                     now,
                 )
             })

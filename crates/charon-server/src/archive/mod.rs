@@ -18,8 +18,9 @@ use charon_core::policy::DefValue;
 use charon_protocol::AMQPValue;
 use serde_json::Value;
 
-use crate::broker::{Broker, VHostState};
-use crate::queue::QueueHandle;
+use crate::broker::Broker;
+use crate::handles::QueueHandle;
+use crate::vhost::VHostState;
 
 pub use publish::{PublishError, publish_message};
 
@@ -135,7 +136,7 @@ impl ArchiveService {
             });
         let recovered = broker
             .vhost("/")
-            .and_then(|v| v.persist.get().map(|p| p.durable_index()))
+            .and_then(|v| v.persistence().map(|p| p.durable_index()))
             .and_then(|i| i64::try_from(i).ok());
         let boot = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

@@ -7,12 +7,12 @@ use std::sync::Arc;
 use bytes::Bytes;
 use charon_core::Message;
 use charon_protocol::RawProperties;
-use charon_store::Commit;
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use crate::broker::VHostState;
-use crate::outbound::{ConnEvent, ConnHandle};
-use crate::queue::{ConfirmTo, QueueCmd, QueueHandle, allocate, now_ms, placed};
+use crate::handles::{ConfirmTo, ConnEvent, ConnHandle, QueueCmd, QueueHandle};
+use crate::persist::Durable;
+use crate::queue::{allocate, now_ms, placed};
+use crate::vhost::VHostState;
 
 /// Why a publish did not land.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -36,7 +36,7 @@ pub enum PublishError {
 pub struct Pending {
     /// The store's index of the message (`None`: not stored: transient, or no durable queue).
     pub store_index: Option<u64>,
-    commit: Option<Commit>,
+    commit: Option<Durable>,
     confirms: UnboundedReceiver<ConnEvent>,
     queues: Vec<QueueHandle>,
 }
@@ -55,8 +55,10 @@ impl Pending {
                 None => return Err(PublishError::Refused(refused_name(&self.queues))),
             }
         }
-        if let Some(c) = self.commit.take() {
-            c.await.map_err(|e| PublishError::Store(e.to_string()))?;
+        if let Some(c) = self.commit.take()
+            && !c.wait().await
+        {
+            return Err(PublishError::Store("the store could not write it".into()));
         }
         Ok(())
     }
@@ -96,10 +98,10 @@ pub async fn publish_message(
     ));
     let persistent = message.properties.delivery_mode() == Some(2);
     let (places, members) = allocate(targets.clone(), persistent);
-    let (stored, commit) = match vhost.persist.get() {
+    let (stored, commit) = match vhost.persistence() {
         Some(p) if !members.is_empty() => match p.publish(&message, members, now_ms()) {
-            Ok((msg, commit)) => (Some(msg), Some(commit)),
-            Err(e) => return Err(PublishError::Store(e.to_string())),
+            (Some(msg), durable) => (Some(msg), Some(durable)),
+            (None, _) => return Err(PublishError::Store("the store refused it".into())),
         },
         _ => (None, None),
     };

@@ -128,7 +128,7 @@ pub(super) async fn in_target_queues(
     }
     for q in targets {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        if !q.send(crate::queue::QueueCmd::Browse { reply: tx }).await {
+        if !q.send(crate::handles::QueueCmd::Browse { reply: tx }).await {
             continue;
         }
         if let Ok(msgs) = rx.await
@@ -191,7 +191,7 @@ pub(super) async fn run_job(svc: &Arc<ArchiveService>, spec: JobSpec) {
         let watermark = svc
             .broker()
             .and_then(|b| b.vhost("/"))
-            .and_then(|v| v.persist.get().map(|p| p.durable_index()))
+            .and_then(|v| v.persistence().map(|p| p.durable_index()))
             .and_then(|i| i64::try_from(i).ok())
             .unwrap_or(-1);
         let inflight_ids = ids.clone();

@@ -5,8 +5,7 @@ use charon_protocol::{AMQPClass, CLASS_BASIC, encode_basic_deliver, encode_conte
 
 use super::super::Connection;
 use super::super::channel::Unacked;
-use crate::outbound::ConnEvent;
-use crate::queue::QueueCmd;
+use crate::handles::{ConnEvent, QueueCmd};
 
 impl Connection {
     pub(crate) fn on_event(&mut self, ev: ConnEvent) {
@@ -31,7 +30,19 @@ impl Connection {
                     return;
                 };
                 let quorum = queue.is_quorum();
+                let stats = &ch.stats;
+                crate::admin::ChannelStats::bump(
+                    if no_ack {
+                        &stats.deliver_no_ack
+                    } else {
+                        &stats.deliver
+                    },
+                    n as u64,
+                );
                 for d in deliveries {
+                    if d.redelivered {
+                        crate::admin::ChannelStats::bump(&ch.stats.redeliver, 1);
+                    }
                     ch.next_tag += 1;
                     let tag = ch.next_tag;
                     if !no_ack {
@@ -61,25 +72,18 @@ impl Connection {
                         channel,
                         CLASS_BASIC,
                         quorum_props.as_ref().unwrap_or(&m.properties),
-                        &m.body,
+                        m.body.wire_bytes(),
                         self.frame_max,
                     );
                 }
+                ch.stats.set_unacked(ch.unacked.len());
                 self.out_deliveries += n;
             }
             ConnEvent::Confirm { channel, seq, ack } => {
                 let Some(ch) = self.channels.get_mut(&channel) else {
                     return;
                 };
-                if let Some(left) = ch.pending_confirms.get_mut(&seq) {
-                    *left = left.saturating_sub(1);
-                    if !ack {
-                        ch.pending_confirms.remove(&seq);
-                        ch.nacked.insert(seq);
-                    } else if *left == 0 {
-                        ch.pending_confirms.remove(&seq);
-                    }
-                }
+                ch.confirms.answer(seq, ack);
                 self.flush_confirms(channel);
             }
             ConnEvent::ConsumerCancelled {
@@ -89,6 +93,7 @@ impl Connection {
                 if let Some(ch) = self.channels.get_mut(&channel)
                     && ch.consumers.remove(&consumer_tag).is_some()
                 {
+                    ch.stats.consumer_removed(&consumer_tag);
                     {
                         self.reply(
                             channel,
