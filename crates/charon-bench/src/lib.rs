@@ -12,6 +12,7 @@
 //! it. Examples: `bench` (stand-alone driver) and `null_broker` (a sink used
 //! to measure the tool's own ceiling).
 
+mod archive;
 mod args;
 pub mod client;
 mod consumer;
@@ -27,6 +28,7 @@ mod scenario;
 mod stats;
 mod uri;
 
+pub use archive::run_archive;
 pub use args::BenchArgs;
 pub use error::BenchError;
 pub use report::{LatencyUs, Report};

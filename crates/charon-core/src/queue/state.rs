@@ -432,6 +432,7 @@ impl QueueState {
                 message: r.message,
                 redelivered: r.redelivered,
                 returns: r.returns,
+                stored: None,
             });
             self.consumers.rotate();
             idle = 0;

@@ -134,6 +134,12 @@ pub enum QueueCmd {
         /// Count purged.
         reply: oneshot::Sender<u32>,
     },
+    /// The ready messages (bodies possibly paged out), in queue order: the dead-letter archive
+    /// looks for replays a restart interrupted.
+    Browse {
+        /// The messages.
+        reply: oneshot::Sender<Vec<Arc<Message>>>,
+    },
     /// Report counts.
     Stats {
         /// The counts.

@@ -259,6 +259,10 @@ impl Actor {
                 }
                 let _ = reply.send(n);
             }
+            QueueCmd::Browse { reply } => {
+                let all = self.state.browse(0, usize::MAX).into_iter().map(|(_, m)| m);
+                let _ = reply.send(all.collect());
+            }
             QueueCmd::Stats { reply } => {
                 let mut s = stats_of(&self.state);
                 s.dead_letters_dropped_no_dlx = self.dl.dropped_no_dlx;
@@ -490,6 +494,7 @@ fn deliver(
         }
         if let Some(s) = store {
             d.message = s.load(d.id, &d.message);
+            d.stored = s.store_msg(d.id);
         }
         match grouped.iter_mut().find(|(id, _)| *id == d.consumer) {
             Some((_, v)) => v.push(d),

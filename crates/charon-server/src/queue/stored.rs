@@ -223,6 +223,11 @@ impl StoreSide {
         ids.clear();
     }
 
+    /// The store's message id of message `id`, when the store holds it for this queue.
+    pub(crate) fn store_msg(&self, id: MsgId) -> Option<u64> {
+        self.entries.get(&id).map(|e| e.msg)
+    }
+
     /// `message` (id `id`) with its body, read back from the store if it was paged out.
     pub(crate) fn load(&self, id: MsgId, message: &Arc<Message>) -> Arc<Message> {
         if !message.is_paged() {
