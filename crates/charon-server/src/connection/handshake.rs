@@ -292,6 +292,7 @@ pub(crate) async fn open<S: AsyncRead + AsyncWrite + Unpin + Send>(
         .open_connection(&vhost_name, &user)
         .map_err(HandshakeEnd::Refuse)?;
     let Some(access) = broker.access().permissions(&user, &vhost_name) else {
+        tracing::info!(peer = %peer, user = %user, vhost = %vhost_name, "vhost access refused");
         return Err(HandshakeEnd::Refuse(
             ServerError::VHostAccessRefused {
                 vhost: vhost_name.to_string(),
