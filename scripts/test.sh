@@ -64,6 +64,12 @@ if [ -z "${CHARON_TEST_URL:-}" ]; then
     [ -x "$CHARON_BIN" ] || { echo "missing $CHARON_BIN"; exit 1; }
 fi
 
+# TLS tests make their CA with the openssl CLI.
+if ! command -v openssl >/dev/null 2>&1; then
+    echo "==> apt-get install openssl"
+    apt-get update -q && apt-get install -y -q openssl
+fi
+
 echo "==> pytest tests/python"
 cd tests/python
 PY_STATUS=0

@@ -191,3 +191,44 @@ pub async fn run(
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await
 }
+
+/// Sessions of the HTTPS listener, for axum (TLS handshakes done by
+/// [`charon_server::tls::accept_loop`], concurrently).
+struct TlsListener {
+    sessions: tokio::sync::mpsc::Receiver<(
+        charon_server::tls::TlsStream<tokio::net::TcpStream>,
+        std::net::SocketAddr,
+    )>,
+    local: std::net::SocketAddr,
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = charon_server::tls::TlsStream<tokio::net::TcpStream>;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.sessions.recv().await {
+            Some(s) => s,
+            // The accept loop ended (shutdown): wait for the graceful shutdown to end us.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.local)
+    }
+}
+
+/// Serves the management API over TLS (`https_listen`) until `shutdown` is cancelled.
+pub async fn run_tls(
+    listener: TcpListener,
+    acceptor: charon_server::tls::TlsAcceptor,
+    broker: Arc<Broker>,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    let local = listener.local_addr()?;
+    let sessions = charon_server::tls::accept_loop(listener, acceptor, shutdown.clone());
+    axum::serve(TlsListener { sessions, local }, router(broker))
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await
+}

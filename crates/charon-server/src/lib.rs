@@ -6,7 +6,10 @@
 //!   connection registry and counters, topology and message operations, definitions.
 //! - [`archive`]: the dead-letter archive: archive queues handed to SQL, replays.
 //! - [`config`]: the configuration file's shape and defaults.
+//! - [`data_lock`]: the lock that keeps a second broker off a data directory in use.
 //! - [`error`]: the one place where protocol and domain errors become AMQP replies.
+//! - [`limits`]: connection/channel/queue limits (node, vhost, user) with RabbitMQ's texts.
+//! - [`memory`]: the memory alarm's setting and measurement; asking the allocator to purge.
 //! - [`handles`]: how tasks reach each other: queue and connection handles, queue commands,
 //!   connection events, delivery credit (no lock across `.await`).
 //! - [`queue`]: queue actors, placing messages in them, dead-letter dispatch.
@@ -18,6 +21,7 @@
 //! - [`broker`]: vhosts, users, ids.
 //! - [`connection`]: one task per AMQP connection (handshake, channels, methods) + its writer.
 //! - [`server`]: the accept loop and shutdown.
+//! - [`tls`]: rustls configuration from `[tls]`, the `EXTERNAL` login from a client certificate.
 
 pub mod access;
 pub mod admin;
@@ -25,15 +29,19 @@ pub mod archive;
 pub mod broker;
 pub mod config;
 pub(crate) mod connection;
+pub mod data_lock;
 pub mod error;
 pub mod exchange_delay;
 pub mod handles;
+pub mod limits;
 mod locks;
+pub mod memory;
 pub(crate) mod persist;
 pub mod policies;
 pub(crate) mod queue;
 pub mod queues_info;
 pub mod server;
+pub mod tls;
 pub mod vhost;
 
 pub use config::Config;

@@ -387,14 +387,14 @@ impl Actor {
         if self.retry.holds(&self.state, id, &message) {
             // Held behind a retrying message of its key: the queue's all the same.
             if let Some(s) = self.ctx.store.as_mut() {
-                s.accept(id, stored, &message);
+                s.accept(id, stored, &message, self.state.ready_bytes());
             }
             return true;
         }
         match self.state.publish_as(id, message.clone(), now) {
             PublishOutcome::Enqueued(_) => {
                 if let Some(s) = self.ctx.store.as_mut() {
-                    s.accept(id, stored, &message);
+                    s.accept(id, stored, &message, self.state.ready_bytes());
                 }
                 true
             }

@@ -56,12 +56,44 @@ impl Connection {
                 .on(CLASS_BASIC, PUBLISH_METHOD_ID),
             ));
         }
+        if let Err(e) = self.check_body_size(header.body_size) {
+            return Err((channel, e.on(CLASS_BASIC, PUBLISH_METHOD_ID)));
+        }
+        let Some(p) = self.pending_publish(channel)? else {
+            return Ok(());
+        };
         p.header = Some((header.body_size, header.properties));
         if header.body_size == 0 {
             return self
                 .complete_publish(channel)
                 .await
                 .map_err(|e| (channel, e.on(CLASS_BASIC, PUBLISH_METHOD_ID)));
+        }
+        Ok(())
+    }
+
+    /// Refuses a content header announcing a body over the limits before any of it is read:
+    /// above RabbitMQ's hard cap (512 MiB) a frame error closing the connection (501, its
+    /// command assembler's text); above `max_message_size` 406 on the channel with RabbitMQ's
+    /// channel text (which RabbitMQ sends once the body is in; here it is sent at once and the
+    /// body frames that follow are dropped unread as the channel is closing).
+    fn check_body_size(&self, size: u64) -> Result<(), AmqpError> {
+        use crate::config::MAX_MSG_SIZE;
+        if size > MAX_MSG_SIZE {
+            return Err(ServerError::ContentBodyTooLarge {
+                size,
+                max: MAX_MSG_SIZE,
+            }
+            .into());
+        }
+        let max = self.broker.config().max_message_size;
+        if size > max {
+            return Err(ServerError::MessageTooLarge {
+                size,
+                max,
+                configured: max != MAX_MSG_SIZE,
+            }
+            .into());
         }
         Ok(())
     }
@@ -78,6 +110,14 @@ impl Connection {
             return Err((channel, p.content_expected()));
         };
         let size = *size;
+        let had = p.first_body.as_ref().map_or(p.body.len(), |b| b.len()) as u64;
+        if had + payload.len() as u64 > size {
+            // RabbitMQ's command assembler: a frame error, closing the connection.
+            return Err((
+                channel,
+                AmqpError::from(ServerError::ContentBodyOverrun).on(CLASS_BASIC, PUBLISH_METHOD_ID),
+            ));
+        }
         if p.first_body.is_none() && p.body.is_empty() && payload.len() as u64 == size {
             p.first_body = Some(payload);
         } else {
