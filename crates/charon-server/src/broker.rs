@@ -30,6 +30,8 @@ pub struct Broker {
     alarm: tokio::sync::watch::Sender<Alarms>,
     /// Connection, channel and queue limits and their counts.
     limits: Arc<crate::limits::Limits>,
+    /// The dead-letter archive, once started ([`crate::archive`]).
+    pub(crate) archive: std::sync::OnceLock<Arc<crate::archive::ArchiveService>>,
 }
 
 /// The resource alarms in force (RabbitMQ's `{resource, disk}` / `{resource, memory}`).
@@ -96,6 +98,7 @@ impl Broker {
             next_id: AtomicU64::new(1),
             alarm: tokio::sync::watch::channel(Alarms::default()).0,
             limits,
+            archive: std::sync::OnceLock::new(),
         })
     }
 
@@ -235,6 +238,7 @@ impl Broker {
                 }
                 drop(topo);
                 drop(v.save_topology());
+                restored += crate::exchange_delay::recover(&v, &rec, &mut known);
             }
         }
         // Messages of queues that no longer exist (deleted while a publish was on its way).

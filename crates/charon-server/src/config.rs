@@ -42,6 +42,19 @@ pub struct Config {
     /// Bytes of persistent message bodies kept in memory across all queues; past it, newly
     /// stored bodies stay on disk only and are read back on delivery (default 256 MiB).
     pub message_memory_budget: u64,
+    /// The dead-letter archive's database (docs/archive.md): `sqlite:///path` or
+    /// `postgresql://…`; default `<data_dir>/archive.db`. `CHARON_ARCHIVE_URL` overrides it.
+    pub archive_url: Option<String>,
+    /// Archived records older than this are deleted (`30d`, `12h`, `0` = never).
+    pub archive_retention: String,
+    /// Past this many payload bytes the oldest records are deleted (0 = no cap).
+    pub archive_max_bytes: u64,
+    /// Header whose value is a record's `key` (default: the `message_id` property).
+    pub archive_key_header: Option<String>,
+    /// Headers read, in order, for a dead letter's error message.
+    pub archive_error_message_headers: Vec<String>,
+    /// Headers read, in order, for a dead letter's stack trace.
+    pub archive_error_stacktrace_headers: Vec<String>,
     /// Largest message body accepted, bytes (RabbitMQ's `max_message_size`, default 128 MiB, at
     /// most 512 MiB); a larger one closes the channel with 406.
     pub max_message_size: u64,
@@ -101,6 +114,12 @@ impl Default for Config {
             permissions: Vec::new(),
             disk_free_limit: 50_000_000,
             message_memory_budget: 256 << 20,
+            archive_url: None,
+            archive_retention: "30d".into(),
+            archive_max_bytes: 1 << 30,
+            archive_key_header: None,
+            archive_error_message_headers: vec!["x-exception-message".into()],
+            archive_error_stacktrace_headers: vec!["x-exception-stacktrace".into()],
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
             connection_max: None,
             consumer_timeout: 1_800_000,
@@ -114,6 +133,13 @@ impl Default for Config {
     }
 }
 
+/// Default `max_message_size`: 128 MiB.
+pub const DEFAULT_MAX_MESSAGE_SIZE: u64 = 128 << 20;
+
+/// Largest `max_message_size` allowed (RabbitMQ's `?MAX_MSG_SIZE`, 512 MiB); a content header
+/// announcing more is a frame error whatever the setting.
+pub const MAX_MSG_SIZE: u64 = 536_870_912;
+
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -124,13 +150,6 @@ pub enum LogFormat {
     /// One JSON object per line (timestamp, level, target, fields).
     Json,
 }
-
-/// Default `max_message_size`: 128 MiB.
-pub const DEFAULT_MAX_MESSAGE_SIZE: u64 = 128 << 20;
-
-/// Largest `max_message_size` allowed (RabbitMQ's `?MAX_MSG_SIZE`, 512 MiB); a content header
-/// announcing more is a frame error whatever the setting.
-pub const MAX_MSG_SIZE: u64 = 536_870_912;
 
 /// One user account.
 #[derive(Debug, Clone, Deserialize)]

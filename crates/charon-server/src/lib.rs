@@ -4,6 +4,7 @@
 //! - [`access`]: users, vhost access and resource permissions (configure/write/read).
 //! - [`admin`]: the management interface (API, CLI, metrics): users/vhosts at run time,
 //!   connection registry and counters, topology and message operations, definitions.
+//! - [`archive`]: the dead-letter archive: archive queues handed to SQL, replays.
 //! - [`config`]: the configuration file's shape and defaults.
 //! - [`data_lock`]: the lock that keeps a second broker off a data directory in use.
 //! - [`error`]: the one place where protocol and domain errors become AMQP replies.
@@ -24,11 +25,13 @@
 
 pub mod access;
 pub mod admin;
+pub mod archive;
 pub mod broker;
 pub mod config;
 pub(crate) mod connection;
 pub mod data_lock;
 pub mod error;
+pub mod exchange_delay;
 pub mod handles;
 pub mod limits;
 mod locks;

@@ -117,9 +117,9 @@ pub(crate) async fn serve_on<S: Transport>(
         blocked_capable: opened.blocked_capable,
         has_published: false,
         blocked: false,
+        slot: opened.slot,
         owes_close_ok: false,
         confirms_due: Vec::new(),
-        slot: opened.slot,
     };
     conn.run(&mut reader, buf, events, shutdown).await;
     conn.cleanup().await;
@@ -239,13 +239,13 @@ pub(crate) struct Connection {
     pub(crate) has_published: bool,
     /// Reading is paused by a resource alarm.
     blocked: bool,
+    /// Counted against connection limits until the connection is dropped.
+    pub(crate) slot: crate::limits::ConnectionSlot,
     /// The client sent connection.close: close-ok goes out after cleanup.
     pub(crate) owes_close_ok: bool,
     /// Channels with confirms settled since the last flush: their acks go out together, as
     /// `multiple=true` runs, when the batch is flushed.
     pub(crate) confirms_due: Vec<u16>,
-    /// Counted against connection limits until the connection is dropped.
-    pub(crate) slot: crate::limits::ConnectionSlot,
 }
 
 /// How the connection loop goes on after a frame.
@@ -279,7 +279,7 @@ impl Connection {
 
     async fn run<R: AsyncRead + Unpin>(
         &mut self,
-        mut reader: R,
+        reader: &mut R,
         mut buf: BytesMut,
         mut events: mpsc::UnboundedReceiver<ConnEvent>,
         shutdown: CancellationToken,

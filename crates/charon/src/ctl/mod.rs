@@ -177,6 +177,10 @@ pub(crate) enum CtlCommand {
     /// Vhost and user limits.
     #[command(flatten)]
     Limits(limits::LimitsCommand),
+    /// The dead-letter archive: list, get, groups, edit, replay, job(s), cancel, skip, delete,
+    /// audit, stats (docs/archive.md).
+    #[command(subcommand)]
+    Dlq(Box<crate::dlq::DlqCommand>),
 }
 
 /// Runs one `ctl` command, printing what `rabbitmqctl` would. Errors are one line on stderr
@@ -188,11 +192,12 @@ pub(crate) fn run(args: CtlArgs) -> ! {
         json: args.formatter == "json",
         headers: !args.no_table_headers,
     };
-    let done = match args.command {
+    let result = match args.command {
+        CtlCommand::Dlq(cmd) => crate::dlq::run(&args.url, &args.username, &args.password, *cmd),
         CtlCommand::Limits(l) => limits::run(&client, style, &args.vhost, l),
-        other => verbs::run(&client, style, &args.vhost, other),
+        command => verbs::run(&client, style, &args.vhost, command),
     };
-    match done {
+    match result {
         Ok(()) => std::process::exit(0),
         Err(e) => {
             let code = e.downcast_ref::<CtlError>().map_or(70, |c| c.code);
