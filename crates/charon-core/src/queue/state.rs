@@ -266,10 +266,22 @@ impl QueueState {
     /// Dead-letter (reason `expired`) every ready message whose expiry is at or before
     /// `now_ms`, wherever it sits in the queue.
     pub fn expire(&mut self, now_ms: u64) {
+        self.expire_at_most(now_ms, usize::MAX);
+    }
+
+    /// [`Self::expire`], at most `max` messages (the owner dead-letters them before taking
+    /// the next ones, so a mass expiry runs in batches of bounded size); returns whether more
+    /// are due.
+    pub fn expire_at_most(&mut self, now_ms: u64, max: usize) -> bool {
+        let mut n = 0;
         while let Some(&(t, id)) = self.expiry.first() {
             if t > now_ms {
-                return;
+                return false;
             }
+            if n == max {
+                return true;
+            }
+            n += 1;
             if let Some(r) = self.remove_ready(id) {
                 self.mark_gone(id);
                 self.dead.push(DeadLetter {
@@ -281,6 +293,7 @@ impl QueueState {
                 self.expiry.remove(&(t, id));
             }
         }
+        false
     }
 
     /// The earliest expiry among ready messages (for the owner's timer).
