@@ -68,6 +68,8 @@ pub(crate) struct Channel {
     pub(crate) prefetch: u16,
     /// tx.select seen: publishes and settlements wait for tx.commit.
     pub(crate) tx: Option<TxBuffer>,
+    /// What consecutive publishes share (names, properties).
+    pub(crate) shapes: super::shapes::Shapes,
 }
 
 /// What a transaction holds until tx.commit.

@@ -9,6 +9,7 @@ mod commits;
 mod confirms;
 mod handshake;
 mod methods;
+mod shapes;
 mod writer;
 
 use std::collections::HashMap;
