@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
 use crate::access::{AccessControl, ConfigError};
 use crate::config::Config;
@@ -17,10 +17,13 @@ pub use crate::vhost::VHostState;
 #[derive(Debug)]
 pub struct Broker {
     config: Config,
-    vhosts: HashMap<String, Arc<VHostState>>,
+    /// Vhosts by name; added and deleted at run time through [`crate::admin`].
+    pub(crate) vhosts: RwLock<HashMap<String, Arc<VHostState>>>,
     access: AccessControl,
+    /// Connection registry, message counters, start time (management and metrics).
+    admin: crate::admin::AdminState,
     /// The store, once opened ([`Broker::open_store`]); every vhost shares this slot.
-    store: StoreSlot,
+    pub(crate) store: StoreSlot,
     next_id: AtomicU64,
     /// Resource alarm (free disk under `disk_free_limit`): publishers are blocked while on.
     alarm: tokio::sync::watch::Sender<bool>,
@@ -52,8 +55,9 @@ impl Broker {
         let access = AccessControl::from_config(&config)?;
         Ok(Self {
             config,
-            vhosts,
+            vhosts: RwLock::new(vhosts),
             access,
+            admin: crate::admin::AdminState::new(seed),
             store,
             next_id: AtomicU64::new(1),
             alarm: tokio::sync::watch::channel(false).0,
@@ -82,7 +86,12 @@ impl Broker {
 
     /// The vhost, if it exists.
     pub fn vhost(&self, name: &str) -> Option<Arc<VHostState>> {
-        self.vhosts.get(name).cloned()
+        self.vhosts.read_recover().get(name).cloned()
+    }
+
+    /// Connection registry, counters and start time, for management and metrics.
+    pub fn admin(&self) -> &crate::admin::AdminState {
+        &self.admin
     }
 
     /// The resource alarm, for connections to watch.
@@ -108,7 +117,7 @@ impl Broker {
 
     /// All vhosts.
     pub fn vhosts(&self) -> Vec<Arc<VHostState>> {
-        let mut v: Vec<_> = self.vhosts.values().cloned().collect();
+        let mut v: Vec<_> = self.vhosts.read_recover().values().cloned().collect();
         v.sort_by(|a, b| a.name.cmp(&b.name));
         v
     }
@@ -137,6 +146,8 @@ impl Broker {
         let _ = self.store.set(p.clone());
         let mut restored = 0usize;
         let mut known = std::collections::HashSet::new();
+        // Users, vhosts and permissions changed at run time (before the vhosts are visited).
+        self.restore_access(&rec);
         for v in self.vhosts() {
             if let Some(data) = persist::policies_of(&rec, &v.name) {
                 self.restore_policies(&v, data);
@@ -167,7 +178,7 @@ impl Broker {
     }
 
     /// The store, once opened (every vhost shares it).
-    fn persistence(&self) -> Option<Arc<Persistence>> {
+    pub(crate) fn persistence(&self) -> Option<Arc<Persistence>> {
         self.store.get().cloned()
     }
 

@@ -65,6 +65,11 @@ impl ConfirmTracker {
         }
     }
 
+    /// Highest seq confirmed (acked or nacked) so far (management counters).
+    pub(crate) fn confirmed(&self) -> u64 {
+        self.acked_upto
+    }
+
     /// What can be confirmed now, in the order to send it.
     pub(crate) fn flush(&mut self, out: &mut Vec<ConfirmReply>) {
         let upto = match self.pending.keys().next() {

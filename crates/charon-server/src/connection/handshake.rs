@@ -30,6 +30,8 @@ pub(crate) struct Opened {
     pub(crate) heartbeat: u16,
     /// The client announced the `connection.blocked` capability.
     pub(crate) blocked_capable: bool,
+    /// The client's properties (listed by the management API).
+    pub(crate) client_properties: charon_protocol::FieldTable,
 }
 
 /// Whether the client's properties announce `capabilities.<name> = true`.
@@ -213,7 +215,9 @@ pub(crate) async fn open(
     let login = credentials(&mechanism, start_ok.response.as_bytes());
     let user = match login {
         Some((user, pass)) if broker.authenticate(&user, &pass, peer) => user,
-        _ => {
+        other => {
+            let who = other.map(|(u, _)| u).unwrap_or_default();
+            tracing::info!(%peer, user = %who, "{mechanism} login refused: user '{who}' - invalid credentials");
             return Err(HandshakeEnd::Refuse(
                 ServerError::LoginRefused {
                     mechanism: mechanism.to_string(),
@@ -281,5 +285,6 @@ pub(crate) async fn open(
         channel_max: tune.channel_max,
         heartbeat: tune.heartbeat,
         blocked_capable,
+        client_properties: start_ok.client_properties,
     })
 }

@@ -158,6 +158,8 @@ pub enum QueueCmd {
     /// Credit became available (connection backlog drained, channel acks, channel.flow on):
     /// run the delivery loop again.
     Kick,
+    /// A management query (peek, details), see [`crate::queue::admin`].
+    Admin(crate::queue::admin::AdminQuery),
 }
 
 #[derive(Debug)]

@@ -49,6 +49,8 @@ impl Durable {
 
 const KIND_TOPOLOGY: u8 = 1;
 const KIND_POLICIES: u8 = 2;
+/// Users, vhosts and permissions (JSON, see `admin::store`), key "".
+const KIND_ACCESS: u8 = 3;
 
 /// The broker's handle on its store.
 #[derive(Debug)]
@@ -155,6 +157,28 @@ impl Persistence {
     /// when it is on disk (declare-ok waits for it).
     pub(crate) fn save_topology(&self, vhost: &str, encoded: Bytes) -> Option<Durable> {
         self.put(KIND_TOPOLOGY, vhost, encoded)
+    }
+
+    /// Saves users, vhosts and permissions (JSON made by `admin::store`); the commit completes
+    /// when they are on disk.
+    pub(crate) fn save_access(&self, data: Bytes) -> Option<Durable> {
+        self.put(KIND_ACCESS, "", data)
+    }
+
+    /// Forgets a deleted vhost's topology and policies.
+    pub(crate) fn forget_vhost(&self, vhost: &str) -> Option<Durable> {
+        let mut last = None;
+        for kind in [KIND_TOPOLOGY, KIND_POLICIES] {
+            let cmd = Command::DeleteDefinition {
+                kind,
+                key: Bytes::copy_from_slice(vhost.as_bytes()),
+            };
+            match self.store.append(cmd) {
+                Ok((_, commit)) => last = Some(Durable(Ok(commit))),
+                Err(e) => tracing::error!(error = %e, "could not delete definitions"),
+            }
+        }
+        last
     }
 
     /// Saves a vhost's policies; the commit completes when they are on disk.
@@ -303,6 +327,11 @@ pub(crate) fn topology_of(rec: &Recovered, vhost: &str) -> Option<Bytes> {
     rec.definitions
         .get(&(KIND_TOPOLOGY, Bytes::copy_from_slice(vhost.as_bytes())))
         .cloned()
+}
+
+/// The saved users, vhosts and permissions, if any.
+pub(crate) fn access_of(rec: &Recovered) -> Option<Bytes> {
+    rec.definitions.get(&(KIND_ACCESS, Bytes::new())).cloned()
 }
 
 /// A vhost's policies record.

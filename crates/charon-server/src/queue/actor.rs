@@ -95,6 +95,8 @@ struct Actor {
     out: Vec<Delivery>,
     /// Messages delivered for the first time in this batch.
     delivered: Vec<u64>,
+    /// Message counters for management and metrics (this actor is their only writer).
+    counters: super::admin::QueueCounters,
 }
 
 async fn run(
@@ -135,6 +137,7 @@ impl Actor {
             last_used: now_ms(),
             out: Vec::new(),
             delivered: Vec::new(),
+            counters: Default::default(),
         }
     }
 
@@ -161,6 +164,7 @@ impl Actor {
         match cmd {
             QueueCmd::Publish { placed, confirm } => {
                 let taken = self.enqueue(placed, now);
+                self.counters.published += u64::from(taken);
                 if let Some(c) = confirm {
                     let _ = c.conn.send(ConnEvent::Confirm {
                         channel: c.channel,
@@ -202,7 +206,10 @@ impl Actor {
                     return Next::Stop;
                 }
             }
-            QueueCmd::Ack { ids } => self.state.ack(&ids),
+            QueueCmd::Ack { ids } => {
+                self.counters.acked += ids.len() as u64;
+                self.state.ack(&ids);
+            }
             QueueCmd::Requeue { ids } => self.state.requeue(&ids),
             QueueCmd::Reject { ids } => {
                 self.state.reject(&ids);
@@ -211,6 +218,7 @@ impl Actor {
                 self.last_used = now;
                 let mut got = self.state.get(no_ack, now);
                 if let Some(g) = got.as_mut() {
+                    self.counters.get += 1;
                     if !g.redelivered {
                         self.delivered.push(g.id);
                     }
@@ -242,6 +250,7 @@ impl Actor {
                 return Next::Stop;
             }
             QueueCmd::Kick => {}
+            QueueCmd::Admin(q) => self.admin_query(q),
         }
         Next::Continue
     }
@@ -255,6 +264,7 @@ impl Actor {
                 refused.push(placed);
             } else {
                 self.enqueue(placed, now);
+                self.counters.dead_letters_in += 1;
             }
         }
         if !refused.is_empty() {
@@ -265,7 +275,7 @@ impl Actor {
     /// After a batch of commands: deliver, expire, dead-letter, write what the store needs,
     /// and end the queue when its `x-expires` ran out.
     fn after_batch(&mut self, now: u64) -> Next {
-        deliver(
+        self.counters.delivered += deliver(
             &mut self.state,
             &self.me,
             &self.consumers,
@@ -312,6 +322,7 @@ impl Actor {
         while self.state.has_dead_letters() && rounds < 16 {
             rounds += 1;
             let dead = self.state.take_dead_letters();
+            self.counters.note_dead(&dead, self.target.is_some());
             let local = self.dl.dispatch(
                 &self.me,
                 self.target.as_ref(),
@@ -349,6 +360,34 @@ impl Actor {
         }
     }
 
+    /// Answers a management query (peek, details).
+    fn admin_query(&self, q: super::admin::AdminQuery) {
+        match q {
+            super::admin::AdminQuery::Peek {
+                offset,
+                count,
+                reply,
+            } => {
+                let peeked =
+                    super::admin::peek(&self.state, self.ctx.store.as_ref(), offset, count);
+                let _ = reply.send(peeked);
+            }
+            super::admin::AdminQuery::Details { reply } => {
+                let mut stats = stats_of(&self.state);
+                stats.dead_letters_dropped_no_dlx = self.dl.dropped_no_dlx;
+                let (head_timestamp, head_death_time) = super::admin::head_facts(&self.state);
+                let _ = reply.send(super::admin::QueueDetails {
+                    stats,
+                    counters: self.counters,
+                    ready_bytes: self.state.ready_bytes(),
+                    head_timestamp,
+                    head_death_time,
+                    dropped_no_route: self.dl.dropped_no_route,
+                });
+            }
+        }
+    }
+
     /// Removes the queue from its vhost (auto-delete, x-expires) if the registered queue of
     /// that name is this one; its stored messages and its definition go with it.
     fn remove_self(&mut self) -> bool {
@@ -377,9 +416,9 @@ fn deliver(
     now: u64,
     out: &mut Vec<Delivery>,
     delivered: &mut Vec<u64>,
-) {
+) -> u64 {
     if consumers.is_empty() || state.message_count() == 0 {
-        return;
+        return 0;
     }
     let mut may_deliver = |id: ConsumerId| -> bool {
         let Some(c) = consumers.get(&id) else {
@@ -397,6 +436,7 @@ fn deliver(
         true
     };
     state.next_deliveries(now, &mut may_deliver, out);
+    let count = out.len() as u64;
     // Group consecutive deliveries per consumer, preserving queue order within each consumer.
     let mut grouped: Vec<(ConsumerId, Vec<Delivery>)> = Vec::new();
     for mut d in out.drain(..) {
@@ -422,6 +462,7 @@ fn deliver(
             });
         }
     }
+    count
 }
 
 /// The counts a queue reports.

@@ -51,6 +51,8 @@ struct Copied {
     persistent: bool,
     /// Target queues, cycles removed; `None`: the dead-letter exchange does not exist.
     queues: Option<Vec<QueueHandle>>,
+    /// The dead-letter exchange routed it to no queue (before cycles were removed).
+    no_route: bool,
 }
 
 impl Copied {
@@ -71,6 +73,8 @@ pub(super) struct DeadLetterDispatcher {
     outbox: VecDeque<Pending>,
     /// Dead letters dropped because the DLX did not exist.
     pub(super) dropped_no_dlx: u64,
+    /// Dead letters dropped because the DLX routed them to no queue.
+    pub(super) dropped_no_route: u64,
     warned_no_dlx: bool,
 }
 
@@ -80,6 +84,7 @@ impl DeadLetterDispatcher {
             vhost,
             outbox: VecDeque::new(),
             dropped_no_dlx: 0,
+            dropped_no_route: 0,
             warned_no_dlx: false,
         }
     }
@@ -135,6 +140,9 @@ impl DeadLetterDispatcher {
                 }
                 continue;
             };
+            if copied.no_route {
+                self.dropped_no_route += 1;
+            }
             let (places, members) = allocate(queues.iter().cloned(), copied.persistent);
             let message = Arc::new(Message::new(
                 target.exchange.clone(),
@@ -196,6 +204,7 @@ impl DeadLetterDispatcher {
             let topo = self.vhost.topology.read_recover();
             topo.route_dead_letter(&target.exchange, &keys, headers, &mut queues)
         };
+        let no_route = routed && queues.is_empty();
         queues.retain(|q| !dead_letter::is_cycle(reason, &copy.properties, q.name()));
         Copied {
             from_properties: original.properties.clone(),
@@ -207,6 +216,7 @@ impl DeadLetterDispatcher {
             properties: copy.message.properties,
             routing_key: copy.message.routing_key,
             queues: routed.then_some(queues),
+            no_route,
         }
     }
 

@@ -6,6 +6,7 @@
 //! module; it uses the vhost, the handles and the store ([`crate::persist`]).
 
 mod actor;
+pub(crate) mod admin;
 mod dead_letters;
 mod place;
 mod spawn;

@@ -30,7 +30,19 @@ impl Connection {
                     return;
                 };
                 let quorum = queue.is_quorum();
+                let stats = &ch.stats;
+                crate::admin::ChannelStats::bump(
+                    if no_ack {
+                        &stats.deliver_no_ack
+                    } else {
+                        &stats.deliver
+                    },
+                    n as u64,
+                );
                 for d in deliveries {
+                    if d.redelivered {
+                        crate::admin::ChannelStats::bump(&ch.stats.redeliver, 1);
+                    }
                     ch.next_tag += 1;
                     let tag = ch.next_tag;
                     if !no_ack {
@@ -64,6 +76,7 @@ impl Connection {
                         self.frame_max,
                     );
                 }
+                ch.stats.set_unacked(ch.unacked.len());
                 self.out_deliveries += n;
             }
             ConnEvent::Confirm { channel, seq, ack } => {
@@ -80,6 +93,7 @@ impl Connection {
                 if let Some(ch) = self.channels.get_mut(&channel)
                     && ch.consumers.remove(&consumer_tag).is_some()
                 {
+                    ch.stats.consumer_removed(&consumer_tag);
                     {
                         self.reply(
                             channel,

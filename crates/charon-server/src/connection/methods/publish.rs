@@ -108,6 +108,7 @@ impl Connection {
         let Some((_, properties)) = p.header else {
             return Ok(());
         };
+        crate::admin::ChannelStats::bump(&ch.stats.publish, 1);
         let body = match p.first_body {
             Some(b) => own_body(b),
             None => p.body.freeze(),
@@ -183,6 +184,9 @@ impl Connection {
 
     /// basic.return of a mandatory publish that reached no queue.
     fn return_unroutable(&mut self, channel: u16, message: &Message) {
+        if let Some(ch) = self.channels.get(&channel) {
+            crate::admin::ChannelStats::bump(&ch.stats.return_unroutable, 1);
+        }
         encode_basic_return(
             &mut self.out,
             channel,
@@ -242,7 +246,9 @@ impl Connection {
             return;
         };
         let mut replies = Vec::new();
+        let start = ch.confirms.confirmed();
         ch.confirms.flush(&mut replies);
+        crate::admin::ChannelStats::bump(&ch.stats.confirm, ch.confirms.confirmed() - start);
         for r in replies {
             match r {
                 ConfirmReply::Ack { seq, multiple } => {

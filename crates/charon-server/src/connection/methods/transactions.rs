@@ -20,6 +20,9 @@ impl Connection {
             return Err(ServerError::TxToConfirm.into());
         }
         ch.confirm = true;
+        ch.stats
+            .confirm_mode
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         if !s.nowait {
             self.reply(
                 channel,
