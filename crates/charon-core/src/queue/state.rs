@@ -5,7 +5,7 @@
 //! rejection and the delivery limit. Every message leaving that way becomes a [`DeadLetter`]
 //! value with its reason; whether it goes to a dead-letter exchange is the caller's business.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::consumers::Consumers;
@@ -60,7 +60,8 @@ pub struct QueueState {
     ready_bytes: u64,
     /// Ready messages with an expiry, by expiry time.
     expiry: BTreeSet<(u64, MsgId)>,
-    unacked: HashMap<MsgId, Unacked>,
+    /// By id (a fast hash: several lookups per delivered message).
+    unacked: foldhash::HashMap<MsgId, Unacked>,
     consumers: Consumers,
     dead: Vec<DeadLetter>,
     /// Ids of messages that left the queue by any means, when tracked (durable queues: the
@@ -85,7 +86,7 @@ impl QueueState {
             ready: BTreeMap::new(),
             ready_bytes: 0,
             expiry: BTreeSet::new(),
-            unacked: HashMap::new(),
+            unacked: foldhash::HashMap::default(),
             consumers: Consumers::default(),
             dead: Vec::new(),
             gone: None,

@@ -47,7 +47,8 @@ pub(crate) fn spawn_queue_with(
         }
         _ => None,
     };
-    let mut persisted = std::collections::HashMap::with_capacity(recovered.len());
+    let mut persisted =
+        foldhash::HashMap::with_capacity_and_hasher(recovered.len(), Default::default());
     let mut shapes = PagedShapes::default();
     for e in recovered {
         let sm = &e.message;

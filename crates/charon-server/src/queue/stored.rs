@@ -7,7 +7,7 @@
 //! queues (`Publish`); the dead-lettering queue writes the move (`DeadLetter`); the queue itself
 //! writes only removals (`Settle`, `Purge`) and first deliveries (`DeliveryCount`).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -76,7 +76,7 @@ pub(crate) struct StoreSide {
     pub(super) p: Arc<Persistence>,
     /// The queue's store id.
     sid: u64,
-    entries: HashMap<MsgId, Persisted>,
+    entries: foldhash::HashMap<MsgId, Persisted>,
     /// Stored messages whose bodies are held, oldest first (candidates for paging out).
     held: VecDeque<MsgId>,
     /// Shapes of paged-out messages (no paged-out message keeps a connection's read buffer
@@ -89,7 +89,7 @@ impl StoreSide {
     pub(crate) fn new(
         p: Arc<Persistence>,
         sid: u64,
-        entries: HashMap<MsgId, Persisted>,
+        entries: foldhash::HashMap<MsgId, Persisted>,
         shapes: PagedShapes,
     ) -> Self {
         StoreSide {
