@@ -211,6 +211,7 @@ impl Actor {
                 self.state.ack(&ids);
             }
             QueueCmd::Requeue { ids } => self.state.requeue(&ids),
+            QueueCmd::Return { ids } => self.state.release(&ids),
             QueueCmd::Reject { ids } => {
                 self.state.reject(&ids);
             }
@@ -286,12 +287,26 @@ impl Actor {
         );
         // A mass expiry goes out in bounded batches: each is dead-lettered before the next
         // is taken, so the buffers stay small and are reused.
+        let mut came_back = false;
         loop {
             let more = self.state.expire_at_most(now, EXPIRE_BATCH);
-            self.dispatch_dead_letters(now);
+            came_back |= self.dispatch_dead_letters(now);
             if !more {
                 break;
             }
+        }
+        if came_back {
+            // Dead-lettered back into this queue: its consumers get them now, not at the next
+            // command.
+            deliver(
+                &mut self.state,
+                &self.me,
+                &self.consumers,
+                self.ctx.store.as_ref(),
+                now,
+                &mut self.out,
+                &mut self.delivered,
+            );
         }
         self.dl.retry(&self.me, now);
         if let Some(s) = self.ctx.store.as_mut() {
@@ -316,8 +331,9 @@ impl Actor {
 
     /// Dead-letters what left the queue. Dead letters routed back to this queue are enqueued
     /// here, which may dead-letter others (drop-head); loops until settled (cycle detection
-    /// bounds it).
-    fn dispatch_dead_letters(&mut self, now: u64) {
+    /// bounds it). Returns whether any came back into this queue.
+    fn dispatch_dead_letters(&mut self, now: u64) -> bool {
+        let mut came_back = false;
         let mut rounds = 0;
         while self.state.has_dead_letters() && rounds < 16 {
             rounds += 1;
@@ -331,9 +347,10 @@ impl Actor {
                 self.ctx.store.as_mut(),
             );
             for placed in local {
-                self.enqueue(placed, now);
+                came_back |= self.enqueue(placed, now);
             }
         }
+        came_back
     }
 
     /// Enqueues `placed` (a publish or a dead letter whose sender chose its id and wrote it to
