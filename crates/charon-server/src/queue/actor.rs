@@ -23,6 +23,8 @@ use crate::vhost::VHostState;
 
 /// Most commands handled between two runs of the delivery loop.
 const BATCH: usize = 512;
+/// How many expired messages are dead-lettered at a time (see `after_batch`).
+const EXPIRE_BATCH: usize = 4096;
 
 /// Wall-clock milliseconds: TTLs count from enqueue time by the wall clock (they must survive
 /// restarts once the store lands).
@@ -320,24 +322,14 @@ impl Actor {
             &mut self.out,
             &mut self.delivered,
         );
-        self.state.expire(now);
-        // Dead letters routed back to this queue are enqueued here, which may dead-letter
-        // others (drop-head); loop until settled (cycle detection bounds it).
-        let mut rounds = 0;
+        // A mass expiry goes out in bounded batches: each is dead-lettered before the next
+        // is taken, so the buffers stay small and are reused.
         let mut came_back = false;
-        while self.state.has_dead_letters() && rounds < 16 {
-            rounds += 1;
-            let dead = self.state.take_dead_letters();
-            self.counters.note_dead(&dead, self.target.is_some());
-            let local = self.dl.dispatch(
-                &self.me,
-                self.target.as_ref(),
-                dead,
-                now,
-                self.ctx.store.as_mut(),
-            );
-            for placed in local {
-                came_back |= self.enqueue(placed, now);
+        loop {
+            let more = self.state.expire_at_most(now, EXPIRE_BATCH);
+            came_back |= self.dispatch_dead_letters(now);
+            if !more {
+                break;
             }
         }
         if came_back {
@@ -374,6 +366,30 @@ impl Actor {
             return Next::Stop;
         }
         Next::Continue
+    }
+
+    /// Dead-letters what left the queue. Dead letters routed back to this queue are enqueued
+    /// here, which may dead-letter others (drop-head); loops until settled (cycle detection
+    /// bounds it). Returns whether any came back into this queue.
+    fn dispatch_dead_letters(&mut self, now: u64) -> bool {
+        let mut came_back = false;
+        let mut rounds = 0;
+        while self.state.has_dead_letters() && rounds < 16 {
+            rounds += 1;
+            let dead = self.state.take_dead_letters();
+            self.counters.note_dead(&dead, self.target.is_some());
+            let local = self.dl.dispatch(
+                &self.me,
+                self.target.as_ref(),
+                dead,
+                now,
+                self.ctx.store.as_mut(),
+            );
+            for placed in local {
+                came_back |= self.enqueue(placed, now);
+            }
+        }
+        came_back
     }
 
     /// Enqueues `placed` (a publish or a dead letter whose sender chose its id and wrote it to
