@@ -6,15 +6,19 @@
 //! - [`error`]: error JSON and status codes.
 //! - [`policies`]: the `/api/policies` endpoints.
 //! - [`queues`]: the `/api/queues` endpoints.
+//! - [`dlq`]: removing messages by id (replaying dead letters from the UI).
+//! - [`ui`]: the web UI's embedded files, served at `/`.
 
 pub mod auth;
+pub mod dlq;
 pub mod error;
 pub mod policies;
 pub mod queues;
+pub mod ui;
 
 use std::sync::Arc;
 
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use charon_server::broker::Broker;
 use tokio::net::TcpListener;
@@ -38,6 +42,12 @@ pub fn router(broker: Arc<Broker>) -> Router {
         .route("/api/queues", get(queues::list_all))
         .route("/api/queues/{vhost}", get(queues::list_vhost))
         .route("/api/queues/{vhost}/{name}", get(queues::get_one))
+        .route(
+            "/api/queues/{vhost}/{name}/messages/remove",
+            post(dlq::remove),
+        )
+        .route("/", get(ui::index))
+        .route("/ui/{file}", get(ui::asset))
         .with_state(broker)
 }
 

@@ -8,6 +8,7 @@
 //! - [`outbound`]: events queue actors send to connections.
 //! - [`queue`]: queue actors, their handles and commands, dead-letter dispatch.
 //! - [`queues_info`]: listing queues with counts (management API, CLI).
+//! - [`queue_remove`]: removing ready messages by id (management: replaying dead letters).
 //! - [`persist`]: what goes to `charon-store` and how it comes back at start.
 //! - [`policies`]: setting/clearing/listing policies and applying them to existing queues.
 //!
@@ -25,6 +26,7 @@ pub mod outbound;
 pub mod persist;
 pub mod policies;
 pub mod queue;
+pub mod queue_remove;
 pub mod queues_info;
 pub mod server;
 

@@ -228,6 +228,10 @@ async fn run(
                 QueueCmd::Purge { reply } => {
                     let _ = reply.send(state.purge());
                 }
+                QueueCmd::Remove { ids, reply } => {
+                    let removed = ids.into_iter().filter(|id| state.remove(*id).is_some());
+                    let _ = reply.send(removed.collect());
+                }
                 QueueCmd::Stats { reply } => {
                     let mut s = stats_of(&state);
                     s.dead_letters_dropped_no_dlx = dl.dropped_no_dlx;
