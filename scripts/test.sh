@@ -27,6 +27,9 @@ if [ ! -f "$STAMP" ] || ! sha256sum -c --status "$STAMP" 2>/dev/null; then
     sha256sum "$REQ" > "$STAMP"
 fi
 
+# Headless Chromium for the web UI test (installed when missing; the test skips without it).
+scripts/ensure-chromium.sh
+
 if [ -z "${CHARON_TEST_URL:-}" ]; then
     export CHARON_BIN="$ROOT/target/debug/charon"
     [ -x "$CHARON_BIN" ] || { echo "missing $CHARON_BIN"; exit 1; }

@@ -33,7 +33,9 @@ export function setUnauthorisedHandler(f) { onUnauthorised = f; }
 /** Calls the management API; returns the parsed JSON (or null for an empty answer). */
 export async function api(method, path, body, extraHeaders = {}) {
   const headers = { Authorization: auth.header || "", ...extraHeaders };
-  const init = { method, headers };
+  // credentials "omit": the browser then never shows its own basic-auth dialog on a 401 (the
+  // API sends WWW-Authenticate, as RabbitMQ's does); the Authorization header is ours.
+  const init = { method, headers, credentials: "omit" };
   if (body !== undefined) {
     headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
