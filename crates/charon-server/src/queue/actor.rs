@@ -512,4 +512,51 @@ mod tests {
         );
         assert!(matches!(rx.await, Ok(None)));
     }
+
+    #[tokio::test]
+    async fn remove_takes_ready_messages_by_id_and_reports_the_missing() {
+        let q = start();
+        let mut ids = Vec::new();
+        for b in ["a", "b", "c"] {
+            let id = q.alloc_id();
+            ids.push(id);
+            let placed = Placed {
+                message: msg(b),
+                id,
+                stored: None,
+            };
+            assert!(
+                q.send(QueueCmd::Publish {
+                    placed,
+                    confirm: None
+                })
+                .await
+            );
+        }
+        let (tx, rx) = oneshot::channel();
+        let asked = vec![ids[1], 999];
+        assert!(
+            q.send(QueueCmd::Remove {
+                ids: asked,
+                reply: tx
+            })
+            .await
+        );
+        assert_eq!(rx.await.ok(), Some(vec![ids[1]]));
+        let mut bodies = Vec::new();
+        for _ in 0..3 {
+            let (tx, rx) = oneshot::channel();
+            assert!(
+                q.send(QueueCmd::Get {
+                    no_ack: true,
+                    reply: tx
+                })
+                .await
+            );
+            if let Some(g) = rx.await.ok().flatten() {
+                bodies.push(g.message.body.clone());
+            }
+        }
+        assert_eq!(bodies, vec![Bytes::from("a"), Bytes::from("c")]);
+    }
 }
