@@ -6,6 +6,7 @@ import * as pages from "./pages.js";
 import * as admin from "./admin.js";
 import * as dlq from "./dlq.js";
 import * as flow from "./flow.js";
+import * as archive from "./archive.js";
 
 const NAV = [
   ["overview", "Overview"],
@@ -15,6 +16,7 @@ const NAV = [
   ["queues", "Queues"],
   ["dlq", "Dead letters"],
   ["flow", "Dead-letter flow"],
+  ["archive", "Archive"],
   ["policies", "Policies"],
   ["users", "Users"],
   ["vhosts", "Vhosts"],
@@ -31,6 +33,7 @@ const ROUTES = {
   queue: pages.queue,
   dlq: dlq.render,
   flow: flow.render,
+  archive: archive.render,
   policies: admin.policies,
   users: admin.users,
   vhosts: admin.vhosts,
@@ -46,7 +49,7 @@ function clearTimers() {
 
 /** Parses "#/queue/%2F/orders" into ["queue", "/", "orders"]. */
 function parseHash() {
-  const parts = location.hash.replace(/^#\/?/, "").split("/").filter((p) => p !== "");
+  const parts = location.hash.replace(/^#\/?/, "").split("?")[0].split("/").filter((p) => p !== "");
   return parts.map((p) => decodeURIComponent(p));
 }
 
@@ -98,6 +101,10 @@ function showApp() {
   document.getElementById("login").hidden = true;
   document.getElementById("app").hidden = false;
   document.getElementById("who").textContent = `User: ${auth.user}`;
+  // The archive page only where the broker has the archive API.
+  const archiveLink = document.getElementById("nav-archive");
+  archiveLink.hidden = true;
+  archive.available().then((yes) => { archiveLink.hidden = !yes; });
   pollAlarms();
 }
 
