@@ -18,11 +18,12 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use charon_protocol::{AMQPValue, FieldTable};
 use regex::Regex;
 
+use crate::admin::password::{HashAlg, PasswordHash};
 use crate::config::{Config, PermissionConfig};
 
 /// The three kinds of permission.
@@ -100,13 +101,19 @@ impl Pattern {
 pub struct VHostAccess {
     user: String,
     vhost: String,
+    /// The patterns as given (configure, write, read).
+    patterns: [String; 3],
     configure: Pattern,
     write: Pattern,
     read: Pattern,
 }
 
 impl VHostAccess {
-    fn new(user: &str, vhost: &str, p: &PermissionConfig) -> Result<Self, ConfigError> {
+    pub(crate) fn new(
+        user: &str,
+        vhost: &str,
+        p: &PermissionConfig,
+    ) -> Result<Self, ConfigError> {
         let compile = |kind: &'static str, pattern: &str| {
             Pattern::new(pattern).map_err(|source| ConfigError::BadPattern {
                 user: user.to_string(),
@@ -118,16 +125,18 @@ impl VHostAccess {
         Ok(Self {
             user: user.to_string(),
             vhost: vhost.to_string(),
+            patterns: [p.configure.clone(), p.write.clone(), p.read.clone()],
             configure: compile("configure", &p.configure)?,
             write: compile("write", &p.write)?,
             read: compile("read", &p.read)?,
         })
     }
 
-    fn full(user: &str, vhost: &str) -> Self {
+    pub(crate) fn full(user: &str, vhost: &str) -> Self {
         Self {
             user: user.to_string(),
             vhost: vhost.to_string(),
+            patterns: [".*".into(), ".*".into(), ".*".into()],
             configure: Pattern::All,
             write: Pattern::All,
             read: Pattern::All,
@@ -207,14 +216,24 @@ impl VHostAccess {
     pub fn user(&self) -> &str {
         &self.user
     }
+
+    /// The vhost these permissions are on.
+    pub fn vhost(&self) -> &str {
+        &self.vhost
+    }
+
+    /// The patterns as given: (configure, write, read).
+    pub fn patterns(&self) -> &[String; 3] {
+        &self.patterns
+    }
 }
 
-#[derive(Debug)]
-struct User {
-    password: String,
-    loopback_only: bool,
-    tags: Vec<String>,
-    vhosts: HashMap<String, Arc<VHostAccess>>,
+#[derive(Debug, Clone)]
+pub(crate) struct User {
+    pub(crate) password: PasswordHash,
+    pub(crate) loopback_only: bool,
+    pub(crate) tags: Vec<String>,
+    pub(crate) vhosts: HashMap<String, Arc<VHostAccess>>,
 }
 
 /// A configuration the access rules cannot be built from.
@@ -240,7 +259,8 @@ pub enum ConfigError {
 /// All users and their permissions.
 #[derive(Debug)]
 pub struct AccessControl {
-    users: HashMap<String, User>,
+    /// Users by name; changed at run time by [`crate::admin`] (management API, definitions).
+    pub(crate) users: RwLock<HashMap<String, User>>,
 }
 
 impl AccessControl {
@@ -254,7 +274,7 @@ impl AccessControl {
             users.insert(
                 "guest".to_string(),
                 User {
-                    password: "guest".into(),
+                    password: PasswordHash::new(HashAlg::Sha256, "guest"),
                     loopback_only: true,
                     tags: vec!["administrator".into()],
                     vhosts: HashMap::new(),
@@ -265,7 +285,7 @@ impl AccessControl {
             users.insert(
                 u.name.clone(),
                 User {
-                    password: u.password.clone(),
+                    password: PasswordHash::new(HashAlg::Sha256, &u.password),
                     loopback_only: u.loopback_only.unwrap_or(u.name == "guest"),
                     tags: u.tags.clone(),
                     vhosts: HashMap::new(),
@@ -285,19 +305,31 @@ impl AccessControl {
                 .entry("/".to_string())
                 .or_insert_with(|| Arc::new(VHostAccess::full("guest", "/")));
         }
-        Ok(Self { users })
+        Ok(Self {
+            users: RwLock::new(users),
+        })
+    }
+
+    /// The users, read-locked (never held across an `.await`).
+    pub(crate) fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, User>> {
+        self.users.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The users, write-locked (never held across an `.await`).
+    pub(crate) fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, User>> {
+        self.users.write().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Checks a login; `peer` is the client's address (loopback-only users).
     pub fn authenticate(&self, user: &str, password: &str, peer: IpAddr) -> bool {
-        self.users
-            .get(user)
-            .is_some_and(|u| u.password == password && (!u.loopback_only || peer.is_loopback()))
+        self.read().get(user).is_some_and(|u| {
+            u.password.verify(password) && (!u.loopback_only || peer.is_loopback())
+        })
     }
 
     /// `user`'s permissions on `vhost`; `None` when the user has no access to it.
     pub fn permissions(&self, user: &str, vhost: &str) -> Option<Arc<VHostAccess>> {
-        self.users.get(user)?.vhosts.get(vhost).cloned()
+        self.read().get(user)?.vhosts.get(vhost).cloned()
     }
 
     /// Whether `user` may open connections to `vhost`.
@@ -307,15 +339,15 @@ impl AccessControl {
 
     /// A management API login: the user's tags when the password is right.
     pub fn management_login(&self, user: &str, password: &str) -> Option<Vec<String>> {
-        self.users
+        self.read()
             .get(user)
-            .filter(|u| u.password == password)
+            .filter(|u| u.password.verify(password))
             .map(|u| u.tags.clone())
     }
 
     /// Whether `user` has `tag` (`administrator`, `impersonator`, ...).
     pub fn has_tag(&self, user: &str, tag: &str) -> bool {
-        self.users
+        self.read()
             .get(user)
             .is_some_and(|u| u.tags.iter().any(|t| t == tag))
     }

@@ -87,8 +87,11 @@ impl VHostState {
 #[derive(Debug)]
 pub struct Broker {
     config: Config,
-    vhosts: HashMap<String, Arc<VHostState>>,
+    /// Vhosts by name; added and deleted at run time through [`crate::admin`].
+    pub(crate) vhosts: RwLock<HashMap<String, Arc<VHostState>>>,
     access: AccessControl,
+    /// Connection registry, message counters, start time (management and metrics).
+    admin: crate::admin::AdminState,
     next_id: AtomicU64,
     /// Resource alarm (free disk under `disk_free_limit`): publishers are blocked while on.
     alarm: tokio::sync::watch::Sender<bool>,
@@ -112,8 +115,9 @@ impl Broker {
         let access = AccessControl::from_config(&config)?;
         Ok(Self {
             config,
-            vhosts,
+            vhosts: RwLock::new(vhosts),
             access,
+            admin: crate::admin::AdminState::new(seed),
             next_id: AtomicU64::new(1),
             alarm: tokio::sync::watch::channel(false).0,
         })
@@ -141,7 +145,16 @@ impl Broker {
 
     /// The vhost, if it exists.
     pub fn vhost(&self, name: &str) -> Option<Arc<VHostState>> {
-        self.vhosts.get(name).cloned()
+        self.vhosts
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    /// Connection registry, counters and start time, for management and metrics.
+    pub fn admin(&self) -> &crate::admin::AdminState {
+        &self.admin
     }
 
     /// The resource alarm, for connections to watch.
@@ -167,7 +180,13 @@ impl Broker {
 
     /// All vhosts.
     pub fn vhosts(&self) -> Vec<Arc<VHostState>> {
-        let mut v: Vec<_> = self.vhosts.values().cloned().collect();
+        let mut v: Vec<_> = self
+            .vhosts
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
         v.sort_by(|a, b| a.name.cmp(&b.name));
         v
     }
@@ -199,7 +218,7 @@ pub fn spawn_queue(meta: &QueueMeta, vhost: &Arc<VHostState>, vhost_name: &str) 
 /// [`spawn_queue`] with its store id and the messages recovered from the store for it. They
 /// come back with their bodies on disk (read when delivered), redelivered if they had been
 /// delivered, expiring by the wall clock from their enqueue time.
-fn spawn_queue_with(
+pub(crate) fn spawn_queue_with(
     meta: &QueueMeta,
     vhost: &Arc<VHostState>,
     vhost_name: &str,
@@ -259,6 +278,8 @@ impl Broker {
         )?;
         let mut restored = 0usize;
         let mut known = std::collections::HashSet::new();
+        // Users, vhosts and permissions changed at run time (before the vhosts are visited).
+        self.restore_access(&p, &rec);
         for v in self.vhosts() {
             let _ = v.persist.set(p.clone());
             if let Some(data) = persist::policies_of(&rec, &v.name) {
@@ -290,8 +311,12 @@ impl Broker {
     }
 
     /// The store, once opened (every vhost shares it).
-    fn persistence(&self) -> Option<Arc<Persistence>> {
-        self.vhosts.values().find_map(|v| v.persist.get().cloned())
+    pub(crate) fn persistence(&self) -> Option<Arc<Persistence>> {
+        self.vhosts
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .find_map(|v| v.persist.get().cloned())
     }
 
     /// Completes once everything written to the store so far is durable (no-op without one).

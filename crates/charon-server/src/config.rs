@@ -83,7 +83,7 @@ pub struct VHostConfig {
 }
 
 /// Permissions of one user on one vhost: three regular expressions over resource names.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PermissionConfig {
     /// User name.

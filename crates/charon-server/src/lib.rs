@@ -2,6 +2,8 @@
 //!
 //! # Layout
 //! - [`access`]: users, vhost access and resource permissions (configure/write/read).
+//! - [`admin`]: the management interface (API, CLI, metrics): users/vhosts at run time,
+//!   connection registry and counters, topology and message operations, definitions.
 //! - [`config`]: the configuration file's shape and defaults.
 //! - [`error`]: the one place where protocol and domain errors become AMQP replies.
 //! - [`flow`]: delivery credit between queue actors and connections (no lock across `.await`).
@@ -17,6 +19,7 @@
 //! - [`server`]: the accept loop and shutdown.
 
 pub mod access;
+pub mod admin;
 pub mod broker;
 pub mod config;
 pub mod connection;

@@ -28,6 +28,8 @@ use crate::queue::QueueHandle;
 
 const KIND_TOPOLOGY: u8 = 1;
 const KIND_POLICIES: u8 = 2;
+/// Users, vhosts and permissions (JSON, see `admin::store`), key "".
+const KIND_ACCESS: u8 = 3;
 
 /// The broker's handle on its store.
 #[derive(Debug)]
@@ -319,6 +321,28 @@ impl Persistence {
         self.put(KIND_TOPOLOGY, vhost, encoded)
     }
 
+    /// Saves users, vhosts and permissions (JSON made by `admin::store`); the commit completes
+    /// when they are on disk.
+    pub fn save_access(&self, data: Bytes) -> Option<Commit> {
+        self.put(KIND_ACCESS, "", data)
+    }
+
+    /// Forgets a deleted vhost's topology and policies.
+    pub fn forget_vhost(&self, vhost: &str) -> Option<Commit> {
+        let mut last = None;
+        for kind in [KIND_TOPOLOGY, KIND_POLICIES] {
+            let cmd = Command::DeleteDefinition {
+                kind,
+                key: Bytes::copy_from_slice(vhost.as_bytes()),
+            };
+            match self.store.append(cmd) {
+                Ok((_, commit)) => last = Some(commit),
+                Err(e) => tracing::error!(error = %e, "could not delete definitions"),
+            }
+        }
+        last
+    }
+
     /// Saves a vhost's policies; the commit completes when they are on disk.
     pub fn save_policies(&self, vhost: &str, data: Bytes) -> Option<Commit> {
         self.put(KIND_POLICIES, vhost, data)
@@ -459,6 +483,13 @@ impl Persistence {
 pub(crate) fn topology_of(rec: &Recovered, vhost: &str) -> Option<Bytes> {
     rec.definitions
         .get(&(KIND_TOPOLOGY, Bytes::copy_from_slice(vhost.as_bytes())))
+        .cloned()
+}
+
+/// The saved users, vhosts and permissions, if any.
+pub(crate) fn access_of(rec: &Recovered) -> Option<Bytes> {
+    rec.definitions
+        .get(&(KIND_ACCESS, Bytes::new()))
         .cloned()
 }
 

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use crate::message::Message;
 
-pub use state::QueueState;
+pub use state::{Browsed, QueueState};
 
 /// Queue-local message id, increasing in publish order.
 pub type MsgId = u64;

@@ -26,6 +26,21 @@ struct Ready {
     returns: u32,
 }
 
+/// A ready message as [`QueueState::browse_detailed`] shows it.
+#[derive(Debug, Clone)]
+pub struct Browsed {
+    /// Its id in the queue.
+    pub id: MsgId,
+    /// The message.
+    pub message: Arc<Message>,
+    /// Delivered before.
+    pub redelivered: bool,
+    /// Times returned to the queue.
+    pub returns: u32,
+    /// Absolute expiry (ms), if any.
+    pub expires_at: Option<u64>,
+}
+
 #[derive(Debug, Clone)]
 struct Unacked {
     message: Arc<Message>,
@@ -496,6 +511,23 @@ impl QueueState {
             .skip(from)
             .take(limit)
             .map(|(id, r)| (*id, r.message.clone()))
+            .collect()
+    }
+
+    /// Like [`Self::browse`], with each message's redelivered flag, return count and expiry
+    /// (for peeking through the management API; nothing changes).
+    pub fn browse_detailed(&self, from: usize, limit: usize) -> Vec<Browsed> {
+        self.ready
+            .iter()
+            .skip(from)
+            .take(limit)
+            .map(|(id, r)| Browsed {
+                id: *id,
+                message: r.message.clone(),
+                redelivered: r.redelivered,
+                returns: r.returns,
+                expires_at: r.expires_at,
+            })
             .collect()
     }
 

@@ -73,6 +73,8 @@ pub(crate) struct Channel {
     pub(crate) prefetch: u16,
     /// tx.select seen: publishes and settlements wait for tx.commit.
     pub(crate) tx: Option<TxBuffer>,
+    /// Counters and facts shared with the management registry.
+    pub(crate) stats: Arc<crate::admin::ChannelStats>,
 }
 
 /// What a transaction holds until tx.commit.

@@ -29,6 +29,8 @@ pub(crate) struct Opened {
     pub(crate) heartbeat: u16,
     /// The client announced the `connection.blocked` capability.
     pub(crate) blocked_capable: bool,
+    /// The client's properties (listed by the management API).
+    pub(crate) client_properties: charon_protocol::FieldTable,
 }
 
 /// Whether the client's properties announce `capabilities.<name> = true`.
@@ -272,5 +274,6 @@ pub(crate) async fn open(
         channel_max: tune.channel_max,
         heartbeat: tune.heartbeat,
         blocked_capable,
+        client_properties: start_ok.client_properties,
     })
 }

@@ -40,6 +40,7 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) {
     let _ = stream.set_nodelay(true);
+    let local = stream.local_addr().unwrap_or(peer);
     let mut stream = stream;
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let opened = tokio::time::timeout(
@@ -60,8 +61,24 @@ pub async fn serve(
     let (wtx, wrx) = mpsc::unbounded_channel();
     let writer = tokio::spawn(writer::run(write_half, wrx, handle.flow_arc()));
     let impersonator = broker.access().has_tag(&opened.user, "impersonator");
+    let id = broker.next_id();
+    let admin = broker
+        .admin()
+        .connections
+        .register(crate::admin::connections::ConnFacts {
+            id,
+            peer,
+            local,
+            user: opened.user.clone(),
+            vhost: opened.vhost_name.clone(),
+            frame_max: opened.frame_max,
+            channel_max: opened.channel_max,
+            heartbeat: opened.heartbeat,
+            client_properties: crate::admin::json::table_to_json(&opened.client_properties),
+        });
     let mut conn = Connection {
-        id: broker.next_id(),
+        id,
+        admin,
         impersonator,
         broker,
         vhost: opened.vhost,
@@ -83,6 +100,7 @@ pub async fn serve(
     };
     conn.run(reader, buf, events, shutdown).await;
     conn.cleanup().await;
+    conn.broker.admin().connections.deregister(conn.id);
     drop(conn);
     let _ = writer.await;
 }
@@ -130,6 +148,8 @@ fn close_method(err: &AmqpError) -> AMQPClass {
 /// State of one open connection, owned by its task.
 pub(crate) struct Connection {
     pub(crate) id: ConnectionId,
+    /// This connection in the management registry (counters, close requests).
+    pub(crate) admin: Arc<crate::admin::ConnEntry>,
     pub(crate) broker: Arc<Broker>,
     pub(crate) vhost: Arc<VHostState>,
     pub(crate) vhost_name: String,
@@ -233,10 +253,16 @@ impl Connection {
                     }
                 }
                 _ = alarm.changed() => {}
+                reason = self.admin.close_requested(), if !self.closing => {
+                    let err = AmqpError::new(code::CONNECTION_FORCED, reason);
+                    self.close_connection(err);
+                    close_deadline = Some(Instant::now() + Duration::from_secs(3));
+                }
                 r = reader.read_buf(&mut buf), if !self.blocked => {
                     match r {
                         Ok(0) | Err(_) => return,
-                        Ok(_) => {
+                        Ok(n) => {
+                            crate::admin::ChannelStats::bump(&self.admin.recv_oct, n as u64);
                             last_read = Instant::now();
                             if let Next::Stop = self.process(&mut buf).await {
                                 self.flush();
@@ -290,6 +316,7 @@ impl Connection {
             return;
         }
         let bytes = self.out.split().freeze();
+        crate::admin::ChannelStats::bump(&self.admin.send_oct, bytes.len() as u64);
         let deliveries = std::mem::take(&mut self.out_deliveries);
         if self.wtx.send(Outgoing { bytes, deliveries }).is_err() {
             self.handle.flow().release(deliveries);

@@ -128,6 +128,7 @@ async fn run(
     let mut dl = DeadLetterer::new(ctx.vhost.clone());
     let mut target = dl_target(&state);
     let mut last_used = now_ms();
+    let mut counters = super::admin::QueueCounters::default();
     loop {
         let now = now_ms();
         let expires_at = if consumers.is_empty() {
@@ -150,6 +151,7 @@ async fn run(
             match cmd {
                 QueueCmd::Publish { placed, confirm } => {
                     let taken = enqueue(&mut state, &mut ctx, placed, now);
+                    counters.published += u64::from(taken);
                     if let Some(c) = confirm {
                         let _ = c.conn.send(ConnEvent::Confirm {
                             channel: c.channel,
@@ -166,6 +168,7 @@ async fn run(
                             refused.push(placed);
                         } else {
                             enqueue(&mut state, &mut ctx, placed, now);
+                            counters.dead_letters_in += 1;
                         }
                     }
                     if !refused.is_empty() {
@@ -207,7 +210,10 @@ async fn run(
                         return;
                     }
                 }
-                QueueCmd::Ack { ids } => state.ack(&ids),
+                QueueCmd::Ack { ids } => {
+                    counters.acked += ids.len() as u64;
+                    state.ack(&ids);
+                }
                 QueueCmd::Requeue { ids } => state.requeue(&ids),
                 QueueCmd::Reject { ids } => {
                     state.reject(&ids);
@@ -216,6 +222,7 @@ async fn run(
                     last_used = now;
                     let mut got = state.get(no_ack, now);
                     if let Some(g) = got.as_mut() {
+                        counters.get += 1;
                         if !g.redelivered {
                             delivered.push(g.id);
                         }
@@ -251,9 +258,10 @@ async fn run(
                     return;
                 }
                 QueueCmd::Kick => {}
+                QueueCmd::Admin(q) => admin_query(q, &state, &ctx, &dl, &counters),
             }
         }
-        deliver(
+        counters.delivered += deliver(
             &mut state,
             &me,
             &consumers,
@@ -269,6 +277,7 @@ async fn run(
         while state.has_dead_letters() && rounds < 16 {
             rounds += 1;
             let dead = state.take_dead_letters();
+            counters.note_dead(&dead, target.is_some());
             let local = dl.dispatch(&me, target.as_ref(), dead, now, ctx.store.as_mut());
             for placed in local {
                 enqueue(&mut state, &mut ctx, placed, now);
@@ -302,9 +311,9 @@ fn deliver(
     now: u64,
     out: &mut Vec<Delivery>,
     delivered: &mut Vec<u64>,
-) {
+) -> u64 {
     if consumers.is_empty() || state.message_count() == 0 {
-        return;
+        return 0;
     }
     let mut may_deliver = |id: ConsumerId| -> bool {
         let Some(c) = consumers.get(&id) else {
@@ -322,6 +331,7 @@ fn deliver(
         true
     };
     state.next_deliveries(now, &mut may_deliver, out);
+    let count = out.len() as u64;
     // Group consecutive deliveries per consumer, preserving queue order within each consumer.
     let mut grouped: Vec<(ConsumerId, Vec<Delivery>)> = Vec::new();
     for mut d in out.drain(..) {
@@ -344,6 +354,44 @@ fn deliver(
                 no_ack: c.no_ack,
                 queue: me.clone(),
                 deliveries,
+            });
+        }
+    }
+    count
+}
+
+/// Answers a management query (peek, details).
+fn admin_query(
+    q: super::admin::AdminQuery,
+    state: &QueueState,
+    ctx: &QueueContext,
+    dl: &DeadLetterer,
+    counters: &super::admin::QueueCounters,
+) {
+    match q {
+        super::admin::AdminQuery::Peek {
+            offset,
+            count,
+            reply,
+        } => {
+            let _ = reply.send(super::admin::peek(
+                state,
+                ctx.store.as_ref(),
+                offset,
+                count,
+            ));
+        }
+        super::admin::AdminQuery::Details { reply } => {
+            let mut stats = stats_of(state);
+            stats.dead_letters_dropped_no_dlx = dl.dropped_no_dlx;
+            let (head_timestamp, head_death_time) = super::admin::head_facts(state);
+            let _ = reply.send(super::admin::QueueDetails {
+                stats,
+                counters: *counters,
+                ready_bytes: state.ready_bytes(),
+                head_timestamp,
+                head_death_time,
+                dropped_no_route: dl.dropped_no_route,
             });
         }
     }

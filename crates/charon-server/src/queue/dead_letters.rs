@@ -39,6 +39,8 @@ pub(super) struct DeadLetterer {
     outbox: VecDeque<Pending>,
     /// Dead letters dropped because the DLX did not exist.
     pub(super) dropped_no_dlx: u64,
+    /// Dead letters dropped because the DLX routed them to no queue.
+    pub(super) dropped_no_route: u64,
     warned_no_dlx: bool,
 }
 
@@ -48,6 +50,7 @@ impl DeadLetterer {
             vhost,
             outbox: VecDeque::new(),
             dropped_no_dlx: 0,
+            dropped_no_route: 0,
             warned_no_dlx: false,
         }
     }
@@ -107,6 +110,9 @@ impl DeadLetterer {
                     );
                 }
                 continue;
+            }
+            if queues.is_empty() {
+                self.dropped_no_route += 1;
             }
             let persistent = message.properties.delivery_mode() == Some(2);
             let (places, members) = allocate(

@@ -210,6 +210,8 @@ pub enum QueueCmd {
     /// Credit became available (connection backlog drained, channel acks, channel.flow on):
     /// run the delivery loop again.
     Kick,
+    /// A management query (peek, details), see [`super::admin`].
+    Admin(super::admin::AdminQuery),
 }
 
 #[derive(Debug)]

@@ -3,6 +3,7 @@
 //! Connections and the management API talk to a queue only through its [`QueueHandle`]
 //! (a bounded command channel of [`QueueCmd`]s).
 
+pub mod admin;
 mod actor;
 mod dead_letters;
 mod handle;

@@ -38,6 +38,10 @@ impl Connection {
                     ch.limit.set_limit(u32::from(q.prefetch_count));
                 } else {
                     ch.prefetch = q.prefetch_count;
+                    ch.stats.prefetch.store(
+                        u32::from(q.prefetch_count),
+                        std::sync::atomic::Ordering::Relaxed,
+                    );
                 }
                 self.reply(
                     channel,
@@ -47,7 +51,9 @@ impl Connection {
             basic::AMQPMethod::Consume(c) => self.consume(channel, c).await?,
             basic::AMQPMethod::Cancel(c) => {
                 let tag: Arc<str> = Arc::from(c.consumer_tag.as_str());
-                let removed = self.channel_mut(channel)?.consumers.remove(&tag);
+                let ch = self.channel_mut(channel)?;
+                ch.stats.consumer_removed(&tag);
+                let removed = ch.consumers.remove(&tag);
                 if let Some(cons) = removed {
                     let _ = cons.queue.send(QueueCmd::Cancel { id: cons.id }).await;
                 }
@@ -76,6 +82,7 @@ impl Connection {
                     Some(r) => {
                         let q_is_quorum = q.is_quorum();
                         let ch = self.channel_mut(channel)?;
+                        crate::admin::ChannelStats::bump(&ch.stats.get, 1);
                         ch.next_tag += 1;
                         let tag = ch.next_tag;
                         if !g.no_ack {
@@ -109,6 +116,9 @@ impl Connection {
                 }
             }
             basic::AMQPMethod::Ack(a) => {
+                if let Some(ch) = self.channels.get(&channel) {
+                    crate::admin::ChannelStats::bump(&ch.stats.ack, 1);
+                }
                 self.settle(channel, a.delivery_tag, a.multiple, Settle::Ack)
                     .await?
             }
@@ -190,8 +200,16 @@ impl Connection {
             reply,
         })
         .await??;
-        self.channel_mut(channel)?
-            .consumers
+        let ch = self.channel_mut(channel)?;
+        ch.stats
+            .consumer_added(crate::admin::connections::ConsumerView {
+                tag: tag.to_string(),
+                queue: q.name().to_string(),
+                ack_required: !c.no_ack,
+                exclusive: c.exclusive,
+                prefetch: spec.prefetch,
+            });
+        ch.consumers
             .insert(tag.clone(), ChannelConsumer { queue: q, id });
         if !c.nowait {
             self.reply(

@@ -31,6 +31,11 @@ impl Connection {
                     return;
                 };
                 let quorum = queue.is_quorum();
+                let stats = &ch.stats;
+                crate::admin::ChannelStats::bump(
+                    if no_ack { &stats.deliver_no_ack } else { &stats.deliver },
+                    n as u64,
+                );
                 for d in deliveries {
                     ch.next_tag += 1;
                     let tag = ch.next_tag;
@@ -89,6 +94,7 @@ impl Connection {
                 if let Some(ch) = self.channels.get_mut(&channel)
                     && ch.consumers.remove(&consumer_tag).is_some()
                 {
+                    ch.stats.consumer_removed(&consumer_tag);
                     {
                         self.reply(
                             channel,

@@ -169,7 +169,9 @@ impl Connection {
                     self.channels.len(), self.channel_max
                 )).on(cid, mid)));
             }
-            self.channels.insert(channel, Channel::default());
+            let ch = Channel::default();
+            self.admin.channel_opened(channel, &ch.stats);
+            self.channels.insert(channel, ch);
             self.reply(
                 channel,
                 AMQPClass::Channel(chm::AMQPMethod::OpenOk(chm::OpenOk {})),

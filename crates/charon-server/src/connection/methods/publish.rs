@@ -134,6 +134,7 @@ impl Connection {
         let Some((_, properties)) = p.header else {
             return Ok(());
         };
+        crate::admin::ChannelStats::bump(&ch.stats.publish, 1);
         let body = match p.first_body {
             Some(b) => b,
             None => p.body.freeze(),

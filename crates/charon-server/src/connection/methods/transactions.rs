@@ -22,6 +22,9 @@ impl Connection {
             ));
         }
         ch.confirm = true;
+        ch.stats
+            .confirm_mode
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         if !s.nowait {
             self.reply(
                 channel,
