@@ -81,7 +81,9 @@ export function buildFlow(queues, exchanges, bindings, now) {
       if (!takes) continue;
       const tk = `${b.vhost}\u0000${b.destination}`;
       targets.set(tk, { vhost: b.vhost, name: b.destination });
-      edges.push({ kind: "bind", from: `x:${xk}`, to: `t:${tk}`, key: b.routing_key, certain: keys.every((k) => k !== null) });
+      const byKey = x.type !== "fanout" && x.type !== "headers";
+      edges.push({ kind: "bind", from: `x:${xk}`, to: `t:${tk}`, key: byKey ? b.routing_key : null,
+        certain: !byKey || keys.every((k) => k !== null) });
     }
   }
   return { sources, dlxs, targets, edges };

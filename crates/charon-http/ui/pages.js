@@ -127,8 +127,8 @@ export async function connections(ctx) {
       { title: "Protocol", get: (c) => c.protocol },
       { title: "Channels", class: "num", get: (c) => fmtNum(c.channels) },
       { title: "State", get: (c) => c.state },
-      { title: "From client", class: "num", get: (c) => fmtRate(c.recv_oct_details?.rate) },
-      { title: "To client", class: "num", get: (c) => fmtRate(c.send_oct_details?.rate) },
+      { title: "From client", class: "num", get: (c) => `${fmtBytes(c.recv_oct_details?.rate ?? 0)}/s` },
+      { title: "To client", class: "num", get: (c) => `${fmtBytes(c.send_oct_details?.rate ?? 0)}/s` },
       { title: "", get: (c) => button("Close", () => closeConnection(c.name), "danger") },
     ], conns, { empty: "No connections.", id: "connections-table" })));
   });
