@@ -10,9 +10,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
-use charon_server::access::{Permission, ResourceKind};
 use charon_server::broker::Broker;
-use charon_server::queue_remove::RemoveError;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -33,32 +31,15 @@ pub async fn remove(
     body: Result<Json<RemoveBody>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Json(body) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
-    if broker.vhost(&vhost).is_none() {
-        return Err(ApiError::NotFound);
-    }
-    broker
-        .access()
-        .check(
-            &user.name,
-            &vhost,
-            ResourceKind::Queue,
-            &name,
-            Permission::Read,
-        )
-        .map_err(|_| ApiError::NotAuthorised)?;
+    user.check_vhost(&broker, &vhost)?;
     let removed = broker
-        .remove_messages(&vhost, &name, body.ids.clone())
-        .await
-        .map_err(|e| match e {
-            RemoveError::NotFound { .. } => ApiError::NotFound,
-        })?;
+        .remove_messages(&user.name, &vhost, &name, body.ids.clone())
+        .await?;
     let missing: Vec<u64> = body
         .ids
         .iter()
         .filter(|id| !removed.contains(id))
         .copied()
         .collect();
-    Ok(Json(
-        serde_json::json!({"removed": removed, "missing": missing}),
-    ))
+    Ok(Json(serde_json::json!({"removed": removed, "missing": missing})))
 }

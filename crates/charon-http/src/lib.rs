@@ -1,20 +1,36 @@
-//! charon-http: the HTTP side of the broker: the management API (RabbitMQ-compatible shapes for
-//! the parts implemented), health, and later metrics and the UI. It is a client of
-//! `charon-server`'s [`Broker`] interface, the same one the AMQP side uses.
+//! charon-http: the HTTP side of the broker: the management API with RabbitMQ's paths and JSON
+//! shapes, Prometheus metrics, health checks. It is a client of `charon-server`'s [`Broker`]
+//! interface (`admin`, `policies`, `access`), the same one the AMQP side uses.
 //!
-//! - [`auth`]: basic authentication against the broker's users.
+//! - [`auth`]: basic authentication and RabbitMQ's user tags.
 //! - [`error`]: error JSON and status codes.
+//! - [`listing`]: columns, sorting, pagination; body helpers.
+//! - [`overview`]: overview, nodes, whoami, health checks, aliveness test.
+//! - [`users`]: users, permissions, vhosts.
+//! - [`exchanges`]: exchanges, publish, bindings.
+//! - [`queues`]: queues, purge, get, peek, actions.
+//! - [`connections`]: connections (close), channels, consumers.
+//! - [`definitions`]: definitions export/import.
 //! - [`policies`]: the `/api/policies` endpoints.
-//! - [`queues`]: the `/api/queues` endpoints.
+//! - [`metrics`]: Prometheus.
+//! - [`msgjson`]: messages and properties as JSON.
 //! - [`dlq`]: removing messages by id (replaying dead letters from the UI).
 //! - [`ui`]: the web UI's embedded files, served at `/`.
 
 pub mod auth;
+pub mod connections;
+pub mod definitions;
 pub mod dlq;
 pub mod error;
+pub mod exchanges;
+pub mod listing;
+pub mod metrics;
+pub mod msgjson;
+pub mod overview;
 pub mod policies;
 pub mod queues;
 pub mod ui;
+pub mod users;
 
 use std::sync::Arc;
 
@@ -24,12 +40,107 @@ use charon_server::broker::Broker;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+async fn not_found() -> error::ApiError {
+    error::ApiError::NotFound
+}
+
 /// The router over `broker`.
 pub fn router(broker: Arc<Broker>) -> Router {
+    use connections as c;
+    use exchanges as x;
+    use overview as o;
+    use users as u;
     Router::new()
         .route(
             "/api/health",
             get(|| async { Json(serde_json::json!({"status": "ok"})) }),
+        )
+        .route("/metrics", get(metrics::metrics))
+        .route("/api/overview", get(o::overview))
+        .route("/api/cluster-name", get(o::cluster_name))
+        .route("/api/extensions", get(o::extensions))
+        .route("/api/nodes", get(o::nodes))
+        .route("/api/nodes/{name}", get(o::node))
+        .route("/api/whoami", get(o::whoami))
+        .route("/api/health/checks/alarms", get(o::alarms))
+        .route("/api/health/checks/local-alarms", get(o::alarms))
+        .route("/api/health/checks/port-listener/{port}", get(o::port_listener))
+        .route("/api/health/checks/virtual-hosts", get(o::ok_check))
+        .route("/api/health/checks/node-is-quorum-critical", get(o::ok_check))
+        .route("/api/health/checks/node-is-mirror-sync-critical", get(o::ok_check))
+        .route("/api/aliveness-test/{vhost}", get(o::aliveness))
+        .route("/api/users", get(u::list_users))
+        .route("/api/users/without-permissions", get(u::users_without_permissions))
+        .route("/api/users/bulk-delete", post(u::bulk_delete_users))
+        .route(
+            "/api/users/{name}",
+            get(u::get_user).put(u::put_user).delete(u::delete_user),
+        )
+        .route("/api/users/{name}/permissions", get(u::user_permissions))
+        .route("/api/permissions", get(u::list_permissions))
+        .route(
+            "/api/permissions/{vhost}/{user}",
+            get(u::get_permission)
+                .put(u::put_permission)
+                .delete(u::delete_permission),
+        )
+        .route("/api/vhosts", get(u::list_vhosts))
+        .route(
+            "/api/vhosts/{vhost}",
+            get(u::get_vhost).put(u::put_vhost).delete(u::delete_vhost),
+        )
+        .route("/api/vhosts/{vhost}/permissions", get(u::vhost_permissions))
+        .route("/api/vhosts/{vhost}/connections", get(c::list_vhost))
+        .route("/api/vhosts/{vhost}/channels", get(c::vhost_channels))
+        .route("/api/connections", get(c::list))
+        .route("/api/connections/{name}", get(c::get_one).delete(c::close))
+        .route("/api/connections/{name}/channels", get(c::connection_channels))
+        .route("/api/channels", get(c::channels))
+        .route("/api/channels/{name}", get(c::channel))
+        .route("/api/consumers", get(c::consumers))
+        .route("/api/consumers/{vhost}", get(c::vhost_consumers))
+        .route("/api/exchanges", get(x::list_all))
+        .route("/api/exchanges/{vhost}", get(x::list_vhost))
+        .route(
+            "/api/exchanges/{vhost}/{name}",
+            get(x::get_one).put(x::put).delete(x::delete),
+        )
+        .route("/api/exchanges/{vhost}/{name}/publish", post(x::publish))
+        .route(
+            "/api/exchanges/{vhost}/{name}/bindings/{side}",
+            get(x::exchange_bindings),
+        )
+        .route("/api/bindings", get(x::list_all_bindings))
+        .route("/api/bindings/{vhost}", get(x::list_vhost_bindings))
+        .route(
+            "/api/bindings/{vhost}/e/{source}/{dtype}/{dest}",
+            get(x::list_between).post(x::create),
+        )
+        .route(
+            "/api/bindings/{vhost}/e/{source}/{dtype}/{dest}/{props}",
+            get(x::get_binding).delete(x::delete_binding),
+        )
+        .route("/api/queues", get(queues::list_all))
+        .route("/api/queues/{vhost}", get(queues::list_vhost))
+        .route(
+            "/api/queues/{vhost}/{name}",
+            get(queues::get_one).put(queues::put).delete(queues::delete),
+        )
+        .route(
+            "/api/queues/{vhost}/{name}/contents",
+            axum::routing::delete(queues::purge),
+        )
+        .route("/api/queues/{vhost}/{name}/get", post(queues::get_messages))
+        .route("/api/queues/{vhost}/{name}/actions", post(queues::actions))
+        .route("/api/queues/{vhost}/{name}/bindings", get(x::queue_bindings))
+        .route("/api/queues/{vhost}/{name}/messages", get(queues::peek))
+        .route(
+            "/api/definitions",
+            get(definitions::get_all).post(definitions::post_all),
+        )
+        .route(
+            "/api/definitions/{vhost}",
+            get(definitions::get_vhost).post(definitions::post_vhost),
         )
         .route("/api/policies", get(policies::list_all))
         .route("/api/policies/{vhost}", get(policies::list_vhost))
@@ -39,15 +150,22 @@ pub fn router(broker: Arc<Broker>) -> Router {
                 .put(policies::put)
                 .delete(policies::delete),
         )
-        .route("/api/queues", get(queues::list_all))
-        .route("/api/queues/{vhost}", get(queues::list_vhost))
-        .route("/api/queues/{vhost}/{name}", get(queues::get_one))
         .route(
             "/api/queues/{vhost}/{name}/messages/remove",
             post(dlq::remove),
         )
         .route("/", get(ui::index))
         .route("/ui/{file}", get(ui::asset))
+        .route("/api/operator-policies", get(o::extensions))
+        .route("/api/operator-policies/{vhost}", get(o::extensions))
+        .route("/api/parameters", get(o::extensions))
+        .route("/api/parameters/{component}", get(o::extensions))
+        .route("/api/global-parameters", get(o::extensions))
+        .route("/api/vhost-limits", get(o::extensions))
+        .route("/api/user-limits", get(o::extensions))
+        .route("/api/topic-permissions", get(o::extensions))
+        .route("/api/feature-flags", get(o::extensions))
+        .route("/api/{*rest}", axum::routing::any(not_found))
         .with_state(broker)
 }
 

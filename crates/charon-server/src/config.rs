@@ -14,6 +14,9 @@ pub struct Config {
     pub amqp_listen: String,
     /// HTTP (management/health) listener address.
     pub http_listen: String,
+    /// Prometheus listener address (rabbitmq_prometheus's port); empty disables it. `/metrics`
+    /// is also served on `http_listen`.
+    pub prometheus_listen: String,
     /// Directory for the broker's data.
     pub data_dir: String,
     /// Log filter (`tracing` env-filter syntax).
@@ -43,6 +46,7 @@ impl Default for Config {
         Self {
             amqp_listen: "127.0.0.1:5672".into(),
             http_listen: "127.0.0.1:15672".into(),
+            prometheus_listen: "127.0.0.1:15692".into(),
             data_dir: "./charon-data".into(),
             log_level: "info".into(),
             heartbeat: 60,

@@ -5,6 +5,7 @@ use charon_core::policy::Policy;
 use tokio::sync::oneshot;
 
 use crate::broker::Broker;
+use crate::queue::admin::{AdminQuery, QueueDetails};
 use crate::queue::{QueueCmd, QueueHandle, QueueStats};
 
 /// A queue as listed.
@@ -26,6 +27,16 @@ pub struct QueueInfo {
     pub dead_letter_exchange: Option<String>,
     /// Counts (ready, unacked, consumers, dead letters dropped for a missing DLX).
     pub stats: QueueStats,
+    /// Arguments as declared.
+    pub arguments: charon_protocol::FieldTable,
+    /// The applying policy's definition entries.
+    pub effective_policy_definition: Vec<(String, charon_core::DefValue)>,
+    /// `classic` or `quorum`.
+    pub queue_type: &'static str,
+    /// Counters and head facts (management, metrics).
+    pub details: QueueDetails,
+    /// Broker-unique id of the queue instance (rate samples).
+    pub id: u64,
 }
 
 impl Broker {
@@ -54,6 +65,17 @@ impl Broker {
                         policy: policy.map(|p| p.name.clone()),
                         dead_letter_exchange: effective.dead_letter_exchange,
                         stats: QueueStats::default(),
+                        arguments: e.meta.arguments.clone(),
+                        effective_policy_definition: policy
+                            .map(|p| p.definition.raw.clone())
+                            .unwrap_or_default(),
+                        queue_type: if e.handle.is_quorum() {
+                            "quorum"
+                        } else {
+                            "classic"
+                        },
+                        details: QueueDetails::default(),
+                        id: e.handle.id(),
                     },
                     e.handle,
                 ));
@@ -62,10 +84,13 @@ impl Broker {
         let mut out = Vec::with_capacity(pending.len());
         for (mut info, handle) in pending {
             let (tx, rx) = oneshot::channel();
-            if handle.send(QueueCmd::Stats { reply: tx }).await
-                && let Ok(stats) = rx.await
+            if handle
+                .send(QueueCmd::Admin(AdminQuery::Details { reply: tx }))
+                .await
+                && let Ok(details) = rx.await
             {
-                info.stats = stats;
+                info.stats = details.stats;
+                info.details = details;
                 out.push(info);
             }
         }

@@ -49,6 +49,9 @@ struct ServerArgs {
     /// HTTP listen address [default: 127.0.0.1:15672].
     #[arg(long, env = "CHARON_HTTP_LISTEN")]
     http_listen: Option<String>,
+    /// Prometheus listen address, "" to disable [default: 127.0.0.1:15692].
+    #[arg(long, env = "CHARON_PROMETHEUS_LISTEN")]
+    prometheus_listen: Option<String>,
     /// Data directory [default: ./charon-data].
     #[arg(long, env = "CHARON_DATA_DIR")]
     data_dir: Option<String>,
@@ -71,6 +74,9 @@ fn load_config(args: ServerArgs) -> anyhow::Result<Config> {
     }
     if let Some(v) = args.http_listen {
         config.http_listen = v;
+    }
+    if let Some(v) = args.prometheus_listen {
+        config.prometheus_listen = v;
     }
     if let Some(v) = args.data_dir {
         config.data_dir = v;
@@ -100,6 +106,18 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     broker.spawn_disk_monitor();
     let http_task = tokio::spawn(charon_http::run(http, broker.clone(), shutdown.clone()));
+    // The Prometheus listener: a port already taken is logged, not fatal (metrics stay on
+    // `http_listen`/metrics).
+    if !config.prometheus_listen.is_empty() {
+        match tokio::net::TcpListener::bind(&config.prometheus_listen).await {
+            Ok(l) => {
+                tokio::spawn(charon_http::metrics::run(l, broker.clone(), shutdown.clone()));
+            }
+            Err(e) => {
+                tracing::warn!(addr = %config.prometheus_listen, error = %e, "cannot listen for Prometheus; /metrics stays on the HTTP listener")
+            }
+        }
+    }
     let amqp_task = tokio::spawn(charon_server::server::run(amqp, broker, shutdown.clone()));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
