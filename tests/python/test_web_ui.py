@@ -48,7 +48,7 @@ def browser():
     opts.binary_location = CHROMIUM
     for a in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
               "--disable-component-update", "--disable-sync", "--no-first-run",
-              "--disable-dev-shm-usage", "--window-size=1400,1000", f"--user-data-dir={profile}"):
+              "--disable-dev-shm-usage", "--window-size=1400,1200", f"--user-data-dir={profile}"):
         opts.add_argument(a)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
@@ -144,6 +144,11 @@ def test_ui_login_pages_dlq_peek_and_replay(broker, browser, uniq):
     graph = by_css(d, "#flow-graph")[0].get_attribute("textContent")
     assert work_q in graph and dlx in graph, graph
     wait_for(lambda: dlq in by_css(d, "#flow-graph")[0].get_attribute("textContent"), "the DLQ in the flow graph")
+    # Per-reason counts on the queue -> DLX edge and in the table.
+    wait_for(lambda: "rejected 3" in by_css(d, "#flow-graph")[0].get_attribute("textContent")
+             and "expired 1" in by_css(d, "#flow-graph")[0].get_attribute("textContent"), "counts per reason on the edge")
+    rows = [r.text for r in by_css(d, "#flow-table tbody tr")]
+    assert any(work_q in r and "rejected" in r and " 3 " in f" {r} " and dlq in r for r in rows), rows
     shot(d, "10-flow")
 
     # The DLQ browser lists the DLQ; open it and peek.
@@ -151,13 +156,13 @@ def test_ui_login_pages_dlq_peek_and_replay(broker, browser, uniq):
     wait_for(lambda: dlq in by_css(d, "#dlq-table")[0].text, "the DLQ in the list of dead-letter queues")
     shot(d, "11-dlq-list")
     d.get(f"{base}/#/dlq/%2F/{dlq}")
-    wait_for(lambda: len(by_css(d, "#messages-table tbody tr")) == 4, "4 peeked messages")
+    wait_for(lambda: len(by_css(d, "#messages-table tr.message")) == 4, "4 peeked messages")
     text = by_css(d, "#messages-table")[0].text
     assert text.count("rejected") == 3 and text.count("expired") == 1, text
     assert work_q in text and "order-0" in text
     # The x-death history of a message, decoded.
-    by_css(d, "#messages-table details summary")[0].click()
-    hist = by_css(d, "#messages-table details")[0].text
+    by_css(d, "#messages-table .details-toggle")[0].click()
+    hist = wait_for(lambda: by_css(d, "#messages-table tr.detail")[0].text, "the x-death history shown")
     assert "x-death history" in hist and work_q in hist and work_x in hist
     shot(d, "12-dlq-peek")
 
@@ -168,16 +173,16 @@ def test_ui_login_pages_dlq_peek_and_replay(broker, browser, uniq):
 
     # Filter by reason, select what is shown, replay.
     Select(by_css(d, "#filter-reason")[0]).select_by_value("rejected")
-    wait_for(lambda: len(by_css(d, "#messages-table tbody tr")) == 3, "3 rejected messages after filtering")
+    wait_for(lambda: len(by_css(d, "#messages-table tr.message")) == 3, "3 rejected messages after filtering")
     Select(by_css(d, "#filter-queue")[0]).select_by_value(work_q)
-    assert len(by_css(d, "#messages-table tbody tr")) == 3
+    assert len(by_css(d, "#messages-table tr.message")) == 3
     by_css(d, "#select-all")[0].click()
     wait_for(lambda: "3 selected" in by_css(d, "#selected-count")[0].text, "3 selected")
     shot(d, "13-dlq-selected")
     by_css(d, "#replay-button")[0].click()
     wait_for(lambda: "Replayed: 3" in by_css(d, "#toasts")[0].text, "the replay notice")
     Select(by_css(d, "#filter-reason")[0]).select_by_value("")
-    wait_for(lambda: len(by_css(d, "#messages-table tbody tr")) == 1, "only the expired message left in the DLQ")
+    wait_for(lambda: len(by_css(d, "#messages-table tr.message")) == 1, "only the expired message left in the DLQ")
     shot(d, "14-dlq-after-replay")
 
     # The replayed messages arrive in the original queue, with body and headers.

@@ -102,7 +102,10 @@ impl FromRequestParts<Arc<Broker>> for AuthUser {
         let text = String::from_utf8(decoded).map_err(|_| ApiError::LoginFailed)?;
         let (user, password) = text.split_once(':').ok_or(ApiError::LoginFailed)?;
         let Some(tags) = broker.management_login(user, password) else {
-            tracing::info!(user, "HTTP access denied: user '{user}' - invalid credentials");
+            tracing::info!(
+                user,
+                "HTTP access denied: user '{user}' - invalid credentials"
+            );
             return Err(ApiError::LoginFailed);
         };
         let known = ["administrator", "monitoring", "policymaker", "management"];

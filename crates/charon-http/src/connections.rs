@@ -164,7 +164,11 @@ pub async fn close(
     Ok(StatusCode::NO_CONTENT)
 }
 
-fn channels_of(broker: &Broker, user: &AuthUser, filter: impl Fn(&ConnEntry) -> bool) -> Vec<Value> {
+fn channels_of(
+    broker: &Broker,
+    user: &AuthUser,
+    filter: impl Fn(&ConnEntry) -> bool,
+) -> Vec<Value> {
     let retired = &broker.admin().connections.retired;
     let mut out = Vec::new();
     for c in broker.admin().connections.list() {

@@ -41,5 +41,7 @@ pub async fn remove(
         .filter(|id| !removed.contains(id))
         .copied()
         .collect();
-    Ok(Json(serde_json::json!({"removed": removed, "missing": missing})))
+    Ok(Json(
+        serde_json::json!({"removed": removed, "missing": missing}),
+    ))
 }

@@ -233,7 +233,11 @@ pub async fn exchange_bindings(
 ) -> Result<Json<Value>, ApiError> {
     user.check_vhost(&broker, &vhost)?;
     let name = exchange_name(&name);
-    if !broker.list_exchanges(Some(&vhost)).iter().any(|x| x.name == name) {
+    if !broker
+        .list_exchanges(Some(&vhost))
+        .iter()
+        .any(|x| x.name == name)
+    {
         return Err(ApiError::NotFound);
     }
     let list = visible_bindings(&broker, &user, Some(&vhost));
@@ -338,9 +342,9 @@ fn check_ends(
     }
     match kind {
         DestKind::Queue => {
-            broker.queue_handle(vhost, dest).map_err(|_| {
-                ApiError::Missing(format!("no queue '{dest}' in vhost '{vhost}'"))
-            })?;
+            broker
+                .queue_handle(vhost, dest)
+                .map_err(|_| ApiError::Missing(format!("no queue '{dest}' in vhost '{vhost}'")))?;
         }
         DestKind::Exchange => {
             if !xs.iter().any(|x| x.name == dest) {
@@ -389,7 +393,15 @@ pub async fn create(
     let routing_key = string(&o, "routing_key").unwrap_or("").to_string();
     let arguments = json_to_table_opt(o.get("arguments")).map_err(ApiError::BadRequest)?;
     broker
-        .bind(&user.name, &vhost, &source, kind, &dest, &routing_key, &arguments)
+        .bind(
+            &user.name,
+            &vhost,
+            &source,
+            kind,
+            &dest,
+            &routing_key,
+            &arguments,
+        )
         .await?;
     let key = properties_key(&BindingView {
         vhost: vhost.clone(),

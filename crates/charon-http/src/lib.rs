@@ -64,13 +64,25 @@ pub fn router(broker: Arc<Broker>) -> Router {
         .route("/api/whoami", get(o::whoami))
         .route("/api/health/checks/alarms", get(o::alarms))
         .route("/api/health/checks/local-alarms", get(o::alarms))
-        .route("/api/health/checks/port-listener/{port}", get(o::port_listener))
+        .route(
+            "/api/health/checks/port-listener/{port}",
+            get(o::port_listener),
+        )
         .route("/api/health/checks/virtual-hosts", get(o::ok_check))
-        .route("/api/health/checks/node-is-quorum-critical", get(o::ok_check))
-        .route("/api/health/checks/node-is-mirror-sync-critical", get(o::ok_check))
+        .route(
+            "/api/health/checks/node-is-quorum-critical",
+            get(o::ok_check),
+        )
+        .route(
+            "/api/health/checks/node-is-mirror-sync-critical",
+            get(o::ok_check),
+        )
         .route("/api/aliveness-test/{vhost}", get(o::aliveness))
         .route("/api/users", get(u::list_users))
-        .route("/api/users/without-permissions", get(u::users_without_permissions))
+        .route(
+            "/api/users/without-permissions",
+            get(u::users_without_permissions),
+        )
         .route("/api/users/bulk-delete", post(u::bulk_delete_users))
         .route(
             "/api/users/{name}",
@@ -94,7 +106,10 @@ pub fn router(broker: Arc<Broker>) -> Router {
         .route("/api/vhosts/{vhost}/channels", get(c::vhost_channels))
         .route("/api/connections", get(c::list))
         .route("/api/connections/{name}", get(c::get_one).delete(c::close))
-        .route("/api/connections/{name}/channels", get(c::connection_channels))
+        .route(
+            "/api/connections/{name}/channels",
+            get(c::connection_channels),
+        )
         .route("/api/channels", get(c::channels))
         .route("/api/channels/{name}", get(c::channel))
         .route("/api/consumers", get(c::consumers))
@@ -132,7 +147,10 @@ pub fn router(broker: Arc<Broker>) -> Router {
         )
         .route("/api/queues/{vhost}/{name}/get", post(queues::get_messages))
         .route("/api/queues/{vhost}/{name}/actions", post(queues::actions))
-        .route("/api/queues/{vhost}/{name}/bindings", get(x::queue_bindings))
+        .route(
+            "/api/queues/{vhost}/{name}/bindings",
+            get(x::queue_bindings),
+        )
         .route("/api/queues/{vhost}/{name}/messages", get(queues::peek))
         .route(
             "/api/definitions",

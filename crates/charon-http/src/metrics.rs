@@ -69,7 +69,11 @@ impl Out {
 pub async fn render(broker: &Broker) -> String {
     let mut o = Out(String::with_capacity(8192));
     let node = charon_server::admin::node_name();
-    o.family("rabbitmq_build_info", "untyped", "RabbitMQ-compatible build info");
+    o.family(
+        "rabbitmq_build_info",
+        "untyped",
+        "RabbitMQ-compatible build info",
+    );
     o.sample(
         "rabbitmq_build_info",
         &[
@@ -79,7 +83,11 @@ pub async fn render(broker: &Broker) -> String {
         ],
         1.0,
     );
-    o.family("rabbitmq_identity_info", "untyped", "Node and cluster names");
+    o.family(
+        "rabbitmq_identity_info",
+        "untyped",
+        "Node and cluster names",
+    );
     o.sample(
         "rabbitmq_identity_info",
         &[("rabbitmq_node", &node), ("rabbitmq_cluster", &node)],
@@ -88,8 +96,18 @@ pub async fn render(broker: &Broker) -> String {
     let reg = &broker.admin().connections;
     let conns = reg.list();
     let channels: usize = conns.iter().map(|c| c.channels(&reg.retired).len()).sum();
-    o.one("rabbitmq_connections", "gauge", "Connections currently open", conns.len() as f64);
-    o.one("rabbitmq_channels", "gauge", "Channels currently open", channels as f64);
+    o.one(
+        "rabbitmq_connections",
+        "gauge",
+        "Connections currently open",
+        conns.len() as f64,
+    );
+    o.one(
+        "rabbitmq_channels",
+        "gauge",
+        "Channels currently open",
+        channels as f64,
+    );
     o.one(
         "rabbitmq_connections_opened_total",
         "counter",
@@ -104,30 +122,107 @@ pub async fn render(broker: &Broker) -> String {
     );
     let t = reg.totals();
     for (name, help, v) in [
-        ("rabbitmq_channel_messages_published_total", "Total number of messages published into an exchange on a channel", t.publish),
-        ("rabbitmq_channel_messages_delivered_ack_total", "Total number of messages delivered to consumers in manual acknowledgement mode", t.deliver),
-        ("rabbitmq_channel_messages_delivered_total", "Total number of messages delivered to consumers in automatic acknowledgement mode", t.deliver_no_ack),
-        ("rabbitmq_channel_get_ack_total", "Total number of messages fetched with basic.get in manual acknowledgement mode", t.get),
-        ("rabbitmq_channel_messages_acked_total", "Total number of messages acknowledged by consumers", t.ack),
-        ("rabbitmq_channel_messages_redelivered_total", "Total number of messages redelivered to consumers", t.redeliver),
-        ("rabbitmq_channel_messages_confirmed_total", "Total number of messages published into an exchange and confirmed on the channel", t.confirm),
-        ("rabbitmq_channel_messages_unroutable_returned_total", "Total number of messages published as mandatory into an exchange and returned to the publisher as unroutable", t.return_unroutable),
+        (
+            "rabbitmq_channel_messages_published_total",
+            "Total number of messages published into an exchange on a channel",
+            t.publish,
+        ),
+        (
+            "rabbitmq_channel_messages_delivered_ack_total",
+            "Total number of messages delivered to consumers in manual acknowledgement mode",
+            t.deliver,
+        ),
+        (
+            "rabbitmq_channel_messages_delivered_total",
+            "Total number of messages delivered to consumers in automatic acknowledgement mode",
+            t.deliver_no_ack,
+        ),
+        (
+            "rabbitmq_channel_get_ack_total",
+            "Total number of messages fetched with basic.get in manual acknowledgement mode",
+            t.get,
+        ),
+        (
+            "rabbitmq_channel_messages_acked_total",
+            "Total number of messages acknowledged by consumers",
+            t.ack,
+        ),
+        (
+            "rabbitmq_channel_messages_redelivered_total",
+            "Total number of messages redelivered to consumers",
+            t.redeliver,
+        ),
+        (
+            "rabbitmq_channel_messages_confirmed_total",
+            "Total number of messages published into an exchange and confirmed on the channel",
+            t.confirm,
+        ),
+        (
+            "rabbitmq_channel_messages_unroutable_returned_total",
+            "Total number of messages published as mandatory into an exchange and returned to the publisher as unroutable",
+            t.return_unroutable,
+        ),
     ] {
         o.one(name, "counter", help, v as f64);
     }
     let queues = broker.list_queues(None).await;
-    o.one("rabbitmq_queues", "gauge", "Queues available", queues.len() as f64);
+    o.one(
+        "rabbitmq_queues",
+        "gauge",
+        "Queues available",
+        queues.len() as f64,
+    );
     let consumers: u64 = queues.iter().map(|q| u64::from(q.stats.consumers)).sum();
-    o.one("rabbitmq_consumers", "gauge", "Consumers currently connected", consumers as f64);
+    o.one(
+        "rabbitmq_consumers",
+        "gauge",
+        "Consumers currently connected",
+        consumers as f64,
+    );
     type Get = fn(&charon_server::queues_info::QueueInfo) -> f64;
     let per_queue: [(&str, &str, &str, Get); 7] = [
-        ("rabbitmq_queue_messages", "gauge", "Sum of ready and unacknowledged messages - total queue depth", |q| f64::from(q.stats.messages) + f64::from(q.stats.unacked)),
-        ("rabbitmq_queue_messages_ready", "gauge", "Messages ready to be delivered to consumers", |q| f64::from(q.stats.messages)),
-        ("rabbitmq_queue_messages_unacked", "gauge", "Messages delivered to consumers but not yet acknowledged", |q| f64::from(q.stats.unacked)),
-        ("rabbitmq_queue_consumers", "gauge", "Consumers on a queue", |q| f64::from(q.stats.consumers)),
-        ("rabbitmq_queue_messages_ready_bytes", "gauge", "Size in bytes of ready messages", |q| q.details.ready_bytes as f64),
-        ("rabbitmq_queue_messages_published_total", "counter", "Total number of messages published to queues", |q| q.details.counters.published as f64),
-        ("rabbitmq_queue_messages_acked_total", "counter", "Total number of messages acknowledged on queues", |q| q.details.counters.acked as f64),
+        (
+            "rabbitmq_queue_messages",
+            "gauge",
+            "Sum of ready and unacknowledged messages - total queue depth",
+            |q| f64::from(q.stats.messages) + f64::from(q.stats.unacked),
+        ),
+        (
+            "rabbitmq_queue_messages_ready",
+            "gauge",
+            "Messages ready to be delivered to consumers",
+            |q| f64::from(q.stats.messages),
+        ),
+        (
+            "rabbitmq_queue_messages_unacked",
+            "gauge",
+            "Messages delivered to consumers but not yet acknowledged",
+            |q| f64::from(q.stats.unacked),
+        ),
+        (
+            "rabbitmq_queue_consumers",
+            "gauge",
+            "Consumers on a queue",
+            |q| f64::from(q.stats.consumers),
+        ),
+        (
+            "rabbitmq_queue_messages_ready_bytes",
+            "gauge",
+            "Size in bytes of ready messages",
+            |q| q.details.ready_bytes as f64,
+        ),
+        (
+            "rabbitmq_queue_messages_published_total",
+            "counter",
+            "Total number of messages published to queues",
+            |q| q.details.counters.published as f64,
+        ),
+        (
+            "rabbitmq_queue_messages_acked_total",
+            "counter",
+            "Total number of messages acknowledged on queues",
+            |q| q.details.counters.acked as f64,
+        ),
     ];
     for (name, kind, help, get) in per_queue {
         o.family(name, kind, help);
@@ -136,19 +231,43 @@ pub async fn render(broker: &Broker) -> String {
         }
     }
     let name = "charon_queue_dead_lettered_total";
-    o.family(name, "counter", "Messages dead-lettered from a queue (a DLX was set), by reason");
+    o.family(
+        name,
+        "counter",
+        "Messages dead-lettered from a queue (a DLX was set), by reason",
+    );
     for q in &queues {
         for (i, r) in REASONS.iter().enumerate() {
             let v = q.details.counters.dead_lettered[i] as f64;
-            o.sample(name, &[("vhost", &q.vhost), ("queue", &q.name), ("reason", r.as_str())], v);
+            o.sample(
+                name,
+                &[
+                    ("vhost", &q.vhost),
+                    ("queue", &q.name),
+                    ("reason", r.as_str()),
+                ],
+                v,
+            );
         }
     }
     let name = "charon_queue_discarded_total";
-    o.family(name, "counter", "Messages that left a queue without a DLX (rejected, expired, maxlen, delivery_limit)");
+    o.family(
+        name,
+        "counter",
+        "Messages that left a queue without a DLX (rejected, expired, maxlen, delivery_limit)",
+    );
     for q in &queues {
         for (i, r) in REASONS.iter().enumerate() {
             let v = q.details.counters.discarded[i] as f64;
-            o.sample(name, &[("vhost", &q.vhost), ("queue", &q.name), ("reason", r.as_str())], v);
+            o.sample(
+                name,
+                &[
+                    ("vhost", &q.vhost),
+                    ("queue", &q.name),
+                    ("reason", r.as_str()),
+                ],
+                v,
+            );
         }
     }
     let name = "charon_queue_dead_letters_dropped_total";
@@ -156,11 +275,31 @@ pub async fn render(broker: &Broker) -> String {
     for q in &queues {
         let dlx = q.stats.dead_letters_dropped_no_dlx as f64;
         let nr = q.details.dropped_no_route as f64;
-        o.sample(name, &[("vhost", &q.vhost), ("queue", &q.name), ("cause", "dlx_missing")], dlx);
-        o.sample(name, &[("vhost", &q.vhost), ("queue", &q.name), ("cause", "no_route")], nr);
+        o.sample(
+            name,
+            &[
+                ("vhost", &q.vhost),
+                ("queue", &q.name),
+                ("cause", "dlx_missing"),
+            ],
+            dlx,
+        );
+        o.sample(
+            name,
+            &[
+                ("vhost", &q.vhost),
+                ("queue", &q.name),
+                ("cause", "no_route"),
+            ],
+            nr,
+        );
     }
     let name = "charon_dlq_oldest_message_age_seconds";
-    o.family(name, "gauge", "Age of the head message of a queue holding dead letters, since it was last dead-lettered");
+    o.family(
+        name,
+        "gauge",
+        "Age of the head message of a queue holding dead letters, since it was last dead-lettered",
+    );
     let now_s = charon_server::queue::now_ms() / 1000;
     for q in &queues {
         if let Some(t) = q.details.head_death_time {
@@ -169,19 +308,73 @@ pub async fn render(broker: &Broker) -> String {
         }
     }
     let f = broker.node_facts();
-    o.one("rabbitmq_process_resident_memory_bytes", "gauge", "Memory used in bytes", f.mem_used as f64);
-    o.one("rabbitmq_resident_memory_limit_bytes", "gauge", "Memory high watermark in bytes", f.mem_limit as f64);
-    o.one("rabbitmq_process_open_fds", "gauge", "Open file descriptors", f.fd_used as f64);
-    o.one("rabbitmq_process_max_fds", "gauge", "Open file descriptors limit", f.fd_total as f64);
-    o.one("rabbitmq_disk_space_available_bytes", "gauge", "Disk space available in bytes", f.disk_free.unwrap_or(0) as f64);
-    o.one("rabbitmq_disk_space_available_limit_bytes", "gauge", "Free disk space low watermark in bytes", f.disk_free_limit as f64);
-    o.one("rabbitmq_erlang_uptime_seconds", "gauge", "Node uptime", f.uptime_ms as f64 / 1000.0);
+    o.one(
+        "rabbitmq_process_resident_memory_bytes",
+        "gauge",
+        "Memory used in bytes",
+        f.mem_used as f64,
+    );
+    o.one(
+        "rabbitmq_resident_memory_limit_bytes",
+        "gauge",
+        "Memory high watermark in bytes",
+        f.mem_limit as f64,
+    );
+    o.one(
+        "rabbitmq_process_open_fds",
+        "gauge",
+        "Open file descriptors",
+        f.fd_used as f64,
+    );
+    o.one(
+        "rabbitmq_process_max_fds",
+        "gauge",
+        "Open file descriptors limit",
+        f.fd_total as f64,
+    );
+    o.one(
+        "rabbitmq_disk_space_available_bytes",
+        "gauge",
+        "Disk space available in bytes",
+        f.disk_free.unwrap_or(0) as f64,
+    );
+    o.one(
+        "rabbitmq_disk_space_available_limit_bytes",
+        "gauge",
+        "Free disk space low watermark in bytes",
+        f.disk_free_limit as f64,
+    );
+    o.one(
+        "rabbitmq_erlang_uptime_seconds",
+        "gauge",
+        "Node uptime",
+        f.uptime_ms as f64 / 1000.0,
+    );
     let alarms = broker.alarms();
     let on = |k: AlarmKind| if alarms.contains(&k) { 1.0 } else { 0.0 };
-    o.one("rabbitmq_alarms_free_disk_space_watermark", "gauge", "is 1 if free disk space watermark alarm is in effect", on(AlarmKind::Disk));
-    o.one("rabbitmq_alarms_memory_used_watermark", "gauge", "is 1 if VM memory watermark alarm is in effect", on(AlarmKind::Memory));
-    o.one("rabbitmq_alarms_file_descriptor_limit", "gauge", "is 1 if file descriptor limit alarm is in effect", 0.0);
-    o.family("charon_alarm", "gauge", "1 while the resource alarm is in effect");
+    o.one(
+        "rabbitmq_alarms_free_disk_space_watermark",
+        "gauge",
+        "is 1 if free disk space watermark alarm is in effect",
+        on(AlarmKind::Disk),
+    );
+    o.one(
+        "rabbitmq_alarms_memory_used_watermark",
+        "gauge",
+        "is 1 if VM memory watermark alarm is in effect",
+        on(AlarmKind::Memory),
+    );
+    o.one(
+        "rabbitmq_alarms_file_descriptor_limit",
+        "gauge",
+        "is 1 if file descriptor limit alarm is in effect",
+        0.0,
+    );
+    o.family(
+        "charon_alarm",
+        "gauge",
+        "1 while the resource alarm is in effect",
+    );
     for k in AlarmKind::ALL {
         o.sample("charon_alarm", &[("resource", k.resource())], on(k));
     }
@@ -191,7 +384,10 @@ pub async fn render(broker: &Broker) -> String {
 /// `GET /metrics`.
 pub async fn metrics(State(broker): State<Arc<Broker>>) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         render(&broker).await,
     )
 }

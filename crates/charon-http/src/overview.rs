@@ -302,7 +302,10 @@ pub async fn aliveness(
             charon_server::admin::messages::AckMode::AckRequeueFalse,
         )
         .await?;
-    if got.first().is_some_and(|g| &g.message.body[..] == b"test_message") {
+    if got
+        .first()
+        .is_some_and(|g| &g.message.body[..] == b"test_message")
+    {
         Ok(Json(json!({"status": "ok"})))
     } else {
         Err(ApiError::Unavailable(

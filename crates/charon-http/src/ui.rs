@@ -1,53 +1,31 @@
 //! The web UI: static files embedded in the binary (`crates/charon-http/ui/`, hand-written
-//! HTML/CSS/JS, no build step), served at `/` and `/ui/{file}`. The UI is a client of the
-//! management API only (basic auth, RabbitMQ's paths and shapes).
+//! HTML/CSS/JS modules, no build step), served at `/` and `/ui/{file}`. The UI is a client of
+//! the management API only (basic auth, RabbitMQ's paths and shapes; docs/web-ui.md).
 
 use axum::extract::Path;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-/// (file name, content type, contents).
+const JS: &str = "text/javascript; charset=utf-8";
+
+/// One embedded file: (name, content type, contents).
+macro_rules! asset {
+    ($name:literal, $mime:expr) => {
+        ($name, $mime, include_str!(concat!("../ui/", $name)))
+    };
+}
+
+/// Every file of the UI.
 const FILES: &[(&str, &str, &str)] = &[
-    (
-        "index.html",
-        "text/html; charset=utf-8",
-        include_str!("../ui/index.html"),
-    ),
-    (
-        "app.css",
-        "text/css; charset=utf-8",
-        include_str!("../ui/app.css"),
-    ),
-    (
-        "app.js",
-        "text/javascript; charset=utf-8",
-        include_str!("../ui/app.js"),
-    ),
-    (
-        "lib.js",
-        "text/javascript; charset=utf-8",
-        include_str!("../ui/lib.js"),
-    ),
-    (
-        "pages.js",
-        "text/javascript; charset=utf-8",
-        include_str!("../ui/pages.js"),
-    ),
-    (
-        "admin.js",
-        "text/javascript; charset=utf-8",
-        include_str!("../ui/admin.js"),
-    ),
-    (
-        "dlq.js",
-        "text/javascript; charset=utf-8",
-        include_str!("../ui/dlq.js"),
-    ),
-    (
-        "flow.js",
-        "text/javascript; charset=utf-8",
-        include_str!("../ui/flow.js"),
-    ),
+    asset!("index.html", "text/html; charset=utf-8"),
+    asset!("app.css", "text/css; charset=utf-8"),
+    asset!("app.js", JS),
+    asset!("lib.js", JS),
+    asset!("pages.js", JS),
+    asset!("admin.js", JS),
+    asset!("dlq.js", JS),
+    asset!("flow.js", JS),
+    asset!("archive.js", JS),
 ];
 
 fn file(name: &str) -> Response {
@@ -72,4 +50,26 @@ pub async fn index() -> Response {
 /// `GET /ui/{file}`: one of the UI's assets.
 pub async fn asset(Path(name): Path<String>) -> Response {
     file(&name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FILES;
+
+    /// Every `/ui/x` and `./x.js` that an embedded file refers to is embedded too.
+    #[test]
+    fn every_referenced_file_is_embedded() {
+        let names: Vec<&str> = FILES.iter().map(|(n, _, _)| *n).collect();
+        for (name, _, body) in FILES {
+            for marker in ["\"/ui/", "\"./"] {
+                for part in body.split(marker).skip(1) {
+                    let referenced = part.split('"').next().unwrap_or_default();
+                    assert!(
+                        names.contains(&referenced),
+                        "{name} refers to {referenced}, which is not embedded"
+                    );
+                }
+            }
+        }
+    }
 }

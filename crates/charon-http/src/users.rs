@@ -161,7 +161,10 @@ pub async fn list_permissions(
     q: Query,
 ) -> Result<Json<Value>, ApiError> {
     user.require_admin()?;
-    respond(broker.list_permissions().iter().map(perm_json).collect(), &q)
+    respond(
+        broker.list_permissions().iter().map(perm_json).collect(),
+        &q,
+    )
 }
 
 /// `GET /api/vhosts/{vhost}/permissions`.

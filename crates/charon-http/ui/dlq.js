@@ -64,18 +64,17 @@ export function deathTable(deaths) {
   ], deaths, { empty: "Not dead-lettered (no x-death header)." });
 }
 
-function messageDetails(m, info) {
+function messageDetails(m, info, collapsible = false) {
   const props = { ...(m.properties || {}) };
   const headers = { ...(props.headers || {}) };
   delete props.headers;
   delete headers["x-death"];
-  return h("details", {},
-    h("summary", {}, "Details"),
-    h("div", { class: "deaths" },
+  const content = h("div", { class: "deaths" },
       h("h2", {}, "x-death history"), deathTable(info.deaths),
       h("h2", {}, "Properties"), kv(props),
       h("h2", {}, "Other headers"), kv(headers),
-      h("h2", {}, "Payload"), h("pre", { class: "payload" }, payloadText(m))));
+      h("h2", {}, "Payload"), h("pre", { class: "payload" }, payloadText(m)));
+  return collapsible ? h("details", {}, h("summary", {}, "Details"), content) : content;
 }
 
 /** Messages as returned by `/get` (no selection): for the queue page. */
@@ -87,7 +86,7 @@ export function messageList(msgs) {
         " · exchange ", exName(m.exchange ?? ""), m.redelivered ? " · redelivered" : "",
         info.dead ? [" · dead-lettered: ", reasonBadge(info.reason), ` from ${info.origQueue}`] : null),
       h("pre", { class: "payload" }, payloadText(m)),
-      messageDetails(m, info));
+      messageDetails(m, info, true));
   }));
 }
 
@@ -186,10 +185,22 @@ export async function render(ctx) {
       { title: "Deaths", class: "num", get: (r) => fmtNum(r.info.times) },
       { title: "Last died", get: (r) => fmtTime(r.info.lastTime) },
       { title: "Payload", get: (r) => h("span", { class: "mono" }, payloadText(r.m).slice(0, 80)) },
-      { title: "", get: (r) => messageDetails(r.m, r.info) },
     ];
-    mount(list, table(cols, rows, { id: "messages-table",
-      empty: state.messages.length ? "No message matches the filters." : "No messages at this position: the queue is empty or the offset is past its end." }));
+    if (!rows.length) {
+      mount(list, h("p", { class: "empty" }, state.messages.length ? "No message matches the filters."
+        : "No messages at this position: the queue is empty or the offset is past its end."));
+      return updateCount();
+    }
+    // Two rows per message: its summary, and its details (hidden until "Details" is clicked).
+    const body = h("tbody", {}, rows.map((r) => {
+      const detail = h("tr", { class: "detail", hidden: true },
+        h("td", { colspan: String(cols.length + 1) }, messageDetails(r.m, r.info)));
+      const toggle = h("button", { type: "button", class: "chip details-toggle",
+        onclick: () => { detail.hidden = !detail.hidden; } }, "Details");
+      return [h("tr", { class: "message" }, cols.map((c) => h("td", { class: c.class }, c.get(r))), h("td", {}, toggle)), detail];
+    }));
+    mount(list, h("table", { class: "grid", id: "messages-table" },
+      h("thead", {}, h("tr", {}, cols.map((c) => h("th", { class: c.class }, c.title)), h("th", {}))), body));
     updateCount();
   };
 
@@ -207,6 +218,9 @@ export async function render(ctx) {
       "this queue dead-letters to": dl ? `${exName(dl.exchange)}${dl.routingKey ? ` (key ${dl.routingKey})` : ""}` : "nowhere",
     }));
     fillFilters();
+    // A filter whose value no longer occurs (all such messages replayed) falls back to "all".
+    state.reason = reasonSel.value;
+    state.origQueue = origSel.value;
     drawList();
     if (msgs.length && msgs.every((m) => msgId(m) === undefined)) {
       toast("This broker's peek output carries no message ids: replay/discard of single messages is not possible.", "error");

@@ -90,8 +90,8 @@ export function buildFlow(queues, exchanges, bindings, now) {
 }
 
 function draw(flow, queuesByKey) {
-  const rowH = 64;
-  const colW = 250;
+  const rowH = 76;
+  const colW = 410; // node + room for the edge labels
   const nodeW = 200;
   const cols = [
     flow.sources.map((src) => ({ id: `q:${src.q.vhost}\u0000${src.q.name}`, cls: "queue", title: src.q.name,
@@ -104,12 +104,12 @@ function draw(flow, queuesByKey) {
         href: `#/dlq/${seg(t.vhost)}/${seg(t.name)}` };
     }),
   ];
-  const height = Math.max(1, ...cols.map((c) => c.length)) * rowH + 30;
-  const width = 60 + colW * 2 + nodeW + 40;
+  const height = Math.max(1, ...cols.map((c) => c.length)) * rowH + 60;
+  const width = 40 + colW * 2 + nodeW;
   const pos = new Map();
   cols.forEach((col, ci) => col.forEach((n, ri) => {
     const colH = col.length * rowH;
-    pos.set(n.id, { x: 20 + ci * (colW + 20), y: (height - colH) / 2 + ri * rowH + 8 });
+    pos.set(n.id, { x: 20 + ci * colW, y: 50 + (height - 50 - colH) / 2 + ri * rowH });
   }));
   const svg = s("svg", { viewBox: `0 0 ${width} ${height}`, height, id: "flow-graph", role: "img", "aria-label": "dead-letter flow graph" });
   svg.append(s("defs", {}, s("marker", { id: "arrow", viewBox: "0 0 10 10", refX: "9", refY: "5", markerWidth: "7", markerHeight: "7", orient: "auto" },
@@ -126,11 +126,13 @@ function draw(flow, queuesByKey) {
     const hot = e.kind === "dl" && e.reasons.some((r) => r.rate > 0);
     svg.append(s("path", { d: `M${x1},${y1} C${mx},${y1} ${mx},${y2} ${x2 - 2},${y2}`, class: hot ? "edge hot" : "edge",
       "marker-end": "url(#arrow)", "stroke-dasharray": e.kind === "bind" && !e.certain ? "5 4" : undefined }));
-    const label = e.kind === "dl"
-      ? e.reasons.filter((r) => r.count > 0).map((r) => `${r.reason} ${fmtNum(r.count)}${r.rate ? ` (${fmtRate(r.rate)})` : ""}`).join(" · ")
-        || (e.key ? `key ${e.key}` : "")
-      : (e.key ? `key ${e.key}` : "");
-    if (label) svg.append(s("text", { x: mx, y: (y1 + y2) / 2 - 5, "text-anchor": "middle", class: "elabel" }, label));
+    // One line per reason that has dead-lettered anything: "rejected 3 (0.5/s)".
+    const lines = e.kind === "dl"
+      ? e.reasons.filter((r) => r.count > 0).map((r) => `${r.reason} ${fmtNum(r.count)}${r.rate ? ` · ${fmtRate(r.rate)}` : ""}`)
+      : [];
+    if (e.key) lines.push(`key ${e.key}`);
+    lines.forEach((line, i) => svg.append(s("text", { x: mx, y: Math.min(y1, y2) - 6 - (lines.length - 1 - i) * 13,
+      "text-anchor": "middle", class: "elabel" }, line)));
   }
   cols.flat().forEach((n) => {
     const p = pos.get(n.id);
@@ -141,7 +143,7 @@ function draw(flow, queuesByKey) {
     svg.append(g);
   });
   const heads = ["Queues that dead-letter", "Dead-letter exchanges", "Where dead letters land"];
-  heads.forEach((t, i) => svg.append(s("text", { x: 20 + i * (colW + 20), y: 14, class: "elabel", fill: "#6b7385" }, t)));
+  heads.forEach((t, i) => svg.append(s("text", { x: 20 + i * colW, y: 14, class: "elabel", fill: "#6b7385" }, t)));
   return svg;
 }
 
@@ -161,7 +163,8 @@ export async function render(ctx) {
     const rows = [];
     for (const src of flow.sources) {
       const dests = flow.edges.filter((e) => e.kind === "bind" && e.from === `x:${src.dlx}`).map((e) => e.to.slice(2).split("\u0000")[1]);
-      const reasons = src.reasons.length ? src.reasons : [{ reason: "–", count: 0 }];
+      const happened = src.reasons.filter((r) => r.count > 0);
+      const reasons = happened.length ? happened : [{ reason: "none yet", count: 0 }];
       for (const r of reasons) rows.push({ src, r, dests, x: flow.dlxs.get(src.dlx) });
     }
     mount(live,

@@ -109,11 +109,7 @@ pub struct VHostAccess {
 }
 
 impl VHostAccess {
-    pub(crate) fn new(
-        user: &str,
-        vhost: &str,
-        p: &PermissionConfig,
-    ) -> Result<Self, ConfigError> {
+    pub(crate) fn new(user: &str, vhost: &str, p: &PermissionConfig) -> Result<Self, ConfigError> {
         let compile = |kind: &'static str, pattern: &str| {
             Pattern::new(pattern).map_err(|source| ConfigError::BadPattern {
                 user: user.to_string(),

@@ -488,9 +488,7 @@ pub(crate) fn topology_of(rec: &Recovered, vhost: &str) -> Option<Bytes> {
 
 /// The saved users, vhosts and permissions, if any.
 pub(crate) fn access_of(rec: &Recovered) -> Option<Bytes> {
-    rec.definitions
-        .get(&(KIND_ACCESS, Bytes::new()))
-        .cloned()
+    rec.definitions.get(&(KIND_ACCESS, Bytes::new())).cloned()
 }
 
 /// A vhost's policies record.

@@ -111,7 +111,11 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     if !config.prometheus_listen.is_empty() {
         match tokio::net::TcpListener::bind(&config.prometheus_listen).await {
             Ok(l) => {
-                tokio::spawn(charon_http::metrics::run(l, broker.clone(), shutdown.clone()));
+                tokio::spawn(charon_http::metrics::run(
+                    l,
+                    broker.clone(),
+                    shutdown.clone(),
+                ));
             }
             Err(e) => {
                 tracing::warn!(addr = %config.prometheus_listen, error = %e, "cannot listen for Prometheus; /metrics stays on the HTTP listener")

@@ -189,7 +189,9 @@ impl Broker {
         vhost: Option<&str>,
     ) -> Result<(), AdminError> {
         let Some(d) = defs.as_object() else {
-            return Err(AdminError::BadRequest("definitions must be a JSON object".into()));
+            return Err(AdminError::BadRequest(
+                "definitions must be a JSON object".into(),
+            ));
         };
         let list = |k: &str| -> Vec<Map<String, Value>> {
             d.get(k)
@@ -262,11 +264,13 @@ impl Broker {
                     .unwrap_or("all")
                     .to_string(),
             };
-            self.set_policy(&vhost_of(&p), input)
-                .map_err(|e| AdminError::BadRequest(format!("policy {}: {e}", str_field(&p, "name"))))?;
+            self.set_policy(&vhost_of(&p), input).map_err(|e| {
+                AdminError::BadRequest(format!("policy {}: {e}", str_field(&p, "name")))
+            })?;
         }
         for x in list("exchanges") {
-            let arguments = json_to_table_opt(x.get("arguments")).map_err(AdminError::BadRequest)?;
+            let arguments =
+                json_to_table_opt(x.get("arguments")).map_err(AdminError::BadRequest)?;
             self.declare_exchange(
                 INTERNAL_USER,
                 &vhost_of(&x),
@@ -283,7 +287,8 @@ impl Broker {
             .await?;
         }
         for q in list("queues") {
-            let arguments = json_to_table_opt(q.get("arguments")).map_err(AdminError::BadRequest)?;
+            let arguments =
+                json_to_table_opt(q.get("arguments")).map_err(AdminError::BadRequest)?;
             self.declare_queue(
                 INTERNAL_USER,
                 &vhost_of(&q),
@@ -299,7 +304,8 @@ impl Broker {
             .await?;
         }
         for b in list("bindings") {
-            let arguments = json_to_table_opt(b.get("arguments")).map_err(AdminError::BadRequest)?;
+            let arguments =
+                json_to_table_opt(b.get("arguments")).map_err(AdminError::BadRequest)?;
             let kind = if str_field(&b, "destination_type") == "exchange" {
                 DestKind::Exchange
             } else {

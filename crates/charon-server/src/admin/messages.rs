@@ -54,7 +54,12 @@ pub struct Got {
 }
 
 impl Broker {
-    fn readable_queue(&self, user: &str, vhost: &str, name: &str) -> Result<QueueHandle, AdminError> {
+    fn readable_queue(
+        &self,
+        user: &str,
+        vhost: &str,
+        name: &str,
+    ) -> Result<QueueHandle, AdminError> {
         let q = self.queue_handle(vhost, name)?;
         self.access()
             .check(user, vhost, ResourceKind::Queue, name, Permission::Read)?;
@@ -75,8 +80,13 @@ impl Broker {
         let v = self
             .vhost(vhost)
             .ok_or_else(|| AdminError::Missing("vhost_not_found".into()))?;
-        self.access()
-            .check(user, vhost, ResourceKind::Exchange, exchange, Permission::Write)?;
+        self.access().check(
+            user,
+            vhost,
+            ResourceKind::Exchange,
+            exchange,
+            Permission::Write,
+        )?;
         let (cc, bcc) = dead_letter::header_routes(&properties);
         let mut keys: Vec<&str> = vec![routing_key];
         keys.extend(cc.iter().chain(&bcc).map(|k| k.as_ref()));
@@ -88,7 +98,8 @@ impl Broker {
             }
             topo.route(exchange, &keys, properties.headers().as_ref(), &mut targets)?;
         }
-        let raw = dead_letter::strip_bcc(&properties).unwrap_or_else(|| RawProperties::encode(&properties));
+        let raw = dead_letter::strip_bcc(&properties)
+            .unwrap_or_else(|| RawProperties::encode(&properties));
         let message = Arc::new(
             Message::new(Arc::from(exchange), Arc::from(routing_key), raw, body).with_bcc(bcc),
         );
@@ -160,7 +171,12 @@ impl Broker {
     }
 
     /// Purges a queue as `user`; returns how many ready messages went.
-    pub async fn purge_queue(&self, user: &str, vhost: &str, queue: &str) -> Result<u32, AdminError> {
+    pub async fn purge_queue(
+        &self,
+        user: &str,
+        vhost: &str,
+        queue: &str,
+    ) -> Result<u32, AdminError> {
         let q = self.readable_queue(user, vhost, queue)?;
         ask(&q, |reply| QueueCmd::Purge { reply })
             .await

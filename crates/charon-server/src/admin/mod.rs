@@ -16,8 +16,8 @@
 
 pub mod connections;
 pub mod definitions;
-pub mod messages;
 pub mod json;
+pub mod messages;
 pub mod node;
 pub mod password;
 pub mod rates;

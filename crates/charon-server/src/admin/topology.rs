@@ -153,12 +153,18 @@ impl Broker {
                 })
                 .collect();
             explicit.sort_by(|a, b| {
-                (&a.source, a.destination_type, &a.destination, &a.routing_key).cmp(&(
-                    &b.source,
-                    b.destination_type,
-                    &b.destination,
-                    &b.routing_key,
-                ))
+                (
+                    &a.source,
+                    a.destination_type,
+                    &a.destination,
+                    &a.routing_key,
+                )
+                    .cmp(&(
+                        &b.source,
+                        b.destination_type,
+                        &b.destination,
+                        &b.routing_key,
+                    ))
             });
             out.extend(implicit);
             out.extend(explicit);
@@ -272,7 +278,13 @@ impl Broker {
     ) -> Result<u32, AdminError> {
         let v = self.vhost_or_missing(vhost)?;
         let handle = self.queue_handle(vhost, name)?;
-        self.check(user, vhost, ResourceKind::Queue, name, Permission::Configure)?;
+        self.check(
+            user,
+            vhost,
+            ResourceKind::Queue,
+            name,
+            Permission::Configure,
+        )?;
         let stats = ask(&handle, |reply| QueueCmd::Stats { reply })
             .await
             .ok_or(AdminError::NotFound)?;
@@ -299,7 +311,9 @@ impl Broker {
             count = ask(&e.handle, |reply| QueueCmd::Delete { reply })
                 .await
                 .unwrap_or(0);
-            self.admin().rates.forget(&format!("queue:{}", e.handle.id()));
+            self.admin()
+                .rates
+                .forget(&format!("queue:{}", e.handle.id()));
         }
         save(&v).await;
         Ok(count)
@@ -318,8 +332,17 @@ impl Broker {
         routing_key: &str,
         arguments: &FieldTable,
     ) -> Result<(), AdminError> {
-        self.change_binding(user, vhost, source, kind, dest, routing_key, arguments, true)
-            .await
+        self.change_binding(
+            user,
+            vhost,
+            source,
+            kind,
+            dest,
+            routing_key,
+            arguments,
+            true,
+        )
+        .await
     }
 
     /// Removes a binding as `user`.
@@ -334,8 +357,17 @@ impl Broker {
         routing_key: &str,
         arguments: &FieldTable,
     ) -> Result<(), AdminError> {
-        self.change_binding(user, vhost, source, kind, dest, routing_key, arguments, false)
-            .await
+        self.change_binding(
+            user,
+            vhost,
+            source,
+            kind,
+            dest,
+            routing_key,
+            arguments,
+            false,
+        )
+        .await
     }
 
     #[allow(clippy::too_many_arguments)]

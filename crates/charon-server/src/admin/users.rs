@@ -260,7 +260,9 @@ impl Broker {
     /// as with RabbitMQ's API. Returns whether it was created.
     pub async fn add_vhost(&self, name: &str, creator: Option<&str>) -> Result<bool, AdminError> {
         if name.is_empty() {
-            return Err(AdminError::BadRequest("vhost name must not be empty".into()));
+            return Err(AdminError::BadRequest(
+                "vhost name must not be empty".into(),
+            ));
         }
         let created = self.insert_vhost(name);
         if created {

@@ -374,12 +374,7 @@ fn admin_query(
             count,
             reply,
         } => {
-            let _ = reply.send(super::admin::peek(
-                state,
-                ctx.store.as_ref(),
-                offset,
-                count,
-            ));
+            let _ = reply.send(super::admin::peek(state, ctx.store.as_ref(), offset, count));
         }
         super::admin::AdminQuery::Details { reply } => {
             let mut stats = stats_of(state);

@@ -131,7 +131,10 @@ pub(super) fn head_facts(state: &QueueState) -> (Option<u64>, Option<u64>) {
     };
     let ts = *props.timestamp();
     let death = props.headers().as_ref().and_then(|h| {
-        match h.inner().get(&charon_protocol::ShortString::from("x-death")) {
+        match h
+            .inner()
+            .get(&charon_protocol::ShortString::from("x-death"))
+        {
             Some(charon_protocol::AMQPValue::FieldArray(a)) => {
                 a.as_slice().first().and_then(|e| match e {
                     charon_protocol::AMQPValue::FieldTable(t) => {

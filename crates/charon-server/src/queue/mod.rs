@@ -3,8 +3,8 @@
 //! Connections and the management API talk to a queue only through its [`QueueHandle`]
 //! (a bounded command channel of [`QueueCmd`]s).
 
-pub mod admin;
 mod actor;
+pub mod admin;
 mod dead_letters;
 mod handle;
 mod stored;

@@ -33,7 +33,11 @@ impl Connection {
                 let quorum = queue.is_quorum();
                 let stats = &ch.stats;
                 crate::admin::ChannelStats::bump(
-                    if no_ack { &stats.deliver_no_ack } else { &stats.deliver },
+                    if no_ack {
+                        &stats.deliver_no_ack
+                    } else {
+                        &stats.deliver
+                    },
                     n as u64,
                 );
                 for d in deliveries {
