@@ -206,3 +206,132 @@ def _get(ch, queue):
             return method, props, body
         time.sleep(0.2)
     raise AssertionError(f"no message in {queue} within {WAIT}s")
+
+
+def login(d, base):
+    d.get(base + "/")
+    wait_for(lambda: by_css(d, "#login-form") and by_css(d, "#login-form")[0].is_displayed(), "the login form")
+    by_css(d, "#username")[0].send_keys("alice")
+    by_css(d, "#password")[0].send_keys("secret")
+    by_css(d, "#login-button")[0].click()
+    wait_for(lambda: by_css(d, "#app")[0].is_displayed(), "the app after login")
+
+
+def click_button(d, text):
+    wait_for(lambda: [b for b in by_css(d, "main button") if b.text == text], f"the button {text!r}")[0].click()
+
+
+def toast_says(d, text):
+    wait_for(lambda: text in by_css(d, "#toasts")[0].text, f"the notice {text!r}")
+
+
+def test_ui_usual_actions(broker, browser, uniq):
+    """Declare a queue with arguments, publish and get through the UI, bind/unbind, set and clear a
+    policy, add a user and a vhost and delete them, close a connection: each checked from outside
+    (pika or the API)."""
+    from selenium.webdriver.support.ui import Select
+
+    from dlx_helpers import api
+
+    d = browser
+    base = f"http://127.0.0.1:{broker.http_port}"
+    admin = {"user": "alice", "password": "secret"}
+    login(d, base)
+    q, x, pol, user, vhost = uniq("ui-q"), uniq("ui-x"), uniq("ui-pol"), uniq("ui-user"), uniq("ui-vh")
+
+    d.get(f"{base}/#/queues")
+    wait_for(lambda: by_css(d, "#new-queue-name"), "the add-queue form")
+    by_css(d, "#new-queue-name")[0].send_keys(q)
+    by_css(d, "#add-queue textarea")[0].send_keys("x-max-length = 5")
+    by_css(d, "#add-queue-button")[0].click()
+    toast_says(d, f"Queue {q} declared")
+    status, info = api(broker, "GET", f"/api/queues/%2F/{q}", **admin)
+    assert status == 200 and info["arguments"] == {"x-max-length": 5}, (status, info)
+
+    d.get(f"{base}/#/queue/%2F/{q}")
+    wait_for(lambda: by_css(d, ".publish-form textarea[name=payload]"), "the publish form")
+    by_css(d, ".publish-form textarea[name=payload]")[0].send_keys("from the UI")
+    by_css(d, ".publish-form button")[0].click()
+    toast_says(d, "Message published")
+    Select(by_css(d, "#get-form select[name=ackmode]")[0]).select_by_value("ack_requeue_false")
+    by_css(d, "#get-button")[0].click()
+    wait_for(lambda: "from the UI" in by_css(d, "#get-results")[0].text, "the message got")
+    shot(d, "20-queue-get")
+    conn = broker.connect(user="alice", password="secret")
+    ch = conn.channel()
+    assert ch.queue_declare(q, passive=True).method.message_count == 0, "get with ack_requeue_false consumed it"
+
+    d.get(f"{base}/#/exchanges")
+    wait_for(lambda: by_css(d, "#add-exchange input[name=name]"), "the add-exchange form")
+    by_css(d, "#add-exchange input[name=name]")[0].send_keys(x)
+    Select(by_css(d, "#add-exchange select[name=type]")[0]).select_by_value("topic")
+    by_css(d, "#add-exchange button.primary")[0].click()
+    toast_says(d, f"Exchange {x} declared")
+    d.get(f"{base}/#/exchange/%2F/{x}")
+    wait_for(lambda: by_css(d, "form.row input[name=destination]"), "the bind form")
+    by_css(d, "form.row input[name=destination]")[0].send_keys(q)
+    by_css(d, "form.row input[name=routing_key]")[0].send_keys("a.#")
+    click_button(d, "Bind")
+    toast_says(d, "Binding added")
+    ch.basic_publish(x, "a.b.c", b"routed")
+    assert wait_for(lambda: ch.basic_get(q, auto_ack=True)[2], "the message routed by the new binding") == b"routed"
+    click_button(d, "Unbind")
+    toast_says(d, "Binding removed")
+    assert api(broker, "GET", f"/api/bindings/%2F/e/{x}/q/{q}", **admin)[1] == []
+
+    d.get(f"{base}/#/policies")
+    wait_for(lambda: by_css(d, "#add-policy input[name=name]"), "the policy form")
+    by_css(d, "#add-policy input[name=name]")[0].send_keys(pol)
+    by_css(d, "#add-policy input[name=pattern]")[0].send_keys(f"^{q}$")
+    by_css(d, "#add-policy textarea")[0].send_keys("message-ttl = 60000")
+    by_css(d, "#add-policy button.primary")[0].click()
+    toast_says(d, f"Policy {pol} set")
+    wait_for(lambda: api(broker, "GET", f"/api/queues/%2F/{q}", **admin)[1].get("policy") == pol, "the policy applied")
+    row = wait_for(lambda: [r for r in by_css(d, "#policies-table tbody tr") if pol in r.text], "the policy listed")[0]
+    shot(d, "21-policies")
+    row.find_element("css selector", "button").click()
+    d.switch_to.alert.accept()
+    toast_says(d, f"Policy {pol} cleared")
+    assert api(broker, "GET", f"/api/policies/%2F/{pol}", **admin)[0] == 404
+
+    d.get(f"{base}/#/users")
+    wait_for(lambda: by_css(d, "#add-user input[name=name]"), "the user form")
+    by_css(d, "#add-user input[name=name]")[0].send_keys(user)
+    by_css(d, "#add-user input[name=password]")[0].send_keys("pw-1")
+    by_css(d, "#add-user input[name=tags]")[0].send_keys("management")
+    by_css(d, "#add-user button")[0].click()
+    toast_says(d, f"User {user} saved")
+    by_css(d, "#set-permission input[name=user]")[0].send_keys(user)
+    by_css(d, "#set-permission button")[0].click()
+    toast_says(d, f"Permissions of {user} on / set")
+    broker.connect(user=user, password="pw-1").close()  # the new user logs in over AMQP
+    row = wait_for(lambda: [r for r in by_css(d, "#users-table tbody tr") if user in r.text], "the user listed")[0]
+    row.find_element("css selector", "button").click()
+    d.switch_to.alert.accept()
+    toast_says(d, f"User {user} deleted")
+    assert api(broker, "GET", f"/api/users/{user}", **admin)[0] == 404
+
+    d.get(f"{base}/#/vhosts")
+    wait_for(lambda: by_css(d, "#add-vhost input[name=name]"), "the vhost form")
+    by_css(d, "#add-vhost input[name=name]")[0].send_keys(vhost)
+    by_css(d, "#add-vhost button")[0].click()
+    toast_says(d, f"Vhost {vhost} added")
+    assert api(broker, "GET", f"/api/vhosts/{vhost}", **admin)[0] == 200
+    row = wait_for(lambda: [r for r in by_css(d, "#vhosts-table tbody tr") if vhost in r.text], "the vhost listed")[0]
+    row.find_element("css selector", "button").click()
+    d.switch_to.alert.accept()
+    toast_says(d, f"Vhost {vhost} deleted")
+    assert api(broker, "GET", f"/api/vhosts/{vhost}", **admin)[0] == 404
+
+    # Close the pika connection from the connections page.
+    d.get(f"{base}/#/connections")
+    row = wait_for(lambda: [r for r in by_css(d, "#connections-table tbody tr") if "alice" in r.text], "our connection listed")[0]
+    shot(d, "22-connections")
+    row.find_element("css selector", "button").click()
+    d.switch_to.alert.accept()
+    toast_says(d, "closed")
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            conn.process_data_events(0.2)
+    assert closed.value.reply_code == 320

@@ -79,7 +79,7 @@ export async function overview(ctx) {
         tile("Deliver / get rate", fmtRate(rate(ov, "deliver_get")), sparkline(history.map((x) => x.deliver))),
         tile("Ack rate", fmtRate(rate(ov, "ack"))),
         tile("Dead-lettered (total)", fmtNum(deadTotal),
-          h("div", {}, Object.entries(byReason).map(([r, n]) => h("span", { class: `badge reason-${r}` }, `${r} ${fmtNum(n)}`)))),
+          h("div", {}, Object.entries(byReason).filter(([, n]) => n > 0).map(([r, n]) => h("span", { class: `badge reason-${r}` }, `${r} ${fmtNum(n)}`)))),
         tile("Dead-letter rate", fmtRate(deadRate)),
         tile("Alarms", alarms.length ? "ALARM" : "none", null, alarms.length > 0),
       ),
