@@ -12,7 +12,7 @@
 //! - [`connections`]: connections (close), channels, consumers.
 //! - [`definitions`]: definitions export/import.
 //! - [`policies`]: the `/api/policies` endpoints.
-//! - [`metrics`]: Prometheus.
+//! - [`metrics`]: the Prometheus exposition.
 //! - [`msgjson`]: messages and properties as JSON.
 //! - [`dlq`]: removing messages by id (replaying dead letters from the UI).
 //! - [`ui`]: the web UI's embedded files, served at `/`.
