@@ -62,6 +62,7 @@ pub fn router(broker: Arc<Broker>) -> Router {
         .route("/api/nodes", get(o::nodes))
         .route("/api/nodes/{name}", get(o::node))
         .route("/api/whoami", get(o::whoami))
+        .route("/api/charon/environment", get(o::environment))
         .route("/api/health/checks/alarms", get(o::alarms))
         .route("/api/health/checks/local-alarms", get(o::alarms))
         .route(

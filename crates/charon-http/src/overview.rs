@@ -313,3 +313,25 @@ pub async fn aliveness(
         ))
     }
 }
+
+/// `GET /api/charon/environment` (Charon's, for `ctl environment`): the effective
+/// configuration, without passwords. Administrator only.
+pub async fn environment(
+    user: AuthUser,
+    State(broker): State<Arc<Broker>>,
+) -> Result<Json<Value>, ApiError> {
+    user.require_admin()?;
+    let c = broker.config();
+    Ok(Json(json!({
+        "amqp_listen": c.amqp_listen,
+        "http_listen": c.http_listen,
+        "prometheus_listen": c.prometheus_listen,
+        "data_dir": c.data_dir,
+        "log_level": c.log_level,
+        "heartbeat": c.heartbeat,
+        "frame_max": c.frame_max,
+        "channel_max": c.channel_max,
+        "disk_free_limit": c.disk_free_limit,
+        "message_memory_budget": c.message_memory_budget,
+    })))
+}

@@ -149,7 +149,7 @@ fn main() -> anyhow::Result<()> {
                 .init();
             runtime.block_on(serve(config))?;
         }
-        Command::Ctl(args) => ctl::run(args)?,
+        Command::Ctl(args) => ctl::run(args),
         Command::Bench(args) => {
             tracing_subscriber::fmt()
                 .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())

@@ -116,6 +116,12 @@ impl ChannelStats {
         }
     }
 
+    /// Sets the unacked gauge.
+    pub fn set_unacked(&self, n: usize) {
+        self.unacked
+            .store(u32::try_from(n).unwrap_or(u32::MAX), Ordering::Relaxed);
+    }
+
     /// A consumer was added.
     pub fn consumer_added(&self, c: ConsumerView) {
         self.consumers

@@ -116,9 +116,6 @@ impl Connection {
                 }
             }
             basic::AMQPMethod::Ack(a) => {
-                if let Some(ch) = self.channels.get(&channel) {
-                    crate::admin::ChannelStats::bump(&ch.stats.ack, 1);
-                }
                 self.settle(channel, a.delivery_tag, a.multiple, Settle::Ack)
                     .await?
             }
@@ -254,10 +251,15 @@ impl Connection {
         multiple: bool,
         how: Settle,
     ) -> Result<(), AmqpError> {
-        let groups = self
-            .channel_mut(channel)?
+        let ch = self.channel_mut(channel)?;
+        let groups = ch
             .take_tags(tag, multiple)
             .ok_or_else(|| AmqpError::precondition(format!("unknown delivery tag {tag}")))?;
+        if matches!(how, Settle::Ack) {
+            let n: usize = groups.iter().map(|(_, ids)| ids.len()).sum();
+            crate::admin::ChannelStats::bump(&ch.stats.ack, n as u64);
+        }
+        ch.stats.set_unacked(ch.unacked.len());
         for (q, ids) in groups {
             let cmd = match how {
                 Settle::Ack => QueueCmd::Ack { ids },

@@ -41,6 +41,9 @@ impl Connection {
                     n as u64,
                 );
                 for d in deliveries {
+                    if d.redelivered {
+                        crate::admin::ChannelStats::bump(&ch.stats.redeliver, 1);
+                    }
                     ch.next_tag += 1;
                     let tag = ch.next_tag;
                     if !no_ack {
@@ -74,6 +77,7 @@ impl Connection {
                         self.frame_max,
                     );
                 }
+                ch.stats.set_unacked(ch.unacked.len());
                 self.out_deliveries += n;
             }
             ConnEvent::Confirm { channel, seq, ack } => {

@@ -192,6 +192,9 @@ impl Connection {
             .with_bcc(bcc),
         );
         if targets.is_empty() && p.method.mandatory {
+            if let Some(ch) = self.channels.get(&channel) {
+                crate::admin::ChannelStats::bump(&ch.stats.return_unroutable, 1);
+            }
             encode_basic_return(
                 &mut self.out,
                 channel,
@@ -252,6 +255,7 @@ impl Connection {
         let Some(ch) = self.channels.get_mut(&channel) else {
             return;
         };
+        let start = ch.acked_upto;
         let upto = match ch.pending_confirms.keys().next() {
             Some(first) => first - 1,
             None => ch.next_seq,
@@ -273,6 +277,7 @@ impl Connection {
             ch.acked_upto = upto;
             encode_basic_ack(&mut self.out, channel, upto, multiple);
         }
+        crate::admin::ChannelStats::bump(&ch.stats.confirm, ch.acked_upto - start);
     }
 }
 
