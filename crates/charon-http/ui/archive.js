@@ -52,7 +52,7 @@ export async function render(ctx) {
 
 /** Replay options shared by the records and groups views. */
 function replayOptions() {
-  return h("div", { class: "row" },
+  return h("form", { class: "row replay-options", onsubmit: (ev) => ev.preventDefault() },
     field("Replay to exchange", h("input", { name: "exchange", placeholder: "(original exchange)" })),
     field("Routing key", h("input", { name: "routing_key", placeholder: "(original routing key)" })),
     field("Rate (msg/s)", h("input", { name: "rate", type: "number", min: "0", placeholder: "unlimited" })),
