@@ -171,8 +171,8 @@ async function groups(ctx, header) {
         })) },
     ], gs, { id: "groups-table", empty: "The archive is empty." }));
   };
-  mount(ctx.main, header, section("Dead letters grouped by original queue, reason, error and status", list,
-    h("h2", {}, "Replay options"), opts));
+  mount(ctx.main, header, section("Dead letters grouped by original queue, reason, error and status",
+    h("h2", {}, "Replay options (for \"Replay group\")"), opts, list));
   await load();
 }
 
