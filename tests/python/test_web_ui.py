@@ -194,6 +194,20 @@ def test_ui_login_pages_dlq_peek_and_replay(broker, browser, uniq):
     assert bodies["order-1"].headers["attempt"] == 1
     assert bodies["order-1"].headers["x-death"][0]["reason"] == "rejected"
     assert ch.queue_declare(dlq, passive=True).method.message_count == 1
+
+    # Move the expired one elsewhere: to a parking queue through the default exchange.
+    parking = uniq("ui-parking")
+    ch.queue_declare(parking)
+    by_css(d, "#select-all")[0].click()
+    by_css(d, "#move-exchange")[0].send_keys("")
+    by_css(d, "#move-key")[0].send_keys(parking)
+    by_css(d, "#move-button")[0].click()
+    wait_for(lambda: "Moved: 1" in by_css(d, "#toasts")[0].text, "the move notice")
+    wait_for(lambda: not by_css(d, "#messages-table tr.message"), "the DLQ shown empty")
+    _method, props, body = _get(ch, parking)
+    assert body == b"too-late" and props.headers["x-death"][0]["reason"] == "expired"
+    assert ch.queue_declare(dlq, passive=True).method.message_count == 0
+    shot(d, "15-dlq-empty")
     conn.close()
 
 

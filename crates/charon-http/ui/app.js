@@ -2,7 +2,10 @@
 // navigation, hash routes (#/queues, #/dlq/%2F/name, ...), periodic refresh and the alarm banner.
 
 import { api, auth, h, mount, setUnauthorisedHandler, ApiError } from "./lib.js";
-import * as pages from "./pages.js";
+import { connections, channels } from "./connections.js";
+import { exchange, exchanges } from "./exchanges.js";
+import { overview } from "./overview.js";
+import { queue, queues } from "./queues.js";
 import * as admin from "./admin.js";
 import * as dlq from "./dlq.js";
 import * as flow from "./flow.js";
@@ -24,13 +27,13 @@ const NAV = [
 
 /** route name -> render(ctx) */
 const ROUTES = {
-  overview: pages.overview,
-  connections: pages.connections,
-  channels: pages.channels,
-  exchanges: pages.exchanges,
-  exchange: pages.exchange,
-  queues: pages.queues,
-  queue: pages.queue,
+  overview,
+  connections,
+  channels,
+  exchanges,
+  exchange,
+  queues,
+  queue,
   dlq: dlq.render,
   flow: flow.render,
   archive: archive.render,
@@ -58,7 +61,7 @@ async function route() {
   clearTimers();
   const gen = ++generation;
   const [name = "overview", ...params] = parseHash();
-  const render = ROUTES[name] || pages.overview;
+  const render = ROUTES[name] || overview;
   const navName = { queue: "queues", exchange: "exchanges" }[name] || name;
   for (const a of document.querySelectorAll("#nav a")) {
     a.classList.toggle("active", a.dataset.route === navName);
