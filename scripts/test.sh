@@ -27,10 +27,6 @@ if [ ! -f "$STAMP" ] || ! sha256sum -c --status "$STAMP" 2>/dev/null; then
     sha256sum "$REQ" > "$STAMP"
 fi
 
-<<<<<<< HEAD
-# Headless Chromium for the web UI test (installed when missing; the test skips without it).
-scripts/ensure-chromium.sh
-=======
 # rabbitmqadmin 3.10 for the management tests: Debian's rabbitmq-server package, only unpacked
 # (never installed as a service, never started).
 if ! command -v rabbitmqadmin >/dev/null 2>&1; then
@@ -42,7 +38,9 @@ if ! command -v rabbitmqadmin >/dev/null 2>&1; then
         install -m 0755 x/usr/bin/rabbitmqadmin /usr/local/bin/rabbitmqadmin)
     rm -rf "$tmp"
 fi
->>>>>>> mgmt
+
+# Headless Chromium for the web UI test (installed when missing; the test skips without it).
+scripts/ensure-chromium.sh
 
 if [ -z "${CHARON_TEST_URL:-}" ]; then
     export CHARON_BIN="$ROOT/target/debug/charon"
