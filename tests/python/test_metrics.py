@@ -52,6 +52,8 @@ def test_metrics_on_both_listeners_with_dead_letter_counters(tmp_path):
         def ready():
             s = scrape(f"http://127.0.0.1:{prom}/metrics")
             done = value(s, "charon_queue_dead_lettered_total", vhost="/", queue="m.src", reason="rejected") == 1
+            done = done and value(s, "charon_queue_dead_letters_dropped_total", vhost="/", queue="m.nodlx",
+                                  cause="dlx_missing") == 1
             return s if done and value(s, "rabbitmq_queue_messages", vhost="/", queue="m.dlq") == 4 else None
 
         s = wait_for(ready, timeout=30, what="dead-letter counters")

@@ -358,7 +358,7 @@ mod tests {
 
     fn err(entries: &[(&str, AMQPValue)]) -> String {
         match QueueArgs::parse(&table(entries), "q", "/") {
-            Err(e) => e.to_string(),
+            Err(e) => e.reply_text(),
             Ok(a) => panic!("expected error, got {a:?}"),
         }
     }

@@ -1,79 +1,18 @@
 //! Typed domain errors.
 //!
-//! Every [`CoreError`] displays as RabbitMQ 3.10.8's full reply text
-//! (`"NOT_FOUND - no exchange 'x' in vhost '/'"`), and [`CoreError::kind`]
-//! tells the server which AMQP reply code to use.
+//! Every [`CoreError`] displays as RabbitMQ 3.10.8's reply text after the code name
+//! (`"no exchange 'x' in vhost '/'"`); [`CoreError::reply_code`] says which AMQP reply code it
+//! is, and [`CoreError::reply_text`] puts both together as RabbitMQ sends it
+//! (`"no exchange 'x' in vhost '/'"`).
 
+use charon_protocol::ReplyCode;
 use thiserror::Error;
 
-/// The AMQP error class of a [`CoreError`]; the server maps it to a reply
-/// code (see [`ErrorKind::reply_code`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ErrorKind {
-    /// 404
-    NotFound,
-    /// 403
-    AccessRefused,
-    /// 405
-    ResourceLocked,
-    /// 406
-    PreconditionFailed,
-    /// 530 (connection error)
-    NotAllowed,
-    /// 503 (connection error)
-    CommandInvalid,
-    /// 540 (connection error)
-    NotImplemented,
-    /// 541 (connection error)
-    InternalError,
-}
-
-impl ErrorKind {
-    /// The AMQP 0-9-1 reply code for this kind.
-    pub fn reply_code(self) -> u16 {
-        match self {
-            ErrorKind::NotFound => 404,
-            ErrorKind::AccessRefused => 403,
-            ErrorKind::ResourceLocked => 405,
-            ErrorKind::PreconditionFailed => 406,
-            ErrorKind::NotAllowed => 530,
-            ErrorKind::CommandInvalid => 503,
-            ErrorKind::NotImplemented => 540,
-            ErrorKind::InternalError => 541,
-        }
-    }
-
-    /// The symbolic name RabbitMQ prefixes reply texts with.
-    pub fn name(self) -> &'static str {
-        match self {
-            ErrorKind::NotFound => "NOT_FOUND",
-            ErrorKind::AccessRefused => "ACCESS_REFUSED",
-            ErrorKind::ResourceLocked => "RESOURCE_LOCKED",
-            ErrorKind::PreconditionFailed => "PRECONDITION_FAILED",
-            ErrorKind::NotAllowed => "NOT_ALLOWED",
-            ErrorKind::CommandInvalid => "COMMAND_INVALID",
-            ErrorKind::NotImplemented => "NOT_IMPLEMENTED",
-            ErrorKind::InternalError => "INTERNAL_ERROR",
-        }
-    }
-
-    /// True for the kinds that RabbitMQ raises as connection errors.
-    pub fn is_connection_error(self) -> bool {
-        matches!(
-            self,
-            ErrorKind::NotAllowed
-                | ErrorKind::CommandInvalid
-                | ErrorKind::NotImplemented
-                | ErrorKind::InternalError
-        )
-    }
-}
-
-/// A domain error; `Display` is RabbitMQ's exact reply text.
+/// A domain error; `Display` is RabbitMQ's exact reply text without its `NAME - ` prefix.
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum CoreError {
     /// Exchange does not exist.
-    #[error("NOT_FOUND - no exchange '{exchange}' in vhost '{vhost}'")]
+    #[error("no exchange '{exchange}' in vhost '{vhost}'")]
     ExchangeNotFound {
         /// Exchange name.
         exchange: String,
@@ -81,7 +20,7 @@ pub enum CoreError {
         vhost: String,
     },
     /// Queue does not exist.
-    #[error("NOT_FOUND - no queue '{queue}' in vhost '{vhost}'")]
+    #[error("no queue '{queue}' in vhost '{vhost}'")]
     QueueNotFound {
         /// Queue name.
         queue: String,
@@ -89,10 +28,10 @@ pub enum CoreError {
         vhost: String,
     },
     /// Declare/delete/bind involving the default exchange.
-    #[error("ACCESS_REFUSED - operation not permitted on the default exchange")]
+    #[error("operation not permitted on the default exchange")]
     DefaultExchange,
     /// Creating a resource whose name starts with `amq.`.
-    #[error("ACCESS_REFUSED - {kind} name '{name}' contains reserved prefix 'amq.*'")]
+    #[error("{kind} name '{name}' contains reserved prefix 'amq.*'")]
     ReservedPrefix {
         /// "exchange" or "queue".
         kind: &'static str,
@@ -100,9 +39,7 @@ pub enum CoreError {
         name: String,
     },
     /// Deleting an `amq.*` exchange.
-    #[error(
-        "ACCESS_REFUSED - deletion of system exchange '{exchange}' in vhost '{vhost}' not allowed"
-    )]
+    #[error("deletion of system exchange '{exchange}' in vhost '{vhost}' not allowed")]
     SystemExchangeDeletion {
         /// Exchange name.
         exchange: String,
@@ -110,7 +47,7 @@ pub enum CoreError {
         vhost: String,
     },
     /// basic.publish to an internal exchange.
-    #[error("ACCESS_REFUSED - cannot publish to internal exchange '{exchange}' in vhost '{vhost}'")]
+    #[error("cannot publish to internal exchange '{exchange}' in vhost '{vhost}'")]
     InternalExchange {
         /// Exchange name.
         exchange: String,
@@ -118,7 +55,7 @@ pub enum CoreError {
         vhost: String,
     },
     /// basic.consume conflicting with an exclusive consumer.
-    #[error("ACCESS_REFUSED - queue '{queue}' in vhost '{vhost}' in exclusive use")]
+    #[error("queue '{queue}' in vhost '{vhost}' in exclusive use")]
     ExclusiveConsume {
         /// Queue name.
         queue: String,
@@ -127,7 +64,7 @@ pub enum CoreError {
     },
     /// Queue is exclusive to another connection (or exclusivity differs).
     #[error(
-        "RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '{queue}' in vhost '{vhost}'. It could be originally declared on another connection or the exclusive property value does not match that of the original declaration."
+        "cannot obtain exclusive access to locked queue '{queue}' in vhost '{vhost}'. It could be originally declared on another connection or the exclusive property value does not match that of the original declaration."
     )]
     QueueLocked {
         /// Queue name.
@@ -136,7 +73,7 @@ pub enum CoreError {
         vhost: String,
     },
     /// exchange.declare with an unknown type.
-    #[error("COMMAND_INVALID - {reason} exchange type '{kind}'")]
+    #[error("{reason} exchange type '{kind}'")]
     InvalidExchangeType {
         /// "unknown" (no such atom in RabbitMQ) or "invalid".
         reason: &'static str,
@@ -147,7 +84,7 @@ pub enum CoreError {
     /// `received`/`current` are already formatted the RabbitMQ way
     /// (`'true'`, `the value '5' of type 'signedint'`, `none`).
     #[error(
-        "PRECONDITION_FAILED - inequivalent arg '{arg}' for {resource}: received {received} but current is {current}"
+        "inequivalent arg '{arg}' for {resource}: received {received} but current is {current}"
     )]
     Inequivalent {
         /// Argument or property name.
@@ -161,9 +98,7 @@ pub enum CoreError {
     },
     /// Queue x-argument rejected by validation; `reason` is RabbitMQ's
     /// Erlang term, e.g. `{value_negative,-1}`.
-    #[error(
-        "PRECONDITION_FAILED - invalid arg '{arg}' for queue '{queue}' in vhost '{vhost}': {reason}"
-    )]
+    #[error("invalid arg '{arg}' for queue '{queue}' in vhost '{vhost}': {reason}")]
     InvalidQueueArg {
         /// Argument name.
         arg: String,
@@ -176,7 +111,7 @@ pub enum CoreError {
     },
     /// Argument not supported by the queue type.
     #[error(
-        "PRECONDITION_FAILED - invalid arg '{arg}' for queue '{queue}' in vhost '{vhost}' of queue type {queue_type}"
+        "invalid arg '{arg}' for queue '{queue}' in vhost '{vhost}' of queue type {queue_type}"
     )]
     UnsupportedQueueArg {
         /// RabbitMQ module of the queue type, e.g. `rabbit_quorum_queue`.
@@ -189,9 +124,7 @@ pub enum CoreError {
         vhost: String,
     },
     /// Queue property not supported by the queue type (quorum).
-    #[error(
-        "PRECONDITION_FAILED - invalid property '{property}' for queue '{queue}' in vhost '{vhost}'"
-    )]
+    #[error("invalid property '{property}' for queue '{queue}' in vhost '{vhost}'")]
     InvalidQueueProperty {
         /// e.g. `auto-delete`, `exclusive-owner`, `non-durable`.
         property: &'static str,
@@ -201,7 +134,7 @@ pub enum CoreError {
         vhost: String,
     },
     /// Argument of the wrong type (e.g. `alternate-exchange`).
-    #[error("PRECONDITION_FAILED - invalid type '{type_name}' for arg '{arg}' in {resource}")]
+    #[error("invalid type '{type_name}' for arg '{arg}' in {resource}")]
     InvalidArgType {
         /// Erlang type name.
         type_name: String,
@@ -211,59 +144,54 @@ pub enum CoreError {
         resource: String,
     },
     /// exchange.delete if-unused on an exchange with bindings.
-    #[error("PRECONDITION_FAILED - exchange '{exchange}' in vhost '{vhost}' in use")]
+    #[error("exchange '{exchange}' in vhost '{vhost}' in use")]
     ExchangeInUse {
         /// Exchange name.
         exchange: String,
         /// Virtual host name.
         vhost: String,
     },
-    /// Any other precondition failure; the text follows the prefix.
-    #[error("PRECONDITION_FAILED - {0}")]
+    /// Any other precondition failure.
+    #[error("{0}")]
     Precondition(String),
-    /// Any other error, with its kind and the text after the prefix.
-    #[error("{} - {text}", kind.name())]
+    /// Any other error, with its reply code and the text after the prefix.
+    #[error("{text}")]
     Other {
-        /// Error class.
-        kind: ErrorKind,
+        /// Reply code.
+        code: ReplyCode,
         /// Reply text without the `NAME - ` prefix.
         text: String,
     },
 }
 
 impl CoreError {
-    /// The error class (maps to a reply code in the server).
-    pub fn kind(&self) -> ErrorKind {
+    /// The AMQP reply code this error is sent with.
+    pub fn reply_code(&self) -> ReplyCode {
         match self {
             CoreError::ExchangeNotFound { .. } | CoreError::QueueNotFound { .. } => {
-                ErrorKind::NotFound
+                ReplyCode::NotFound
             }
             CoreError::DefaultExchange
             | CoreError::ReservedPrefix { .. }
             | CoreError::SystemExchangeDeletion { .. }
             | CoreError::InternalExchange { .. }
-            | CoreError::ExclusiveConsume { .. } => ErrorKind::AccessRefused,
-            CoreError::QueueLocked { .. } => ErrorKind::ResourceLocked,
-            CoreError::InvalidExchangeType { .. } => ErrorKind::CommandInvalid,
+            | CoreError::ExclusiveConsume { .. } => ReplyCode::AccessRefused,
+            CoreError::QueueLocked { .. } => ReplyCode::ResourceLocked,
+            CoreError::InvalidExchangeType { .. } => ReplyCode::CommandInvalid,
             CoreError::Inequivalent { .. }
             | CoreError::InvalidQueueArg { .. }
             | CoreError::UnsupportedQueueArg { .. }
             | CoreError::InvalidQueueProperty { .. }
             | CoreError::InvalidArgType { .. }
             | CoreError::ExchangeInUse { .. }
-            | CoreError::Precondition(_) => ErrorKind::PreconditionFailed,
-            CoreError::Other { kind, .. } => *kind,
+            | CoreError::Precondition(_) => ReplyCode::PreconditionFailed,
+            CoreError::Other { code, .. } => *code,
         }
     }
 
-    /// The AMQP reply code (`self.kind().reply_code()`).
-    pub fn reply_code(&self) -> u16 {
-        self.kind().reply_code()
-    }
-
-    /// The full reply text (same as `to_string()`).
+    /// The full reply text as RabbitMQ sends it: `"NAME - detail"`.
     pub fn reply_text(&self) -> String {
-        self.to_string()
+        format!("{} - {self}", self.reply_code().name())
     }
 }
 
@@ -272,22 +200,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn display_is_rabbitmq_reply_text_with_prefix() {
+    fn reply_text_is_rabbitmq_reply_text_with_prefix() {
         let e = CoreError::ExchangeNotFound {
             exchange: "x".into(),
             vhost: "/".into(),
         };
-        assert_eq!(e.to_string(), "NOT_FOUND - no exchange 'x' in vhost '/'");
-        assert_eq!(e.reply_code(), 404);
+        assert_eq!(e.to_string(), "no exchange 'x' in vhost '/'");
+        assert_eq!(e.reply_text(), "NOT_FOUND - no exchange 'x' in vhost '/'");
+        assert_eq!(e.reply_code().code(), 404);
     }
 
     #[test]
-    fn other_errors_use_the_kind_name_as_prefix() {
+    fn other_errors_use_their_code_name_as_prefix() {
         let e = CoreError::Other {
-            kind: ErrorKind::NotAllowed,
+            code: ReplyCode::NotAllowed,
             text: "nope".into(),
         };
-        assert_eq!(e.to_string(), "NOT_ALLOWED - nope");
-        assert!(e.kind().is_connection_error());
+        assert_eq!(e.reply_text(), "NOT_ALLOWED - nope");
+        assert!(!e.reply_code().is_channel_error());
     }
 }

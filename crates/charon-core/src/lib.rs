@@ -10,6 +10,7 @@
 //! * [`policy`] – [`Policies`]: policies and the effective queue settings.
 //! * [`dead_letter`] – the dead-lettered message: x-death headers, routing keys, cycles.
 //! * [`queue`] – [`QueueState`]: one queue's messages and consumers.
+//! * [`routing`] – publish-time `CC`/`BCC` routing keys.
 
 pub mod arguments;
 pub mod dead_letter;
@@ -18,16 +19,16 @@ pub mod exchange;
 pub mod message;
 pub mod policy;
 pub mod queue;
+pub mod routing;
 pub mod value;
 pub mod vhost;
 
 pub use arguments::{Overflow, QueueArgs, QueueType};
-pub use error::{CoreError, ErrorKind};
+pub use error::CoreError;
 pub use exchange::{Binding, Destination, Exchange, ExchangeKind};
-pub use message::Message;
+pub use message::{Body, Message};
 pub use policy::{ApplyTo, DefValue, Policies, Policy, PolicyDefinition, PolicyError};
 pub use queue::{
-    ConsumerId, ConsumerSpec, DeadLetter, DeadReason, Delivery, GetResult, MsgId, PublishOutcome,
-    QueueState,
+    ConsumerId, ConsumerSpec, DeadLetter, Delivery, GetResult, MsgId, PublishOutcome, QueueState,
 };
 pub use vhost::{ConnectionId, ExchangeDeclare, QueueDeclare, QueueEntry, QueueMeta, VHost};

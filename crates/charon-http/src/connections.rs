@@ -9,9 +9,9 @@ use std::sync::atomic::Ordering;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
+use charon_server::admin::now_ms;
 use charon_server::admin::{ChannelStats, ConnEntry};
 use charon_server::broker::Broker;
-use charon_server::queue::now_ms;
 use serde_json::{Value, json};
 
 use crate::auth::AuthUser;

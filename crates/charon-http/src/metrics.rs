@@ -18,9 +18,9 @@ use std::sync::atomic::Ordering;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
+use charon_server::admin::REASONS;
 use charon_server::admin::node::AlarmKind;
 use charon_server::broker::Broker;
-use charon_server::queue::admin::REASONS;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -300,7 +300,7 @@ pub async fn render(broker: &Broker) -> String {
         "gauge",
         "Age of the head message of a queue holding dead letters, since it was last dead-lettered",
     );
-    let now_s = charon_server::queue::now_ms() / 1000;
+    let now_s = charon_server::admin::now_ms() / 1000;
     for q in &queues {
         if let Some(t) = q.details.head_death_time {
             let age = now_s.saturating_sub(t) as f64;

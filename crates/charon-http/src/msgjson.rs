@@ -145,7 +145,7 @@ pub fn message_json(
         .decode()
         .map(|p| properties_json(&p))
         .unwrap_or_else(|_| json!({}));
-    let (payload, enc) = payload(&m.body, encoding, truncate);
+    let (payload, enc) = payload(m.body.wire_bytes(), encoding, truncate);
     json!({
         "payload_bytes": m.body.len(),
         "redelivered": redelivered,

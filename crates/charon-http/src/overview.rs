@@ -9,8 +9,8 @@ use axum::extract::{Path, State};
 use charon_server::admin::Counters;
 use charon_server::admin::definitions::RABBIT_VERSION;
 use charon_server::admin::node::AlarmKind;
+use charon_server::admin::now_ms;
 use charon_server::broker::Broker;
-use charon_server::queue::now_ms;
 use serde_json::{Value, json};
 
 use crate::auth::AuthUser;
@@ -304,7 +304,7 @@ pub async fn aliveness(
         .await?;
     if got
         .first()
-        .is_some_and(|g| &g.message.body[..] == b"test_message")
+        .is_some_and(|g| g.message.body.wire_bytes() == b"test_message")
     {
         Ok(Json(json!({"status": "ok"})))
     } else {

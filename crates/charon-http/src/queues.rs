@@ -13,12 +13,12 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use charon_core::QueueDeclare;
+use charon_server::admin::REASONS;
 use charon_server::admin::json::{json_to_table_opt, table_to_json};
 use charon_server::admin::messages::AckMode;
+use charon_server::admin::now_ms;
 use charon_server::broker::Broker;
 use charon_server::policies::definition_to_json;
-use charon_server::queue::admin::REASONS;
-use charon_server::queue::now_ms;
 use charon_server::queues_info::QueueInfo;
 use serde_json::{Value, json};
 

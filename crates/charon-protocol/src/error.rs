@@ -29,16 +29,7 @@
 
 use crate::erlang::{binary_w, frame_octets};
 
-/// Reply code FRAME-ERROR.
-pub const FRAME_ERROR: u16 = 501;
-/// Reply code SYNTAX-ERROR.
-pub const SYNTAX_ERROR: u16 = 502;
-/// Reply code COMMAND-INVALID.
-pub const COMMAND_INVALID: u16 = 503;
-/// Reply code UNEXPECTED-FRAME.
-pub const UNEXPECTED_FRAME: u16 = 505;
-/// Reply code NOT-IMPLEMENTED.
-pub const NOT_IMPLEMENTED: u16 = 540;
+use crate::ReplyCode;
 
 /// A frame (or a part of one) that cannot be accepted. All of these are
 /// connection errors: the server should send `connection.close` with
@@ -181,9 +172,14 @@ pub enum FrameError {
 pub const MAX_ARGS_IN_TEXT: usize = 64;
 
 impl FrameError {
+    /// The AMQP reply code number for `connection.close` ([`Self::reply`]).
+    pub fn reply_code(&self) -> u16 {
+        self.reply().code()
+    }
+
     /// The AMQP reply code for `connection.close`, as RabbitMQ 3.10.8 uses
     /// them (see the module docs for where Charon deviates and why).
-    pub fn reply_code(&self) -> u16 {
+    pub fn reply(&self) -> ReplyCode {
         match self {
             FrameError::FrameTooLarge { .. }
             | FrameError::BadFrameEnd { .. }
@@ -191,12 +187,14 @@ impl FrameError {
             | FrameError::HeartbeatWithPayload { .. }
             | FrameError::MethodFrameTooShort { .. }
             | FrameError::MalformedMethod { .. }
-            | FrameError::HeaderFrameTooShort { .. } => FRAME_ERROR,
+            | FrameError::HeaderFrameTooShort { .. } => ReplyCode::FrameError,
             FrameError::MalformedTable { .. } | FrameError::MalformedProperties { .. } => {
-                SYNTAX_ERROR
+                ReplyCode::SyntaxError
             }
-            FrameError::NonZeroWeight { .. } => UNEXPECTED_FRAME,
-            FrameError::UnknownMethod { .. } | FrameError::PrefetchSize { .. } => NOT_IMPLEMENTED,
+            FrameError::NonZeroWeight { .. } => ReplyCode::UnexpectedFrame,
+            FrameError::UnknownMethod { .. } | FrameError::PrefetchSize { .. } => {
+                ReplyCode::NotImplemented
+            }
         }
     }
 

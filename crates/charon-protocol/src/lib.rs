@@ -36,6 +36,7 @@ mod frame;
 mod header;
 mod method;
 mod properties;
+mod reply_code;
 mod table;
 mod wire;
 
@@ -86,4 +87,4 @@ pub const FRAME_HEARTBEAT: u8 = 8;
 /// Class id of `basic`, the only content-bearing class in 0-9-1.
 pub const CLASS_BASIC: u16 = 60;
 
-pub use error::{COMMAND_INVALID, FRAME_ERROR, NOT_IMPLEMENTED, SYNTAX_ERROR, UNEXPECTED_FRAME};
+pub use reply_code::ReplyCode;

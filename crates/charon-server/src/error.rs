@@ -1,80 +1,24 @@
 //! The one place where errors of every layer become AMQP replies.
 //!
 //! [`AmqpError`] is what a connection sends: a reply code, RabbitMQ's reply text, and the
-//! method that failed. Protocol errors ([`FrameError`]), domain errors ([`CoreError`]) and
-//! permission refusals ([`AccessRefused`], 403) are mapped here and nowhere else; whether an
-//! error closes the channel or the whole connection follows from its code, as in the AMQP 0-9-1
-//! spec (soft errors close the channel).
+//! method that failed. Protocol errors ([`FrameError`]), domain errors ([`CoreError`]), the
+//! server's own refusals ([`ServerError`]) and permission refusals ([`AccessRefused`], 403) are
+//! mapped here and nowhere else: each knows its
+//! [`ReplyCode`] (charon-protocol: the number, the name and whether it closes the channel or the
+//! connection) and its text after the name; the "NAME - " prefix is put on here only.
 
-use charon_core::{CoreError, ErrorKind};
+use charon_core::CoreError;
+pub use charon_protocol::ReplyCode;
 use charon_protocol::{FrameError, erlang};
 
 use crate::access::AccessRefused;
-
-/// AMQP 0-9-1 reply codes used by the broker.
-pub mod code {
-    /// Normal close.
-    pub const REPLY_SUCCESS: u16 = 200;
-    /// Mandatory message could not be routed.
-    pub const NO_ROUTE: u16 = 312;
-    /// Broker is shutting down or an operator closed the connection.
-    pub const CONNECTION_FORCED: u16 = 320;
-    /// Permission or reserved-name violation.
-    pub const ACCESS_REFUSED: u16 = 403;
-    /// Missing exchange or queue.
-    pub const NOT_FOUND: u16 = 404;
-    /// Exclusive resource held by another connection.
-    pub const RESOURCE_LOCKED: u16 = 405;
-    /// Request incompatible with current state.
-    pub const PRECONDITION_FAILED: u16 = 406;
-    /// Malformed frame.
-    pub const FRAME_ERROR: u16 = 501;
-    /// Malformed method arguments.
-    pub const SYNTAX_ERROR: u16 = 502;
-    /// Invalid command sequence or argument.
-    pub const COMMAND_INVALID: u16 = 503;
-    /// Bad channel use.
-    pub const CHANNEL_ERROR: u16 = 504;
-    /// Frame not expected in this state.
-    pub const UNEXPECTED_FRAME: u16 = 505;
-    /// Server resource exhausted.
-    pub const RESOURCE_ERROR: u16 = 506;
-    /// Operation not allowed (vhost access, consumer tag reuse, ...).
-    pub const NOT_ALLOWED: u16 = 530;
-    /// Feature not implemented.
-    pub const NOT_IMPLEMENTED: u16 = 540;
-    /// Internal error.
-    pub const INTERNAL_ERROR: u16 = 541;
-}
-
-/// The name RabbitMQ puts in front of a reply text ("NOT_FOUND - ...").
-pub fn code_name(code: u16) -> &'static str {
-    match code {
-        200 => "REPLY_SUCCESS",
-        312 => "NO_ROUTE",
-        320 => "CONNECTION_FORCED",
-        403 => "ACCESS_REFUSED",
-        404 => "NOT_FOUND",
-        405 => "RESOURCE_LOCKED",
-        406 => "PRECONDITION_FAILED",
-        501 => "FRAME_ERROR",
-        502 => "SYNTAX_ERROR",
-        503 => "COMMAND_INVALID",
-        504 => "CHANNEL_ERROR",
-        505 => "UNEXPECTED_FRAME",
-        506 => "RESOURCE_ERROR",
-        530 => "NOT_ALLOWED",
-        540 => "NOT_IMPLEMENTED",
-        _ => "INTERNAL_ERROR",
-    }
-}
 
 /// An error to report to the client with channel.close or connection.close.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{text}")]
 pub struct AmqpError {
     /// Reply code.
-    pub code: u16,
+    pub code: ReplyCode,
     /// Full reply text, "CODE_NAME - detail", as RabbitMQ writes it.
     pub text: String,
     /// Class of the method that failed (0 if none).
@@ -84,11 +28,12 @@ pub struct AmqpError {
 }
 
 impl AmqpError {
-    /// An error with `code` and a detail text; the code name is prefixed.
-    pub fn new(code: u16, detail: impl AsRef<str>) -> Self {
+    /// An error with `code` and a detail text; the code name is prefixed. Prefer a typed error
+    /// ([`ServerError`], [`CoreError`], ...) and its `From`: the mapping stays here.
+    pub fn new(code: ReplyCode, detail: impl AsRef<str>) -> Self {
         Self {
             code,
-            text: fit_short_string(format!("{} - {}", code_name(code), detail.as_ref())),
+            text: fit_short_string(format!("{} - {}", code.name(), detail.as_ref())),
             class_id: 0,
             method_id: 0,
         }
@@ -105,81 +50,7 @@ impl AmqpError {
 
     /// Whether this error closes the whole connection rather than one channel.
     pub fn is_connection_error(&self) -> bool {
-        !matches!(self.code, 311..=313 | 403..=406)
-    }
-
-    /// 406 PRECONDITION_FAILED.
-    pub fn precondition(detail: impl AsRef<str>) -> Self {
-        Self::new(code::PRECONDITION_FAILED, detail)
-    }
-
-    /// 505 UNEXPECTED_FRAME.
-    pub fn unexpected_frame(detail: impl AsRef<str>) -> Self {
-        Self::new(code::UNEXPECTED_FRAME, detail)
-    }
-
-    /// 505 UNEXPECTED_FRAME for a frame refused as a whole, quoting its octets as RabbitMQ's
-    /// reader does: "type 2, all octets = <<...>>".
-    pub fn unexpected_frame_octets(frame_type: u8, payload: &[u8]) -> Self {
-        Self::unexpected_frame(erlang::frame_octets(
-            frame_type,
-            payload.len(),
-            &erlang::snippet(payload),
-        ))
-    }
-
-    /// 504 CHANNEL_ERROR.
-    pub fn channel_error(detail: impl AsRef<str>) -> Self {
-        Self::new(code::CHANNEL_ERROR, detail)
-    }
-
-    /// 540 NOT_IMPLEMENTED.
-    pub fn not_implemented(detail: impl AsRef<str>) -> Self {
-        Self::new(code::NOT_IMPLEMENTED, detail)
-    }
-
-    /// 530 NOT_ALLOWED.
-    pub fn not_allowed(detail: impl AsRef<str>) -> Self {
-        Self::new(code::NOT_ALLOWED, detail)
-    }
-
-    /// 403 ACCESS_REFUSED.
-    pub fn access_refused(detail: impl AsRef<str>) -> Self {
-        Self::new(code::ACCESS_REFUSED, detail)
-    }
-
-    /// 404 NOT_FOUND.
-    pub fn not_found(detail: impl AsRef<str>) -> Self {
-        Self::new(code::NOT_FOUND, detail)
-    }
-
-    /// 541 INTERNAL_ERROR.
-    pub fn internal(detail: impl AsRef<str>) -> Self {
-        Self::new(code::INTERNAL_ERROR, detail)
-    }
-}
-
-/// Reply code of a domain error kind.
-fn kind_code(kind: ErrorKind) -> u16 {
-    match kind {
-        ErrorKind::NotFound => code::NOT_FOUND,
-        ErrorKind::AccessRefused => code::ACCESS_REFUSED,
-        ErrorKind::ResourceLocked => code::RESOURCE_LOCKED,
-        ErrorKind::PreconditionFailed => code::PRECONDITION_FAILED,
-        ErrorKind::NotAllowed => code::NOT_ALLOWED,
-        ErrorKind::CommandInvalid => code::COMMAND_INVALID,
-        ErrorKind::NotImplemented => code::NOT_IMPLEMENTED,
-        ErrorKind::InternalError => code::INTERNAL_ERROR,
-    }
-}
-
-/// Prefixes the code name unless the text already carries it.
-fn with_code_name(code: u16, text: String) -> String {
-    let name = code_name(code);
-    if text.starts_with(name) {
-        fit_short_string(text)
-    } else {
-        fit_short_string(format!("{name} - {text}"))
+        !self.code.is_channel_error()
     }
 }
 
@@ -200,32 +71,218 @@ fn fit_short_string(mut text: String) -> String {
 
 impl From<CoreError> for AmqpError {
     fn from(err: CoreError) -> Self {
-        let code = kind_code(err.kind());
-        Self {
-            code,
-            text: with_code_name(code, err.to_string()),
-            class_id: 0,
-            method_id: 0,
-        }
+        Self::new(err.reply_code(), err.to_string())
     }
 }
 
 impl From<AccessRefused> for AmqpError {
     fn from(err: AccessRefused) -> Self {
-        Self::access_refused(err.to_string())
+        Self::new(ReplyCode::AccessRefused, err.to_string())
     }
 }
 
 impl From<FrameError> for AmqpError {
     fn from(err: FrameError) -> Self {
-        let code = err.reply_code();
         let (class_id, method_id) = err.class_method();
-        Self {
-            code,
-            text: with_code_name(code, err.to_string()),
-            class_id,
-            method_id,
+        Self::new(err.reply(), err.to_string()).on(class_id, method_id)
+    }
+}
+
+/// The server's own refusals: what the connection's state machine rejects (frames out of place,
+/// channel and transaction misuse, publish checks, login). `Display` is RabbitMQ's reply text
+/// after the "NAME - " prefix; [`ServerError::reply_code`] is its code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ServerError {
+    /// A content frame where a method frame was expected.
+    #[error("expected method frame, got non method frame instead")]
+    ExpectedMethodFrame,
+    /// Something other than a method on channel 0 during the handshake.
+    #[error("expected method frame on channel 0")]
+    ExpectedMethodOnChannelZero,
+    /// A frame refused as a whole; the text quotes its octets as RabbitMQ's reader does
+    /// ("type 2, all octets = <<...>>").
+    #[error("{octets}")]
+    FrameRefused {
+        /// `erlang::frame_octets` of the frame.
+        octets: String,
+    },
+    /// Another frame while a publish waits for its content header.
+    #[error("expected content header for class 60, got non content header frame instead")]
+    ContentHeaderExpected,
+    /// Another frame while a publish waits for body frames.
+    #[error("expected content body, got non content body frame instead")]
+    ContentBodyExpected,
+    /// A content header of a class other than basic.
+    #[error("expected content header for class 60, got one for class {class_id} instead")]
+    WrongContentClass {
+        /// The class announced.
+        class_id: u16,
+    },
+    /// Wrong credentials.
+    #[error(
+        "Login was refused using authentication mechanism {mechanism}. For details see the broker logfile."
+    )]
+    LoginRefused {
+        /// The SASL mechanism used.
+        mechanism: String,
+    },
+    /// connection.open for a vhost that does not exist.
+    #[error("vhost {vhost} not found")]
+    VHostNotFound {
+        /// The vhost asked for.
+        vhost: String,
+    },
+    /// connection.open for a vhost the user has no permissions on.
+    #[error("access to vhost '{vhost}' refused for user '{user}'")]
+    VHostAccessRefused {
+        /// The vhost asked for.
+        vhost: String,
+        /// The user.
+        user: String,
+    },
+    /// confirm.select on a transactional channel.
+    #[error("cannot switch from tx to confirm mode")]
+    TxToConfirm,
+    /// tx.select on a channel in confirm mode.
+    #[error("cannot switch from confirm to tx mode")]
+    ConfirmToTx,
+    /// tx.commit/rollback without tx.select.
+    #[error("channel is not transactional")]
+    NotTransactional,
+    /// The store refused a transaction's persistent messages.
+    #[error("the transaction could not be stored")]
+    TxNotStored,
+    /// A method the broker does not take in this place.
+    #[error("unimplemented method")]
+    UnimplementedMethod,
+    /// The queue went away while the channel asked it something.
+    #[error("no queue '{queue}'")]
+    QueueGone {
+        /// Queue name.
+        queue: String,
+    },
+    /// queue.delete if-unused on a queue with consumers.
+    #[error("queue '{queue}' in vhost '{vhost}' in use")]
+    QueueInUse {
+        /// Queue name.
+        queue: String,
+        /// Vhost name.
+        vhost: String,
+    },
+    /// queue.delete if-empty on a queue with messages.
+    #[error("queue '{queue}' in vhost '{vhost}' not empty")]
+    QueueNotEmpty {
+        /// Queue name.
+        queue: String,
+        /// Vhost name.
+        vhost: String,
+    },
+    /// basic.publish with immediate=true.
+    #[error("immediate=true")]
+    Immediate,
+    /// basic.recover(-async) with requeue=false.
+    #[error("requeue=false")]
+    RecoverWithoutRequeue,
+    /// channel.flow active=false.
+    #[error("active=false")]
+    FlowInactive,
+    /// basic.consume with a tag in use on the channel.
+    #[error("attempt to reuse consumer tag '{tag}'")]
+    ConsumerTagReused {
+        /// The tag.
+        tag: String,
+    },
+    /// An ack/nack/reject for a tag the channel did not deliver (or already settled).
+    #[error("unknown delivery tag {tag}")]
+    UnknownDeliveryTag {
+        /// The tag.
+        tag: u64,
+    },
+    /// A connection-class method other than close/close-ok after the handshake.
+    #[error("unexpected method in connection state running")]
+    UnexpectedConnectionMethod,
+    /// channel.open on an open channel.
+    #[error("second 'channel.open' seen")]
+    SecondChannelOpen,
+    /// channel.open beyond the negotiated channel_max.
+    #[error("number of channels opened ({open}) has reached the negotiated channel_max ({max})")]
+    ChannelMaxReached {
+        /// Channels open.
+        open: usize,
+        /// The negotiated channel_max.
+        max: u16,
+    },
+    /// A method on a channel that is not open.
+    #[error("expected 'channel.open'")]
+    ChannelNotOpen,
+    /// The broker shuts down.
+    #[error("broker forced connection closure with reason 'shutdown'")]
+    Shutdown,
+    /// A `user_id` property naming another user (`rabbit_channel:check_user_id_header/2`).
+    #[error("user_id property set to '{claimed}' but authenticated user was '{user}'")]
+    UserIdMismatch {
+        /// The user_id sent.
+        claimed: String,
+        /// The authenticated user.
+        user: String,
+    },
+    /// An `expiration` property that is not a valid TTL (`check_expiration_header/1`).
+    #[error("invalid expiration '{value}': {reason}")]
+    InvalidExpiration {
+        /// The property as sent.
+        value: String,
+        /// The Erlang error term.
+        reason: String,
+    },
+}
+
+impl ServerError {
+    /// A frame refused as a whole, quoting its octets.
+    pub fn frame_refused(frame_type: u8, payload: &[u8]) -> Self {
+        ServerError::FrameRefused {
+            octets: erlang::frame_octets(frame_type, payload.len(), &erlang::snippet(payload)),
         }
+    }
+
+    /// The reply code this refusal is sent with.
+    pub fn reply_code(&self) -> ReplyCode {
+        match self {
+            ServerError::ExpectedMethodFrame
+            | ServerError::ExpectedMethodOnChannelZero
+            | ServerError::FrameRefused { .. }
+            | ServerError::ContentHeaderExpected
+            | ServerError::ContentBodyExpected
+            | ServerError::WrongContentClass { .. } => ReplyCode::UnexpectedFrame,
+            ServerError::LoginRefused { .. } => ReplyCode::AccessRefused,
+            ServerError::VHostNotFound { .. }
+            | ServerError::VHostAccessRefused { .. }
+            | ServerError::ConsumerTagReused { .. }
+            | ServerError::ChannelMaxReached { .. } => ReplyCode::NotAllowed,
+            ServerError::TxToConfirm
+            | ServerError::ConfirmToTx
+            | ServerError::NotTransactional
+            | ServerError::QueueInUse { .. }
+            | ServerError::QueueNotEmpty { .. }
+            | ServerError::UnknownDeliveryTag { .. }
+            | ServerError::UserIdMismatch { .. }
+            | ServerError::InvalidExpiration { .. } => ReplyCode::PreconditionFailed,
+            ServerError::TxNotStored => ReplyCode::InternalError,
+            ServerError::UnimplementedMethod => ReplyCode::CommandInvalid,
+            ServerError::QueueGone { .. } => ReplyCode::NotFound,
+            ServerError::Immediate
+            | ServerError::RecoverWithoutRequeue
+            | ServerError::FlowInactive => ReplyCode::NotImplemented,
+            ServerError::UnexpectedConnectionMethod
+            | ServerError::SecondChannelOpen
+            | ServerError::ChannelNotOpen => ReplyCode::ChannelError,
+            ServerError::Shutdown => ReplyCode::ConnectionForced,
+        }
+    }
+}
+
+impl From<ServerError> for AmqpError {
+    fn from(err: ServerError) -> Self {
+        Self::new(err.reply_code(), err.to_string())
     }
 }
 
@@ -235,10 +292,11 @@ mod tests {
 
     #[test]
     fn long_texts_are_cut_like_rabbitmq() {
-        let e = AmqpError::precondition("x".repeat(300));
+        let e = AmqpError::new(ReplyCode::PreconditionFailed, "x".repeat(300));
         assert_eq!(e.text.len(), 255);
         assert!(e.text.ends_with("..."));
-        let short = AmqpError::precondition("short");
-        assert_eq!(short.text, "PRECONDITION_FAILED - short");
+        let short = AmqpError::from(ServerError::UnknownDeliveryTag { tag: 7 });
+        assert_eq!(short.text, "PRECONDITION_FAILED - unknown delivery tag 7");
+        assert_eq!(short.code.code(), 406);
     }
 }

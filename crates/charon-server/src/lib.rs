@@ -6,9 +6,10 @@
 //!   connection registry and counters, topology and message operations, definitions.
 //! - [`config`]: the configuration file's shape and defaults.
 //! - [`error`]: the one place where protocol and domain errors become AMQP replies.
-//! - [`flow`]: delivery credit between queue actors and connections (no lock across `.await`).
-//! - [`outbound`]: events queue actors send to connections.
-//! - [`queue`]: queue actors, their handles and commands, dead-letter dispatch.
+//! - [`handles`]: how tasks reach each other: queue and connection handles, queue commands,
+//!   connection events, delivery credit (no lock across `.await`).
+//! - [`queue`]: queue actors, placing messages in them, dead-letter dispatch.
+//! - [`vhost`]: one virtual host's topology, policies and saved durable topology.
 //! - [`queues_info`]: listing queues with counts (management API, CLI).
 //! - [`queue_remove`]: removing ready messages by id (management: replaying dead letters).
 //! - [`persist`]: what goes to `charon-store` and how it comes back at start.
@@ -22,16 +23,17 @@ pub mod access;
 pub mod admin;
 pub mod broker;
 pub mod config;
-pub mod connection;
+pub(crate) mod connection;
 pub mod error;
-pub mod flow;
-pub mod outbound;
-pub mod persist;
+pub mod handles;
+mod locks;
+pub(crate) mod persist;
 pub mod policies;
-pub mod queue;
+pub(crate) mod queue;
 pub mod queue_remove;
 pub mod queues_info;
 pub mod server;
+pub mod vhost;
 
 pub use config::Config;
 pub use error::AmqpError;

@@ -4,8 +4,10 @@
 
 use charon_core::{ApplyTo, DefValue, Policy, PolicyDefinition, PolicyError};
 
-use crate::broker::{Broker, VHostState};
-use crate::queue::QueueCmd;
+use crate::broker::Broker;
+use crate::handles::QueueCmd;
+use crate::locks::RwLockExt;
+use crate::vhost::VHostState;
 
 /// A policy as submitted (`PUT /api/policies/{vhost}/{name}`).
 #[derive(Debug, Clone)]
@@ -106,11 +108,11 @@ fn definition_from_json(text: &str) -> Vec<(String, DefValue)> {
 
 /// Saves a vhost's policies to the store (no-op without one).
 fn save(vhost: &VHostState) {
-    let Some(p) = vhost.persist.get() else {
+    let Some(p) = vhost.persistence() else {
         return;
     };
     let rows: Vec<_> = {
-        let ps = vhost.policies.read().unwrap_or_else(|p| p.into_inner());
+        let ps = vhost.policies.read_recover();
         ps.iter()
             .map(|p| {
                 (
@@ -130,7 +132,7 @@ fn save(vhost: &VHostState) {
 
 /// Sends every queue of `vhost` its current effective settings.
 fn reapply(vhost: &VHostState) {
-    let topo = vhost.topology.read().unwrap_or_else(|p| p.into_inner());
+    let topo = vhost.topology.read_recover();
     for entry in topo.queues() {
         let args = vhost.effective_args(&entry.meta);
         let handle = entry.handle.clone();
@@ -160,7 +162,7 @@ impl Broker {
             definition,
         )?;
         let created = {
-            let mut ps = v.policies.write().unwrap_or_else(|p| p.into_inner());
+            let mut ps = v.policies.write_recover();
             ps.set(policy)
         };
         save(&v);
@@ -178,7 +180,7 @@ impl Broker {
             return false;
         };
         let removed = {
-            let mut ps = v.policies.write().unwrap_or_else(|p| p.into_inner());
+            let mut ps = v.policies.write_recover();
             ps.clear(name)
         };
         if removed {
@@ -197,11 +199,7 @@ impl Broker {
             });
             match policy {
                 Ok(p) => {
-                    vhost
-                        .policies
-                        .write()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .set(p);
+                    vhost.policies.write_recover().set(p);
                 }
                 Err(e) => tracing::warn!(policy = %name, error = %e, "could not restore a policy"),
             }
@@ -215,7 +213,7 @@ impl Broker {
             if vhost.is_some_and(|n| n != &*v.name) {
                 continue;
             }
-            let ps = v.policies.read().unwrap_or_else(|p| p.into_inner());
+            let ps = v.policies.read_recover();
             for p in ps.iter() {
                 out.push(PolicyView {
                     vhost: v.name.to_string(),

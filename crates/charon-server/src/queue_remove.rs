@@ -9,7 +9,7 @@ use tokio::sync::oneshot;
 use crate::access::{Permission, ResourceKind};
 use crate::admin::users::AdminError;
 use crate::broker::Broker;
-use crate::queue::QueueCmd;
+use crate::handles::QueueCmd;
 
 impl Broker {
     /// Removes the ready messages `ids` from `queue` in `vhost` as `user`; returns the ids

@@ -5,8 +5,9 @@ use charon_core::policy::Policy;
 use tokio::sync::oneshot;
 
 use crate::broker::Broker;
+use crate::handles::{QueueCmd, QueueHandle, QueueStats};
+use crate::locks::RwLockExt;
 use crate::queue::admin::{AdminQuery, QueueDetails};
-use crate::queue::{QueueCmd, QueueHandle, QueueStats};
 
 /// A queue as listed.
 #[derive(Debug, Clone)]
@@ -48,10 +49,10 @@ impl Broker {
                 continue;
             }
             let entries: Vec<_> = {
-                let topo = v.topology.read().unwrap_or_else(|p| p.into_inner());
+                let topo = v.topology.read_recover();
                 topo.queues().cloned().collect()
             };
-            let policies = v.policies.read().unwrap_or_else(|p| p.into_inner()).clone();
+            let policies = v.policies.read_recover().clone();
             for e in entries {
                 let policy: Option<&Policy> = policies.for_queue(&e.meta.name);
                 let effective = v.effective_args(&e.meta);

@@ -3,10 +3,9 @@
 //! happened somewhere in that cycle (retry loops depend on this). Dead-lettering for reason
 //! `rejected` never counts as a cycle.
 
-use charon_protocol::{AMQPValue, ShortString};
+use charon_protocol::{AMQPValue, BasicProperties, ShortString};
 
 use super::Reason;
-use crate::message::Message;
 
 fn field<'a>(t: &'a AMQPValue, k: &str) -> Option<&'a [u8]> {
     let AMQPValue::FieldTable(t) = t else {
@@ -19,15 +18,13 @@ fn field<'a>(t: &'a AMQPValue, k: &str) -> Option<&'a [u8]> {
     }
 }
 
-/// Whether routing `message` (already dead-lettered for `reason`, its `x-death` updated) to
-/// `target_queue` closes a cycle with no rejection in it, so that the target must be skipped.
-pub fn is_cycle(reason: Reason, message: &Message, target_queue: &str) -> bool {
+/// Whether routing a dead-lettered copy with properties `props` (dead-lettered for `reason`,
+/// its `x-death` updated) to `target_queue` closes a cycle with no rejection in it, so that the
+/// target must be skipped.
+pub fn is_cycle(reason: Reason, props: &BasicProperties, target_queue: &str) -> bool {
     if reason == Reason::Rejected {
         return false;
     }
-    let Ok(props) = message.properties.decode() else {
-        return false;
-    };
     let Some(h) = props.headers().as_ref() else {
         return false;
     };

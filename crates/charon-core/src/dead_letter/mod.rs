@@ -1,5 +1,5 @@
 //! Dead-lettering, in the words of the spec (RabbitMQ 4.0 "Dead Letter Exchanges",
-//! `shared/seeds/004_*`): what a message becomes when it is dead-lettered, how it is routed, and
+//! https://www.rabbitmq.com/docs/dlx): what a message becomes when it is dead-lettered, how it is routed, and
 //! which targets are dropped as cycles. The triggers (rejected, expired, maxlen, delivery_limit)
 //! are decided by [`crate::queue::QueueState`]; carrying the result to the target queues is the
 //! server's business. docs/dead-lettering.md maps every rule to its tests.
@@ -15,90 +15,60 @@ mod tests;
 
 use std::sync::Arc;
 
-use charon_protocol::{AMQPValue, BasicProperties, FieldTable, RawProperties, ShortString};
+use charon_protocol::{BasicProperties, RawProperties};
 
 use crate::message::Message;
-pub use crate::queue::DeadReason as Reason;
+use crate::routing::header_strings;
 pub use cycles::is_cycle;
+
+/// Why a message left its queue other than by acknowledgement (the `reason` of `x-death`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// basic.reject / basic.nack with requeue=false.
+    Rejected,
+    /// Its TTL passed.
+    Expired,
+    /// The queue exceeded max-length / max-length-bytes.
+    Maxlen,
+    /// It was returned more often than the delivery limit.
+    DeliveryLimit,
+}
+
+impl Reason {
+    /// The `x-death` reason text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Rejected => "rejected",
+            Reason::Expired => "expired",
+            Reason::Maxlen => "maxlen",
+            Reason::DeliveryLimit => "delivery_limit",
+        }
+    }
+}
 
 /// Where a queue dead-letters to: its dead-letter exchange and optional routing key.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeadLetterTarget {
+pub struct DlxSettings {
     /// `dead-letter-exchange`.
     pub exchange: Arc<str>,
     /// `dead-letter-routing-key`; `None` keeps the original routing keys.
     pub routing_key: Option<Arc<str>>,
 }
 
-/// A dead-lettered message and the routing keys to route it with.
+/// The dead-lettered copy of a message and the routing keys to route it with.
 #[derive(Debug, Clone, PartialEq)]
-pub struct DeadLettered {
+pub struct DeadLetterCopy {
     /// The new message: exchange = the DLX, routing key = the dead-letter routing key or the
     /// original one, headers updated.
     pub message: Message,
+    /// Its properties, decoded (headers-exchange routing and cycle detection read them: a dead
+    /// letter's properties are decoded once).
+    pub properties: BasicProperties,
     /// Routing keys: the dead-letter routing key alone, or the original routing key + CC + BCC.
     pub routing_keys: Vec<Arc<str>>,
 }
 
-/// The string values of header `key` (CC / BCC arrays).
-pub(crate) fn header_strings(headers: Option<&FieldTable>, key: &str) -> Vec<Arc<str>> {
-    let Some(AMQPValue::FieldArray(a)) =
-        headers.and_then(|h| h.inner().get(&ShortString::from(key)))
-    else {
-        return Vec::new();
-    };
-    a.as_slice()
-        .iter()
-        .filter_map(|v| match v {
-            AMQPValue::LongString(s) => {
-                Some(Arc::from(String::from_utf8_lossy(s.as_bytes()).as_ref()))
-            }
-            AMQPValue::ShortString(s) => Some(Arc::from(s.as_str())),
-            _ => None,
-        })
-        .collect()
-}
-
-/// `props` without the header `key`; `None` when it had no such header.
-pub(crate) fn without_header(props: &BasicProperties, key: &str) -> Option<BasicProperties> {
-    let h = props.headers().as_ref()?;
-    let k = ShortString::from(key);
-    if !h.inner().contains_key(&k) {
-        return None;
-    }
-    let mut map = h.inner().clone();
-    map.remove(&k);
-    Some(props.clone().with_headers(FieldTable::from(map)))
-}
-
-/// The publish-time BCC rule: a message routed with `BCC` goes on without that header (BCC never
-/// reaches any consumer). `None` when there is nothing to remove.
-pub fn strip_bcc(props: &BasicProperties) -> Option<RawProperties> {
-    without_header(props, "BCC").map(|p| RawProperties::encode(&p))
-}
-
-/// The extra routing keys a publish carries in its headers: the `CC` values and the `BCC` values
-/// (`rabbit_basic:header_routes`).
-pub fn header_routes(props: &BasicProperties) -> (Vec<Arc<str>>, Vec<Arc<str>>) {
-    let headers = props.headers().as_ref();
-    (
-        header_strings(headers, "CC"),
-        header_strings(headers, "BCC"),
-    )
-}
-
-/// The routing keys of a publish: its routing key, then the `CC`, then the `BCC` values.
-pub fn publish_routing_keys(routing_key: &str, props: Option<&BasicProperties>) -> Vec<Arc<str>> {
-    let mut keys = vec![Arc::from(routing_key)];
-    if let Some(p) = props {
-        let (cc, bcc) = header_routes(p);
-        keys.extend(cc);
-        keys.extend(bcc);
-    }
-    keys
-}
-
-/// Dead-letters `original` out of `queue` for `reason` at `now_ms` (wall clock) towards
+/// The dead-lettered copy of `original`, dead-lettered out of `queue` for `reason` at `now_ms` (wall clock) towards
 /// `target`.
 ///
 /// - With a dead-letter routing key the message is routed by it alone and its `CC` header is
@@ -110,13 +80,13 @@ pub fn publish_routing_keys(routing_key: &str, props: Option<&BasicProperties>) 
 /// - An `expiration` moves to `original-expiration` in the x-death entry and is removed.
 /// - The new message's exchange is the DLX and its routing key the dead-letter routing key, or
 ///   the original routing key.
-pub fn dead_letter(
+pub fn make_copy(
     original: &Message,
     queue: &str,
     reason: Reason,
-    target: &DeadLetterTarget,
+    target: &DlxSettings,
     now_ms: u64,
-) -> DeadLettered {
+) -> DeadLetterCopy {
     let props = original.properties.decode().unwrap_or_default();
     let old_headers = props.headers().as_ref();
     let cc = header_strings(old_headers, "CC");
@@ -146,13 +116,14 @@ pub fn dead_letter(
         .routing_key
         .clone()
         .unwrap_or_else(|| original.routing_key.clone());
-    DeadLettered {
+    DeadLetterCopy {
         message: Message::new(
             target.exchange.clone(),
             routing_key,
             RawProperties::encode(&new_props),
             original.body.clone(),
         ),
+        properties: new_props,
         routing_keys,
     }
 }

@@ -202,14 +202,14 @@ mod tests {
     fn invalid_x_match_is_precondition_failed() {
         let e = validate_x_match(&t(&[("x-match", s("foo"))])).err();
         assert_eq!(
-            e.map(|e| e.to_string()).as_deref(),
+            e.map(|e| e.reply_text()).as_deref(),
             Some(
                 "PRECONDITION_FAILED - Invalid x-match field value <<\"foo\">>; expected all, any, all-with-x, or any-with-x"
             )
         );
         let e = validate_x_match(&t(&[("x-match", AMQPValue::LongInt(1))])).err();
         assert_eq!(
-            e.map(|e| e.to_string()).as_deref(),
+            e.map(|e| e.reply_text()).as_deref(),
             Some(
                 "PRECONDITION_FAILED - Invalid x-match field type signedint (value 1); expected longstr"
             )

@@ -248,12 +248,12 @@ mod tests {
     fn unknown_exchange_type_is_command_invalid() {
         let e = "foo".parse::<ExchangeKind>().err();
         assert_eq!(
-            e.map(|e| e.to_string()).as_deref(),
+            e.map(|e| e.reply_text()).as_deref(),
             Some("COMMAND_INVALID - invalid exchange type 'foo'")
         );
         let e = "zqxwv123".parse::<ExchangeKind>().err();
         assert_eq!(
-            e.map(|e| e.to_string()).as_deref(),
+            e.map(|e| e.reply_text()).as_deref(),
             Some("COMMAND_INVALID - unknown exchange type 'zqxwv123'")
         );
     }

@@ -13,6 +13,7 @@ mod rule_tests;
 
 use std::sync::Arc;
 
+use crate::dead_letter::Reason;
 use crate::message::Message;
 
 pub use state::{Browsed, QueueState};
@@ -48,31 +49,6 @@ pub struct Delivery {
     pub returns: u32,
 }
 
-/// Why a message left its queue other than by acknowledgement (the `reason` of `x-death`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeadReason {
-    /// basic.reject / basic.nack with requeue=false.
-    Rejected,
-    /// Its TTL passed.
-    Expired,
-    /// The queue exceeded max-length / max-length-bytes.
-    Maxlen,
-    /// It was returned more often than the delivery limit.
-    DeliveryLimit,
-}
-
-impl DeadReason {
-    /// The `x-death` reason text.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DeadReason::Rejected => "rejected",
-            DeadReason::Expired => "expired",
-            DeadReason::Maxlen => "maxlen",
-            DeadReason::DeliveryLimit => "delivery_limit",
-        }
-    }
-}
-
 /// A message that left its queue for `reason`, to be dead-lettered (or dropped when the queue
 /// has no dead-letter exchange).
 #[derive(Debug, Clone, PartialEq)]
@@ -80,7 +56,7 @@ pub struct DeadLetter {
     /// The message as it sat in the queue.
     pub message: Arc<Message>,
     /// Why it left.
-    pub reason: DeadReason,
+    pub reason: Reason,
     /// Its id in the queue (`None` for a publish refused by `reject-publish-dlx`, which never
     /// entered the queue).
     pub id: Option<MsgId>,

@@ -135,7 +135,7 @@ fn exclusive_consumer_rules() {
         )
         .err();
     assert_eq!(
-        e.map(|e| e.to_string()).as_deref(),
+        e.map(|e| e.reply_text()).as_deref(),
         Some("ACCESS_REFUSED - queue 'q' in vhost '/' in exclusive use")
     );
     s.remove_consumer(1);

@@ -29,12 +29,12 @@ fn spec() -> ConsumerSpec {
     }
 }
 
-fn reasons(s: &mut QueueState) -> Vec<(String, DeadReason)> {
+fn reasons(s: &mut QueueState) -> Vec<(String, Reason)> {
     s.take_dead_letters()
         .into_iter()
         .map(|d| {
             (
-                String::from_utf8_lossy(&d.message.body).into_owned(),
+                String::from_utf8_lossy(d.message.body.wire_bytes()).into_owned(),
                 d.reason,
             )
         })
@@ -53,7 +53,7 @@ fn rejected_message_is_dead_lettered_with_reason_rejected() {
     s.publish(msg("a", None), 0);
     let g = s.get(false, 0).map(|g| g.id);
     assert_eq!(s.reject(&[g.unwrap_or(99)]), 1);
-    assert_eq!(reasons(&mut s), vec![("a".into(), DeadReason::Rejected)]);
+    assert_eq!(reasons(&mut s), vec![("a".into(), Reason::Rejected)]);
 }
 
 #[test]
@@ -64,7 +64,7 @@ fn per_message_ttl_expires_the_message() {
     s.expire(1099);
     assert!(reasons(&mut s).is_empty());
     s.expire(1100);
-    assert_eq!(reasons(&mut s), vec![("a".into(), DeadReason::Expired)]);
+    assert_eq!(reasons(&mut s), vec![("a".into(), Reason::Expired)]);
 }
 
 #[test]
@@ -90,10 +90,7 @@ fn message_expires_even_when_not_at_the_head() {
     s.publish(msg("head", Some("10000")), 0);
     s.publish(msg("second", Some("10")), 0);
     s.expire(10);
-    assert_eq!(
-        reasons(&mut s),
-        vec![("second".into(), DeadReason::Expired)]
-    );
+    assert_eq!(reasons(&mut s), vec![("second".into(), Reason::Expired)]);
     assert_eq!(s.message_count(), 1);
 }
 
@@ -112,7 +109,7 @@ fn ttl_zero_expires_when_no_consumer_can_take_it() {
     let mut s = queue(QueueArgs::default());
     s.publish(msg("a", Some("0")), 7);
     s.expire(7);
-    assert_eq!(reasons(&mut s), vec![("a".into(), DeadReason::Expired)]);
+    assert_eq!(reasons(&mut s), vec![("a".into(), Reason::Expired)]);
 }
 
 #[test]
@@ -147,7 +144,7 @@ fn max_length_drop_head_dead_letters_the_head_with_reason_maxlen() {
     for b in ["a", "b", "c"] {
         assert!(s.publish(msg(b, None), 0).id().is_some());
     }
-    assert_eq!(reasons(&mut s), vec![("a".into(), DeadReason::Maxlen)]);
+    assert_eq!(reasons(&mut s), vec![("a".into(), Reason::Maxlen)]);
     assert_eq!(s.message_count(), 2);
 }
 
@@ -162,10 +159,7 @@ fn max_length_bytes_drop_head_dead_letters_heads_until_it_fits() {
     s.publish(msg("cccc", None), 0);
     assert_eq!(
         reasons(&mut s),
-        vec![
-            ("aa".into(), DeadReason::Maxlen),
-            ("bb".into(), DeadReason::Maxlen)
-        ]
+        vec![("aa".into(), Reason::Maxlen), ("bb".into(), Reason::Maxlen)]
     );
 }
 
@@ -201,7 +195,7 @@ fn reject_publish_dlx_refuses_and_dead_letters_the_new_message() {
             dead_lettered: true
         }
     );
-    assert_eq!(reasons(&mut s), vec![("b".into(), DeadReason::Maxlen)]);
+    assert_eq!(reasons(&mut s), vec![("b".into(), Reason::Maxlen)]);
 }
 
 #[test]
@@ -221,10 +215,7 @@ fn delivery_limit_dead_letters_after_more_returns_than_the_limit() {
         Some((id, 1, true))
     );
     s.requeue(&[id]);
-    assert_eq!(
-        reasons(&mut s),
-        vec![("a".into(), DeadReason::DeliveryLimit)]
-    );
+    assert_eq!(reasons(&mut s), vec![("a".into(), Reason::DeliveryLimit)]);
     assert_eq!(s.message_count(), 0);
 }
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use super::consumers::Consumers;
 use super::{
-    ConsumerId, ConsumerSpec, DeadLetter, DeadReason, Delivery, GetResult, MsgId, PublishOutcome,
+    ConsumerId, ConsumerSpec, DeadLetter, Delivery, GetResult, MsgId, PublishOutcome, Reason,
 };
 use crate::arguments::{Overflow, QueueArgs, QueueType};
 use crate::error::CoreError;
@@ -188,7 +188,7 @@ impl QueueState {
             if dead_lettered {
                 self.dead.push(DeadLetter {
                     message,
-                    reason: DeadReason::Maxlen,
+                    reason: Reason::Maxlen,
                     id: None,
                 });
             }
@@ -269,7 +269,7 @@ impl QueueState {
                     self.mark_gone(id);
                     self.dead.push(DeadLetter {
                         message: r.message,
-                        reason: DeadReason::Maxlen,
+                        reason: Reason::Maxlen,
                         id: Some(id),
                     });
                 }
@@ -289,7 +289,7 @@ impl QueueState {
                 self.mark_gone(id);
                 self.dead.push(DeadLetter {
                     message: r.message,
-                    reason: DeadReason::Expired,
+                    reason: Reason::Expired,
                     id: Some(id),
                 });
             } else {
@@ -452,7 +452,7 @@ impl QueueState {
                     self.mark_gone(*id);
                     self.dead.push(DeadLetter {
                         message: u.message,
-                        reason: DeadReason::DeliveryLimit,
+                        reason: Reason::DeliveryLimit,
                         id: Some(*id),
                     });
                     continue;
@@ -480,7 +480,7 @@ impl QueueState {
                 self.mark_gone(*id);
                 self.dead.push(DeadLetter {
                     message: u.message,
-                    reason: DeadReason::Rejected,
+                    reason: Reason::Rejected,
                     id: Some(*id),
                 });
                 n += 1;

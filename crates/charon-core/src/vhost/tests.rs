@@ -38,7 +38,7 @@ fn s(v: &str) -> AMQPValue {
 
 fn text<T: std::fmt::Debug>(r: Result<T, CoreError>) -> String {
     match r {
-        Err(e) => e.to_string(),
+        Err(e) => e.reply_text(),
         Ok(v) => panic!("expected error, got {v:?}"),
     }
 }

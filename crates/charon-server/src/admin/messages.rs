@@ -6,15 +6,16 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use charon_core::{Message, dead_letter};
+use charon_core::{Message, routing};
 use charon_protocol::{BasicProperties, RawProperties};
 
 use super::topology::ask;
 use super::users::AdminError;
 use crate::access::{Permission, ResourceKind};
 use crate::broker::Broker;
+use crate::handles::{QueueCmd, QueueHandle};
 use crate::queue::admin::{AdminQuery, Peeked, QueueDetails};
-use crate::queue::{QueueCmd, QueueHandle, allocate, now_ms, placed};
+use crate::queue::place;
 
 /// What a `POST .../get` does with the messages it fetched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,7 +88,7 @@ impl Broker {
             exchange,
             Permission::Write,
         )?;
-        let (cc, bcc) = dead_letter::header_routes(&properties);
+        let (cc, bcc) = routing::header_routes(&properties);
         let mut keys: Vec<&str> = vec![routing_key];
         keys.extend(cc.iter().chain(&bcc).map(|k| k.as_ref()));
         let mut targets: Vec<QueueHandle> = Vec::new();
@@ -98,26 +99,14 @@ impl Broker {
             }
             topo.route(exchange, &keys, properties.headers().as_ref(), &mut targets)?;
         }
-        let raw = dead_letter::strip_bcc(&properties)
-            .unwrap_or_else(|| RawProperties::encode(&properties));
+        let raw =
+            routing::strip_bcc(&properties).unwrap_or_else(|| RawProperties::encode(&properties));
         let message = Arc::new(
             Message::new(Arc::from(exchange), Arc::from(routing_key), raw, body).with_bcc(bcc),
         );
         let routed = !targets.is_empty();
-        let persistent = message.properties.delivery_mode() == Some(2);
-        let (places, members) = allocate(targets, persistent);
-        let mut commit = None;
-        let stored = match v.persist.get() {
-            Some(p) if !members.is_empty() => match p.publish(&message, members, now_ms()) {
-                Ok((id, c)) => {
-                    commit = Some(c);
-                    Some(id)
-                }
-                Err(e) => return Err(AdminError::BadRequest(format!("could not store: {e}"))),
-            },
-            _ => None,
-        };
-        for (q, placed) in placed(places, &message, stored) {
+        let (placed, durable) = place(&v, targets, &message);
+        for (q, placed) in placed {
             let _ = q
                 .send(QueueCmd::Publish {
                     placed,
@@ -125,8 +114,12 @@ impl Broker {
                 })
                 .await;
         }
-        if let Some(c) = commit {
-            let _ = c.await;
+        if let Some(d) = durable
+            && !d.wait().await
+        {
+            return Err(AdminError::BadRequest(
+                "the message could not be stored".into(),
+            ));
         }
         Ok(routed)
     }

@@ -27,7 +27,13 @@ pub mod users;
 
 use std::time::Instant;
 
+pub use crate::queue::admin::{Peeked, QueueCounters, QueueDetails, REASONS};
 pub use connections::{ChannelStats, ConnEntry, ConnRegistry, Counters};
+
+/// Wall-clock milliseconds, the clock queue TTLs and rates use.
+pub fn now_ms() -> u64 {
+    crate::queue::now_ms()
+}
 
 /// What the broker keeps for management: open connections, counters of closed channels,
 /// rate samples, start time.

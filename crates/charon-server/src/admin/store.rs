@@ -16,7 +16,7 @@ use crate::access::{User, VHostAccess};
 use crate::admin::password::{HashAlg, PasswordHash};
 use crate::broker::Broker;
 use crate::config::PermissionConfig;
-use crate::persist::{self, Persistence};
+use crate::persist;
 
 #[derive(Debug, Serialize, Deserialize)]
 struct StoredUser {
@@ -82,12 +82,12 @@ impl Broker {
             return;
         };
         if let Some(c) = p.save_access(Bytes::from(json)) {
-            let _ = c.await;
+            c.wait().await;
         }
     }
 
     /// Applies the saved users, vhosts and permissions (called by `open_store`).
-    pub(crate) fn restore_access(&self, p: &Arc<Persistence>, rec: &charon_store::Recovered) {
+    pub(crate) fn restore_access(&self, rec: &charon_store::Recovered) {
         let Some(data) = persist::access_of(rec) else {
             return;
         };
@@ -99,11 +99,7 @@ impl Broker {
             }
         };
         for v in &stored.vhosts {
-            if self.insert_vhost(&v.name)
-                && let Some(vh) = self.vhost(&v.name)
-            {
-                let _ = vh.persist.set(p.clone());
-            }
+            self.insert_vhost(&v.name);
         }
         let mut users = self.access().write();
         for u in stored.users {

@@ -12,8 +12,9 @@ use tokio::sync::oneshot;
 use super::definitions::INTERNAL_USER;
 use super::users::AdminError;
 use crate::access::{Permission, ResourceKind, VHostAccess};
-use crate::broker::{Broker, VHostState, spawn_queue};
-use crate::queue::{QueueCmd, QueueHandle};
+use crate::broker::{Broker, VHostState};
+use crate::handles::{QueueCmd, QueueHandle};
+use crate::queue::spawn_queue;
 
 /// The connection id the management API declares with (never a real connection: it owns no
 /// exclusive queue).
@@ -412,7 +413,7 @@ impl Broker {
 /// Saves the vhost's durable topology and waits for the disk.
 async fn save(v: &VHostState) {
     if let Some(c) = v.save_topology() {
-        let _ = c.await;
+        c.wait().await;
     }
 }
 

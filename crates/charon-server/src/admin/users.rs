@@ -13,7 +13,7 @@ use crate::access::{User, VHostAccess};
 use crate::admin::password::{HashAlg, PasswordHash};
 use crate::broker::{Broker, VHostState};
 use crate::config::PermissionConfig;
-use crate::queue::QueueCmd;
+use crate::handles::QueueCmd;
 
 /// A user as listed (`/api/users`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,7 +86,7 @@ impl From<crate::error::AmqpError> for AdminError {
             .split_once(" - ")
             .map_or(e.text.as_str(), |(_, t)| t)
             .to_string();
-        match e.code {
+        match e.code.code() {
             404 => AdminError::Missing(text),
             403 => AdminError::AccessRefused(text),
             _ => AdminError::BadRequest(text),
@@ -276,15 +276,15 @@ impl Broker {
 
     /// Adds an empty vhost to the registry (sharing the store); false if it exists.
     pub(crate) fn insert_vhost(&self, name: &str) -> bool {
-        let store = self.persistence();
         let mut map = self.vhosts.write().unwrap_or_else(|p| p.into_inner());
         if map.contains_key(name) {
             return false;
         }
-        let v = Arc::new(VHostState::new(name, rand::random()));
-        if let Some(p) = store {
-            let _ = v.persist.set(p);
-        }
+        let v = Arc::new(VHostState::with_store(
+            name,
+            rand::random(),
+            self.store.clone(),
+        ));
         map.insert(name.to_string(), v);
         true
     }
@@ -325,7 +325,7 @@ impl Broker {
         if let Some(p) = self.persistence()
             && let Some(c) = p.forget_vhost(name)
         {
-            let _ = c.await;
+            c.wait().await;
         }
         self.save_access().await;
         true

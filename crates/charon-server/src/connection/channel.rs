@@ -8,9 +8,9 @@ use charon_core::{ConsumerId, MsgId};
 use charon_protocol::CLASS_BASIC;
 use charon_protocol::methods::basic;
 
-use crate::error::AmqpError;
-use crate::flow::ChannelLimit;
-use crate::queue::QueueHandle;
+use super::confirms::ConfirmTracker;
+use crate::error::{AmqpError, ServerError};
+use crate::handles::{ChannelLimit, QueueHandle};
 
 /// A publish waiting for its content header and body frames.
 #[derive(Debug)]
@@ -25,12 +25,12 @@ impl PendingPublish {
     /// 505 for a frame other than the content this publish waits for: its header first, then
     /// body frames (RabbitMQ's `rabbit_command_assembler` texts, reported on basic.publish).
     pub(crate) fn content_expected(&self) -> AmqpError {
-        let text = if self.header.is_some() {
-            "expected content body, got non content body frame instead"
+        let err = if self.header.is_some() {
+            ServerError::ContentBodyExpected
         } else {
-            "expected content header for class 60, got non content header frame instead"
+            ServerError::ContentHeaderExpected
         };
-        AmqpError::unexpected_frame(text).on(CLASS_BASIC, PUBLISH_METHOD_ID)
+        AmqpError::from(err).on(CLASS_BASIC, PUBLISH_METHOD_ID)
     }
 }
 
@@ -58,13 +58,8 @@ pub(crate) struct Channel {
     pub(crate) closing: bool,
     pub(crate) publish: Option<PendingPublish>,
     pub(crate) confirm: bool,
-    pub(crate) next_seq: u64,
-    /// seq → queues that still have to accept it.
-    pub(crate) pending_confirms: BTreeMap<u64, u32>,
-    /// Highest seq already acked to the client.
-    pub(crate) acked_upto: u64,
-    /// Refused publishes (some queue's `reject-publish`) waiting to be nacked in seq order.
-    pub(crate) nacked: std::collections::BTreeSet<u64>,
+    /// Publisher confirms (confirm mode).
+    pub(crate) confirms: ConfirmTracker,
     pub(crate) next_tag: u64,
     pub(crate) unacked: BTreeMap<u64, Unacked>,
     pub(crate) consumers: HashMap<Arc<str>, ChannelConsumer>,
@@ -82,8 +77,19 @@ pub(crate) struct Channel {
 pub(crate) struct TxBuffer {
     /// Routed publishes: (targets, message).
     pub(crate) publishes: Vec<(Vec<QueueHandle>, Arc<charon_core::Message>)>,
-    /// basic.ack/nack/reject as received: (delivery tag, multiple, ack/requeue/reject as 0/1/2).
-    pub(crate) settles: Vec<(u64, bool, u8)>,
+    /// basic.ack/nack/reject as received: (delivery tag, multiple, how).
+    pub(crate) settles: Vec<(u64, bool, Settle)>,
+}
+
+/// How delivered messages are settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Settle {
+    /// basic.ack.
+    Ack,
+    /// basic.nack/reject with requeue.
+    Requeue,
+    /// basic.nack/reject without requeue (dead-lettered when the queue has a DLX).
+    Reject,
 }
 
 impl Channel {

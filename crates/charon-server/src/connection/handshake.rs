@@ -7,15 +7,16 @@ use bytes::BytesMut;
 use charon_protocol::methods::connection;
 use charon_protocol::{
     AMQPClass, AMQPValue, FRAME_MIN_SIZE, FieldTable, Frame, LongString, PROTOCOL_HEADER,
-    ProtocolHeaderCheck, ShortString, check_protocol_header, decode_frame, encode_method, erlang,
+    ProtocolHeaderCheck, ShortString, check_protocol_header, decode_frame, encode_method,
     peek_frame,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::access::VHostAccess;
-use crate::broker::{Broker, VHostState};
-use crate::error::{AmqpError, code};
+use crate::broker::Broker;
+use crate::error::{AmqpError, ServerError};
+use crate::vhost::VHostState;
 
 /// What an opened connection negotiated.
 #[derive(Debug)]
@@ -76,9 +77,9 @@ async fn read_method(
     match read_frame(stream, buf).await? {
         Frame::Method { channel: 0, method } => Ok(*method),
         Frame::Heartbeat { .. } => Box::pin(read_method(stream, buf)).await,
-        _ => Err(HandshakeEnd::Refuse(AmqpError::unexpected_frame(
-            "expected method frame on channel 0",
-        ))),
+        _ => Err(HandshakeEnd::Refuse(
+            ServerError::ExpectedMethodOnChannelZero.into(),
+        )),
     }
 }
 
@@ -93,9 +94,9 @@ async fn read_opening_method(
         if let Some((frame_type, channel, payload)) = peek_frame(buf)
             && channel != 0
         {
-            return Err(HandshakeEnd::Refuse(AmqpError::unexpected_frame(
-                erlang::frame_octets(frame_type, payload.len(), &erlang::snippet(payload)),
-            )));
+            return Err(HandshakeEnd::Refuse(
+                ServerError::frame_refused(frame_type, payload).into(),
+            ));
         }
         match decode_frame(buf, FRAME_MIN_SIZE) {
             Ok(Some(Frame::Method { method, .. })) => return Ok(*method),
@@ -215,9 +216,12 @@ pub(crate) async fn open(
     let user = match login {
         Some((user, pass)) if broker.authenticate(&user, &pass, peer) => user,
         _ => {
-            return Err(HandshakeEnd::Refuse(AmqpError::access_refused(format!(
-                "Login was refused using authentication mechanism {mechanism}. For details see the broker logfile."
-            ))));
+            return Err(HandshakeEnd::Refuse(
+                ServerError::LoginRefused {
+                    mechanism: mechanism.to_string(),
+                }
+                .into(),
+            ));
         }
     };
     let cfg = broker.config();
@@ -249,16 +253,21 @@ pub(crate) async fn open(
     };
     let vhost_name = open.virtual_host.as_str().to_string();
     let Some(vhost) = broker.vhost(&vhost_name) else {
-        return Err(HandshakeEnd::Refuse(AmqpError::new(
-            code::NOT_ALLOWED,
-            format!("vhost {vhost_name} not found"),
-        )));
+        return Err(HandshakeEnd::Refuse(
+            ServerError::VHostNotFound {
+                vhost: vhost_name.to_string(),
+            }
+            .into(),
+        ));
     };
     let Some(access) = broker.access().permissions(&user, &vhost_name) else {
-        return Err(HandshakeEnd::Refuse(AmqpError::new(
-            code::NOT_ALLOWED,
-            format!("access to vhost '{vhost_name}' refused for user '{user}'"),
-        )));
+        return Err(HandshakeEnd::Refuse(
+            ServerError::VHostAccessRefused {
+                vhost: vhost_name.to_string(),
+                user: user.to_string(),
+            }
+            .into(),
+        ));
     };
     send(
         stream,

@@ -5,6 +5,8 @@
 //! output buffer that goes to the writer once per read batch, so many replies share a syscall.
 
 mod channel;
+mod commits;
+mod confirms;
 mod handshake;
 mod methods;
 mod writer;
@@ -25,15 +27,17 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::access::VHostAccess;
-use crate::broker::{Broker, VHostState};
-use crate::error::{AmqpError, code};
-use crate::outbound::{ConnEvent, ConnHandle};
+use crate::broker::Broker;
+use crate::error::{AmqpError, ServerError};
+use crate::handles::{ConnEvent, ConnHandle};
+use crate::locks::RwLockExt;
+use crate::vhost::VHostState;
 use channel::Channel;
 use handshake::HandshakeEnd;
 use writer::Outgoing;
 
 /// Serves one accepted TCP connection until it closes.
-pub async fn serve(
+pub(crate) async fn serve(
     stream: TcpStream,
     peer: SocketAddr,
     broker: Arc<Broker>,
@@ -92,6 +96,7 @@ pub async fn serve(
         out: BytesMut::with_capacity(64 * 1024),
         out_deliveries: 0,
         wtx,
+        commits: commits::CommitWaiter::new(handle.clone()),
         handle,
         closing: false,
         blocked_capable: opened.blocked_capable,
@@ -138,7 +143,7 @@ async fn refuse(mut stream: TcpStream, mut buf: BytesMut, err: AmqpError) {
 
 fn close_method(err: &AmqpError) -> AMQPClass {
     AMQPClass::Connection(connection::AMQPMethod::Close(connection::Close {
-        reply_code: err.code,
+        reply_code: err.code.code(),
         reply_text: err.text.as_str().into(),
         class_id: err.class_id,
         method_id: err.method_id,
@@ -167,6 +172,8 @@ pub(crate) struct Connection {
     pub(crate) out_deliveries: usize,
     wtx: mpsc::UnboundedSender<Outgoing>,
     pub(crate) handle: ConnHandle,
+    /// Waits for the store commits of confirmed persistent publishes.
+    pub(crate) commits: commits::CommitWaiter,
     /// connection.close sent; waiting for close-ok.
     pub(crate) closing: bool,
     /// The client announced `connection.blocked`.
@@ -238,7 +245,7 @@ impl Connection {
                 biased;
                 _ = shutdown.cancelled(), if !shutdown_sent => {
                     shutdown_sent = true;
-                    let err = AmqpError::new(code::CONNECTION_FORCED, "broker forced connection closure with reason 'shutdown'");
+                    let err = AmqpError::from(ServerError::Shutdown);
                     self.close_connection(err);
                     close_deadline = Some(Instant::now() + Duration::from_secs(3));
                 }
@@ -254,7 +261,7 @@ impl Connection {
                 }
                 _ = alarm.changed() => {}
                 reason = self.admin.close_requested(), if !self.closing => {
-                    let err = AmqpError::new(code::CONNECTION_FORCED, reason);
+                    let err = AmqpError::new(charon_protocol::ReplyCode::ConnectionForced, reason);
                     self.close_connection(err);
                     close_deadline = Some(Instant::now() + Duration::from_secs(3));
                 }
@@ -328,7 +335,7 @@ impl Connection {
         if self.closing {
             return;
         }
-        tracing::debug!(conn = self.id, code = err.code, text = %err.text, "closing connection");
+        tracing::debug!(conn = self.id, code = err.code.code(), text = %err.text, "closing connection");
         self.closing = true;
         encode_method(&mut self.out, 0, &close_method(&err));
     }
@@ -342,11 +349,7 @@ impl Connection {
             }
         }
         let owned: Vec<_> = {
-            let mut topo = self
-                .vhost
-                .topology
-                .write()
-                .unwrap_or_else(|p| p.into_inner());
+            let mut topo = self.vhost.topology.write_recover();
             let names = topo.queues_owned_by(self.id);
             names.iter().filter_map(|n| topo.remove_queue(n)).collect()
         };
@@ -354,7 +357,7 @@ impl Connection {
             let (tx, _rx) = tokio::sync::oneshot::channel();
             let _ = entry
                 .handle
-                .send(crate::queue::QueueCmd::Delete { reply: tx })
+                .send(crate::handles::QueueCmd::Delete { reply: tx })
                 .await;
         }
     }

@@ -2,7 +2,7 @@
 //!
 //! The connection task encodes frames and hands them over as [`Outgoing`] chunks; the writer
 //! coalesces whatever is queued into one write and, once written, releases the delivery credit
-//! those chunks held (see [`crate::flow::ConnFlow`]).
+//! those chunks held (see [`crate::handles::ConnFlow`]).
 
 use std::sync::Arc;
 
@@ -11,7 +11,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::mpsc;
 
-use crate::flow::ConnFlow;
+use crate::handles::ConnFlow;
 
 /// Encoded frames plus the number of deliveries among them.
 #[derive(Debug)]

@@ -2,7 +2,7 @@
 //!
 //! It drains its command channel in batches (up to [`BATCH`] commands), applies them to the state,
 //! then runs the delivery loop once for the whole batch, sending each consumer's deliveries as one
-//! event. Delivery credit comes from [`crate::flow`]; the actor never awaits a connection. It
+//! event. Delivery credit comes from [`crate::handles`]; the actor never awaits a connection. It
 //! wakes on its own for the earliest message expiry, for dead letters waiting to be retried and
 //! for its own `x-expires`; what left the queue goes to [`super::dead_letters`].
 
@@ -10,22 +10,22 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use charon_core::dead_letter::DeadLetterTarget;
+use charon_core::dead_letter::DlxSettings;
 use charon_core::{ConsumerId, Delivery, PublishOutcome, QueueState};
 use tokio::sync::mpsc;
 
-use super::dead_letters::{self, DeadLetterer};
-use super::handle::{ConsumerTarget, Placed, QueueCmd, QueueHandle, QueueStats};
+use super::dead_letters::{self, DeadLetterDispatcher};
 use super::stored::StoreSide;
-use crate::broker::VHostState;
-use crate::outbound::ConnEvent;
+use crate::handles::{ConnEvent, ConsumerTarget, Placed, QueueCmd, QueueHandle, QueueStats};
+use crate::locks::RwLockExt;
+use crate::vhost::VHostState;
 
 /// Most commands handled between two runs of the delivery loop.
 const BATCH: usize = 512;
 
 /// Wall-clock milliseconds: TTLs count from enqueue time by the wall clock (they must survive
 /// restarts once the store lands).
-pub fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -39,14 +39,14 @@ struct Consumer {
 
 /// Where a queue lives and how it ends.
 #[derive(Debug)]
-pub struct QueueContext {
+pub(crate) struct QueueContext {
     /// Its vhost (dead-letter routing, self-removal).
-    pub vhost: Arc<VHostState>,
+    pub(crate) vhost: Arc<VHostState>,
     /// Auto-delete: remove itself once its last consumer is gone (RabbitMQ's rule: only after
     /// it has had at least one consumer).
-    pub auto_delete: bool,
+    pub(crate) auto_delete: bool,
     /// For a durable queue of a broker with a store: its messages in the store.
-    pub store: Option<StoreSide>,
+    pub(crate) store: Option<StoreSide>,
 }
 
 /// Spawns the actor for `state`, reachable through `handle`.
@@ -54,7 +54,7 @@ pub struct QueueContext {
 /// The actor keeps a clone of its own handle to register for credit wake-ups, so it lives until
 /// it is told to stop ([`QueueCmd::Delete`]), its last consumer leaves an auto-delete queue, or it
 /// expires (`x-expires`).
-pub fn spawn(
+pub(crate) fn spawn(
     state: QueueState,
     handle: &QueueHandle,
     rx: mpsc::Receiver<QueueCmd>,
@@ -63,242 +63,339 @@ pub fn spawn(
     tokio::spawn(run(state, handle.clone(), rx, ctx));
 }
 
-fn dl_target(state: &QueueState) -> Option<DeadLetterTarget> {
+fn dl_target(state: &QueueState) -> Option<DlxSettings> {
     let a = state.args();
-    a.dead_letter_exchange.as_ref().map(|x| DeadLetterTarget {
+    a.dead_letter_exchange.as_ref().map(|x| DlxSettings {
         exchange: Arc::from(x.as_str()),
         routing_key: a.dead_letter_routing_key.as_deref().map(Arc::from),
     })
 }
 
-/// Removes the queue from its vhost (auto-delete, x-expires) if the registered queue of that
-/// name is this one; its stored messages and its definition go with it.
-fn remove_self(ctx: &mut QueueContext, me: &QueueHandle) -> bool {
-    {
-        let mut topo = ctx
-            .vhost
-            .topology
-            .write()
-            .unwrap_or_else(|p| p.into_inner());
-        if !topo.queue(me.name()).is_some_and(|e| e.handle.same(me)) {
-            return false;
-        }
-        topo.remove_queue(me.name());
-    }
-    if let Some(s) = ctx.store.as_mut() {
-        s.purge();
-    }
-    drop(ctx.vhost.save_topology());
-    true
+/// Whether the actor goes on after a command or a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    Continue,
+    Stop,
 }
 
-/// Enqueues `placed` (a publish or a dead letter whose sender chose its id and wrote it to the
-/// store); returns whether the queue took it.
-fn enqueue(state: &mut QueueState, ctx: &mut QueueContext, placed: Placed, now: u64) -> bool {
-    let Placed {
-        message,
-        id,
-        stored,
-    } = placed;
-    match state.publish_as(id, message.clone(), now) {
-        PublishOutcome::Enqueued(_) => {
-            if let Some(s) = ctx.store.as_mut() {
-                s.accept(id, stored, &message);
-            }
-            true
-        }
-        PublishOutcome::Rejected { .. } => {
-            if let (Some(s), Some(_)) = (ctx.store.as_mut(), stored) {
-                s.refused(id);
-            }
-            false
-        }
-    }
+/// One queue actor's state: the queue, its consumers, its dead-lettering side, its context.
+struct Actor {
+    state: QueueState,
+    me: QueueHandle,
+    ctx: QueueContext,
+    consumers: HashMap<ConsumerId, Consumer>,
+    dl: DeadLetterDispatcher,
+    /// Where dead letters go (argument or policy), if anywhere.
+    target: Option<DlxSettings>,
+    /// Last use (consume, cancel, get, redeclare): `x-expires` counts from here.
+    last_used: u64,
+    /// Deliveries of this batch (reused buffer).
+    out: Vec<Delivery>,
+    /// Messages delivered for the first time in this batch.
+    delivered: Vec<u64>,
+    /// Message counters for management and metrics (this actor is their only writer).
+    counters: super::admin::QueueCounters,
 }
 
 async fn run(
-    mut state: QueueState,
+    state: QueueState,
     me: QueueHandle,
     mut rx: mpsc::Receiver<QueueCmd>,
-    mut ctx: QueueContext,
+    ctx: QueueContext,
 ) {
-    let mut consumers: HashMap<ConsumerId, Consumer> = HashMap::new();
+    let mut actor = Actor::new(state, me, ctx);
     let mut batch = Vec::with_capacity(BATCH);
-    let mut out: Vec<Delivery> = Vec::new();
-    let mut dl = DeadLetterer::new(ctx.vhost.clone());
-    let mut target = dl_target(&state);
-    let mut last_used = now_ms();
-    let mut counters = super::admin::QueueCounters::default();
     loop {
-        let now = now_ms();
-        let expires_at = if consumers.is_empty() {
-            state.args().expires.map(|e| last_used.saturating_add(e))
-        } else {
-            None
-        };
-        let wake = [state.next_expiry(), dl.next_retry(), expires_at]
-            .into_iter()
-            .flatten()
-            .min();
-        let timer = wake.map(|t| Duration::from_millis(t.saturating_sub(now)));
+        let timer = actor.next_wake(now_ms());
         tokio::select! {
             n = rx.recv_many(&mut batch, BATCH) => if n == 0 { return },
             () = tokio::time::sleep(timer.unwrap_or_default()), if timer.is_some() => {}
         }
         let now = now_ms();
-        let mut delivered: Vec<u64> = Vec::new();
         for cmd in batch.drain(..) {
-            match cmd {
-                QueueCmd::Publish { placed, confirm } => {
-                    let taken = enqueue(&mut state, &mut ctx, placed, now);
-                    counters.published += u64::from(taken);
-                    if let Some(c) = confirm {
-                        let _ = c.conn.send(ConnEvent::Confirm {
-                            channel: c.channel,
-                            seq: c.seq,
-                            ack: taken,
-                        });
-                    }
-                }
-                QueueCmd::DeadLetter { messages, from } => {
-                    // A full reject-publish(-dlx) queue refuses them; they stay with their source.
-                    let mut refused = Vec::new();
-                    for placed in messages {
-                        if state.refuses(placed.message.body_size()) {
-                            refused.push(placed);
-                        } else {
-                            enqueue(&mut state, &mut ctx, placed, now);
-                            counters.dead_letters_in += 1;
-                        }
-                    }
-                    if !refused.is_empty() {
-                        dead_letters::refuse(from, refused, me.clone());
-                    }
-                }
-                QueueCmd::DeadLetterRefused { messages, target } => {
-                    dl.refused(messages, target, now);
-                }
-                QueueCmd::SetArgs { args } => {
-                    state.set_args(*args);
-                    target = dl_target(&state);
-                }
-                QueueCmd::Touch => last_used = now,
-                QueueCmd::Consume {
-                    id,
-                    spec,
-                    target,
-                    reply,
-                } => {
-                    last_used = now;
-                    let result = state.add_consumer(id, spec);
-                    if result.is_ok() {
-                        consumers.insert(
-                            id,
-                            Consumer {
-                                target,
-                                no_ack: spec.no_ack,
-                            },
-                        );
-                    }
-                    let _ = reply.send(result);
-                }
-                QueueCmd::Cancel { id } => {
-                    last_used = now;
-                    state.remove_consumer(id);
-                    consumers.remove(&id);
-                    if consumers.is_empty() && ctx.auto_delete && remove_self(&mut ctx, &me) {
-                        return;
-                    }
-                }
-                QueueCmd::Ack { ids } => {
-                    counters.acked += ids.len() as u64;
-                    state.ack(&ids);
-                }
-                QueueCmd::Requeue { ids } => state.requeue(&ids),
-                QueueCmd::Reject { ids } => {
-                    state.reject(&ids);
-                }
-                QueueCmd::Get { no_ack, reply } => {
-                    last_used = now;
-                    let mut got = state.get(no_ack, now);
-                    if let Some(g) = got.as_mut() {
-                        counters.get += 1;
-                        if !g.redelivered {
-                            delivered.push(g.id);
-                        }
-                        if let Some(s) = &ctx.store {
-                            g.message = s.load(g.id, &g.message);
-                        }
-                    }
-                    let _ = reply.send(got);
-                }
-                QueueCmd::Purge { reply } => {
-                    let _ = reply.send(state.purge());
-                }
-                QueueCmd::Remove { ids, reply } => {
-                    let removed = ids.into_iter().filter(|id| state.remove(*id).is_some());
-                    let _ = reply.send(removed.collect());
-                }
-                QueueCmd::Stats { reply } => {
-                    let mut s = stats_of(&state);
-                    s.dead_letters_dropped_no_dlx = dl.dropped_no_dlx;
-                    let _ = reply.send(s);
-                }
-                QueueCmd::Delete { reply } => {
-                    for c in consumers.values() {
-                        let _ = c.target.conn.send(ConnEvent::ConsumerCancelled {
-                            channel: c.target.channel,
-                            consumer_tag: c.target.tag.clone(),
-                        });
-                    }
-                    let _ = reply.send(state.message_count());
-                    if let Some(s) = ctx.store.as_mut() {
-                        s.purge();
-                    }
-                    return;
-                }
-                QueueCmd::Kick => {}
-                QueueCmd::Admin(q) => admin_query(q, &state, &ctx, &dl, &counters),
+            if actor.handle(cmd, now) == Next::Stop {
+                return;
             }
         }
-        counters.delivered += deliver(
-            &mut state,
-            &me,
-            &consumers,
-            ctx.store.as_ref(),
+        if actor.after_batch(now) == Next::Stop {
+            return;
+        }
+    }
+}
+
+impl Actor {
+    fn new(state: QueueState, me: QueueHandle, ctx: QueueContext) -> Self {
+        Self {
+            target: dl_target(&state),
+            dl: DeadLetterDispatcher::new(ctx.vhost.clone()),
+            state,
+            me,
+            ctx,
+            consumers: HashMap::new(),
+            last_used: now_ms(),
+            out: Vec::new(),
+            delivered: Vec::new(),
+            counters: Default::default(),
+        }
+    }
+
+    /// How long to sleep when no command comes: until the earliest message expiry, outbox
+    /// retry or `x-expires` deadline (none: until the next command).
+    fn next_wake(&self, now: u64) -> Option<Duration> {
+        let expires_at = if self.consumers.is_empty() {
+            self.state
+                .args()
+                .expires
+                .map(|e| self.last_used.saturating_add(e))
+        } else {
+            None
+        };
+        let wake = [self.state.next_expiry(), self.dl.next_retry(), expires_at]
+            .into_iter()
+            .flatten()
+            .min();
+        wake.map(|t| Duration::from_millis(t.saturating_sub(now)))
+    }
+
+    /// Applies one command.
+    fn handle(&mut self, cmd: QueueCmd, now: u64) -> Next {
+        match cmd {
+            QueueCmd::Publish { placed, confirm } => {
+                let taken = self.enqueue(placed, now);
+                self.counters.published += u64::from(taken);
+                if let Some(c) = confirm {
+                    let _ = c.conn.send(ConnEvent::Confirm {
+                        channel: c.channel,
+                        seq: c.seq,
+                        ack: taken,
+                    });
+                }
+            }
+            QueueCmd::EnqueueDeadLetters { messages, from } => {
+                self.take_dead_letters(messages, from, now)
+            }
+            QueueCmd::DeadLettersRefused { messages, target } => {
+                self.dl.refused(messages, target, now);
+            }
+            QueueCmd::SetArgs { args } => {
+                self.state.set_args(*args);
+                self.target = dl_target(&self.state);
+            }
+            QueueCmd::Touch => self.last_used = now,
+            QueueCmd::Consume {
+                id,
+                spec,
+                target,
+                reply,
+            } => {
+                self.last_used = now;
+                let result = self.state.add_consumer(id, spec);
+                if result.is_ok() {
+                    let no_ack = spec.no_ack;
+                    self.consumers.insert(id, Consumer { target, no_ack });
+                }
+                let _ = reply.send(result);
+            }
+            QueueCmd::Cancel { id } => {
+                self.last_used = now;
+                self.state.remove_consumer(id);
+                self.consumers.remove(&id);
+                if self.consumers.is_empty() && self.ctx.auto_delete && self.remove_self() {
+                    return Next::Stop;
+                }
+            }
+            QueueCmd::Ack { ids } => {
+                self.counters.acked += ids.len() as u64;
+                self.state.ack(&ids);
+            }
+            QueueCmd::Requeue { ids } => self.state.requeue(&ids),
+            QueueCmd::Reject { ids } => {
+                self.state.reject(&ids);
+            }
+            QueueCmd::Get { no_ack, reply } => {
+                self.last_used = now;
+                let mut got = self.state.get(no_ack, now);
+                if let Some(g) = got.as_mut() {
+                    self.counters.get += 1;
+                    if !g.redelivered {
+                        self.delivered.push(g.id);
+                    }
+                    if let Some(s) = &self.ctx.store {
+                        g.message = s.load(g.id, &g.message);
+                    }
+                }
+                let _ = reply.send(got);
+            }
+            QueueCmd::Purge { reply } => {
+                let _ = reply.send(self.state.purge());
+            }
+            QueueCmd::Remove { ids, reply } => {
+                let removed = ids
+                    .into_iter()
+                    .filter(|id| self.state.remove(*id).is_some());
+                let _ = reply.send(removed.collect());
+            }
+            QueueCmd::Stats { reply } => {
+                let mut s = stats_of(&self.state);
+                s.dead_letters_dropped_no_dlx = self.dl.dropped_no_dlx;
+                let _ = reply.send(s);
+            }
+            QueueCmd::Delete { reply } => {
+                for c in self.consumers.values() {
+                    let _ = c.target.conn.send(ConnEvent::ConsumerCancelled {
+                        channel: c.target.channel,
+                        consumer_tag: c.target.tag.clone(),
+                    });
+                }
+                let _ = reply.send(self.state.message_count());
+                if let Some(s) = self.ctx.store.as_mut() {
+                    s.purge();
+                }
+                return Next::Stop;
+            }
+            QueueCmd::Kick => {}
+            QueueCmd::Admin(q) => self.admin_query(q),
+        }
+        Next::Continue
+    }
+
+    /// Dead letters another queue routed here; a full reject-publish(-dlx) queue refuses them
+    /// and they stay with their source.
+    fn take_dead_letters(&mut self, messages: Vec<Placed>, from: QueueHandle, now: u64) {
+        let mut refused = Vec::new();
+        for placed in messages {
+            if self.state.refuses(placed.message.body_size()) {
+                refused.push(placed);
+            } else {
+                self.enqueue(placed, now);
+                self.counters.dead_letters_in += 1;
+            }
+        }
+        if !refused.is_empty() {
+            dead_letters::refuse(from, refused, self.me.clone());
+        }
+    }
+
+    /// After a batch of commands: deliver, expire, dead-letter, write what the store needs,
+    /// and end the queue when its `x-expires` ran out.
+    fn after_batch(&mut self, now: u64) -> Next {
+        self.counters.delivered += deliver(
+            &mut self.state,
+            &self.me,
+            &self.consumers,
+            self.ctx.store.as_ref(),
             now,
-            &mut out,
-            &mut delivered,
+            &mut self.out,
+            &mut self.delivered,
         );
-        state.expire(now);
+        self.state.expire(now);
         // Dead letters routed back to this queue are enqueued here, which may dead-letter
         // others (drop-head); loop until settled (cycle detection bounds it).
         let mut rounds = 0;
-        while state.has_dead_letters() && rounds < 16 {
+        while self.state.has_dead_letters() && rounds < 16 {
             rounds += 1;
-            let dead = state.take_dead_letters();
-            counters.note_dead(&dead, target.is_some());
-            let local = dl.dispatch(&me, target.as_ref(), dead, now, ctx.store.as_mut());
+            let dead = self.state.take_dead_letters();
+            self.counters.note_dead(&dead, self.target.is_some());
+            let local = self.dl.dispatch(
+                &self.me,
+                self.target.as_ref(),
+                dead,
+                now,
+                self.ctx.store.as_mut(),
+            );
             for placed in local {
-                enqueue(&mut state, &mut ctx, placed, now);
+                self.enqueue(placed, now);
             }
         }
-        dl.retry(&me, now);
-        if let Some(s) = ctx.store.as_mut() {
-            s.delivered(&mut delivered);
-            s.gone(state.take_gone());
-            s.page_out(&mut state);
+        self.dl.retry(&self.me, now);
+        if let Some(s) = self.ctx.store.as_mut() {
+            s.delivered(&mut self.delivered);
+            s.gone(self.state.take_gone());
+            s.page_out(&mut self.state);
         }
-        if consumers.is_empty()
-            && state
+        self.delivered.clear();
+        if self.consumers.is_empty()
+            && self
+                .state
                 .args()
                 .expires
-                .is_some_and(|e| now >= last_used.saturating_add(e))
-            && remove_self(&mut ctx, &me)
+                .is_some_and(|e| now >= self.last_used.saturating_add(e))
+            && self.remove_self()
         {
             // x-expires: the queue goes with its messages, which are not dead-lettered.
-            return;
+            return Next::Stop;
         }
+        Next::Continue
+    }
+
+    /// Enqueues `placed` (a publish or a dead letter whose sender chose its id and wrote it to
+    /// the store); returns whether the queue took it.
+    fn enqueue(&mut self, placed: Placed, now: u64) -> bool {
+        let Placed {
+            message,
+            id,
+            stored,
+        } = placed;
+        match self.state.publish_as(id, message.clone(), now) {
+            PublishOutcome::Enqueued(_) => {
+                if let Some(s) = self.ctx.store.as_mut() {
+                    s.accept(id, stored, &message);
+                }
+                true
+            }
+            PublishOutcome::Rejected { .. } => {
+                if let (Some(s), Some(_)) = (self.ctx.store.as_mut(), stored) {
+                    s.refused(id);
+                }
+                false
+            }
+        }
+    }
+
+    /// Answers a management query (peek, details).
+    fn admin_query(&self, q: super::admin::AdminQuery) {
+        match q {
+            super::admin::AdminQuery::Peek {
+                offset,
+                count,
+                reply,
+            } => {
+                let peeked =
+                    super::admin::peek(&self.state, self.ctx.store.as_ref(), offset, count);
+                let _ = reply.send(peeked);
+            }
+            super::admin::AdminQuery::Details { reply } => {
+                let mut stats = stats_of(&self.state);
+                stats.dead_letters_dropped_no_dlx = self.dl.dropped_no_dlx;
+                let (head_timestamp, head_death_time) = super::admin::head_facts(&self.state);
+                let _ = reply.send(super::admin::QueueDetails {
+                    stats,
+                    counters: self.counters,
+                    ready_bytes: self.state.ready_bytes(),
+                    head_timestamp,
+                    head_death_time,
+                    dropped_no_route: self.dl.dropped_no_route,
+                });
+            }
+        }
+    }
+
+    /// Removes the queue from its vhost (auto-delete, x-expires) if the registered queue of
+    /// that name is this one; its stored messages and its definition go with it.
+    fn remove_self(&mut self) -> bool {
+        let me = &self.me;
+        {
+            let mut topo = self.ctx.vhost.topology.write_recover();
+            if !topo.queue(me.name()).is_some_and(|e| e.handle.same(me)) {
+                return false;
+            }
+            topo.remove_queue(me.name());
+        }
+        if let Some(s) = self.ctx.store.as_mut() {
+            s.purge();
+        }
+        drop(self.ctx.vhost.save_topology());
+        true
     }
 }
 
@@ -360,38 +457,6 @@ fn deliver(
     count
 }
 
-/// Answers a management query (peek, details).
-fn admin_query(
-    q: super::admin::AdminQuery,
-    state: &QueueState,
-    ctx: &QueueContext,
-    dl: &DeadLetterer,
-    counters: &super::admin::QueueCounters,
-) {
-    match q {
-        super::admin::AdminQuery::Peek {
-            offset,
-            count,
-            reply,
-        } => {
-            let _ = reply.send(super::admin::peek(state, ctx.store.as_ref(), offset, count));
-        }
-        super::admin::AdminQuery::Details { reply } => {
-            let mut stats = stats_of(state);
-            stats.dead_letters_dropped_no_dlx = dl.dropped_no_dlx;
-            let (head_timestamp, head_death_time) = super::admin::head_facts(state);
-            let _ = reply.send(super::admin::QueueDetails {
-                stats,
-                counters: *counters,
-                ready_bytes: state.ready_bytes(),
-                head_timestamp,
-                head_death_time,
-                dropped_no_route: dl.dropped_no_route,
-            });
-        }
-    }
-}
-
 /// The counts a queue reports.
 fn stats_of(state: &QueueState) -> QueueStats {
     QueueStats {
@@ -412,10 +477,10 @@ mod tests {
     use tokio::sync::oneshot;
 
     use super::{QueueContext, spawn};
-    use crate::broker::VHostState;
-    use crate::flow::ChannelLimit;
-    use crate::outbound::{ConnEvent, ConnHandle};
-    use crate::queue::{ConsumerTarget, Placed, QueueCmd, QueueHandle};
+    use crate::handles::{
+        ChannelLimit, ConnEvent, ConnHandle, ConsumerTarget, Placed, QueueCmd, QueueHandle,
+    };
+    use crate::vhost::VHostState;
 
     fn msg(body: &'static str) -> Arc<Message> {
         Arc::new(Message::new(
@@ -541,7 +606,7 @@ mod tests {
             .ok()
             .flatten()
             .map(|g| (g.message.body.clone(), g.remaining));
-        assert_eq!(got, Some((Bytes::from("x"), 1)));
+        assert_eq!(got, Some((charon_core::Body::from(Bytes::from("x")), 1)));
         let (tx, rx) = oneshot::channel();
         assert!(q.send(QueueCmd::Purge { reply: tx }).await);
         assert_eq!(rx.await.ok(), Some(1));

@@ -5,11 +5,12 @@
 
 use std::sync::Arc;
 
-use charon_core::{DeadLetter, DeadReason, Message, MsgId, QueueState};
+use charon_core::dead_letter::Reason as DeadReason;
+use charon_core::{DeadLetter, Message, MsgId, QueueState};
 use tokio::sync::oneshot;
 
-use super::handle::QueueStats;
 use super::stored::StoreSide;
+use crate::handles::QueueStats;
 
 /// Dead-letter reasons in counter order.
 pub const REASONS: [DeadReason; 4] = [

@@ -14,11 +14,13 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use charon_core::DeadLetter;
-use charon_core::dead_letter::{self, DeadLetterTarget};
+use charon_core::dead_letter::{self, DlxSettings};
 
-use super::handle::{Placed, QueueCmd, QueueHandle, allocate, placed};
+use super::place::{allocate, placed};
 use super::stored::StoreSide;
-use crate::broker::VHostState;
+use crate::handles::{Placed, QueueCmd, QueueHandle};
+use crate::locks::RwLockExt;
+use crate::vhost::VHostState;
 
 /// Delay before dead letters refused by a full `reject-publish` queue are offered again (ms).
 const RETRY_MS: u64 = 50;
@@ -34,7 +36,7 @@ struct Pending {
 
 /// The dead-lettering side of one queue actor.
 #[derive(Debug)]
-pub(super) struct DeadLetterer {
+pub(super) struct DeadLetterDispatcher {
     vhost: Arc<VHostState>,
     outbox: VecDeque<Pending>,
     /// Dead letters dropped because the DLX did not exist.
@@ -44,7 +46,7 @@ pub(super) struct DeadLetterer {
     warned_no_dlx: bool,
 }
 
-impl DeadLetterer {
+impl DeadLetterDispatcher {
     pub(super) fn new(vhost: Arc<VHostState>) -> Self {
         Self {
             vhost,
@@ -68,7 +70,7 @@ impl DeadLetterer {
     pub(super) fn dispatch(
         &mut self,
         me: &QueueHandle,
-        target: Option<&DeadLetterTarget>,
+        target: Option<&DlxSettings>,
         dead: Vec<DeadLetter>,
         now: u64,
         mut store: Option<&mut StoreSide>,
@@ -85,18 +87,12 @@ impl DeadLetterer {
                 (Some(s), Some(id)) => s.load(id, &d.message),
                 _ => d.message.clone(),
             };
-            let out = dead_letter::dead_letter(&original, me.name(), d.reason, target, now);
-            let message = Arc::new(out.message);
-            let headers = message.properties.decode().ok();
-            let headers = headers.as_ref().and_then(|p| p.headers().as_ref());
-            let keys: Vec<&str> = out.routing_keys.iter().map(|k| k.as_ref()).collect();
+            let copy = dead_letter::make_copy(&original, me.name(), d.reason, target, now);
+            let headers = copy.properties.headers().as_ref();
+            let keys: Vec<&str> = copy.routing_keys.iter().map(|k| k.as_ref()).collect();
             let mut queues: Vec<QueueHandle> = Vec::new();
             let routed = {
-                let topo = self
-                    .vhost
-                    .topology
-                    .read()
-                    .unwrap_or_else(|p| p.into_inner());
+                let topo = self.vhost.topology.read_recover();
                 topo.route_dead_letter(&target.exchange, &keys, headers, &mut queues)
             };
             if !routed {
@@ -114,13 +110,14 @@ impl DeadLetterer {
             if queues.is_empty() {
                 self.dropped_no_route += 1;
             }
-            let persistent = message.properties.delivery_mode() == Some(2);
+            let persistent = *copy.properties.delivery_mode() == Some(2);
             let (places, members) = allocate(
                 queues
                     .into_iter()
-                    .filter(|q| !dead_letter::is_cycle(d.reason, &message, q.name())),
+                    .filter(|q| !dead_letter::is_cycle(d.reason, &copy.properties, q.name())),
                 persistent,
             );
+            let message = Arc::new(copy.message);
             let stored = match (store.as_deref_mut(), source) {
                 (Some(s), Some(src)) => {
                     s.moved(src.1);
@@ -128,8 +125,7 @@ impl DeadLetterer {
                 }
                 _ if !members.is_empty() => self
                     .vhost
-                    .persist
-                    .get()
+                    .persistence()
                     .and_then(|p| p.publish_nowait(&message, members, now)),
                 _ => None,
             };
@@ -174,13 +170,13 @@ impl DeadLetterer {
     }
 
     fn offer(&mut self, me: &QueueHandle, messages: Vec<Placed>, target: QueueHandle, now: u64) {
-        let cmd = QueueCmd::DeadLetter {
+        let cmd = QueueCmd::EnqueueDeadLetters {
             messages,
             from: me.clone(),
         };
         match target.try_send(cmd) {
             Ok(()) | Err(None) => {}
-            Err(Some(QueueCmd::DeadLetter { messages, .. })) => {
+            Err(Some(QueueCmd::EnqueueDeadLetters { messages, .. })) => {
                 self.outbox.push_back(Pending {
                     messages,
                     target,
@@ -194,7 +190,7 @@ impl DeadLetterer {
 
 /// Sends refused dead letters back to their source without blocking the refusing actor.
 pub(super) fn refuse(from: QueueHandle, messages: Vec<Placed>, me: QueueHandle) {
-    let cmd = QueueCmd::DeadLetterRefused {
+    let cmd = QueueCmd::DeadLettersRefused {
         messages,
         target: me,
     };

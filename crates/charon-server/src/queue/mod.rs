@@ -1,15 +1,18 @@
 //! Queue actors: one tokio task per queue owns a `charon_core::QueueState`.
 //!
-//! Connections and the management API talk to a queue only through its [`QueueHandle`]
-//! (a bounded command channel of [`QueueCmd`]s).
+//! Connections and the management API talk to a queue only through its
+//! [`QueueHandle`](crate::handles::QueueHandle) (a bounded command channel of
+//! [`QueueCmd`](crate::handles::QueueCmd)s). Imports point one way: connections use this
+//! module; it uses the vhost, the handles and the store ([`crate::persist`]).
 
 mod actor;
-pub mod admin;
+pub(crate) mod admin;
 mod dead_letters;
-mod handle;
+mod place;
+mod spawn;
 mod stored;
 
-pub use actor::{QueueContext, now_ms, spawn};
-pub use handle::{ConfirmTo, ConsumerTarget, Placed, QueueCmd, QueueHandle, QueueStats, Stored};
-pub(crate) use handle::{allocate, placed};
-pub use stored::{PagedShapes, Persisted, StoreSide};
+pub(crate) use crate::persist::Durable;
+pub(crate) use actor::now_ms;
+pub(crate) use place::place;
+pub(crate) use spawn::{spawn_queue, spawn_queue_with};

@@ -11,14 +11,14 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use charon_core::{Message, MsgId, QueueState};
+use charon_core::{Body, Message, MsgId, QueueState};
 use charon_protocol::RawProperties;
 
 use crate::persist::Persistence;
 
 /// One message of this queue that the store holds.
 #[derive(Debug, Clone, Copy)]
-pub struct Persisted {
+pub(crate) struct Persisted {
     /// The store's message id (to read the body back).
     msg: u64,
     /// Body bytes held in memory and counted against the budget (0: paged out).
@@ -27,7 +27,7 @@ pub struct Persisted {
 
 impl Persisted {
     /// A message whose body is on disk only (recovered).
-    pub fn paged(msg: u64) -> Self {
+    pub(crate) fn paged(msg: u64) -> Self {
         Persisted { msg, held: 0 }
     }
 }
@@ -37,13 +37,13 @@ impl Persisted {
 /// paged-out messages then holds ten million pointers, not ten million message records. The
 /// body is found through the queue's own id for the message, never through the `Arc`.
 #[derive(Debug, Default)]
-pub struct PagedShapes {
+pub(crate) struct PagedShapes {
     last: Option<Arc<Message>>,
 }
 
 impl PagedShapes {
     /// A paged-out message with these fields (shared with the previous one when equal).
-    pub fn get(
+    pub(crate) fn get(
         &mut self,
         exchange: &[u8],
         routing_key: &[u8],
@@ -51,7 +51,7 @@ impl PagedShapes {
         len: u64,
     ) -> Arc<Message> {
         if let Some(m) = &self.last
-            && m.paged == Some(len)
+            && m.body == (Body::Paged { len })
             && m.bcc.is_empty()
             && m.exchange.as_bytes() == exchange
             && m.routing_key.as_bytes() == routing_key
@@ -59,14 +59,12 @@ impl PagedShapes {
         {
             return m.clone();
         }
-        let mut m = Message::new(
+        let m = Arc::new(Message::new(
             Arc::from(String::from_utf8_lossy(exchange).as_ref()),
             Arc::from(String::from_utf8_lossy(routing_key).as_ref()),
             RawProperties(Bytes::copy_from_slice(props)),
-            Bytes::new(),
-        );
-        m.paged = Some(len);
-        let m = Arc::new(m);
+            Body::Paged { len },
+        ));
         self.last = Some(m.clone());
         m
     }
@@ -74,7 +72,7 @@ impl PagedShapes {
 
 /// The store side of one durable queue actor.
 #[derive(Debug)]
-pub struct StoreSide {
+pub(crate) struct StoreSide {
     pub(super) p: Arc<Persistence>,
     /// The queue's store id.
     sid: u64,
@@ -88,7 +86,7 @@ pub struct StoreSide {
 
 impl StoreSide {
     /// The store side of queue `sid`, with the messages recovered for it.
-    pub fn new(
+    pub(crate) fn new(
         p: Arc<Persistence>,
         sid: u64,
         entries: HashMap<MsgId, Persisted>,
@@ -105,14 +103,13 @@ impl StoreSide {
 
     /// Message `id` entered the queue; `stored` is its store id when the sender stored it
     /// for this queue.
-    pub fn accept(&mut self, id: MsgId, stored: Option<u64>, message: &Message) {
+    pub(crate) fn accept(&mut self, id: MsgId, stored: Option<u64>, message: &Message) {
         let Some(msg) = stored else {
             return;
         };
-        let held = if message.is_paged() {
-            0
-        } else {
-            u32::try_from(message.body.len()).unwrap_or(u32::MAX)
+        let held = match &message.body {
+            Body::Paged { .. } => 0,
+            Body::Resident(b) => u32::try_from(b.len()).unwrap_or(u32::MAX),
         };
         self.entries.insert(id, Persisted { msg, held });
         if held > 0 {
@@ -122,25 +119,25 @@ impl StoreSide {
     }
 
     /// A stored message the queue did not take (refused at publish): it leaves the store.
-    pub fn refused(&mut self, id: MsgId) {
+    pub(crate) fn refused(&mut self, id: MsgId) {
         self.p.settle(self.sid, vec![id]);
     }
 
     /// Where message `id` sits in the store as a dead-lettering source: (queue, id).
-    pub fn source_of(&self, id: Option<MsgId>) -> Option<(u64, u64)> {
+    pub(crate) fn source_of(&self, id: Option<MsgId>) -> Option<(u64, u64)> {
         let id = id?;
         self.entries.contains_key(&id).then_some((self.sid, id))
     }
 
     /// Message `id` left through a record that already removed it (a dead-letter move).
-    pub fn moved(&mut self, id: MsgId) {
+    pub(crate) fn moved(&mut self, id: MsgId) {
         if let Some(e) = self.entries.remove(&id) {
             self.p.release(u64::from(e.held));
         }
     }
 
     /// Messages left the queue (acked, expired, dropped, purged, ...): settle the stored ones.
-    pub fn gone(&mut self, ids: Vec<MsgId>) {
+    pub(crate) fn gone(&mut self, ids: Vec<MsgId>) {
         let mut settled = Vec::new();
         for id in ids {
             if let Some(e) = self.entries.remove(&id) {
@@ -154,7 +151,7 @@ impl StoreSide {
     }
 
     /// The queue is deleted: all its stored messages go.
-    pub fn purge(&mut self) {
+    pub(crate) fn purge(&mut self) {
         let held: u64 = self.entries.values().map(|e| u64::from(e.held)).sum();
         self.p.release(held);
         self.entries.clear();
@@ -163,7 +160,7 @@ impl StoreSide {
     }
 
     /// First deliveries of messages `ids`: recovered after a crash, they come back redelivered.
-    pub fn delivered(&self, ids: &mut Vec<MsgId>) {
+    pub(crate) fn delivered(&self, ids: &mut Vec<MsgId>) {
         ids.retain(|id| self.entries.contains_key(id));
         if !ids.is_empty() {
             self.p.delivered(self.sid, ids);
@@ -171,7 +168,7 @@ impl StoreSide {
     }
 
     /// `message` (id `id`) with its body, read back from the store if it was paged out.
-    pub fn load(&self, id: MsgId, message: &Arc<Message>) -> Arc<Message> {
+    pub(crate) fn load(&self, id: MsgId, message: &Arc<Message>) -> Arc<Message> {
         if !message.is_paged() {
             return message.clone();
         }
@@ -187,7 +184,7 @@ impl StoreSide {
 
     /// Pages newly stored bodies out while held bodies exceed the budget (only bodies already
     /// durable: they must be readable back).
-    pub fn page_out(&mut self, state: &mut QueueState) {
+    pub(crate) fn page_out(&mut self, state: &mut QueueState) {
         let over = self.p.over_budget();
         let durable = if over { self.p.durable_index() } else { 0 };
         while let Some(&id) = self.held.front() {

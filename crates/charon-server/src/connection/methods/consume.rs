@@ -8,10 +8,10 @@ use charon_protocol::methods::basic;
 use charon_protocol::{AMQPClass, CLASS_BASIC, encode_basic_get_ok, encode_content};
 
 use super::super::Connection;
-use super::super::channel::{ChannelConsumer, PendingPublish, Unacked};
+use super::super::channel::{ChannelConsumer, PendingPublish, Settle, Unacked};
 use crate::access::{Permission, ResourceKind};
-use crate::error::{AmqpError, code};
-use crate::queue::{ConsumerTarget, QueueCmd};
+use crate::error::{AmqpError, ServerError};
+use crate::handles::{ConsumerTarget, QueueCmd};
 
 impl Connection {
     pub(super) async fn on_basic(
@@ -22,7 +22,7 @@ impl Connection {
         match m {
             basic::AMQPMethod::Publish(p) => {
                 if p.immediate {
-                    return Err(AmqpError::not_implemented("immediate=true"));
+                    return Err(ServerError::Immediate.into());
                 }
                 self.channel_mut(channel)?.publish = Some(PendingPublish {
                     method: p,
@@ -109,7 +109,7 @@ impl Connection {
                             channel,
                             CLASS_BASIC,
                             quorum_props.as_ref().unwrap_or(&msg.properties),
-                            &msg.body,
+                            msg.body.wire_bytes(),
                             self.frame_max,
                         );
                     }
@@ -138,7 +138,7 @@ impl Connection {
             }
             basic::AMQPMethod::Recover(r) => {
                 if !r.requeue {
-                    return Err(AmqpError::not_implemented("requeue=false"));
+                    return Err(ServerError::RecoverWithoutRequeue.into());
                 }
                 self.settle(channel, 0, true, Settle::Requeue).await?;
                 self.reply(
@@ -147,13 +147,10 @@ impl Connection {
                 );
             }
             basic::AMQPMethod::RecoverAsync(_) => {
-                return Err(AmqpError::not_implemented("requeue=false"));
+                return Err(ServerError::RecoverWithoutRequeue.into());
             }
             _ => {
-                return Err(AmqpError::new(
-                    code::COMMAND_INVALID,
-                    "unimplemented method",
-                ));
+                return Err(ServerError::UnimplementedMethod.into());
             }
         }
         Ok(())
@@ -170,9 +167,10 @@ impl Connection {
             Arc::from(c.consumer_tag.as_str())
         };
         if self.channel_mut(channel)?.consumers.contains_key(&tag) {
-            return Err(AmqpError::not_allowed(format!(
-                "attempt to reuse consumer tag '{tag}'"
-            )));
+            return Err(ServerError::ConsumerTagReused {
+                tag: tag.to_string(),
+            }
+            .into());
         }
         self.permit(ResourceKind::Queue, c.queue.as_str(), Permission::Read)?;
         let q = self.queue_handle(c.queue.as_str())?;
@@ -229,16 +227,9 @@ impl Connection {
         let ch = self.channel_mut(channel)?;
         if let Some(buf) = ch.tx.as_mut() {
             if !(ch.unacked.contains_key(&tag) || multiple && tag == 0) {
-                return Err(AmqpError::precondition(format!(
-                    "unknown delivery tag {tag}"
-                )));
+                return Err(ServerError::UnknownDeliveryTag { tag }.into());
             }
-            let code = match how {
-                Settle::Ack => 0,
-                Settle::Requeue => 1,
-                Settle::Reject => 2,
-            };
-            buf.settles.push((tag, multiple, code));
+            buf.settles.push((tag, multiple, how));
             return Ok(());
         }
         self.settle_now(channel, tag, multiple, how).await
@@ -254,7 +245,7 @@ impl Connection {
         let ch = self.channel_mut(channel)?;
         let groups = ch
             .take_tags(tag, multiple)
-            .ok_or_else(|| AmqpError::precondition(format!("unknown delivery tag {tag}")))?;
+            .ok_or(ServerError::UnknownDeliveryTag { tag })?;
         if matches!(how, Settle::Ack) {
             let n: usize = groups.iter().map(|(_, ids)| ids.len()).sum();
             crate::admin::ChannelStats::bump(&ch.stats.ack, n as u64);
@@ -283,11 +274,4 @@ pub(super) fn server_tag(prefix: &str) -> String {
         s.push(char::from(ALPHABET.get(idx).copied().unwrap_or(b'A')));
     }
     s
-}
-
-#[derive(Clone, Copy)]
-pub(super) enum Settle {
-    Ack,
-    Requeue,
-    Reject,
 }

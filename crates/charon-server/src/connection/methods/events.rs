@@ -5,8 +5,7 @@ use charon_protocol::{AMQPClass, CLASS_BASIC, encode_basic_deliver, encode_conte
 
 use super::super::Connection;
 use super::super::channel::Unacked;
-use crate::outbound::ConnEvent;
-use crate::queue::QueueCmd;
+use crate::handles::{ConnEvent, QueueCmd};
 
 impl Connection {
     pub(crate) fn on_event(&mut self, ev: ConnEvent) {
@@ -73,7 +72,7 @@ impl Connection {
                         channel,
                         CLASS_BASIC,
                         quorum_props.as_ref().unwrap_or(&m.properties),
-                        &m.body,
+                        m.body.wire_bytes(),
                         self.frame_max,
                     );
                 }
@@ -84,15 +83,7 @@ impl Connection {
                 let Some(ch) = self.channels.get_mut(&channel) else {
                     return;
                 };
-                if let Some(left) = ch.pending_confirms.get_mut(&seq) {
-                    *left = left.saturating_sub(1);
-                    if !ack {
-                        ch.pending_confirms.remove(&seq);
-                        ch.nacked.insert(seq);
-                    } else if *left == 0 {
-                        ch.pending_confirms.remove(&seq);
-                    }
-                }
+                ch.confirms.answer(seq, ack);
                 self.flush_confirms(channel);
             }
             ConnEvent::ConsumerCancelled {

@@ -6,7 +6,8 @@ use charon_protocol::methods::exchange;
 
 use super::super::Connection;
 use crate::access::{Permission, ResourceKind};
-use crate::error::{AmqpError, code};
+use crate::error::{AmqpError, ServerError};
+use crate::locks::RwLockExt;
 
 impl Connection {
     pub(super) fn on_exchange(
@@ -14,11 +15,7 @@ impl Connection {
         channel: u16,
         m: exchange::AMQPMethod,
     ) -> Result<(), AmqpError> {
-        let mut topo = self
-            .vhost
-            .topology
-            .write()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut topo = self.vhost.topology.write_recover();
         let (reply, nowait) = match m {
             exchange::AMQPMethod::Declare(d) => {
                 // rabbit_channel: type and default-exchange checks come first (the vhost
@@ -88,10 +85,7 @@ impl Connection {
                 )
             }
             _ => {
-                return Err(AmqpError::new(
-                    code::COMMAND_INVALID,
-                    "unimplemented method",
-                ));
+                return Err(ServerError::UnimplementedMethod.into());
             }
         };
         drop(topo);

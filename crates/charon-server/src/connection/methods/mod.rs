@@ -14,8 +14,8 @@ use charon_protocol::{AMQPClass, FRAME_BODY, FRAME_HEADER, FRAME_HEARTBEAT, Fram
 use super::channel::Channel;
 use super::{Connection, Next};
 use crate::access::{Permission, ResourceKind};
-use crate::error::{AmqpError, code};
-use crate::queue::{QueueCmd, QueueHandle};
+use crate::error::{AmqpError, ServerError};
+use crate::handles::{QueueCmd, QueueHandle};
 
 mod consume;
 mod events;
@@ -70,19 +70,19 @@ impl Connection {
             Frame::Heartbeat { channel: 0 } => Ok(()),
             Frame::Heartbeat { channel } => Err((
                 channel,
-                AmqpError::unexpected_frame_octets(FRAME_HEARTBEAT, &[]),
+                ServerError::frame_refused(FRAME_HEARTBEAT, &[]).into(),
             )),
             Frame::Method { channel: 0, method } => return self.on_connection_method(*method),
             Frame::Method { channel, method } => self.on_channel_method(channel, *method).await,
             // Content on channel 0: RabbitMQ's reader refuses the frame itself.
             Frame::Header { channel: 0, header } => Err((
                 0,
-                AmqpError::unexpected_frame_octets(FRAME_HEADER, &header.payload()),
+                ServerError::frame_refused(FRAME_HEADER, &header.payload()).into(),
             )),
             Frame::Body {
                 channel: 0,
                 payload,
-            } => Err((0, AmqpError::unexpected_frame_octets(FRAME_BODY, &payload))),
+            } => Err((0, ServerError::frame_refused(FRAME_BODY, &payload).into())),
             Frame::Header { channel, header } => self.on_header(channel, header).await,
             Frame::Body { channel, payload } => self.on_body(channel, payload).await,
         };
@@ -113,8 +113,7 @@ impl Connection {
             other => {
                 let (c, m) = method_ids(&other);
                 self.close_connection(
-                    AmqpError::channel_error("unexpected method in connection state running")
-                        .on(c, m),
+                    AmqpError::from(ServerError::UnexpectedConnectionMethod).on(c, m),
                 );
                 Next::Continue
             }
@@ -138,7 +137,7 @@ impl Connection {
             &mut self.out,
             channel,
             &AMQPClass::Channel(chm::AMQPMethod::Close(chm::Close {
-                reply_code: err.code,
+                reply_code: err.code.code(),
                 reply_text: err.text.as_str().into(),
                 class_id: err.class_id,
                 method_id: err.method_id,
@@ -160,14 +159,15 @@ impl Connection {
             if self.channels.contains_key(&channel) {
                 return Err((
                     channel,
-                    AmqpError::channel_error("second 'channel.open' seen").on(cid, mid),
+                    AmqpError::from(ServerError::SecondChannelOpen).on(cid, mid),
                 ));
             }
             if self.channels.len() >= usize::from(self.channel_max) {
-                return Err((channel, AmqpError::not_allowed(format!(
-                    "number of channels opened ({}) has reached the negotiated channel_max ({})",
-                    self.channels.len(), self.channel_max
-                )).on(cid, mid)));
+                let err = ServerError::ChannelMaxReached {
+                    open: self.channels.len(),
+                    max: self.channel_max,
+                };
+                return Err((channel, AmqpError::from(err).on(cid, mid)));
             }
             let ch = Channel::default();
             self.admin.channel_opened(channel, &ch.stats);
@@ -181,7 +181,7 @@ impl Connection {
         let Some(ch) = self.channels.get(&channel) else {
             return Err((
                 channel,
-                AmqpError::channel_error("expected 'channel.open'").on(cid, mid),
+                AmqpError::from(ServerError::ChannelNotOpen).on(cid, mid),
             ));
         };
         if ch.closing {
@@ -222,7 +222,7 @@ impl Connection {
             AMQPClass::Channel(chm::AMQPMethod::CloseOk(_)) => {}
             AMQPClass::Channel(chm::AMQPMethod::Flow(f)) => {
                 if !f.active {
-                    return Err(AmqpError::not_implemented("active=false"));
+                    return Err(ServerError::FlowInactive.into());
                 }
                 self.reply(
                     channel,
@@ -233,14 +233,14 @@ impl Connection {
                 self.on_exchange(channel, m)?;
                 // The reply goes out after this returns: declare-ok means the definition is on disk.
                 if let Some(t) = self.vhost.save_topology() {
-                    let _ = t.await;
+                    t.wait().await;
                 }
             }
             AMQPClass::Queue(m) => {
                 let changes = !matches!(m, queue::AMQPMethod::Purge(_));
                 self.on_queue(channel, m).await?;
                 if changes && let Some(t) = self.vhost.save_topology() {
-                    let _ = t.await;
+                    t.wait().await;
                 }
             }
             AMQPClass::Basic(m) => self.on_basic(channel, m).await?,
@@ -249,10 +249,7 @@ impl Connection {
             }
             AMQPClass::Tx(m) => self.on_tx(channel, m).await?,
             _ => {
-                return Err(AmqpError::new(
-                    code::COMMAND_INVALID,
-                    "unimplemented method",
-                ));
+                return Err(ServerError::UnimplementedMethod.into());
             }
         }
         Ok(())
@@ -266,6 +263,6 @@ impl Connection {
     fn channel_mut(&mut self, channel: u16) -> Result<&mut Channel, AmqpError> {
         self.channels
             .get_mut(&channel)
-            .ok_or_else(|| AmqpError::channel_error("expected 'channel.open'"))
+            .ok_or_else(|| ServerError::ChannelNotOpen.into())
     }
 }

@@ -1,48 +1,25 @@
-//! basic.publish: its content frames, routing, confirms.
+//! basic.publish: its content frames, then route, validate, place, confirm.
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+use charon_core::Message;
 use charon_core::arguments::MAX_EXPIRY;
-use charon_core::{Message, dead_letter};
+use charon_core::routing::{header_routes, strip_bcc};
+use charon_protocol::methods::basic;
 use charon_protocol::{
-    BasicProperties, CLASS_BASIC, encode_basic_ack, encode_basic_nack, encode_basic_return,
-    encode_content, erlang,
+    BasicProperties, CLASS_BASIC, RawProperties, encode_basic_ack, encode_basic_nack,
+    encode_basic_return, encode_content, erlang,
 };
-use charon_store::{AppendError, Commit};
 
 use super::super::Connection;
 use super::super::channel::{PUBLISH_METHOD_ID, PendingPublish};
+use super::super::confirms::ConfirmReply;
 use crate::access::{Permission, ResourceKind};
-use crate::broker::VHostState;
-use crate::error::{AmqpError, code};
-use crate::outbound::ConnEvent;
-use crate::queue::{ConfirmTo, Placed, QueueCmd, QueueHandle, allocate, now_ms, placed};
-
-/// The store's commit for a persistent publish, or why it could not be stored.
-pub(super) type StoreCommit = Option<Result<Commit, AppendError>>;
-
-/// A routed message's places: its id in each target queue, and, for a persistent message, one
-/// store record for all its durable targets (the body stored once). `Some(Err)`: it had to be
-/// stored and could not be (the store refuses writes); the publisher gets a nack.
-pub(super) fn place(
-    vhost: &VHostState,
-    targets: Vec<QueueHandle>,
-    message: &Arc<Message>,
-) -> (Vec<(QueueHandle, Placed)>, StoreCommit) {
-    let persistent = message.properties.delivery_mode() == Some(2);
-    let (places, members) = allocate(targets, persistent);
-    let (msg, stored) = match vhost.persist.get() {
-        Some(p) if !members.is_empty() => match p.publish(message, members, now_ms()) {
-            Ok((msg, commit)) => (Some(msg), Some(Ok(commit))),
-            Err(e) => {
-                tracing::warn!(error = %e, "a persistent message could not be stored");
-                (None, Some(Err(e)))
-            }
-        },
-        _ => (None, None),
-    };
-    (placed(places, message, msg).collect(), stored)
-}
+use crate::error::{AmqpError, ReplyCode, ServerError};
+use crate::handles::{ConfirmTo, QueueCmd, QueueHandle};
+use crate::locks::RwLockExt;
+use crate::queue;
 
 impl Connection {
     /// The publish a content frame belongs to; `None` on a closing channel (frame ignored);
@@ -51,12 +28,7 @@ impl Connection {
         &mut self,
         channel: u16,
     ) -> Result<Option<&mut PendingPublish>, (u16, AmqpError)> {
-        let unexpected = || {
-            (
-                channel,
-                AmqpError::unexpected_frame("expected method frame, got non method frame instead"),
-            )
-        };
+        let unexpected = || (channel, AmqpError::from(ServerError::ExpectedMethodFrame));
         let ch = self.channels.get_mut(&channel).ok_or_else(unexpected)?;
         if ch.closing {
             return Ok(None);
@@ -78,10 +50,9 @@ impl Connection {
         if header.class_id != CLASS_BASIC {
             return Err((
                 channel,
-                AmqpError::unexpected_frame(format!(
-                    "expected content header for class 60, got one for class {} instead",
-                    header.class_id
-                ))
+                AmqpError::from(ServerError::WrongContentClass {
+                    class_id: header.class_id,
+                })
                 .on(CLASS_BASIC, PUBLISH_METHOD_ID),
             ));
         }
@@ -125,6 +96,8 @@ impl Connection {
         Ok(())
     }
 
+    /// The publish's content is complete: route it, check it, place it in its queues (and the
+    /// store) and track its confirm; in a transaction, keep it for tx.commit.
     pub(super) async fn complete_publish(&mut self, channel: u16) -> Result<(), AmqpError> {
         self.has_published = true;
         let ch = self.channel_mut(channel)?;
@@ -139,14 +112,30 @@ impl Connection {
             Some(b) => b,
             None => p.body.freeze(),
         };
-        let seq = if ch.confirm {
-            ch.next_seq += 1;
-            Some(ch.next_seq)
-        } else {
-            None
-        };
-        let exchange = p.method.exchange.as_str();
-        let routing_key = p.method.routing_key.as_str();
+        let seq = ch.confirm.then(|| ch.confirms.next_seq());
+        let (message, targets) = self.route(&p.method, properties, body)?;
+        if targets.is_empty() && p.method.mandatory {
+            self.return_unroutable(channel, &message);
+        }
+        if let Some(buf) = self.channel_mut(channel)?.tx.as_mut() {
+            // Confirm and tx modes exclude each other: no confirm to track here.
+            buf.publishes.push((targets, message));
+            return Ok(());
+        }
+        self.place_and_confirm(channel, seq, targets, message).await
+    }
+
+    /// Routes a publish (CC/BCC included) after checking write permission on its exchange,
+    /// then checks its properties; returns the message as queues get it (without BCC) and its
+    /// target queues.
+    fn route(
+        &self,
+        method: &basic::Publish,
+        properties: RawProperties,
+        body: Bytes,
+    ) -> Result<(Arc<Message>, Vec<QueueHandle>), AmqpError> {
+        let exchange = method.exchange.as_str();
+        let routing_key = method.routing_key.as_str();
         self.access
             .check(ResourceKind::Exchange, exchange, Permission::Write)?;
         // CC/BCC, headers-exchange matching and the user_id/expiration checks need decoded
@@ -158,85 +147,86 @@ impl Connection {
         };
         let headers = decoded.as_ref().and_then(|d| d.headers().as_ref());
         let (cc, bcc) = match &decoded {
-            Some(d) if headers.is_some() => dead_letter::header_routes(d),
+            Some(d) if headers.is_some() => header_routes(d),
             _ => (Vec::new(), Vec::new()),
         };
         let mut keys: Vec<&str> = vec![routing_key];
         keys.extend(cc.iter().chain(&bcc).map(|k| k.as_ref()));
         let mut targets: Vec<QueueHandle> = Vec::new();
         {
-            let topo = self
-                .vhost
-                .topology
-                .read()
-                .unwrap_or_else(|p| p.into_inner());
+            let topo = self.vhost.topology.read_recover();
             topo.route(exchange, &keys, headers, &mut targets)?;
         }
         if let Some(props) = &decoded {
-            check_user_id(props, &self.user, self.impersonator)?;
-            check_expiration(props)?;
+            self.validate(props)?;
         }
         // BCC routes but never reaches a consumer: the message goes on without that header.
         // Its BCC keys are kept on the message for dead-lettering.
-        let properties = match decoded.as_ref().and_then(dead_letter::strip_bcc) {
+        let properties = match decoded.as_ref().and_then(strip_bcc) {
             Some(p) => p,
             None => properties,
         };
-        let message = Arc::new(
-            Message::new(
-                Arc::from(exchange),
-                Arc::from(routing_key),
-                properties,
-                body,
-            )
-            .with_bcc(bcc),
+        let message = Message::new(
+            Arc::from(exchange),
+            Arc::from(routing_key),
+            properties,
+            body,
+        )
+        .with_bcc(bcc);
+        Ok((Arc::new(message), targets))
+    }
+
+    /// The checks RabbitMQ's channel makes on a publish's properties (406 when refused).
+    fn validate(&self, props: &BasicProperties) -> Result<(), AmqpError> {
+        check_user_id(props, &self.user, self.impersonator)?;
+        check_expiration(props)
+    }
+
+    /// basic.return of a mandatory publish that reached no queue.
+    fn return_unroutable(&mut self, channel: u16, message: &Message) {
+        if let Some(ch) = self.channels.get(&channel) {
+            crate::admin::ChannelStats::bump(&ch.stats.return_unroutable, 1);
+        }
+        encode_basic_return(
+            &mut self.out,
+            channel,
+            ReplyCode::NoRoute.code(),
+            ReplyCode::NoRoute.name(),
+            &message.exchange,
+            &message.routing_key,
         );
-        if targets.is_empty() && p.method.mandatory {
-            if let Some(ch) = self.channels.get(&channel) {
-                crate::admin::ChannelStats::bump(&ch.stats.return_unroutable, 1);
-            }
-            encode_basic_return(
-                &mut self.out,
-                channel,
-                code::NO_ROUTE,
-                "NO_ROUTE",
-                exchange,
-                routing_key,
-            );
-            encode_content(
-                &mut self.out,
-                channel,
-                CLASS_BASIC,
-                &message.properties,
-                &message.body,
-                self.frame_max,
-            );
-        }
-        if let Some(buf) = self.channel_mut(channel)?.tx.as_mut() {
-            // Confirm and tx modes exclude each other: no confirm to track here.
-            buf.publishes.push((targets, message));
-            return Ok(());
-        }
+        encode_content(
+            &mut self.out,
+            channel,
+            CLASS_BASIC,
+            &message.properties,
+            message.body.wire_bytes(),
+            self.frame_max,
+        );
+    }
+
+    /// Places a routed message in its queues (and the store); in confirm mode (`seq`), it is
+    /// confirmed once every queue took it and its store commit, if any, is on disk.
+    async fn place_and_confirm(
+        &mut self,
+        channel: u16,
+        seq: Option<u64>,
+        targets: Vec<QueueHandle>,
+        message: Arc<Message>,
+    ) -> Result<(), AmqpError> {
         let n_targets = targets.len();
-        let (placed, stored) = place(&self.vhost, targets, &message);
+        let (placed, stored) = queue::place(&self.vhost, targets, &message);
         if let Some(seq) = seq {
             let ch = self.channel_mut(channel)?;
             if n_targets > 0 {
-                // One confirm per queue that takes it, plus one for the store's commit.
+                // One answer per queue that takes it, plus one for the store's commit.
                 let n = n_targets + usize::from(stored.is_some());
-                ch.pending_confirms
-                    .insert(seq, u32::try_from(n).unwrap_or(u32::MAX));
+                ch.confirms
+                    .expect(seq, u32::try_from(n).unwrap_or(u32::MAX));
             }
             self.flush_confirms(channel);
             if let Some(stored) = stored {
-                let conn = self.handle.clone();
-                tokio::spawn(async move {
-                    let ack = match stored {
-                        Ok(commit) => commit.await.is_ok(),
-                        Err(_) => false,
-                    };
-                    let _ = conn.send(ConnEvent::Confirm { channel, seq, ack });
-                });
+                self.commits.wait_for(channel, seq, stored).await;
             }
         }
         for (q, placed) in placed {
@@ -250,34 +240,25 @@ impl Connection {
         Ok(())
     }
 
-    /// Acks (multiple) everything below the smallest still-pending publish.
+    /// Sends what the channel's confirms allow now (see `ConfirmTracker::flush`).
     pub(super) fn flush_confirms(&mut self, channel: u16) {
         let Some(ch) = self.channels.get_mut(&channel) else {
             return;
         };
-        let start = ch.acked_upto;
-        let upto = match ch.pending_confirms.keys().next() {
-            Some(first) => first - 1,
-            None => ch.next_seq,
-        };
-        // Refused publishes: ack what precedes each, then nack it alone.
-        while let Some(&n) = ch.nacked.first() {
-            if n > upto {
-                break;
+        let mut replies = Vec::new();
+        let start = ch.confirms.confirmed();
+        ch.confirms.flush(&mut replies);
+        crate::admin::ChannelStats::bump(&ch.stats.confirm, ch.confirms.confirmed() - start);
+        for r in replies {
+            match r {
+                ConfirmReply::Ack { seq, multiple } => {
+                    encode_basic_ack(&mut self.out, channel, seq, multiple);
+                }
+                ConfirmReply::Nack { seq } => {
+                    encode_basic_nack(&mut self.out, channel, seq, false, false);
+                }
             }
-            ch.nacked.remove(&n);
-            if n - 1 > ch.acked_upto {
-                encode_basic_ack(&mut self.out, channel, n - 1, n - 1 - ch.acked_upto > 1);
-            }
-            encode_basic_nack(&mut self.out, channel, n, false, false);
-            ch.acked_upto = n;
         }
-        if upto > ch.acked_upto {
-            let multiple = upto - ch.acked_upto > 1;
-            ch.acked_upto = upto;
-            encode_basic_ack(&mut self.out, channel, upto, multiple);
-        }
-        crate::admin::ChannelStats::bump(&ch.stats.confirm, ch.acked_upto - start);
     }
 }
 
@@ -291,10 +272,11 @@ const FLAG_USER_ID: u16 = 0x0010;
 fn check_user_id(props: &BasicProperties, user: &str, impersonator: bool) -> Result<(), AmqpError> {
     match props.user_id() {
         Some(claimed) if claimed.as_str() != user && !impersonator => {
-            Err(AmqpError::precondition(format!(
-                "user_id property set to '{}' but authenticated user was '{user}'",
-                claimed.as_str()
-            )))
+            Err(ServerError::UserIdMismatch {
+                claimed: claimed.as_str().to_string(),
+                user: user.to_string(),
+            }
+            .into())
         }
         _ => Ok(()),
     }
@@ -308,10 +290,11 @@ fn check_expiration(props: &BasicProperties) -> Result<(), AmqpError> {
     };
     match parse_expiration(expiration.as_str()) {
         Ok(()) => Ok(()),
-        Err(reason) => Err(AmqpError::precondition(format!(
-            "invalid expiration '{}': {reason}",
-            expiration.as_str()
-        ))),
+        Err(reason) => Err(ServerError::InvalidExpiration {
+            value: expiration.as_str().to_string(),
+            reason,
+        }
+        .into()),
     }
 }
 

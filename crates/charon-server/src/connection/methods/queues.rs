@@ -1,4 +1,4 @@
-//! queue.declare/bind/unbind/purge/delete, and asking queue actors.
+//! queue.declare/bind/unbind/purge/delete (one function each), and asking queue actors.
 
 use charon_core::QueueDeclare;
 use charon_protocol::AMQPClass;
@@ -7,18 +7,16 @@ use tokio::sync::oneshot;
 
 use super::super::Connection;
 use crate::access::{Permission, ResourceKind};
-use crate::broker::spawn_queue;
-use crate::error::{AmqpError, code};
-use crate::queue::{QueueCmd, QueueHandle};
+
+use crate::error::{AmqpError, ServerError};
+use crate::handles::{QueueCmd, QueueHandle};
+use crate::locks::RwLockExt;
+use crate::queue::spawn_queue;
 
 impl Connection {
     /// The queue `name` (or the channel's... RabbitMQ's "last declared" is not tracked yet).
     pub(super) fn queue_handle(&self, name: &str) -> Result<QueueHandle, AmqpError> {
-        let topo = self
-            .vhost
-            .topology
-            .read()
-            .unwrap_or_else(|p| p.into_inner());
+        let topo = self.vhost.topology.read_recover();
         Ok(topo.check_queue_access(name, self.id)?.handle.clone())
     }
 
@@ -28,10 +26,17 @@ impl Connection {
     ) -> Result<T, AmqpError> {
         let (tx, rx) = oneshot::channel();
         if !q.send(make(tx)).await {
-            return Err(AmqpError::not_found(format!("no queue '{}'", q.name())));
+            return Err(ServerError::QueueGone {
+                queue: q.name().to_string(),
+            }
+            .into());
         }
-        rx.await
-            .map_err(|_| AmqpError::not_found(format!("no queue '{}'", q.name())))
+        rx.await.map_err(|_| {
+            ServerError::QueueGone {
+                queue: q.name().to_string(),
+            }
+            .into()
+        })
     }
 
     pub(super) async fn on_queue(
@@ -40,173 +45,158 @@ impl Connection {
         m: queue::AMQPMethod,
     ) -> Result<(), AmqpError> {
         match m {
-            queue::AMQPMethod::Declare(d) => {
-                let vhost_name = self.vhost_name.clone();
-                let vhost = self.vhost.clone();
-                let access = self.access.clone();
-                let (name, handle, created) = {
-                    let mut topo = self
-                        .vhost
-                        .topology
-                        .write()
-                        .unwrap_or_else(|p| p.into_inner());
-                    let (name, entry, created) = topo.declare_queue_with(
-                        &QueueDeclare {
-                            name: d.queue.as_str().into(),
-                            passive: d.passive,
-                            durable: d.durable,
-                            exclusive: d.exclusive,
-                            auto_delete: d.auto_delete,
-                            arguments: d.arguments,
-                        },
-                        self.id,
-                        |name, new_args| {
-                            access
-                                .check_queue_declare(name, new_args)
-                                .map_err(AmqpError::from)
-                        },
-                        |meta| spawn_queue(meta, &vhost, &vhost_name),
-                    )?;
-                    (name, entry.handle.clone(), created)
-                };
-                if !created {
-                    // A redeclare counts as use for `x-expires`.
-                    let _ = handle.try_send(QueueCmd::Touch);
-                }
-                let stats = Self::ask(&handle, |reply| QueueCmd::Stats { reply }).await?;
-                if !d.nowait {
-                    self.reply(
-                        channel,
-                        AMQPClass::Queue(queue::AMQPMethod::DeclareOk(queue::DeclareOk {
-                            queue: name.as_ref().into(),
-                            message_count: stats.messages,
-                            consumer_count: stats.consumers,
-                        })),
-                    );
-                }
+            queue::AMQPMethod::Declare(d) => self.queue_declare(channel, d).await,
+            queue::AMQPMethod::Bind(b) => self.queue_bind(channel, b),
+            queue::AMQPMethod::Unbind(b) => self.queue_unbind(channel, b),
+            queue::AMQPMethod::Purge(p) => self.queue_purge(channel, p).await,
+            queue::AMQPMethod::Delete(d) => self.queue_delete(channel, d).await,
+            _ => Err(ServerError::UnimplementedMethod.into()),
+        }
+    }
+
+    async fn queue_declare(&mut self, channel: u16, d: queue::Declare) -> Result<(), AmqpError> {
+        let vhost_name = self.vhost_name.clone();
+        let vhost = self.vhost.clone();
+        let access = self.access.clone();
+        let (name, handle, created) = {
+            let mut topo = self.vhost.topology.write_recover();
+            let (name, entry, created) = topo.declare_queue_with(
+                &QueueDeclare {
+                    name: d.queue.as_str().into(),
+                    passive: d.passive,
+                    durable: d.durable,
+                    exclusive: d.exclusive,
+                    auto_delete: d.auto_delete,
+                    arguments: d.arguments,
+                },
+                self.id,
+                |name, new_args| {
+                    access
+                        .check_queue_declare(name, new_args)
+                        .map_err(AmqpError::from)
+                },
+                |meta| spawn_queue(meta, &vhost, &vhost_name),
+            )?;
+            (name, entry.handle.clone(), created)
+        };
+        if !created {
+            // A redeclare counts as use for `x-expires`.
+            let _ = handle.try_send(QueueCmd::Touch);
+        }
+        let stats = Self::ask(&handle, |reply| QueueCmd::Stats { reply }).await?;
+        if !d.nowait {
+            self.reply(
+                channel,
+                AMQPClass::Queue(queue::AMQPMethod::DeclareOk(queue::DeclareOk {
+                    queue: name.as_ref().into(),
+                    message_count: stats.messages,
+                    consumer_count: stats.consumers,
+                })),
+            );
+        }
+        Ok(())
+    }
+
+    fn queue_bind(&mut self, channel: u16, b: queue::Bind) -> Result<(), AmqpError> {
+        self.access
+            .check_bind(b.exchange.as_str(), ResourceKind::Queue, b.queue.as_str())?;
+        {
+            let mut topo = self.vhost.topology.write_recover();
+            if topo.queue(b.queue.as_str()).is_some() {
+                topo.check_queue_access(b.queue.as_str(), self.id)?;
             }
-            queue::AMQPMethod::Bind(b) => {
-                self.access.check_bind(
-                    b.exchange.as_str(),
-                    ResourceKind::Queue,
-                    b.queue.as_str(),
-                )?;
-                {
-                    let mut topo = self
-                        .vhost
-                        .topology
-                        .write()
-                        .unwrap_or_else(|p| p.into_inner());
-                    if topo.queue(b.queue.as_str()).is_some() {
-                        topo.check_queue_access(b.queue.as_str(), self.id)?;
-                    }
-                    topo.bind_queue(
-                        b.queue.as_str(),
-                        b.exchange.as_str(),
-                        b.routing_key.as_str(),
-                        &b.arguments,
-                    )?;
+            topo.bind_queue(
+                b.queue.as_str(),
+                b.exchange.as_str(),
+                b.routing_key.as_str(),
+                &b.arguments,
+            )?;
+        }
+        if !b.nowait {
+            self.reply(
+                channel,
+                AMQPClass::Queue(queue::AMQPMethod::BindOk(queue::BindOk {})),
+            );
+        }
+        Ok(())
+    }
+
+    fn queue_unbind(&mut self, channel: u16, b: queue::Unbind) -> Result<(), AmqpError> {
+        self.access
+            .check_bind(b.exchange.as_str(), ResourceKind::Queue, b.queue.as_str())?;
+        {
+            let mut topo = self.vhost.topology.write_recover();
+            topo.unbind_queue(
+                b.queue.as_str(),
+                b.exchange.as_str(),
+                b.routing_key.as_str(),
+                &b.arguments,
+            )?;
+        }
+        self.reply(
+            channel,
+            AMQPClass::Queue(queue::AMQPMethod::UnbindOk(queue::UnbindOk {})),
+        );
+        Ok(())
+    }
+
+    async fn queue_purge(&mut self, channel: u16, p: queue::Purge) -> Result<(), AmqpError> {
+        self.permit(ResourceKind::Queue, p.queue.as_str(), Permission::Read)?;
+        let q = self.queue_handle(p.queue.as_str())?;
+        let n = Self::ask(&q, |reply| QueueCmd::Purge { reply }).await?;
+        if !p.nowait {
+            self.reply(
+                channel,
+                AMQPClass::Queue(queue::AMQPMethod::PurgeOk(queue::PurgeOk {
+                    message_count: n,
+                })),
+            );
+        }
+        Ok(())
+    }
+
+    async fn queue_delete(&mut self, channel: u16, d: queue::Delete) -> Result<(), AmqpError> {
+        let name = d.queue.as_str().to_string();
+        self.permit(ResourceKind::Queue, &name, Permission::Configure)?;
+        let exists = {
+            let topo = self.vhost.topology.read_recover();
+            topo.queue(&name).is_some()
+        };
+        let mut count = 0;
+        if exists {
+            let q = self.queue_handle(&name)?;
+            let stats = Self::ask(&q, |reply| QueueCmd::Stats { reply }).await?;
+            if d.if_unused && stats.consumers > 0 {
+                return Err(ServerError::QueueInUse {
+                    queue: name,
+                    vhost: self.vhost_name.clone(),
                 }
-                if !b.nowait {
-                    self.reply(
-                        channel,
-                        AMQPClass::Queue(queue::AMQPMethod::BindOk(queue::BindOk {})),
-                    );
-                }
+                .into());
             }
-            queue::AMQPMethod::Unbind(b) => {
-                self.access.check_bind(
-                    b.exchange.as_str(),
-                    ResourceKind::Queue,
-                    b.queue.as_str(),
-                )?;
-                {
-                    let mut topo = self
-                        .vhost
-                        .topology
-                        .write()
-                        .unwrap_or_else(|p| p.into_inner());
-                    topo.unbind_queue(
-                        b.queue.as_str(),
-                        b.exchange.as_str(),
-                        b.routing_key.as_str(),
-                        &b.arguments,
-                    )?;
+            if d.if_empty && stats.messages > 0 {
+                return Err(ServerError::QueueNotEmpty {
+                    queue: name,
+                    vhost: self.vhost_name.clone(),
                 }
-                self.reply(
-                    channel,
-                    AMQPClass::Queue(queue::AMQPMethod::UnbindOk(queue::UnbindOk {})),
-                );
+                .into());
             }
-            queue::AMQPMethod::Purge(p) => {
-                self.permit(ResourceKind::Queue, p.queue.as_str(), Permission::Read)?;
-                let q = self.queue_handle(p.queue.as_str())?;
-                let n = Self::ask(&q, |reply| QueueCmd::Purge { reply }).await?;
-                if !p.nowait {
-                    self.reply(
-                        channel,
-                        AMQPClass::Queue(queue::AMQPMethod::PurgeOk(queue::PurgeOk {
-                            message_count: n,
-                        })),
-                    );
-                }
+            let removed = {
+                let mut topo = self.vhost.topology.write_recover();
+                topo.remove_queue(&name)
+            };
+            if let Some(entry) = removed {
+                count = Self::ask(&entry.handle, |reply| QueueCmd::Delete { reply })
+                    .await
+                    .unwrap_or(0);
             }
-            queue::AMQPMethod::Delete(d) => {
-                let name = d.queue.as_str().to_string();
-                self.permit(ResourceKind::Queue, &name, Permission::Configure)?;
-                let exists = {
-                    let topo = self
-                        .vhost
-                        .topology
-                        .read()
-                        .unwrap_or_else(|p| p.into_inner());
-                    topo.queue(&name).is_some()
-                };
-                let mut count = 0;
-                if exists {
-                    let q = self.queue_handle(&name)?;
-                    let stats = Self::ask(&q, |reply| QueueCmd::Stats { reply }).await?;
-                    if d.if_unused && stats.consumers > 0 {
-                        return Err(AmqpError::precondition(format!(
-                            "queue '{name}' in vhost '{}' in use",
-                            self.vhost_name
-                        )));
-                    }
-                    if d.if_empty && stats.messages > 0 {
-                        return Err(AmqpError::precondition(format!(
-                            "queue '{name}' in vhost '{}' not empty",
-                            self.vhost_name
-                        )));
-                    }
-                    let removed = {
-                        let mut topo = self
-                            .vhost
-                            .topology
-                            .write()
-                            .unwrap_or_else(|p| p.into_inner());
-                        topo.remove_queue(&name)
-                    };
-                    if let Some(entry) = removed {
-                        count = Self::ask(&entry.handle, |reply| QueueCmd::Delete { reply })
-                            .await
-                            .unwrap_or(0);
-                    }
-                }
-                if !d.nowait {
-                    self.reply(
-                        channel,
-                        AMQPClass::Queue(queue::AMQPMethod::DeleteOk(queue::DeleteOk {
-                            message_count: count,
-                        })),
-                    );
-                }
-            }
-            _ => {
-                return Err(AmqpError::new(
-                    code::COMMAND_INVALID,
-                    "unimplemented method",
-                ));
-            }
+        }
+        if !d.nowait {
+            self.reply(
+                channel,
+                AMQPClass::Queue(queue::AMQPMethod::DeleteOk(queue::DeleteOk {
+                    message_count: count,
+                })),
+            );
         }
         Ok(())
     }

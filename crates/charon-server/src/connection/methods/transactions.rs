@@ -5,9 +5,9 @@ use charon_protocol::methods::{confirm, tx};
 
 use super::super::Connection;
 use super::super::channel::TxBuffer;
-use super::consume::Settle;
-use crate::error::{AmqpError, code};
-use crate::queue::QueueCmd;
+use crate::error::{AmqpError, ServerError};
+use crate::handles::QueueCmd;
+use crate::queue;
 
 impl Connection {
     pub(super) fn on_confirm_select(
@@ -17,9 +17,7 @@ impl Connection {
     ) -> Result<(), AmqpError> {
         let ch = self.channel_mut(channel)?;
         if ch.tx.is_some() {
-            return Err(AmqpError::precondition(
-                "cannot switch from tx to confirm mode",
-            ));
+            return Err(ServerError::TxToConfirm.into());
         }
         ch.confirm = true;
         ch.stats
@@ -39,9 +37,7 @@ impl Connection {
         match m {
             tx::AMQPMethod::Select(_) => {
                 if ch.confirm {
-                    return Err(AmqpError::precondition(
-                        "cannot switch from confirm to tx mode",
-                    ));
+                    return Err(ServerError::ConfirmToTx.into());
                 }
                 ch.tx.get_or_insert_with(TxBuffer::default);
                 self.reply(
@@ -51,12 +47,12 @@ impl Connection {
             }
             tx::AMQPMethod::Commit(_) => {
                 let Some(buf) = ch.tx.replace(TxBuffer::default()) else {
-                    return Err(AmqpError::precondition("channel is not transactional"));
+                    return Err(ServerError::NotTransactional.into());
                 };
                 // commit-ok once the transaction's persistent messages are on disk.
                 let mut commits = Vec::new();
                 for (targets, message) in buf.publishes {
-                    let (placed, stored) = super::publish::place(&self.vhost, targets, &message);
+                    let (placed, stored) = queue::place(&self.vhost, targets, &message);
                     commits.extend(stored);
                     for (q, placed) in placed {
                         let _ = q
@@ -68,20 +64,11 @@ impl Connection {
                     }
                 }
                 for c in commits {
-                    let ok = match c {
-                        Ok(commit) => commit.await.is_ok(),
-                        Err(_) => false,
-                    };
-                    if !ok {
-                        return Err(AmqpError::internal("the transaction could not be stored"));
+                    if !c.wait().await {
+                        return Err(ServerError::TxNotStored.into());
                     }
                 }
                 for (tag, multiple, how) in buf.settles {
-                    let how = match how {
-                        0 => Settle::Ack,
-                        1 => Settle::Requeue,
-                        _ => Settle::Reject,
-                    };
                     self.settle_now(channel, tag, multiple, how).await?;
                 }
                 self.reply(
@@ -92,7 +79,7 @@ impl Connection {
             tx::AMQPMethod::Rollback(_) => {
                 // Publishes and settlements are dropped; the messages stay unacked.
                 if ch.tx.replace(TxBuffer::default()).is_none() {
-                    return Err(AmqpError::precondition("channel is not transactional"));
+                    return Err(ServerError::NotTransactional.into());
                 }
                 self.reply(
                     channel,
@@ -100,10 +87,7 @@ impl Connection {
                 );
             }
             _ => {
-                return Err(AmqpError::new(
-                    code::COMMAND_INVALID,
-                    "unimplemented method",
-                ));
+                return Err(ServerError::UnimplementedMethod.into());
             }
         }
         Ok(())

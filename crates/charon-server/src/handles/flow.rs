@@ -3,7 +3,7 @@
 //! A queue actor never blocks on a connection. Instead it asks, before each delivery, whether the
 //! consumer's connection and channel can take one more message ([`ConnFlow::try_take`],
 //! [`ChannelLimit::try_take`]). When they cannot, the queue registers itself as *starved* and is
-//! kicked ([`crate::queue::QueueCmd::Kick`]) once the connection has written its backlog or the
+//! kicked ([`super::QueueCmd::Kick`]) once the connection has written its backlog or the
 //! channel got acks back. This bounds every connection's outbound buffer (by
 //! [`MAX_PENDING_DELIVERIES`]) and the channel-wide prefetch (`basic.qos global=true`) without a
 //! lock held across an `.await`.
@@ -14,7 +14,8 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
-use crate::queue::QueueHandle;
+use super::queue::QueueHandle;
+use crate::locks::MutexExt;
 
 /// Deliveries a connection may have encoded but not yet written to its socket.
 pub const MAX_PENDING_DELIVERIES: usize = 8192;
@@ -25,7 +26,7 @@ struct Starved(Mutex<Vec<QueueHandle>>);
 
 impl Starved {
     fn register(&self, queue: &QueueHandle) {
-        let mut list = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut list = self.0.lock_recover();
         if !list.iter().any(|q| q.same(queue)) {
             list.push(queue.clone());
         }
@@ -33,7 +34,7 @@ impl Starved {
 
     fn kick_all(&self) {
         let drained: Vec<QueueHandle> = {
-            let mut list = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            let mut list = self.0.lock_recover();
             std::mem::take(&mut *list)
         };
         for q in drained {

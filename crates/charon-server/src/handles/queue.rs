@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use charon_core::{ConsumerId, ConsumerSpec, CoreError, GetResult, Message, MsgId};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::flow::ChannelLimit;
-use crate::outbound::ConnHandle;
+use super::conn::ConnHandle;
+use super::flow::ChannelLimit;
 
 /// Capacity of a queue's command channel: publishers wait (TCP backpressure) when it is full.
 pub(crate) const QUEUE_COMMAND_CAPACITY: usize = 4096;
@@ -26,50 +26,6 @@ pub struct Placed {
     pub id: MsgId,
     /// Whether the store holds it as a member of the receiving queue (the sender wrote it).
     pub stored: Stored,
-}
-
-/// A message's place in each target queue: (queue, id there).
-pub(crate) type Places = Vec<(QueueHandle, MsgId)>;
-
-/// Chooses a message's id in each of `targets` (now, before any of them sees it). Returns the
-/// places and, when the message is `persistent`, its durable places as store members
-/// (queue store id, id there): what one `Publish` or `DeadLetter` record names.
-pub(crate) fn allocate(
-    targets: impl IntoIterator<Item = QueueHandle>,
-    persistent: bool,
-) -> (Places, Vec<(u64, u64)>) {
-    let places: Places = targets
-        .into_iter()
-        .map(|q| {
-            let id = q.alloc_id();
-            (q, id)
-        })
-        .collect();
-    let members = places
-        .iter()
-        .filter(|_| persistent)
-        .filter_map(|(q, id)| q.store_id().map(|s| (s, *id)))
-        .collect();
-    (places, members)
-}
-
-/// `message` at each of `places`; `stored` (its store id, if the store took it) goes to the
-/// durable places, for a persistent message.
-pub(crate) fn placed(
-    places: Places,
-    message: &Arc<Message>,
-    stored: Stored,
-) -> impl Iterator<Item = (QueueHandle, Placed)> {
-    let persistent = message.properties.delivery_mode() == Some(2);
-    places.into_iter().map(move |(q, id)| {
-        let stored = stored.filter(|_| persistent && q.store_id().is_some());
-        let placed = Placed {
-            message: message.clone(),
-            id,
-            stored,
-        };
-        (q, placed)
-    })
 }
 
 /// Where a publisher wants its confirm.
@@ -185,7 +141,7 @@ pub enum QueueCmd {
     /// A dead-lettered message routed here from another queue. When this queue refuses it
     /// (full, `reject-publish`), it goes back to `from`, which keeps it and retries: a dead
     /// letter is never dropped for lack of room.
-    DeadLetter {
+    EnqueueDeadLetters {
         /// The dead-lettered copies (x-death already updated), in dead-lettering order. The
         /// source already wrote the move to the store (one record for all targets): the target
         /// only keeps them.
@@ -194,7 +150,7 @@ pub enum QueueCmd {
         from: QueueHandle,
     },
     /// Dead letters this queue sent were refused by `target`; keep them and retry later.
-    DeadLetterRefused {
+    DeadLettersRefused {
         /// The dead-lettered copies.
         messages: Vec<Placed>,
         /// The queue that refused it.
@@ -210,8 +166,8 @@ pub enum QueueCmd {
     /// Credit became available (connection backlog drained, channel acks, channel.flow on):
     /// run the delivery loop again.
     Kick,
-    /// A management query (peek, details), see [`super::admin`].
-    Admin(super::admin::AdminQuery),
+    /// A management query (peek, details), see [`crate::queue::admin`].
+    Admin(crate::queue::admin::AdminQuery),
 }
 
 #[derive(Debug)]

@@ -1,7 +1,7 @@
 //! Events that queue actors send to a connection task, and the handle they send them through.
 //!
 //! The channel is unbounded in type but bounded in practice: deliveries take credit from
-//! [`ConnFlow`] (at most [`crate::flow::MAX_PENDING_DELIVERIES`] unwritten) and from the channel's
+//! [`ConnFlow`] (at most [`super::MAX_PENDING_DELIVERIES`] unwritten) and from the channel's
 //! prefetch; confirms are bounded by the publisher's own in-flight publishes, which wait on the
 //! bounded queue command channels.
 
@@ -10,8 +10,8 @@ use std::sync::Arc;
 use charon_core::Delivery;
 use tokio::sync::mpsc;
 
-use crate::flow::ConnFlow;
-use crate::queue::QueueHandle;
+use super::flow::ConnFlow;
+use super::queue::QueueHandle;
 
 /// What a queue tells a connection.
 #[derive(Debug)]

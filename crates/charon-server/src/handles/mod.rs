@@ -1,0 +1,15 @@
+//! The handles through which tasks reach each other, in one place: a queue actor's
+//! ([`QueueHandle`], the commands it takes), a connection's ([`ConnHandle`], the events it takes)
+//! and the delivery credit between them ([`ConnFlow`], [`ChannelLimit`]).
+//!
+//! They refer to each other (a consumer target names its connection and channel gate; credit
+//! remembers the queues waiting for it), so they live together; everything else imports them
+//! from here and they import nothing else of the server (but the lock helper, `crate::locks`).
+
+mod conn;
+mod flow;
+mod queue;
+
+pub use conn::{ConnEvent, ConnHandle};
+pub use flow::{ChannelLimit, ConnFlow, MAX_PENDING_DELIVERIES};
+pub use queue::{ConfirmTo, ConsumerTarget, Placed, QueueCmd, QueueHandle, QueueStats, Stored};

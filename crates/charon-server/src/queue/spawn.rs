@@ -1,0 +1,79 @@
+//! Making a queue's actor: for a newly declared queue, and for a durable queue restored from
+//! the store with its messages.
+
+use std::sync::Arc;
+
+use charon_core::{QueueMeta, QueueState};
+
+use super::actor::{self, QueueContext};
+use super::stored::{PagedShapes, Persisted, StoreSide};
+use crate::handles::QueueHandle;
+use crate::vhost::VHostState;
+
+/// Makes the actor for a newly declared queue; passed to `VHost::declare_queue`. It runs with
+/// its arguments overlaid with the vhost's applicable policy; a durable queue of a broker with a
+/// store gets a new store id.
+pub(crate) fn spawn_queue(
+    meta: &QueueMeta,
+    vhost: &Arc<VHostState>,
+    vhost_name: &str,
+) -> QueueHandle {
+    let store_id = match vhost.persistence() {
+        Some(p) if meta.durable => Some(p.new_queue_id()),
+        _ => None,
+    };
+    spawn_queue_with(meta, vhost, vhost_name, store_id, &[])
+}
+
+/// [`spawn_queue`] with its store id and the messages recovered from the store for it. They
+/// come back with their bodies on disk (read when delivered), redelivered if they had been
+/// delivered, expiring by the wall clock from their enqueue time.
+pub(crate) fn spawn_queue_with(
+    meta: &QueueMeta,
+    vhost: &Arc<VHostState>,
+    vhost_name: &str,
+    store_id: Option<u64>,
+    recovered: &[charon_store::RecoveredEntry],
+) -> QueueHandle {
+    let quorum = meta.args.queue_type == charon_core::QueueType::Quorum;
+    let first_id = recovered.last().map_or(0, |e| e.id + 1);
+    let (handle, rx) = QueueHandle::with_type(meta.name.clone(), quorum, store_id, first_id);
+    let mut state = QueueState::new(meta.name.clone(), vhost.effective_args(meta));
+    state.set_vhost(vhost_name);
+    let persist = match (vhost.persistence(), store_id) {
+        (Some(p), Some(sid)) => {
+            state.track_gone();
+            Some((p.clone(), sid))
+        }
+        _ => None,
+    };
+    let mut persisted = std::collections::HashMap::with_capacity(recovered.len());
+    let mut shapes = PagedShapes::default();
+    for e in recovered {
+        let sm = &e.message;
+        let message = shapes.get(
+            &sm.exchange,
+            &sm.routing_key,
+            &sm.properties,
+            u64::from(sm.body.len),
+        );
+        let mut expires_at = state.expiry_for(&message, sm.enqueue_ms);
+        if let Some(own) = sm.expiry_ms {
+            expires_at = Some(expires_at.map_or(own, |q| q.min(own)));
+        }
+        state.restore(e.id, message, expires_at, e.delivery_count > 0);
+        persisted.insert(e.id, Persisted::paged(sm.id));
+    }
+    if !recovered.is_empty() {
+        // Length limits hold after recovery too (a policy may have lowered them).
+        let args = state.args().clone();
+        state.set_args(args);
+    }
+    let ctx = QueueContext {
+        vhost: vhost.clone(),
+        auto_delete: meta.auto_delete,
+        store: persist.map(|(p, sid)| StoreSide::new(p, sid, persisted, shapes)),
+    };
+    actor::spawn(state, &handle, rx, ctx);
+    handle
+}

@@ -1,0 +1,87 @@
+//! One virtual host's shared state: its topology (exchanges, bindings, the registry of queue
+//! handles), its policies, and its durable topology as last saved to the store.
+//!
+//! Each part sits behind a `std::sync` lock, taken only for routing and for declare/bind/delete,
+//! never across an `.await` (critical sections are short; see docs/ARCHITECTURE.md).
+
+use std::sync::{Arc, RwLock};
+
+use charon_core::policy::effective_args;
+use charon_core::{Policies, QueueArgs, QueueMeta, VHost};
+
+use crate::handles::QueueHandle;
+use crate::locks::{MutexExt, RwLockExt};
+use crate::persist::{self, Durable, Persistence, StoreSlot};
+
+/// One virtual host: its topology (exchanges, bindings, queue handles) and its policies.
+///
+/// Lock order: never hold `policies` while taking `topology` (declare takes `topology` then reads
+/// `policies`; policy changes release `policies` before visiting the queues).
+#[derive(Debug)]
+pub struct VHostState {
+    /// The vhost's name.
+    pub name: Arc<str>,
+    /// Exchanges, bindings and the registry of queue actors.
+    pub topology: RwLock<VHost<QueueHandle>>,
+    /// Policies (set through `Broker::set_policy`, policies.rs).
+    pub policies: RwLock<Policies>,
+    /// The broker's store slot (empty without a store).
+    store: StoreSlot,
+    /// The durable topology as last saved: methods that change nothing durable (transient and
+    /// passive declares) write nothing and wait for no fsync.
+    saved_topology: std::sync::Mutex<bytes::Bytes>,
+}
+
+impl VHostState {
+    /// An empty vhost without a store; `seed` varies server-made queue names across restarts.
+    pub fn new(name: &str, seed: u64) -> Self {
+        Self::with_store(name, seed, StoreSlot::default())
+    }
+
+    /// An empty vhost sharing the broker's store slot.
+    pub(crate) fn with_store(name: &str, seed: u64, store: StoreSlot) -> Self {
+        let mut v = VHost::new(name);
+        v.seed_names(seed);
+        Self {
+            name: Arc::from(name),
+            topology: RwLock::new(v),
+            policies: RwLock::new(Policies::default()),
+            store,
+            saved_topology: std::sync::Mutex::new(bytes::Bytes::new()),
+        }
+    }
+
+    /// The store, when the broker runs with one.
+    pub(crate) fn persistence(&self) -> Option<&Arc<Persistence>> {
+        self.store.get()
+    }
+
+    /// Saves the durable topology after a change (no-op without a store, or when nothing
+    /// durable changed); the write completes once it is on disk.
+    pub(crate) fn save_topology(&self) -> Option<Durable> {
+        let p = self.persistence()?;
+        // Held while encoding and appending, so that saves reach the log in topology order
+        // (lock order: `saved_topology`, then `topology`).
+        let mut saved = self.saved_topology.lock_recover();
+        let encoded = {
+            let topo = self.topology.read_recover();
+            persist::encode_topology(&topo, QueueHandle::store_id)
+        };
+        if *saved == encoded {
+            return None;
+        }
+        *saved = encoded.clone();
+        p.save_topology(&self.name, encoded)
+    }
+
+    /// The settings queue `meta` runs with: its arguments overlaid with the policy that applies.
+    pub fn effective_args(&self, meta: &QueueMeta) -> QueueArgs {
+        let policies = self.policies.read_recover();
+        let declared_overflow = charon_core::value::lookup(&meta.arguments, "x-overflow").is_some();
+        effective_args(
+            &meta.args,
+            declared_overflow,
+            policies.for_queue(&meta.name).map(|p| &p.definition),
+        )
+    }
+}
