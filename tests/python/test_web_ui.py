@@ -75,6 +75,22 @@ def by_css(driver, css):
     return driver.find_elements(By.CSS_SELECTOR, css)
 
 
+def row_text(d, table_css, text):
+    """The text of the first row of `table_css` containing `text` (pages re-render their tables
+    every few seconds, so rows are looked up afresh until one is read whole)."""
+    return wait_for(lambda: next((r.text for r in by_css(d, f"{table_css} tbody tr") if text in r.text), None),
+                    f"a row with {text!r} in {table_css}")
+
+
+def click_in_row(d, table_css, text, button="button"):
+    """Clicks `button` in the first row of `table_css` containing `text` (retried across re-renders)."""
+    def attempt():
+        row = next(r for r in by_css(d, f"{table_css} tbody tr") if text in r.text)
+        row.find_element("css selector", button).click()
+        return True
+    wait_for(attempt, f"clicking {button} in the row with {text!r}")
+
+
 def dead_letter_topology(broker, uniq):
     """work exchange -> work queue (DLX dlx) -> dlx (fanout) -> dlq. Three messages rejected by a
     consumer, one expired. Returns the names."""
@@ -133,9 +149,7 @@ def test_ui_login_pages_dlq_peek_and_replay(broker, browser, uniq):
         d.get(f"{base}/#/{page}")
         wait_for(lambda: by_css(d, "main h1") and "Loading" not in by_css(d, "main")[0].text, f"the {page} page")
         if page == "queues":
-            wait_for(lambda: work_q in by_css(d, "#queues-table")[0].text, "the work queue in the queue list")
-            row = [r for r in by_css(d, "#queues-table tbody tr") if work_q in r.text][0]
-            assert f"DLX → {dlx}" in row.text
+            assert f"DLX → {dlx}" in row_text(d, "#queues-table", work_q)
         shot(d, f"{i:02d}-{page}")
 
     # The dead-letter flow: work queue -> DLX -> DLQ, with the reasons counted.
@@ -147,7 +161,7 @@ def test_ui_login_pages_dlq_peek_and_replay(broker, browser, uniq):
     # Per-reason counts on the queue -> DLX edge and in the table.
     wait_for(lambda: "rejected 3" in by_css(d, "#flow-graph")[0].get_attribute("textContent")
              and "expired 1" in by_css(d, "#flow-graph")[0].get_attribute("textContent"), "counts per reason on the edge")
-    rows = [r.text for r in by_css(d, "#flow-table tbody tr")]
+    rows = wait_for(lambda: [r.text for r in by_css(d, "#flow-table tbody tr")], "the flow table")
     assert any(work_q in r and "rejected" in r and " 3 " in f" {r} " and dlq in r for r in rows), rows
     shot(d, "10-flow")
 
@@ -271,7 +285,8 @@ def test_ui_usual_actions(broker, browser, uniq):
     by_css(d, "#get-button")[0].click()
     wait_for(lambda: "from the UI" in by_css(d, "#get-results")[0].text, "the message got")
     shot(d, "20-queue-get")
-    conn = broker.connect(user="alice", password="secret")
+    cname = uniq("ui-test-connection")
+    conn = broker.connect(user="alice", password="secret", client_properties={"connection_name": cname})
     ch = conn.channel()
     assert ch.queue_declare(q, passive=True).method.message_count == 0, "get with ack_requeue_false consumed it"
 
@@ -301,9 +316,9 @@ def test_ui_usual_actions(broker, browser, uniq):
     by_css(d, "#add-policy button.primary")[0].click()
     toast_says(d, f"Policy {pol} set")
     wait_for(lambda: api(broker, "GET", f"/api/queues/%2F/{q}", **admin)[1].get("policy") == pol, "the policy applied")
-    row = wait_for(lambda: [r for r in by_css(d, "#policies-table tbody tr") if pol in r.text], "the policy listed")[0]
+    row_text(d, "#policies-table", pol)
     shot(d, "21-policies")
-    row.find_element("css selector", "button").click()
+    click_in_row(d, "#policies-table", pol)
     d.switch_to.alert.accept()
     toast_says(d, f"Policy {pol} cleared")
     assert api(broker, "GET", f"/api/policies/%2F/{pol}", **admin)[0] == 404
@@ -319,8 +334,7 @@ def test_ui_usual_actions(broker, browser, uniq):
     by_css(d, "#set-permission button")[0].click()
     toast_says(d, f"Permissions of {user} on / set")
     broker.connect(user=user, password="pw-1").close()  # the new user logs in over AMQP
-    row = wait_for(lambda: [r for r in by_css(d, "#users-table tbody tr") if user in r.text], "the user listed")[0]
-    row.find_element("css selector", "button").click()
+    click_in_row(d, "#users-table", user)
     d.switch_to.alert.accept()
     toast_says(d, f"User {user} deleted")
     assert api(broker, "GET", f"/api/users/{user}", **admin)[0] == 404
@@ -331,17 +345,16 @@ def test_ui_usual_actions(broker, browser, uniq):
     by_css(d, "#add-vhost button")[0].click()
     toast_says(d, f"Vhost {vhost} added")
     assert api(broker, "GET", f"/api/vhosts/{vhost}", **admin)[0] == 200
-    row = wait_for(lambda: [r for r in by_css(d, "#vhosts-table tbody tr") if vhost in r.text], "the vhost listed")[0]
-    row.find_element("css selector", "button").click()
+    click_in_row(d, "#vhosts-table", vhost)
     d.switch_to.alert.accept()
     toast_says(d, f"Vhost {vhost} deleted")
     assert api(broker, "GET", f"/api/vhosts/{vhost}", **admin)[0] == 404
 
     # Close the pika connection from the connections page.
     d.get(f"{base}/#/connections")
-    row = wait_for(lambda: [r for r in by_css(d, "#connections-table tbody tr") if "alice" in r.text], "our connection listed")[0]
+    row_text(d, "#connections-table", cname)
     shot(d, "22-connections")
-    row.find_element("css selector", "button").click()
+    click_in_row(d, "#connections-table", cname)
     d.switch_to.alert.accept()
     toast_says(d, "closed")
     with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
