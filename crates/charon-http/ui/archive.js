@@ -114,7 +114,7 @@ async function records(ctx, header, params) {
         button("Replay", async () => {
           const what = byIdsOrFilter() || { filter: filterValues() };
           if (!what.ids && !Object.keys(what.filter).length) return toast("Search first, or select records: replaying the whole archive needs the CLI.", "error");
-          await act("Replay started", async () => {
+          await act("Replay requested", async () => {
             const r = await api("POST", "/api/dead-letters/replay", replayBody(opts, what));
             toast(`Replay job ${r.job}: ${r.total} record(s)`);
           });
@@ -157,7 +157,7 @@ async function groups(ctx, header) {
       { title: "", get: (g) => h("div", { class: "actions" },
         link(`/archive/records?${qs(filterOf(g))}`, "Show"),
         button("Replay group", async () => {
-          await act("Replay started", async () => {
+          await act("Replay requested", async () => {
             const r = await api("POST", "/api/dead-letters/replay", replayBody(opts, { filter: filterOf(g) }));
             toast(`Replay job ${r.job}: ${r.total} record(s)`);
           });

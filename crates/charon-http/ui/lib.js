@@ -136,6 +136,7 @@ export function toast(text, kind = "ok") {
   const box = document.getElementById("toasts");
   const t = h("div", { class: `toast ${kind}`, role: kind === "error" ? "alert" : "status" }, text);
   box.append(t);
+  while (box.children.length > 4) box.firstChild.remove();
   setTimeout(() => t.remove(), kind === "error" ? 9000 : 4000);
 }
 
