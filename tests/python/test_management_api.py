@@ -229,6 +229,8 @@ def test_connections_channels_consumers_and_close(broker, api, uniq):
     assert stats["deliver"] == 3 and stats["confirm"] == 3
     assert api.ok(f"/connections/{q(c['name'])}/channels")[0]["messages_unacknowledged"] == 3
     assert api.ok("/overview")["message_stats"]["publish"] >= 3
+    details = api.ok(f"/queues/%2F/{qn}")["consumer_details"]
+    assert [d["consumer_tag"] for d in details] == ["ctag-1"]
     cons = [k for k in api.ok("/consumers") if k["consumer_tag"] == "ctag-1"]
     assert cons and cons[0]["queue"] == {"name": qn, "vhost": "/"} and cons[0]["prefetch_count"] == 7
     r = api.delete(f"/connections/{q(c['name'])}", headers={"X-Reason": "bye from test"})
@@ -239,6 +241,13 @@ def test_connections_channels_consumers_and_close(broker, api, uniq):
     assert e.value.reply_code == 320 and "bye from test" in e.value.reply_text
     wait_for(lambda: not [c for c in api.ok("/connections")
                           if c["client_properties"].get("connection_name") == "mgmt-test"], what="gone")
+    # Opens, closes and failed logins are logged at info, as RabbitMQ does.
+    with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+        broker.connect(password="wrong-password")
+    log = lambda: broker.log_path.read_text(errors="replace")
+    wait_for(lambda: f"connection ({c['name']}): user 'guest' authenticated and granted access to vhost '/'" in log()
+             and f"closing AMQP connection ({c['name']}, vhost: '/', user: 'guest')" in log()
+             and "PLAIN login refused: user 'guest' - invalid credentials" in log(), what="log lines")
 
 
 def test_pagination_sorting_and_columns(broker, api, uniq):
@@ -254,3 +263,22 @@ def test_pagination_sorting_and_columns(broker, api, uniq):
     r = api.get(f"/queues/%2F?page=9&page_size=2&name={prefix}")
     assert r.status_code == 400
     assert api.ok("/overview?columns=object_totals.queues")["object_totals"]["queues"] >= 5
+
+
+def test_message_rates_in_overview_and_queue(broker, api, ch, uniq):
+    """Rates are computed over intervals of at least 5 s: a publish burst after the first
+    sample shows as a positive rate once the next interval has passed (polled, no timing bound
+    on the broker's speed)."""
+    qn = uniq("rateq")
+    ch.queue_declare(qn)
+    api.ok("/overview")
+    api.ok(f"/queues/%2F/{qn}")
+    for _ in range(50):
+        ch.basic_publish("", qn, b"r")
+    wait_for(lambda: api.ok(f"/queues/%2F/{qn}")["messages"] == 50, what="published")
+    o = wait_for(lambda: (lambda o: o if o["message_stats"]["publish_details"]["rate"] > 0 else None)(
+        api.ok("/overview")), timeout=60, what="overview publish rate")
+    assert o["message_stats"]["publish"] >= 50
+    qi = wait_for(lambda: (lambda x: x if x["message_stats"]["publish_details"]["rate"] > 0 else None)(
+        api.ok(f"/queues/%2F/{qn}")), timeout=60, what="queue publish rate")
+    assert qi["message_stats"]["publish"] == 50

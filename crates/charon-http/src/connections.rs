@@ -227,7 +227,8 @@ pub async fn channel(
         .ok_or(ApiError::NotFound)
 }
 
-fn consumers_of(broker: &Broker, user: &AuthUser, vhost: Option<&str>) -> Vec<Value> {
+/// Consumers as `/api/consumers` lists them (of one vhost, or all the user sees).
+pub fn consumers_of(broker: &Broker, user: &AuthUser, vhost: Option<&str>) -> Vec<Value> {
     let retired = &broker.admin().connections.retired;
     let mut out = Vec::new();
     for c in broker.admin().connections.list() {

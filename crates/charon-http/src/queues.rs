@@ -131,13 +131,23 @@ pub async fn get_one(
     q: Query,
 ) -> Result<Json<Value>, ApiError> {
     user.check_vhost(&broker, &vhost)?;
-    broker
-        .list_queues(Some(&vhost))
-        .await
+    let queues = broker.list_queues(Some(&vhost)).await;
+    let info = queues
         .iter()
         .find(|x| x.name == name)
-        .map(|x| respond_one(queue_json(&broker, x), &q))
-        .ok_or(ApiError::NotFound)
+        .ok_or(ApiError::NotFound)?;
+    let mut v = queue_json(&broker, info);
+    // The single-queue view adds its consumers, as RabbitMQ's does.
+    let consumers: Vec<Value> = crate::connections::consumers_of(&broker, &user, Some(&vhost))
+        .into_iter()
+        .filter(|c| c.pointer("/queue/name").and_then(Value::as_str) == Some(name.as_str()))
+        .collect();
+    if let Some(o) = v.as_object_mut() {
+        o.insert("consumer_details".into(), Value::Array(consumers));
+        o.insert("deliveries".into(), json!([]));
+        o.insert("incoming".into(), json!([]));
+    }
+    Ok(respond_one(v, &q))
 }
 
 /// `PUT /api/queues/{vhost}/{name}` `{"durable","auto_delete","arguments"}`: 201 created, 204

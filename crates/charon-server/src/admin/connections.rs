@@ -297,6 +297,13 @@ impl ConnRegistry {
             .unwrap_or_else(|p| p.into_inner())
             .insert(f.id, e.clone());
         self.opened_total.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(
+            conn = e.id,
+            "connection ({}): user '{}' authenticated and granted access to vhost '{}'",
+            e.name,
+            e.user,
+            e.vhost
+        );
         e
     }
 
@@ -314,6 +321,13 @@ impl ConnRegistry {
                 r.add(&s.counters());
             }
             self.closed_total.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(
+                conn = e.id,
+                "closing AMQP connection ({}, vhost: '{}', user: '{}')",
+                e.name,
+                e.vhost,
+                e.user
+            );
         }
     }
 

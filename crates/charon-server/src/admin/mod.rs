@@ -49,6 +49,9 @@ pub struct AdminState {
     pub started_ms: u64,
     /// A random cluster name suffix (RabbitMQ's `internal_cluster_id`).
     pub cluster_id: String,
+    /// Held while users/vhosts/permissions are snapshotted and appended to the store, so that
+    /// saves reach the log in the order of the changes (never held across an `.await`).
+    pub(crate) access_save: std::sync::Mutex<()>,
 }
 
 impl AdminState {
@@ -60,6 +63,7 @@ impl AdminState {
             started: Instant::now(),
             started_ms: crate::queue::now_ms(),
             cluster_id: format!("charon-cluster-id-{seed:016x}"),
+            access_save: std::sync::Mutex::new(()),
         }
     }
 }

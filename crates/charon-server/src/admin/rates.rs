@@ -7,6 +7,10 @@ use std::sync::Mutex;
 
 /// Shortest interval a rate is computed over (RabbitMQ samples every 5 s).
 pub const INTERVAL_MS: u64 = 5_000;
+/// Samples kept before stale ones are swept.
+const MAX_KEYS: usize = 10_000;
+/// A sample not refreshed for this long is stale.
+const STALE_MS: u64 = 600_000;
 
 #[derive(Debug, Clone)]
 struct Sample {
@@ -26,6 +30,10 @@ impl Rates {
     /// at least [`INTERVAL_MS`]; zeros until one has passed.
     pub fn rates(&self, key: &str, values: &[u64], now_ms: u64) -> Vec<f64> {
         let mut map = self.samples.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() > MAX_KEYS {
+            // Objects that went away (channels, auto-deleted queues) leave samples behind.
+            map.retain(|_, s| now_ms.saturating_sub(s.at_ms) < STALE_MS);
+        }
         match map.get_mut(key) {
             None => {
                 map.insert(

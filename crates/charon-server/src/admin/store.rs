@@ -47,6 +47,21 @@ impl Broker {
         let Some(p) = self.persistence() else {
             return;
         };
+        let durable = {
+            let _order = self
+                .admin()
+                .access_save
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            self.snapshot_access(&p)
+        };
+        if let Some(d) = durable {
+            d.wait().await;
+        }
+    }
+
+    /// Snapshots users, vhosts and permissions and appends them to the store.
+    fn snapshot_access(&self, p: &crate::persist::Persistence) -> Option<crate::persist::Durable> {
         let data = StoredAccess {
             users: self
                 .list_users()
@@ -78,12 +93,8 @@ impl Broker {
                 })
                 .collect(),
         };
-        let Ok(json) = serde_json::to_vec(&data) else {
-            return;
-        };
-        if let Some(c) = p.save_access(Bytes::from(json)) {
-            c.wait().await;
-        }
+        let json = serde_json::to_vec(&data).ok()?;
+        p.save_access(Bytes::from(json))
     }
 
     /// Applies the saved users, vhosts and permissions (called by `open_store`).

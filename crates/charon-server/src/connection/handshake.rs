@@ -215,7 +215,9 @@ pub(crate) async fn open(
     let login = credentials(&mechanism, start_ok.response.as_bytes());
     let user = match login {
         Some((user, pass)) if broker.authenticate(&user, &pass, peer) => user,
-        _ => {
+        other => {
+            let who = other.map(|(u, _)| u).unwrap_or_default();
+            tracing::info!(%peer, user = %who, "{mechanism} login refused: user '{who}' - invalid credentials");
             return Err(HandshakeEnd::Refuse(
                 ServerError::LoginRefused {
                     mechanism: mechanism.to_string(),
