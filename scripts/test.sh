@@ -11,12 +11,23 @@ ROOT=$(pwd)
 echo "==> cargo build --workspace --all-targets"
 cargo build --workspace --all-targets
 
-echo "==> cargo test --workspace"
-cargo test --workspace
+echo "==> cargo test --workspace --no-fail-fast"
+# Every test binary runs even when one fails; the exit status still reports the failure.
+RUST_STATUS=0
+cargo test --workspace --no-fail-fast || RUST_STATUS=$?
 
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
+    # Debian's python3 has no venv module (nor ensurepip) without python3-venv.
+    if ! "$PY" -c 'import venv, ensurepip' 2>/dev/null && command -v apt-get >/dev/null \
+        && ! dpkg -s python3-venv >/dev/null 2>&1; then
+        echo "==> apt-get install python3-venv"
+        SUDO=""
+        [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+        $SUDO apt-get update -qq && $SUDO apt-get install -y -qq python3-venv
+    fi
     echo "==> creating .venv"
+    rm -rf .venv
     "$PY" -m venv .venv
 fi
 REQ=tests/python/requirements.txt
@@ -49,4 +60,10 @@ fi
 
 echo "==> pytest tests/python"
 cd tests/python
-exec "$ROOT/.venv/bin/python" -m pytest -q -p no:cacheprovider "$@"
+PY_STATUS=0
+"$ROOT/.venv/bin/python" -m pytest -q -p no:cacheprovider "$@" || PY_STATUS=$?
+if [ "$RUST_STATUS" -ne 0 ]; then
+    echo "==> cargo test failed (exit $RUST_STATUS): see above"
+    exit "$RUST_STATUS"
+fi
+exit "$PY_STATUS"

@@ -59,7 +59,7 @@ def amqplain_table(user, password):
 
 
 class RawClient:
-    def __init__(self, host, port, timeout=5.0):
+    def __init__(self, host, port, timeout=60.0):
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.buf = b""
         self.tune = None
@@ -100,7 +100,7 @@ class RawClient:
         out, self.buf = self.buf[:n], self.buf[n:]
         return out
 
-    def recv_bytes_until_close(self, timeout=5.0):
+    def recv_bytes_until_close(self, timeout=60.0):
         """Read everything until the peer closes; returns the bytes."""
         deadline = time.monotonic() + timeout
         data = self.buf
@@ -118,7 +118,7 @@ class RawClient:
                 return data
             data += chunk
 
-    def read_frame(self, timeout=5.0) -> RawFrame:
+    def read_frame(self, timeout=60.0) -> RawFrame:
         deadline = time.monotonic() + timeout
         hdr = self._recv_exact(7, deadline)
         ftype, channel, size = struct.unpack(">BHI", hdr)
@@ -127,19 +127,19 @@ class RawClient:
         assert end == bytes([FRAME_END]), f"bad frame end octet {end!r}"
         return RawFrame(ftype, channel, payload)
 
-    def read_frame_skip_heartbeats(self, timeout=5.0) -> RawFrame:
+    def read_frame_skip_heartbeats(self, timeout=60.0) -> RawFrame:
         deadline = time.monotonic() + timeout
         while True:
             f = self.read_frame(max(0.01, deadline - time.monotonic()))
             if f.type != FRAME_HEARTBEAT:
                 return f
 
-    def expect_method(self, cls, timeout=5.0):
+    def expect_method(self, cls, timeout=60.0):
         f = self.read_frame_skip_heartbeats(timeout)
         assert isinstance(f.method, cls), f"expected {cls.__name__}, got {f!r} ({f.method!r})"
         return f
 
-    def wait_closed(self, timeout=5.0):
+    def wait_closed(self, timeout=60.0):
         """Returns True if the server closes the TCP connection within timeout."""
         deadline = time.monotonic() + timeout
         while True:

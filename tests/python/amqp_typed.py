@@ -99,8 +99,19 @@ def decode_properties(payload):
     return props
 
 
-def raw_get(broker, queue, no_ack=True):
-    """basic.get over a raw socket; (GetOk method, typed properties, body) or None if empty."""
+def raw_get(broker, queue, no_ack=True, wait=60.0):
+    """basic.get over a raw socket until a message is there (up to `wait` seconds);
+    (GetOk method, typed properties, body), or None if the queue stayed empty."""
+    import time
+    deadline = time.monotonic() + wait
+    while True:
+        got = _raw_get_once(broker, queue, no_ack)
+        if got is not None or time.monotonic() > deadline:
+            return got
+        time.sleep(0.05)
+
+
+def _raw_get_once(broker, queue, no_ack):
     with RawClient(broker.host, broker.port) as c:
         c.handshake(user=broker.user, password=broker.password, vhost=broker.vhost)
         c.open_channel(1)

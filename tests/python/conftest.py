@@ -112,7 +112,7 @@ def find_binary():
     return None
 
 
-def wait_port(host, port, timeout=20.0, proc=None):
+def wait_port(host, port, timeout=120.0, proc=None):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
@@ -158,6 +158,17 @@ class Broker:
 
 
 def start_charon(tmpdir: Path, extra_args=(), config_text=CONFIG_TOML):
+    """Starts the broker; a port picked free can be taken by a parallel run before the broker
+    binds it, so an early exit on "Address already in use" is retried with other ports."""
+    for attempt in range(10):
+        try:
+            return _start_charon(tmpdir, extra_args, config_text)
+        except RuntimeError as e:
+            if "Address already in use" not in str(e) or attempt == 9:
+                raise
+
+
+def _start_charon(tmpdir: Path, extra_args=(), config_text=CONFIG_TOML):
     binary = find_binary()
     if binary is None:
         pytest.fail("Charon binary not found (build with `cargo build -p charon` or set CHARON_BIN)")

@@ -55,7 +55,7 @@ def clear_policy(broker, name):
     assert status in (204, 404), (status, body)
 
 
-def get_within(ch, queue, timeout=3.0, auto_ack=True):
+def get_within(ch, queue, timeout=60.0, auto_ack=True):
     """basic.get until a message arrives; returns (method, properties, body) or None."""
     deadline = time.monotonic() + timeout
     while True:
@@ -67,7 +67,7 @@ def get_within(ch, queue, timeout=3.0, auto_ack=True):
         ch.connection.sleep(0.02)
 
 
-def get_n(ch, queue, n, timeout=3.0):
+def get_n(ch, queue, n, timeout=60.0):
     out = []
     deadline = time.monotonic() + timeout
     while len(out) < n and time.monotonic() < deadline:
@@ -80,6 +80,18 @@ def get_n(ch, queue, n, timeout=3.0):
 
 def count(ch, queue):
     return ch.queue_declare(queue, passive=True).method.message_count
+
+
+def eventually(cond, what="condition", bound=60.0, conn=None):
+    """Waits until `cond()` is true (generously bounded: the broker works in the background
+    and a busy machine is slow, so never a short fixed sleep)."""
+    deadline = time.monotonic() + bound
+    while not cond():
+        assert time.monotonic() < deadline, f"not within {bound}s: {what}"
+        if conn is not None:
+            conn.sleep(0.02)
+        else:
+            time.sleep(0.02)
 
 
 def assert_empty_for(ch, queue, seconds=0.3):

@@ -6,7 +6,7 @@ import subprocess
 import pytest
 
 from conftest import find_binary
-from dlx_helpers import api, assert_empty_for, get_within
+from dlx_helpers import api, assert_empty_for, eventually, get_within
 
 pytestmark = pytest.mark.charon_only
 
@@ -59,7 +59,8 @@ def test_missing_dlx_drops_are_counted_per_queue(broker, ch, uniq):
     for _ in range(3):
         m = get_within(ch, q, auto_ack=False)
         ch.basic_reject(m[0].delivery_tag, requeue=False)
-    ch.connection.sleep(0.1)
+    eventually(lambda: api(broker, "GET", f"/api/queues/%2f/{q}")[1]
+               .get("dead_letters_dropped_no_dlx") == 3, "3 dropped", conn=ch.connection)
     status, info = api(broker, "GET", f"/api/queues/%2f/{q}")
     assert status == 200
     assert info["dead_letters_dropped_no_dlx"] == 3

@@ -5,7 +5,7 @@ CHARON_TEST_HTTP_URL for an external broker)."""
 
 import pytest
 
-from dlx_helpers import api, assert_empty_for, clear_policy, count, get_within, set_policy
+from dlx_helpers import api, assert_empty_for, clear_policy, count, eventually, get_within, set_policy
 
 
 @pytest.fixture
@@ -150,7 +150,7 @@ def test_smaller_of_policy_and_argument_max_length_applies(ch, uniq, policy):
     ch.queue_declare(q, arguments={"x-max-length": 5})
     for i in range(4):
         ch.basic_publish("", q, b"%d" % i)
-    ch.connection.sleep(0.1)
+    eventually(lambda: count(ch, q) == 2, "max-length applied", conn=ch.connection)
     assert count(ch, q) == 2
 
 
@@ -160,7 +160,7 @@ def test_smaller_of_policy_and_argument_message_ttl_applies(ch, uniq, policy):
     policy(uniq("pol"), f"^{q}$", {"message-ttl": 100})
     ch.queue_declare(q, arguments={"x-message-ttl": 60000, "x-dead-letter-exchange": x})
     ch.basic_publish("", q, b"m")
-    assert get_within(ch, d, 2.0) is not None
+    assert get_within(ch, d) is not None
 
 
 def test_policy_max_length_applies_to_existing_queue_at_once(ch, uniq, policy):
@@ -171,8 +171,7 @@ def test_policy_max_length_applies_to_existing_queue_at_once(ch, uniq, policy):
         ch.basic_publish("", q, b"%d" % i)
     ch.connection.sleep(0.05)
     policy(uniq("pol"), f"^{q}$", {"max-length": 1, "dead-letter-exchange": x})
-    ch.connection.sleep(0.2)
-    assert count(ch, q) == 1
+    eventually(lambda: count(ch, q) == 1, "the policy's max-length applied", conn=ch.connection)
     assert get_within(ch, d) is not None
 
 

@@ -79,7 +79,7 @@ def test_persistent_messages_survive_kill_9_transient_ones_do_not(tmp_path, node
     b = node["b"] = restart(tmp_path, b, hard=True)
     with b.connect() as c:
         ch = c.channel()
-        got = [g[2] for g in get_n(ch, "pq", 200, 3.0)]
+        got = drain_bodies(ch, "pq")
     assert got == [b"p%d" % i for i in range(100)]
 
 
@@ -95,11 +95,11 @@ def test_acked_messages_stay_gone_and_unacked_come_back_redelivered_in_order(tmp
     ch.basic_ack(m0[0].delivery_tag)
     held = [get_within(ch, "aq", auto_ack=False) for _ in range(2)]
     assert [h[2] for h in held] == [b"m1", b"m2"]
-    c.sleep(0.2)  # the ack and delivery marks go out with the next group commit
+    settle_store(b, ch, "aq")  # the ack and delivery marks are on disk
     b = node["b"] = restart(tmp_path, b, hard=True)
     with b.connect() as c:
         ch = c.channel()
-        got = get_n(ch, "aq", 10, 3.0)
+        got = drain(ch, "aq")
     assert [g[2] for g in got] == [b"m1", b"m2", b"m3", b"m4", b"m5"]
     assert [g[0].redelivered for g in got[:2]] == [True, True]
 
@@ -142,7 +142,7 @@ def test_every_confirmed_message_survives_kill_9_mid_stream(tmp_path, node):
         with b.connect() as c:
             ch = c.channel()
             n = ch.queue_declare("cq", durable=True, passive=True).method.message_count
-            got = set(g[2] for g in get_n(ch, "cq", n, 10.0))
+            got = set(g[2] for g in get_n(ch, "cq", n, 120.0))
         expected = set(x for k in confirmed for x in confirmed[k])
         assert expected, "publishers confirmed nothing before the kill"
         missing = expected - got
@@ -153,9 +153,36 @@ def count_q(ch, q):
     return ch.queue_declare(q, durable=True, passive=True).method.message_count
 
 
-def drain_bodies(ch, q):
+def drain(ch, q):
+    """Every message of `q`: as many as the queue itself counts, however long that takes."""
     n = count_q(ch, q)
-    return [g[2] for g in get_n(ch, q, n, 10.0)]
+    got = get_n(ch, q, n, 120.0)
+    assert len(got) == n, f"{q}: got {len(got)} of the {n} it counts"
+    return got
+
+
+def drain_bodies(ch, q):
+    return [g[2] for g in drain(ch, q)]
+
+
+def wait_until(cond, what, bound=120.0):
+    deadline = time.monotonic() + bound
+    while not cond():
+        assert time.monotonic() < deadline, f"not within {bound}s: {what}"
+        time.sleep(0.05)
+
+
+def settle_store(b, ch, q):
+    """Makes what `q` did so far durable: two stats round trips (the queue's store writes of
+    one batch go out at its end), then a confirmed persistent publish elsewhere (the log
+    commits in order)."""
+    count_q(ch, q)
+    count_q(ch, q)
+    with b.connect() as c:
+        sch = c.channel()
+        sch.queue_declare("sync-marker", durable=True)
+        sch.confirm_delivery()
+        sch.basic_publish("", "sync-marker", b"sync", pika.BasicProperties(delivery_mode=2))
 
 
 def test_rejecting_into_a_dlq_across_kill_9_leaves_every_message_in_exactly_one_place(tmp_path, node):
@@ -179,7 +206,7 @@ def test_rejecting_into_a_dlq_across_kill_9_leaves_every_message_in_exactly_one_
         rejected.append(body)
 
     cch.basic_consume("rsrc", on_msg)
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 60
     while len(rejected) < n // 2 and time.monotonic() < deadline:
         consumer.process_data_events(0.01)
     b = node["b"] = restart(tmp_path, b, hard=True)
@@ -208,7 +235,9 @@ def test_mass_expiry_into_a_dlq_across_kill_9_leaves_every_message_in_exactly_on
     b = node["b"] = restart(tmp_path, b, hard=True)
     with b.connect() as c2:
         ch2 = c2.channel()
-        time.sleep(0.8)  # anything left expires on recovery (wall-clock TTL)
+        # Anything left expires on recovery (wall-clock TTL) and is dead-lettered.
+        wait_until(lambda: count_q(ch2, "esrc") == 0 and count_q(ch2, "edlq") == n,
+                   "every message expired into the DLQ")
         src = drain_bodies(ch2, "esrc")
         dlq = drain_bodies(ch2, "edlq")
     assert src == []
@@ -284,7 +313,7 @@ def test_disk_alarm_blocks_publishers_with_connection_blocked_and_consumers_keep
             pub.publish(1, "", "alarmq", b"while-blocked")
             with b.connect() as consumer:
                 cch = consumer.channel()
-                got = get_within(cch, "alarmq", 3.0)
+                got = get_within(cch, "alarmq")
                 assert got and got[2] == b"before", "consumers keep working under the alarm"
                 consumer.sleep(0.3)
                 assert cch.basic_get("alarmq", auto_ack=True)[0] is None, \
@@ -349,11 +378,18 @@ def test_a_really_filling_disk_blocks_publishers_and_loses_no_confirmed_message(
 
         t = threading.Thread(target=publisher, daemon=True)
         t.start()
-        deadline = time.time() + 30
+        deadline = time.time() + 120
         while "disk alarm set" not in b.log_path.read_text(errors="replace"):
             assert time.time() < deadline, "the disk alarm never went off"
             time.sleep(0.2)
-        time.sleep(1.0)
+        # Wait for the publisher to stall (no new confirm for a second).
+        deadline = time.monotonic() + 120
+        while True:
+            before = len(confirmed)
+            time.sleep(1.0)
+            if len(confirmed) == before:
+                break
+            assert time.monotonic() < deadline, "the publisher never stalled"
         stalled_at = len(confirmed)
         assert stalled_at > 1000
         with RawClient(b.host, b.port) as raw:
@@ -368,12 +404,12 @@ def test_a_really_filling_disk_blocks_publishers_and_loses_no_confirmed_message(
             # A consumer keeps working under the alarm.
             with b.connect() as c:
                 ch = c.channel()
-                got = get_n(ch, "fullq", 50, 5.0)  # auto-ack
+                got = get_n(ch, "fullq", 50)  # auto-ack
                 assert [int(g[2][:8]) for g in got] == list(range(50))
             # Space comes back: publishers go on.
             ballast.unlink()
-            raw.expect_method(commands.Connection.Unblocked, timeout=10)
-        deadline = time.time() + 10
+            raw.expect_method(commands.Connection.Unblocked, timeout=120)
+        deadline = time.time() + 120
         while len(confirmed) <= stalled_at and time.time() < deadline:
             time.sleep(0.2)
         assert len(confirmed) > stalled_at, "the publisher stayed blocked after space came back"
@@ -430,23 +466,28 @@ def test_bodies_beyond_the_memory_budget_are_read_back_for_delivery_dead_letteri
                 ch.basic_publish("", "pg", body, pika.BasicProperties(delivery_mode=2))
             c.sleep(0.3)
             # 200 through basic.get, 200 rejected into the DLQ, 200 left for after the crash.
-            got = [g[2] for g in get_n(ch, "pg", 200, 10.0)]
+            got = [g[2] for g in get_n(ch, "pg", 200, 120.0)]
             assert got == bodies[:200]
             for _ in range(200):
                 m = get_within(ch, "pg", auto_ack=False)
                 ch.basic_reject(m[0].delivery_tag, requeue=False)
-            c.sleep(0.3)
+            wait_until(lambda: count_q(ch, "pg-dlq") == 200, "200 dead-lettered")
             assert drain_bodies(ch, "pg-dlq") == bodies[200:400]
+            settle_store(b, ch, "pg")  # the gets and dead-letter moves are on disk
         b.proc.send_signal(signal.SIGKILL)
         b.proc.wait(10)
         b = conftest.start_charon(tmp_path, config_text=cfg)
         with b.connect() as c:
             ch = c.channel()
             seen = []
-            for method, _props, body in ch.consume("pg", auto_ack=True, inactivity_timeout=2.0):
+            for method, _props, body in ch.consume("pg", auto_ack=True, inactivity_timeout=120.0):
                 if method is None:
                     break
                 seen.append(body)
+                if len(seen) == 200:
+                    break
             assert seen == bodies[400:]
+            ch.cancel()
+            assert count_q(ch, "pg") == 0
     finally:
         conftest.stop_charon(b)

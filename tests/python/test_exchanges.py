@@ -93,15 +93,19 @@ def test_passive_declare_of_missing_exchange_is_404(ch, uniq):
                          f"NOT_FOUND - no exchange '{name}' in vhost '/'")
 
 
-def test_exchange_declare_unknown_type_is_connection_error_503(broker, uniq):
-    # RabbitMQ treats this as a *connection* error (command_invalid)
+@pytest.mark.spec_4_0
+def test_exchange_declare_unknown_type_is_channel_error_406(broker, uniq):
+    # RabbitMQ 4.x (rabbit_exchange:check_type/1): precondition_failed on the channel; 3.10.8
+    # closed the connection with 503 COMMAND_INVALID. pika's TestInvalidExchangeType... expects 4.x.
     c = broker.connect()
     ch = c.channel()
-    with pytest.raises(pe.ConnectionClosedByBroker) as ei:
+    with pytest.raises(pe.ChannelClosedByBroker) as ei:
         ch.exchange_declare(uniq("x"), "no-such-type")
-    assert ei.value.reply_code == 503
-    assert ei.value.reply_text == "COMMAND_INVALID - unknown exchange type 'no-such-type'"
-    assert not c.is_open
+    assert ei.value.reply_code == 406
+    assert ei.value.reply_text == "PRECONDITION_FAILED - unknown exchange type 'no-such-type'"
+    assert c.is_open
+    c.channel().exchange_declare(uniq("x"), "direct", auto_delete=True)
+    c.close()
 
 
 def test_exchange_redeclare_with_different_durability_is_406(ch, uniq):

@@ -16,7 +16,7 @@ def roundtrip(conn, ch, props, body):
     ch.basic_publish("", q, body, props)
     got = []
     ch.basic_consume(q, lambda c, m, p, b: got.append((m, p, b)), auto_ack=True)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while not got and time.monotonic() < deadline:
         conn.process_data_events(0.05)
     assert got, "message not delivered"

@@ -54,8 +54,8 @@ pub struct QueueArgs {
     pub dead_letter_exchange: Option<String>,
     /// `x-dead-letter-routing-key`.
     pub dead_letter_routing_key: Option<String>,
-    /// `x-delivery-limit` (quorum queues).
-    pub delivery_limit: Option<u64>,
+    /// `x-delivery-limit` (quorum queues; negative = unlimited, absent = 20 as in 4.x).
+    pub delivery_limit: Option<i64>,
     /// `x-queue-type`.
     pub queue_type: QueueType,
     /// `x-max-priority`.
@@ -332,7 +332,7 @@ impl QueueArgs {
             overflow,
             dead_letter_exchange: string_arg(args, "x-dead-letter-exchange"),
             dead_letter_routing_key: string_arg(args, "x-dead-letter-routing-key"),
-            delivery_limit: u64_arg(args, "x-delivery-limit"),
+            delivery_limit: lookup(args, "x-delivery-limit").and_then(as_int_arg),
             queue_type,
             max_priority: u64_arg(args, "x-max-priority").and_then(|p| u8::try_from(p).ok()),
             single_active_consumer: matches!(

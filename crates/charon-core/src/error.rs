@@ -72,7 +72,8 @@ pub enum CoreError {
         /// Virtual host name.
         vhost: String,
     },
-    /// exchange.declare with an unknown type.
+    /// exchange.declare with an unknown type: a channel error 406 as in RabbitMQ 4.x
+    /// (`rabbit_exchange:check_type/1`; 3.10.8 closed the connection with 503).
     #[error("{reason} exchange type '{kind}'")]
     InvalidExchangeType {
         /// "unknown" (no such atom in RabbitMQ) or "invalid".
@@ -177,7 +178,7 @@ impl CoreError {
             | CoreError::InternalExchange { .. }
             | CoreError::ExclusiveConsume { .. } => ReplyCode::AccessRefused,
             CoreError::QueueLocked { .. } => ReplyCode::ResourceLocked,
-            CoreError::InvalidExchangeType { .. } => ReplyCode::CommandInvalid,
+            CoreError::InvalidExchangeType { .. } => ReplyCode::PreconditionFailed,
             CoreError::Inequivalent { .. }
             | CoreError::InvalidQueueArg { .. }
             | CoreError::UnsupportedQueueArg { .. }

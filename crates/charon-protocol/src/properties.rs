@@ -63,6 +63,7 @@ const KINDS: [Kind; 14] = [
 ];
 
 const DELIVERY_MODE: usize = 3;
+const PRIORITY: usize = 4;
 const EXPIRATION: usize = 7;
 
 fn malformed(offset: usize, reason: &'static str) -> FrameError {
@@ -112,6 +113,12 @@ impl RawProperties {
     /// bytes before it are malformed).
     pub fn delivery_mode(&self) -> Option<u8> {
         self.seek(DELIVERY_MODE)?.u8()
+    }
+
+    /// `priority` without a full decode (None if absent or if the bytes before it are
+    /// malformed).
+    pub fn priority(&self) -> Option<u8> {
+        self.seek(PRIORITY)?.u8()
     }
 
     /// `expiration` (raw short-string bytes) without a full decode (None if

@@ -19,8 +19,11 @@ pub struct Config {
     pub prometheus_listen: String,
     /// Directory for the broker's data.
     pub data_dir: String,
-    /// Log filter (`tracing` env-filter syntax).
+    /// Log filter (`tracing` env-filter syntax, as `RUST_LOG`: `info`, `warn,charon_server=debug`).
     pub log_level: String,
+    /// Log line format: `text` (default; ANSI colours only when stderr is a terminal) or `json`
+    /// (one object per line).
+    pub log_format: LogFormat,
     /// Heartbeat interval, seconds, the server proposes in connection.tune (0 disables).
     pub heartbeat: u16,
     /// Largest frame the server accepts, bytes, proposed in connection.tune.
@@ -49,6 +52,7 @@ impl Default for Config {
             prometheus_listen: "127.0.0.1:15692".into(),
             data_dir: "./charon-data".into(),
             log_level: "info".into(),
+            log_format: LogFormat::Text,
             heartbeat: 60,
             frame_max: 131_072,
             channel_max: 2047,
@@ -59,6 +63,17 @@ impl Default for Config {
             message_memory_budget: 256 << 20,
         }
     }
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line (timestamp, level, target, fields).
+    Json,
 }
 
 /// One user account.

@@ -54,7 +54,8 @@ impl Broker {
             };
             let policies = v.policies.read_recover().clone();
             for e in entries {
-                let policy: Option<&Policy> = policies.for_queue(&e.meta.name);
+                let policy: Option<&Policy> =
+                    policies.for_queue_of(&e.meta.name, e.meta.args.queue_type);
                 let effective = v.effective_args(&e.meta);
                 pending.push((
                     QueueInfo {

@@ -81,7 +81,9 @@ impl VHostState {
         effective_args(
             &meta.args,
             declared_overflow,
-            policies.for_queue(&meta.name).map(|p| &p.definition),
+            policies
+                .for_queue_of(&meta.name, meta.args.queue_type)
+                .map(|p| &p.definition),
         )
     }
 }

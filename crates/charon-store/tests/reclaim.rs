@@ -21,8 +21,16 @@ fn config() -> StoreConfig {
 
 fn settle_until_quiet(store: &Store) {
     store.sync().expect("sync").wait().expect("durable");
-    // Reclamation runs in the writer between batches and on idle ticks.
-    std::thread::sleep(Duration::from_millis(30));
+}
+
+/// Syncs, then waits (generously bounded, never a rate) until reclamation, which runs in the
+/// writer between batches and on idle ticks, has brought the store's stats to `done`.
+fn settle_until(store: &Store, done: impl Fn(&charon_store::StoreStats) -> bool) {
+    settle_until_quiet(store);
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while !done(&store.stats()) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 #[test]
@@ -67,11 +75,11 @@ fn slow_consumer_on_a_backlog_does_not_pin_the_log() {
             acked += 1;
         }
         if i % 100 == 0 {
-            settle_until_quiet(&store);
+            settle_until(&store, |s| s.segments <= 3 * backlog_segments + 4);
             max_segments = max_segments.max(store.stats().segments);
         }
     }
-    settle_until_quiet(&store);
+    settle_until(&store, |s| s.segments_deleted > 150);
     let stats = store.stats();
     if std::env::var_os("RECLAIM_STATS").is_some() {
         eprintln!("peak {max_segments} segments, backlog {backlog_segments}; {stats:?}");

@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use charon_server::Config;
+use charon_server::config::LogFormat;
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
@@ -55,9 +56,13 @@ struct ServerArgs {
     /// Data directory [default: ./charon-data].
     #[arg(long, env = "CHARON_DATA_DIR")]
     data_dir: Option<String>,
-    /// Log filter, e.g. info or charon_server=debug [default: info].
+    /// Log filter, e.g. info or warn,charon_server=debug [default: RUST_LOG, else the
+    /// config file's log_level, else info].
     #[arg(long, env = "CHARON_LOG_LEVEL")]
     log_level: Option<String>,
+    /// Log format: text or json [default: the config file's log_format, else text].
+    #[arg(long, env = "CHARON_LOG_FORMAT")]
+    log_format: Option<String>,
 }
 
 fn load_config(args: ServerArgs) -> anyhow::Result<Config> {
@@ -81,10 +86,37 @@ fn load_config(args: ServerArgs) -> anyhow::Result<Config> {
     if let Some(v) = args.data_dir {
         config.data_dir = v;
     }
-    if let Some(v) = args.log_level {
-        config.log_level = v;
+    match (args.log_level, std::env::var("RUST_LOG")) {
+        (Some(v), _) => config.log_level = v,
+        (None, Ok(v)) if !v.is_empty() => config.log_level = v,
+        _ => {}
+    }
+    if let Some(v) = args.log_format {
+        config.log_format = match v.as_str() {
+            "text" => LogFormat::Text,
+            "json" => LogFormat::Json,
+            other => anyhow::bail!("unknown log format '{other}' (text or json)"),
+        };
     }
     Ok(config)
+}
+
+/// Logs to stderr with `config.log_level` as an env-filter: plain text (ANSI colours only when
+/// stderr is a terminal, never in a file) or one JSON object per line.
+fn init_logging(config: &Config) -> anyhow::Result<()> {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_new(&config.log_level)
+        .with_context(|| format!("invalid log filter '{}'", config.log_level))?;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let done = match config.log_format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init(),
+        LogFormat::Json => builder.json().with_ansi(false).try_init(),
+    };
+    done.map_err(|e| anyhow::anyhow!("logging: {e}"))
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
@@ -143,17 +175,16 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Server(args) => {
             let config = load_config(args)?;
-            tracing_subscriber::fmt()
-                .with_env_filter(tracing_subscriber::EnvFilter::new(&config.log_level))
-                .with_writer(std::io::stderr)
-                .init();
+            init_logging(&config)?;
             runtime.block_on(serve(config))?;
         }
         Command::Ctl(args) => ctl::run(args),
         Command::Bench(args) => {
+            use std::io::IsTerminal;
             tracing_subscriber::fmt()
                 .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
                 .with_writer(std::io::stderr)
+                .with_ansi(std::io::stderr().is_terminal())
                 .init();
             runtime.block_on(charon_bench::run_and_print(args))?;
         }

@@ -245,16 +245,16 @@ mod tests {
     }
 
     #[test]
-    fn unknown_exchange_type_is_command_invalid() {
+    fn unknown_exchange_type_is_precondition_failed() {
         let e = "foo".parse::<ExchangeKind>().err();
         assert_eq!(
             e.map(|e| e.reply_text()).as_deref(),
-            Some("COMMAND_INVALID - invalid exchange type 'foo'")
+            Some("PRECONDITION_FAILED - invalid exchange type 'foo'")
         );
         let e = "zqxwv123".parse::<ExchangeKind>().err();
         assert_eq!(
             e.map(|e| e.reply_text()).as_deref(),
-            Some("COMMAND_INVALID - unknown exchange type 'zqxwv123'")
+            Some("PRECONDITION_FAILED - unknown exchange type 'zqxwv123'")
         );
     }
 }

@@ -67,8 +67,8 @@ pub struct PolicyDefinition {
     pub max_length_bytes: Option<u64>,
     /// `overflow`.
     pub overflow: Option<Overflow>,
-    /// `delivery-limit`.
-    pub delivery_limit: Option<u64>,
+    /// `delivery-limit` (any integer, negative = unlimited, as RabbitMQ 4.x validates it).
+    pub delivery_limit: Option<i64>,
     /// Every key as given, in order, for listing.
     pub raw: Vec<(String, DefValue)>,
 }
@@ -123,7 +123,15 @@ impl PolicyDefinition {
                 }
                 "max-length" => d.max_length = Some(non_neg(key, v, None)?),
                 "max-length-bytes" => d.max_length_bytes = Some(non_neg(key, v, None)?),
-                "delivery-limit" => d.delivery_limit = Some(non_neg(key, v, None)?),
+                "delivery-limit" => match v {
+                    DefValue::Int(i) => d.delivery_limit = Some(*i),
+                    other => {
+                        return Err(invalid(format!(
+                            "{} is not a valid delivery limit",
+                            other.describe()
+                        )));
+                    }
+                },
                 "overflow" => {
                     d.overflow = Some(match v {
                         DefValue::Str(s) if s == "drop-head" => Overflow::DropHead,

@@ -2,11 +2,15 @@
 //! applies to it, as RabbitMQ's `process_args_policy` does for classic queues (and
 //! `rabbit_quorum_queue` for `delivery-limit`):
 //!
-//! - `dead-letter-exchange`, `dead-letter-routing-key`, `overflow`: the queue argument wins;
-//! - `message-ttl`, `max-length`, `max-length-bytes`, `expires`, `delivery-limit`: the smaller of
-//!   the two wins.
+//! - `dead-letter-exchange`, `dead-letter-routing-key`: the queue argument wins;
+//! - `overflow`: the queue argument wins on classic queues, the policy on quorum queues
+//!   (`rabbit_quorum_queue`: `policy_has_precedence`), where `reject-publish-dlx` is not
+//!   supported and acts as the default, drop-head;
+//! - `message-ttl`, `max-length`, `max-length-bytes`, `expires`: the smaller of the two wins;
+//! - `delivery-limit`: the smaller, unless one is negative (unlimited): then the larger
+//!   (`rabbit_quorum_queue:resolve_delivery_limit/2`).
 
-use crate::arguments::QueueArgs;
+use crate::arguments::{Overflow, QueueArgs, QueueType};
 
 use super::PolicyDefinition;
 
@@ -17,8 +21,28 @@ fn min_of(arg: Option<u64>, policy: Option<u64>) -> Option<u64> {
     }
 }
 
+fn resolve_delivery_limit(arg: Option<i64>, policy: Option<i64>) -> Option<i64> {
+    match (arg, policy) {
+        (Some(a), Some(p)) if a < 0 || p < 0 => Some(a.max(p)),
+        (Some(a), Some(p)) => Some(a.min(p)),
+        (a, p) => a.or(p),
+    }
+}
+
 /// `declared` (the parsed x-arguments) overlaid with `policy`.
 pub fn effective_args(
+    declared: &QueueArgs,
+    declared_overflow: bool,
+    policy: Option<&PolicyDefinition>,
+) -> QueueArgs {
+    let mut e = overlay(declared, declared_overflow, policy);
+    if e.queue_type == QueueType::Quorum && e.overflow == Overflow::RejectPublishDlx {
+        e.overflow = Overflow::DropHead;
+    }
+    e
+}
+
+fn overlay(
     declared: &QueueArgs,
     declared_overflow: bool,
     policy: Option<&PolicyDefinition>,
@@ -35,13 +59,16 @@ pub fn effective_args(
         .dead_letter_routing_key
         .clone()
         .or_else(|| p.dead_letter_routing_key.clone());
-    if !declared_overflow && let Some(o) = p.overflow {
+    let policy_wins = declared.queue_type == QueueType::Quorum;
+    if (policy_wins || !declared_overflow)
+        && let Some(o) = p.overflow
+    {
         e.overflow = o;
     }
     e.message_ttl = min_of(declared.message_ttl, p.message_ttl);
     e.max_length = min_of(declared.max_length, p.max_length);
     e.max_length_bytes = min_of(declared.max_length_bytes, p.max_length_bytes);
     e.expires = min_of(declared.expires, p.expires);
-    e.delivery_limit = min_of(declared.delivery_limit, p.delivery_limit);
+    e.delivery_limit = resolve_delivery_limit(declared.delivery_limit, p.delivery_limit);
     e
 }

@@ -17,6 +17,8 @@ mod tests;
 
 use std::collections::BTreeMap;
 
+use crate::arguments::QueueType;
+
 pub use definition::{DefValue, PolicyDefinition};
 pub use effective::effective_args;
 
@@ -29,6 +31,12 @@ pub enum ApplyTo {
     Exchanges,
     /// Queues and exchanges.
     All,
+    /// Classic queues only (RabbitMQ 4.x).
+    ClassicQueues,
+    /// Quorum queues only (RabbitMQ 4.x).
+    QuorumQueues,
+    /// Streams only (RabbitMQ 4.x).
+    Streams,
 }
 
 impl ApplyTo {
@@ -38,8 +46,11 @@ impl ApplyTo {
             "queues" => Ok(ApplyTo::Queues),
             "exchanges" => Ok(ApplyTo::Exchanges),
             "all" => Ok(ApplyTo::All),
+            "classic_queues" => Ok(ApplyTo::ClassicQueues),
+            "quorum_queues" => Ok(ApplyTo::QuorumQueues),
+            "streams" => Ok(ApplyTo::Streams),
             other => Err(PolicyError::Invalid(format!(
-                "\"{other}\" is not a valid apply-to value"
+                "apply-to '{other}' unrecognised; should be one of: 'queues', 'classic_queues',  'quorum_queues', 'streams', 'exchanges', or 'all'"
             ))),
         }
     }
@@ -50,7 +61,58 @@ impl ApplyTo {
             ApplyTo::Queues => "queues",
             ApplyTo::Exchanges => "exchanges",
             ApplyTo::All => "all",
+            ApplyTo::ClassicQueues => "classic_queues",
+            ApplyTo::QuorumQueues => "quorum_queues",
+            ApplyTo::Streams => "streams",
         }
+    }
+
+    /// Whether it covers queues of type `ty` (`rabbit_policy:matches_queue_type/3`).
+    fn covers_queue(self, ty: QueueType) -> bool {
+        match self {
+            ApplyTo::Queues | ApplyTo::All => true,
+            ApplyTo::Exchanges => false,
+            ApplyTo::ClassicQueues => ty == QueueType::Classic,
+            ApplyTo::QuorumQueues => ty == QueueType::Quorum,
+            ApplyTo::Streams => ty == QueueType::Stream,
+        }
+    }
+}
+
+/// Policy keys a queue type does not support (its `unsupported_policies` capability in
+/// RabbitMQ 4.x, restricted to keys Charon accepts). A policy with any of them does not match
+/// a queue of that type at all (`rabbit_queue_type:is_policy_applicable/2`). `delivery-limit`
+/// is supported by classic queues as a Charon extension (retries, issue 10).
+fn unsupported_keys(ty: QueueType) -> &'static [&'static str] {
+    match ty {
+        QueueType::Classic => &["max-in-memory-length", "max-in-memory-bytes"],
+        QueueType::Quorum => &[
+            "queue-mode",
+            "ha-mode",
+            "ha-params",
+            "ha-sync-mode",
+            "ha-promote-on-shutdown",
+            "ha-promote-on-failure",
+            "queue-master-locator",
+        ],
+        QueueType::Stream => &[
+            "expires",
+            "message-ttl",
+            "dead-letter-exchange",
+            "dead-letter-routing-key",
+            "max-length",
+            "max-in-memory-length",
+            "max-in-memory-bytes",
+            "overflow",
+            "queue-mode",
+            "delivery-limit",
+            "ha-mode",
+            "ha-params",
+            "ha-sync-mode",
+            "ha-promote-on-shutdown",
+            "ha-promote-on-failure",
+            "queue-master-locator",
+        ],
     }
 }
 
@@ -102,14 +164,27 @@ impl Policy {
         })
     }
 
-    /// Whether the policy applies to a queue called `name`.
+    /// Whether the policy applies to a classic queue called `name`.
     pub fn matches_queue(&self, name: &str) -> bool {
-        self.apply_to != ApplyTo::Exchanges && self.regex.is_match(name)
+        self.matches_queue_of(name, QueueType::Classic)
+    }
+
+    /// Whether the policy applies to a queue of type `ty` called `name`: `apply-to` covers the
+    /// type, the type supports every key of the definition, and the pattern matches.
+    pub fn matches_queue_of(&self, name: &str, ty: QueueType) -> bool {
+        let unsupported = unsupported_keys(ty);
+        self.apply_to.covers_queue(ty)
+            && !self
+                .definition
+                .raw
+                .iter()
+                .any(|(k, _)| unsupported.contains(&k.as_str()))
+            && self.regex.is_match(name)
     }
 
     /// Whether the policy applies to an exchange called `name`.
     pub fn matches_exchange(&self, name: &str) -> bool {
-        self.apply_to != ApplyTo::Queues && self.regex.is_match(name)
+        matches!(self.apply_to, ApplyTo::Exchanges | ApplyTo::All) && self.regex.is_match(name)
     }
 }
 
@@ -139,6 +214,11 @@ impl Policies {
     /// first by name among equals).
     pub fn for_queue(&self, name: &str) -> Option<&Policy> {
         self.best(|p| p.matches_queue(name))
+    }
+
+    /// The policy that applies to queue `name` of type `ty`.
+    pub fn for_queue_of(&self, name: &str, ty: QueueType) -> Option<&Policy> {
+        self.best(|p| p.matches_queue_of(name, ty))
     }
 
     /// The policy that applies to exchange `name`.

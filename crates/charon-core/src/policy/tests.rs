@@ -144,3 +144,106 @@ fn definition_values_are_validated() {
     assert!(Policy::new("p", "(", ApplyTo::All, 0, dlx("x")).is_err());
     assert!(ApplyTo::parse("bindings").is_err());
 }
+
+#[test]
+fn a_policy_with_a_key_the_queue_type_does_not_support_does_not_match_it() {
+    use crate::arguments::QueueType;
+    let p = policy(
+        "p",
+        ".*",
+        ApplyTo::Queues,
+        0,
+        def(&[
+            ("max-length", DefValue::Int(1)),
+            ("queue-mode", DefValue::Str("lazy".into())),
+        ]),
+    );
+    assert!(p.matches_queue_of("q", QueueType::Classic));
+    assert!(!p.matches_queue_of("q", QueueType::Quorum));
+    let p = policy(
+        "p",
+        ".*",
+        ApplyTo::Queues,
+        0,
+        def(&[("delivery-limit", DefValue::Int(3))]),
+    );
+    // delivery-limit: a Charon extension for classic queues, unsupported by streams.
+    assert!(p.matches_queue_of("q", QueueType::Classic));
+    assert!(p.matches_queue_of("q", QueueType::Quorum));
+    assert!(!p.matches_queue_of("q", QueueType::Stream));
+}
+
+#[test]
+fn apply_to_queue_types() {
+    use crate::arguments::QueueType;
+    for (s, classic, quorum, stream) in [
+        ("classic_queues", true, false, false),
+        ("quorum_queues", false, true, false),
+        ("streams", false, false, true),
+        ("queues", true, true, true),
+        ("all", true, true, true),
+        ("exchanges", false, false, false),
+    ] {
+        let a = ApplyTo::parse(s).unwrap_or(ApplyTo::Exchanges);
+        assert_eq!(a.as_str(), s);
+        let p = policy(
+            "p",
+            ".*",
+            a,
+            0,
+            def(&[("max-length-bytes", DefValue::Int(9))]),
+        );
+        assert_eq!(p.matches_queue_of("q", QueueType::Classic), classic, "{s}");
+        assert_eq!(p.matches_queue_of("q", QueueType::Quorum), quorum, "{s}");
+        assert_eq!(p.matches_queue_of("q", QueueType::Stream), stream, "{s}");
+    }
+    assert!(ApplyTo::parse("nope").is_err());
+}
+
+#[test]
+fn delivery_limit_smaller_unless_one_is_negative_and_quorum_overflow_policy_wins() {
+    use crate::arguments::QueueType;
+    let q = |limit: Option<i64>, overflow: Overflow| QueueArgs {
+        queue_type: QueueType::Quorum,
+        delivery_limit: limit,
+        overflow,
+        ..QueueArgs::default()
+    };
+    let pol = |limit: i64| def(&[("delivery-limit", DefValue::Int(limit))]);
+    let eff = |a: &QueueArgs, p: &PolicyDefinition| effective_args(a, false, Some(p));
+    assert_eq!(
+        eff(&q(Some(5), Overflow::DropHead), &pol(3)).delivery_limit,
+        Some(3)
+    );
+    assert_eq!(
+        eff(&q(Some(5), Overflow::DropHead), &pol(-1)).delivery_limit,
+        Some(5)
+    );
+    assert_eq!(
+        eff(&q(Some(-1), Overflow::DropHead), &pol(7)).delivery_limit,
+        Some(7)
+    );
+    assert_eq!(
+        eff(&q(None, Overflow::DropHead), &pol(-2)).delivery_limit,
+        Some(-2)
+    );
+    let drop = def(&[("overflow", DefValue::Str("drop-head".into()))]);
+    let declared = q(None, Overflow::RejectPublish);
+    assert_eq!(
+        effective_args(&declared, true, Some(&drop)).overflow,
+        Overflow::DropHead
+    );
+    let dlx_overflow = q(None, Overflow::RejectPublishDlx);
+    assert_eq!(
+        effective_args(&dlx_overflow, true, None).overflow,
+        Overflow::DropHead
+    );
+    let classic = QueueArgs {
+        overflow: Overflow::RejectPublish,
+        ..QueueArgs::default()
+    };
+    assert_eq!(
+        effective_args(&classic, true, Some(&drop)).overflow,
+        Overflow::RejectPublish
+    );
+}

@@ -9,6 +9,8 @@ mod state;
 #[cfg(test)]
 mod model_tests;
 #[cfg(test)]
+mod priority_tests;
+#[cfg(test)]
 mod rule_tests;
 
 use std::sync::Arc;

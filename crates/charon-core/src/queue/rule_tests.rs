@@ -220,6 +220,57 @@ fn delivery_limit_dead_letters_after_more_returns_than_the_limit() {
 }
 
 #[test]
+fn returns_by_a_closed_channel_do_not_count_towards_the_delivery_limit() {
+    let mut s = queue(QueueArgs {
+        delivery_limit: Some(0),
+        queue_type: QueueType::Quorum,
+        ..QueueArgs::default()
+    });
+    s.publish(msg("a", None), 0);
+    for _ in 0..3 {
+        let id = s.get(false, 0).map(|g| g.id).unwrap_or(99);
+        s.release(&[id]);
+    }
+    assert!(reasons(&mut s).is_empty());
+    let g = s.get(false, 0);
+    assert_eq!(
+        g.as_ref().map(|g| (g.returns, g.redelivered)),
+        Some((0, true))
+    );
+    s.requeue(&[g.map(|g| g.id).unwrap_or(99)]);
+    assert_eq!(reasons(&mut s), vec![("a".into(), Reason::DeliveryLimit)]);
+}
+
+#[test]
+fn quorum_delivery_limit_defaults_to_20_and_negative_is_unlimited() {
+    let mut s = queue(QueueArgs {
+        queue_type: QueueType::Quorum,
+        ..QueueArgs::default()
+    });
+    s.publish(msg("a", None), 0);
+    for _ in 0..20 {
+        let id = s.get(false, 0).map(|g| g.id).unwrap_or(99);
+        s.requeue(&[id]);
+    }
+    assert!(reasons(&mut s).is_empty());
+    let id = s.get(false, 0).map(|g| g.id).unwrap_or(99);
+    s.requeue(&[id]);
+    assert_eq!(reasons(&mut s), vec![("a".into(), Reason::DeliveryLimit)]);
+    let mut s = queue(QueueArgs {
+        queue_type: QueueType::Quorum,
+        delivery_limit: Some(-1),
+        ..QueueArgs::default()
+    });
+    s.publish(msg("b", None), 0);
+    for _ in 0..50 {
+        let id = s.get(false, 0).map(|g| g.id).unwrap_or(99);
+        s.requeue(&[id]);
+    }
+    assert!(reasons(&mut s).is_empty());
+    assert_eq!(s.message_count(), 1);
+}
+
+#[test]
 fn delivery_limit_applies_to_quorum_queues_only() {
     let mut s = queue(QueueArgs {
         delivery_limit: Some(0),

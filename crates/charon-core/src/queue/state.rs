@@ -4,6 +4,12 @@
 //! message sits, not only at the head), max-length / max-length-bytes with each overflow mode,
 //! rejection and the delivery limit. Every message leaving that way becomes a [`DeadLetter`]
 //! value with its reason; whether it goes to a dead-letter exchange is the caller's business.
+//!
+//! Priority queues (`x-max-priority` on a classic queue, as RabbitMQ's `rabbit_priority_queue`):
+//! ready messages leave highest priority first, FIFO (by id) within a priority; a message
+//! without `priority` is 0, one above the maximum counts as the maximum. Everything that takes
+//! "the head" (delivery, basic.get, drop-head, browse) follows that order, so a requeued
+//! message goes back to its place within its priority.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -61,6 +67,8 @@ pub struct QueueState {
     /// Ready messages with an expiry, by expiry time.
     expiry: BTreeSet<(u64, MsgId)>,
     unacked: HashMap<MsgId, Unacked>,
+    /// Priority queues only: ready messages in delivery order, (max - priority, id).
+    order: Option<BTreeSet<(u8, MsgId)>>,
     consumers: Consumers,
     dead: Vec<DeadLetter>,
     /// Ids of messages that left the queue by any means, when tracked (durable queues: the
@@ -68,15 +76,32 @@ pub struct QueueState {
     gone: Option<Vec<MsgId>>,
 }
 
+/// RabbitMQ 4.x's `delivery-limit` of a quorum queue when neither argument nor policy sets one.
+pub(crate) const QUORUM_DEFAULT_DELIVERY_LIMIT: i64 = 20;
+
 /// The per-message TTL of `message` (its `expiration` property, milliseconds), if valid.
 fn message_ttl(message: &Message) -> Option<u64> {
     let raw = message.properties.expiration()?;
     std::str::from_utf8(raw).ok()?.trim().parse().ok()
 }
 
+/// The highest priority of a priority queue: `x-max-priority` on a classic queue (quorum
+/// queues and streams order FIFO here).
+fn priority_levels(args: &QueueArgs) -> Option<u8> {
+    args.max_priority
+        .filter(|_| args.queue_type == QueueType::Classic)
+}
+
 impl QueueState {
+    /// Position of `message` (id `id`) in a priority queue with highest priority `max`.
+    fn rank(max: u8, id: MsgId, message: &Message) -> (u8, MsgId) {
+        let p = message.properties.priority().unwrap_or(0).min(max);
+        (max - p, id)
+    }
+
     /// An empty queue.
     pub fn new(name: Arc<str>, args: QueueArgs) -> Self {
+        let order = priority_levels(&args).map(|_| BTreeSet::new());
         QueueState {
             name,
             vhost: Arc::from("/"),
@@ -86,6 +111,7 @@ impl QueueState {
             ready_bytes: 0,
             expiry: BTreeSet::new(),
             unacked: HashMap::new(),
+            order,
             consumers: Consumers::default(),
             dead: Vec::new(),
             gone: None,
@@ -167,7 +193,18 @@ impl QueueState {
     /// max-length drops (dead-letters) heads now; a new TTL applies to messages enqueued from now
     /// on, as in RabbitMQ.
     pub fn set_args(&mut self, args: QueueArgs) {
+        let levels = priority_levels(&args);
+        let rebuild = levels != priority_levels(&self.args);
         self.args = args;
+        if rebuild {
+            // Policies cannot set x-max-priority; kept correct should the settings differ anyway.
+            self.order = levels.map(|max| {
+                self.ready
+                    .iter()
+                    .map(|(id, r)| Self::rank(max, *id, &r.message))
+                    .collect()
+            });
+        }
         self.enforce_limits();
     }
 
@@ -210,6 +247,9 @@ impl QueueState {
     }
 
     fn insert_ready(&mut self, id: MsgId, r: Ready) {
+        if let (Some(order), Some(max)) = (self.order.as_mut(), priority_levels(&self.args)) {
+            order.insert(Self::rank(max, id, &r.message));
+        }
         self.ready_bytes += r.message.body_size();
         if let Some(t) = r.expires_at {
             self.expiry.insert((t, id));
@@ -219,6 +259,9 @@ impl QueueState {
 
     fn remove_ready(&mut self, id: MsgId) -> Option<Ready> {
         let r = self.ready.remove(&id)?;
+        if let (Some(order), Some(max)) = (self.order.as_mut(), priority_levels(&self.args)) {
+            order.remove(&Self::rank(max, id, &r.message));
+        }
         self.ready_bytes -= r.message.body_size();
         if let Some(t) = r.expires_at {
             self.expiry.remove(&(t, id));
@@ -227,7 +270,10 @@ impl QueueState {
     }
 
     fn pop_ready(&mut self) -> Option<(MsgId, Ready)> {
-        let id = *self.ready.keys().next()?;
+        let id = match &self.order {
+            Some(order) => order.first()?.1,
+            None => *self.ready.keys().next()?,
+        };
         self.remove_ready(id).map(|r| (id, r))
     }
 
@@ -433,21 +479,40 @@ impl QueueState {
         }
     }
 
-    /// The delivery limit in force: `x-delivery-limit` applies to quorum queues.
+    /// The delivery limit in force: quorum queues only, 20 unless set (RabbitMQ 4.x's
+    /// default), a negative setting means none.
     fn delivery_limit(&self) -> Option<u64> {
-        (self.args.queue_type == QueueType::Quorum)
-            .then_some(self.args.delivery_limit)
-            .flatten()
+        if self.args.queue_type != QueueType::Quorum {
+            return None;
+        }
+        u64::try_from(
+            self.args
+                .delivery_limit
+                .unwrap_or(QUORUM_DEFAULT_DELIVERY_LIMIT),
+        )
+        .ok()
     }
 
-    /// Return unacked messages (requeue=true, or their channel closed) to their original
-    /// position, marked redelivered. A message returned more times than the delivery limit is
+    /// Return unacked messages after a failed delivery (basic.reject / basic.nack with
+    /// requeue=true) to their original position, marked redelivered; this counts as a return
+    /// (`x-delivery-count`). A message returned more times than the delivery limit is
     /// dead-lettered (reason `delivery_limit`) instead.
     pub fn requeue(&mut self, ids: &[MsgId]) {
+        self.put_back(ids, true);
+    }
+
+    /// Return unacked messages whose consumer went (channel or connection closed, basic.recover)
+    /// to their original position, marked redelivered, without counting a return: as RabbitMQ
+    /// 4.x, only a failed delivery counts towards the delivery limit.
+    pub fn release(&mut self, ids: &[MsgId]) {
+        self.put_back(ids, false);
+    }
+
+    fn put_back(&mut self, ids: &[MsgId], counted: bool) {
         let limit = self.delivery_limit();
         for id in ids {
             if let Some(u) = self.settle(*id) {
-                let returns = u.returns.saturating_add(1);
+                let returns = u.returns.saturating_add(u32::from(counted));
                 if limit.is_some_and(|l| u64::from(returns) > l) {
                     self.mark_gone(*id);
                     self.dead.push(DeadLetter {
@@ -499,6 +564,9 @@ impl QueueState {
             }
         }
         self.ready.clear();
+        if let Some(order) = self.order.as_mut() {
+            order.clear();
+        }
         self.expiry.clear();
         self.ready_bytes = 0;
         n
@@ -506,12 +574,21 @@ impl QueueState {
 
     /// Up to `limit` ready messages from position `from` (0 = head), without removing them.
     pub fn browse(&self, from: usize, limit: usize) -> Vec<(MsgId, Arc<Message>)> {
-        self.ready
-            .iter()
-            .skip(from)
-            .take(limit)
-            .map(|(id, r)| (*id, r.message.clone()))
-            .collect()
+        match &self.order {
+            Some(order) => order
+                .iter()
+                .skip(from)
+                .take(limit)
+                .filter_map(|(_, id)| self.ready.get(id).map(|r| (*id, r.message.clone())))
+                .collect(),
+            None => self
+                .ready
+                .iter()
+                .skip(from)
+                .take(limit)
+                .map(|(id, r)| (*id, r.message.clone()))
+                .collect(),
+        }
     }
 
     /// Like [`Self::browse`], with each message's redelivered flag, return count and expiry

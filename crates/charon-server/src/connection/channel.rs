@@ -86,10 +86,13 @@ pub(crate) struct TxBuffer {
 pub(crate) enum Settle {
     /// basic.ack.
     Ack,
-    /// basic.nack/reject with requeue.
+    /// basic.nack/reject with requeue: a failed delivery (counts towards a quorum queue's
+    /// delivery limit).
     Requeue,
     /// basic.nack/reject without requeue (dead-lettered when the queue has a DLX).
     Reject,
+    /// basic.recover: back to the queue without a failed delivery.
+    Return,
 }
 
 impl Channel {

@@ -263,6 +263,7 @@ pub(crate) async fn open(
         ));
     };
     let Some(access) = broker.access().permissions(&user, &vhost_name) else {
+        tracing::info!(peer = %peer, user = %user, vhost = %vhost_name, "vhost access refused");
         return Err(HandshakeEnd::Refuse(
             ServerError::VHostAccessRefused {
                 vhost: vhost_name.to_string(),

@@ -60,7 +60,7 @@ pub(crate) async fn serve(
         }
         Ok(Err(HandshakeEnd::Drop)) | Err(_) => return,
     };
-    let (reader, write_half) = stream.into_split();
+    let (mut reader, write_half) = stream.into_split();
     let (handle, events) = ConnHandle::new();
     let (wtx, wrx) = mpsc::unbounded_channel();
     let writer = tokio::spawn(writer::run(write_half, wrx, handle.flow_arc()));
@@ -102,12 +102,53 @@ pub(crate) async fn serve(
         blocked_capable: opened.blocked_capable,
         has_published: false,
         blocked: false,
+        owes_close_ok: false,
+        confirms_due: Vec::new(),
     };
-    conn.run(reader, buf, events, shutdown).await;
+    conn.run(&mut reader, buf, events, shutdown).await;
     conn.cleanup().await;
     conn.broker.admin().connections.deregister(conn.id);
+    let linger = conn.owes_close_ok;
+    if linger {
+        // RabbitMQ answers connection.close only once channels and exclusive queues are gone.
+        encode_method(
+            &mut conn.out,
+            0,
+            &AMQPClass::Connection(connection::AMQPMethod::CloseOk(connection::CloseOk {})),
+        );
+        conn.flush();
+    }
+    let heartbeat = conn.heartbeat;
     drop(conn);
-    let _ = writer.await;
+    let write_half = writer.await.ok().flatten();
+    if linger && write_half.is_some() {
+        discard_until_closed(&mut reader, heartbeat).await;
+    }
+    if let Some(mut w) = write_half {
+        use tokio::io::AsyncWriteExt;
+        let _ = w.shutdown().await;
+    }
+}
+
+/// After close-ok, reads and discards until the client closes the socket (a client may still be
+/// flushing frames it queued before its connection.close), for at most the heartbeat timeout,
+/// capped at 30 s, like RabbitMQ's `?CLOSING_TIMEOUT`.
+async fn discard_until_closed(reader: &mut OwnedReadHalf, heartbeat: u16) {
+    let secs = if heartbeat > 0 && heartbeat < 30 {
+        u64::from(heartbeat)
+    } else {
+        30
+    };
+    let mut sink = vec![0u8; 16 * 1024];
+    let _ = tokio::time::timeout(Duration::from_secs(secs), async {
+        loop {
+            match reader.read(&mut sink).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
 }
 
 /// Sends connection.close for a failed handshake, waits briefly for close-ok, closes.
@@ -182,6 +223,11 @@ pub(crate) struct Connection {
     pub(crate) has_published: bool,
     /// Reading is paused by a resource alarm.
     blocked: bool,
+    /// The client sent connection.close: close-ok goes out after cleanup.
+    pub(crate) owes_close_ok: bool,
+    /// Channels with confirms settled since the last flush: their acks go out together, as
+    /// `multiple=true` runs, when the batch is flushed.
+    pub(crate) confirms_due: Vec<u16>,
 }
 
 /// How the connection loop goes on after a frame.
@@ -215,7 +261,7 @@ impl Connection {
 
     async fn run(
         &mut self,
-        mut reader: OwnedReadHalf,
+        reader: &mut OwnedReadHalf,
         mut buf: BytesMut,
         mut events: mpsc::UnboundedReceiver<ConnEvent>,
         shutdown: CancellationToken,
@@ -228,7 +274,6 @@ impl Connection {
         };
         let mut ticker = tokio::time::interval(interval / 2);
         let mut last_read = Instant::now();
-        tracing::debug!(conn = self.id, user = %self.user, vhost = %self.vhost_name, "connection opened");
         let mut shutdown_sent = false;
         let mut close_deadline: Option<Instant> = None;
         // Frames that arrived with the handshake's last read.
@@ -319,6 +364,9 @@ impl Connection {
 
     /// Hands encoded output to the writer.
     pub(crate) fn flush(&mut self) {
+        for channel in std::mem::take(&mut self.confirms_due) {
+            self.flush_confirms(channel);
+        }
         if self.out.is_empty() {
             return;
         }
@@ -335,7 +383,7 @@ impl Connection {
         if self.closing {
             return;
         }
-        tracing::debug!(conn = self.id, code = err.code.code(), text = %err.text, "closing connection");
+        tracing::info!(conn = self.id, code = err.code.code(), text = %err.text, "closing connection with an error");
         self.closing = true;
         encode_method(&mut self.out, 0, &close_method(&err));
     }
@@ -354,11 +402,14 @@ impl Connection {
             names.iter().filter_map(|n| topo.remove_queue(n)).collect()
         };
         for entry in owned {
-            let (tx, _rx) = tokio::sync::oneshot::channel();
-            let _ = entry
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            if entry
                 .handle
                 .send(crate::handles::QueueCmd::Delete { reply: tx })
-                .await;
+                .await
+            {
+                let _ = rx.await;
+            }
         }
     }
 }

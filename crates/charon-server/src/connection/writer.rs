@@ -20,12 +20,13 @@ pub(crate) struct Outgoing {
     pub(crate) deliveries: usize,
 }
 
-/// Writes until the sender side is dropped or the socket fails; then shuts the socket down.
+/// Writes until the sender side is dropped or the socket fails. Returns the socket when every
+/// write succeeded (the caller decides when to close it), `None` after a failed write.
 pub(crate) async fn run(
     mut socket: OwnedWriteHalf,
     mut rx: mpsc::UnboundedReceiver<Outgoing>,
     flow: Arc<ConnFlow>,
-) {
+) -> Option<OwnedWriteHalf> {
     let mut batch = Vec::with_capacity(64);
     let mut buf = BytesMut::new();
     while rx.recv_many(&mut batch, 64).await > 0 {
@@ -38,8 +39,8 @@ pub(crate) async fn run(
         let ok = socket.write_all(&buf).await.is_ok();
         flow.release(delivered);
         if !ok {
-            break;
+            return None;
         }
     }
-    let _ = socket.shutdown().await;
+    Some(socket)
 }

@@ -98,8 +98,15 @@ pub enum QueueCmd {
         /// Message ids.
         ids: Vec<MsgId>,
     },
-    /// Return delivered messages to their original positions.
+    /// Return delivered messages to their original positions after a failed delivery
+    /// (reject/nack requeue=true: counts towards a quorum queue's delivery limit).
     Requeue {
+        /// Message ids.
+        ids: Vec<MsgId>,
+    },
+    /// Return delivered messages whose consumer went (channel closed, basic.recover) to their
+    /// original positions, without counting a failed delivery.
+    Return {
         /// Message ids.
         ids: Vec<MsgId>,
     },

@@ -209,6 +209,7 @@ impl Actor {
                 self.state.ack(&ids);
             }
             QueueCmd::Requeue { ids } => self.state.requeue(&ids),
+            QueueCmd::Return { ids } => self.state.release(&ids),
             QueueCmd::Reject { ids } => {
                 self.state.reject(&ids);
             }
@@ -292,6 +293,7 @@ impl Actor {
         // Dead letters routed back to this queue are enqueued here, which may dead-letter
         // others (drop-head); loop until settled (cycle detection bounds it).
         let mut rounds = 0;
+        let mut came_back = false;
         while self.state.has_dead_letters() && rounds < 16 {
             rounds += 1;
             let dead = self.state.take_dead_letters();
@@ -304,8 +306,21 @@ impl Actor {
                 self.ctx.store.as_mut(),
             );
             for placed in local {
-                self.enqueue(placed, now);
+                came_back |= self.enqueue(placed, now);
             }
+        }
+        if came_back {
+            // Dead-lettered back into this queue: its consumers get them now, not at the next
+            // command.
+            deliver(
+                &mut self.state,
+                &self.me,
+                &self.consumers,
+                self.ctx.store.as_ref(),
+                now,
+                &mut self.out,
+                &mut self.delivered,
+            );
         }
         self.dl.retry(&self.me, now);
         if let Some(s) = self.ctx.store.as_mut() {

@@ -89,12 +89,14 @@ impl Connection {
                             ch.unacked.insert(tag, Unacked { queue: q, id: r.id });
                         }
                         let msg = r.message;
-                        let quorum_props = q_is_quorum.then(|| {
-                            charon_core::queue::quorum::with_delivery_count(
-                                &msg.properties,
-                                r.returns,
-                            )
-                        });
+                        let quorum_props = q_is_quorum
+                            .then(|| {
+                                charon_core::queue::quorum::delivery_properties(
+                                    &msg.properties,
+                                    r.returns,
+                                )
+                            })
+                            .flatten();
                         encode_basic_get_ok(
                             &mut self.out,
                             channel,
@@ -140,14 +142,18 @@ impl Connection {
                 if !r.requeue {
                     return Err(ServerError::RecoverWithoutRequeue.into());
                 }
-                self.settle(channel, 0, true, Settle::Requeue).await?;
+                self.settle(channel, 0, true, Settle::Return).await?;
                 self.reply(
                     channel,
                     AMQPClass::Basic(basic::AMQPMethod::RecoverOk(basic::RecoverOk {})),
                 );
             }
-            basic::AMQPMethod::RecoverAsync(_) => {
-                return Err(ServerError::RecoverWithoutRequeue.into());
+            basic::AMQPMethod::RecoverAsync(r) => {
+                // Deprecated, but RabbitMQ still honours requeue=true: requeue, reply nothing.
+                if !r.requeue {
+                    return Err(ServerError::RecoverWithoutRequeue.into());
+                }
+                self.settle(channel, 0, true, Settle::Return).await?;
             }
             _ => {
                 return Err(ServerError::UnimplementedMethod.into());
@@ -255,6 +261,7 @@ impl Connection {
             let cmd = match how {
                 Settle::Ack => QueueCmd::Ack { ids },
                 Settle::Requeue => QueueCmd::Requeue { ids },
+                Settle::Return => QueueCmd::Return { ids },
                 Settle::Reject => QueueCmd::Reject { ids },
             };
             let _ = q.send(cmd).await;

@@ -24,7 +24,7 @@ impl Connection {
                     if !no_ack {
                         queue.kick();
                         let q = queue.clone();
-                        tokio::spawn(async move { q.send(QueueCmd::Requeue { ids }).await });
+                        tokio::spawn(async move { q.send(QueueCmd::Return { ids }).await });
                     }
                     self.handle.flow().release(n);
                     return;
@@ -64,9 +64,14 @@ impl Connection {
                         &m.exchange,
                         &m.routing_key,
                     );
-                    let quorum_props = quorum.then(|| {
-                        charon_core::queue::quorum::with_delivery_count(&m.properties, d.returns)
-                    });
+                    let quorum_props = quorum
+                        .then(|| {
+                            charon_core::queue::quorum::delivery_properties(
+                                &m.properties,
+                                d.returns,
+                            )
+                        })
+                        .flatten();
                     encode_content(
                         &mut self.out,
                         channel,
@@ -84,7 +89,7 @@ impl Connection {
                     return;
                 };
                 ch.confirms.answer(seq, ack);
-                self.flush_confirms(channel);
+                self.confirm_due(channel);
             }
             ConnEvent::ConsumerCancelled {
                 channel,

@@ -28,9 +28,18 @@ fn method_ids(m: &AMQPClass) -> (u16, u16) {
     (m.get_amqp_class_id(), m.get_amqp_method_id())
 }
 
-/// Cancels a channel's consumers and returns its unacked messages to their queues, in order.
+/// Cancels a channel's consumers and returns its unacked messages to their queues, in order,
+/// and waits until every queue concerned has handled that (an auto-delete queue whose last
+/// consumer went is gone from its vhost by then), as RabbitMQ does before its close-ok.
 pub(crate) async fn release_channel(ch: Channel) {
+    let mut touched: Vec<QueueHandle> = Vec::new();
+    let mut touch = |q: &QueueHandle| {
+        if !touched.iter().any(|t| t.same(q)) {
+            touched.push(q.clone());
+        }
+    };
     for (_, c) in ch.consumers {
+        touch(&c.queue);
         let _ = c.queue.send(QueueCmd::Cancel { id: c.id }).await;
     }
     let mut groups: Vec<(QueueHandle, Vec<u64>)> = Vec::new();
@@ -41,7 +50,20 @@ pub(crate) async fn release_channel(ch: Channel) {
         }
     }
     for (q, ids) in groups {
-        let _ = q.send(QueueCmd::Requeue { ids }).await;
+        touch(&q);
+        // A closed channel's messages go back without counting a failed delivery.
+        let _ = q.send(QueueCmd::Return { ids }).await;
+    }
+    for q in touched {
+        barrier(&q).await;
+    }
+}
+
+/// Waits until `q` has handled every command sent to it before (or has stopped).
+pub(crate) async fn barrier(q: &QueueHandle) {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    if q.send(QueueCmd::Stats { reply: tx }).await {
+        let _ = rx.await;
     }
 }
 
@@ -52,13 +74,7 @@ impl Connection {
                 match **method {
                     AMQPClass::Connection(connection::AMQPMethod::CloseOk(_)) => return Next::Stop,
                     AMQPClass::Connection(connection::AMQPMethod::Close(_)) => {
-                        encode_method(
-                            &mut self.out,
-                            0,
-                            &AMQPClass::Connection(connection::AMQPMethod::CloseOk(
-                                connection::CloseOk {},
-                            )),
-                        );
+                        self.owes_close_ok = true;
                         return Next::Stop;
                     }
                     _ => {}
@@ -102,20 +118,51 @@ impl Connection {
     fn on_connection_method(&mut self, method: AMQPClass) -> Next {
         match method {
             AMQPClass::Connection(connection::AMQPMethod::Close(_)) => {
-                encode_method(
-                    &mut self.out,
-                    0,
-                    &AMQPClass::Connection(connection::AMQPMethod::CloseOk(connection::CloseOk {})),
-                );
+                // close-ok goes out once channels and exclusive queues are gone (`serve`).
+                self.owes_close_ok = true;
                 Next::Stop
             }
             AMQPClass::Connection(connection::AMQPMethod::CloseOk(_)) => Next::Stop,
+            AMQPClass::Connection(connection::AMQPMethod::UpdateSecret(u)) => {
+                self.update_secret(u.reason.as_str());
+                Next::Continue
+            }
             other => {
                 let (c, m) = method_ids(&other);
                 self.close_connection(
                     AmqpError::from(ServerError::UnexpectedConnectionMethod).on(c, m),
                 );
                 Next::Continue
+            }
+        }
+    }
+
+    /// connection.update-secret: RabbitMQ's internal users have no expiring credentials, so the
+    /// new secret changes nothing; the user's access to the vhost is checked again (it may have
+    /// been revoked since the connection opened) and update-secret-ok is sent.
+    fn update_secret(&mut self, reason: &str) {
+        match self
+            .broker
+            .access()
+            .permissions(&self.user, &self.vhost_name)
+        {
+            Some(access) => {
+                self.access = access;
+                tracing::info!(conn = self.id, user = %self.user, reason, "user updated secret");
+                self.reply(
+                    0,
+                    AMQPClass::Connection(connection::AMQPMethod::UpdateSecretOk(
+                        connection::UpdateSecretOk {},
+                    )),
+                );
+            }
+            None => {
+                let err: AmqpError = ServerError::VHostAccessRefused {
+                    vhost: self.vhost_name.clone(),
+                    user: self.user.clone(),
+                }
+                .into();
+                self.close_connection(err.on(10, 70));
             }
         }
     }
@@ -190,7 +237,8 @@ impl Connection {
                     self.channels.remove(&channel);
                 }
                 AMQPClass::Channel(chm::AMQPMethod::Close(_)) => {
-                    self.channels.remove(&channel);
+                    // Both sides closed at once: answer, but stay closing until the client's
+                    // close-ok for our channel.close arrives (RabbitMQ's reader does the same).
                     self.reply(
                         channel,
                         AMQPClass::Channel(chm::AMQPMethod::CloseOk(chm::CloseOk {})),

@@ -224,7 +224,7 @@ impl Connection {
                 ch.confirms
                     .expect(seq, u32::try_from(n).unwrap_or(u32::MAX));
             }
-            self.flush_confirms(channel);
+            self.confirm_due(channel);
             if let Some(stored) = stored {
                 self.commits.wait_for(channel, seq, stored).await;
             }
@@ -240,8 +240,16 @@ impl Connection {
         Ok(())
     }
 
+    /// Notes that `channel` may have confirms to send; they go out at the next flush, so the
+    /// confirms of one batch of events coalesce into `multiple=true` acks.
+    pub(super) fn confirm_due(&mut self, channel: u16) {
+        if !self.confirms_due.contains(&channel) {
+            self.confirms_due.push(channel);
+        }
+    }
+
     /// Sends what the channel's confirms allow now (see `ConfirmTracker::flush`).
-    pub(super) fn flush_confirms(&mut self, channel: u16) {
+    pub(crate) fn flush_confirms(&mut self, channel: u16) {
         let Some(ch) = self.channels.get_mut(&channel) else {
             return;
         };

@@ -39,6 +39,53 @@ impl Connection {
         })
     }
 
+    /// Declares (or finds) a queue and asks it for its counts. A queue that stops while being
+    /// asked (its auto-delete or exclusive owner went a moment ago) is no longer registered
+    /// then: the declare runs again and creates it, so a declare never fails because a queue
+    /// of that name is being deleted.
+    async fn declare_queue(
+        &mut self,
+        d: &queue::Declare,
+    ) -> Result<(std::sync::Arc<str>, crate::handles::QueueStats), AmqpError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let vhost_name = self.vhost_name.clone();
+            let vhost = self.vhost.clone();
+            let access = self.access.clone();
+            let (name, handle, created) = {
+                let mut topo = self.vhost.topology.write_recover();
+                let (name, entry, created) = topo.declare_queue_with(
+                    &QueueDeclare {
+                        name: d.queue.as_str().into(),
+                        passive: d.passive,
+                        durable: d.durable,
+                        exclusive: d.exclusive,
+                        auto_delete: d.auto_delete,
+                        arguments: d.arguments.clone(),
+                    },
+                    self.id,
+                    |name, new_args| {
+                        access
+                            .check_queue_declare(name, new_args)
+                            .map_err(AmqpError::from)
+                    },
+                    |meta| spawn_queue(meta, &vhost, &vhost_name),
+                )?;
+                (name, entry.handle.clone(), created)
+            };
+            if !created {
+                // A redeclare counts as use for `x-expires`.
+                let _ = handle.try_send(QueueCmd::Touch);
+            }
+            match Self::ask(&handle, |reply| QueueCmd::Stats { reply }).await {
+                Ok(stats) => return Ok((name, stats)),
+                Err(e) if created || attempt >= 3 => return Err(e),
+                Err(_) => continue,
+            }
+        }
+    }
+
     pub(super) async fn on_queue(
         &mut self,
         channel: u16,
@@ -55,35 +102,7 @@ impl Connection {
     }
 
     async fn queue_declare(&mut self, channel: u16, d: queue::Declare) -> Result<(), AmqpError> {
-        let vhost_name = self.vhost_name.clone();
-        let vhost = self.vhost.clone();
-        let access = self.access.clone();
-        let (name, handle, created) = {
-            let mut topo = self.vhost.topology.write_recover();
-            let (name, entry, created) = topo.declare_queue_with(
-                &QueueDeclare {
-                    name: d.queue.as_str().into(),
-                    passive: d.passive,
-                    durable: d.durable,
-                    exclusive: d.exclusive,
-                    auto_delete: d.auto_delete,
-                    arguments: d.arguments,
-                },
-                self.id,
-                |name, new_args| {
-                    access
-                        .check_queue_declare(name, new_args)
-                        .map_err(AmqpError::from)
-                },
-                |meta| spawn_queue(meta, &vhost, &vhost_name),
-            )?;
-            (name, entry.handle.clone(), created)
-        };
-        if !created {
-            // A redeclare counts as use for `x-expires`.
-            let _ = handle.try_send(QueueCmd::Touch);
-        }
-        let stats = Self::ask(&handle, |reply| QueueCmd::Stats { reply }).await?;
+        let (name, stats) = self.declare_queue(&d).await?;
         if !d.nowait {
             self.reply(
                 channel,
