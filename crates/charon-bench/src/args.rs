@@ -69,6 +69,21 @@ pub struct BenchArgs {
     /// Message TTL (x-message-ttl) of the main queues in the "expiry" scenario (ms).
     #[arg(long, default_value_t = 10_000)]
     pub ttl_ms: u64,
+    /// "retry": failures per message before it is acked.
+    #[arg(long, default_value_t = 3)]
+    pub retry_limit: u32,
+    /// "retry": native (Charon's x-retry-*) or manual (seed 003: retry queue TTL + DLX).
+    #[arg(long, value_enum, default_value_t = crate::retry_scenarios::RetryMode::Native)]
+    pub retry_mode: crate::retry_scenarios::RetryMode,
+    /// "retry": delay before each retry (ms).
+    #[arg(long, default_value_t = 0)]
+    pub retry_delay_ms: u64,
+    /// "delayed": the smallest x-delay (ms).
+    #[arg(long, default_value_t = 10_000)]
+    pub delay_base_ms: u64,
+    /// "delayed": delays are spread evenly over this many ms after --delay-base-ms.
+    #[arg(long, default_value_t = 10_000)]
+    pub delay_spread_ms: u64,
     /// PID of the broker: report its CPU time per message and peak RSS (Linux /proc).
     #[arg(long)]
     pub broker_pid: Option<u32>,
@@ -78,6 +93,12 @@ pub struct BenchArgs {
     /// Do not print per-second progress lines on stderr.
     #[arg(long)]
     pub quiet: bool,
+    /// Management API of the broker ("archive" scenario).
+    #[arg(long, default_value = "http://127.0.0.1:15672")]
+    pub http_url: String,
+    /// Management API user:password ("archive" scenario).
+    #[arg(long, default_value = "guest:guest")]
+    pub http_auth: String,
 }
 
 impl Default for BenchArgs {
@@ -99,9 +120,16 @@ impl Default for BenchArgs {
             scenario: Scenario::Throughput,
             ttl_ms: 10_000,
             keep_queues: false,
+            retry_limit: 3,
+            retry_mode: crate::retry_scenarios::RetryMode::Native,
+            retry_delay_ms: 0,
+            delay_base_ms: 10_000,
+            delay_spread_ms: 10_000,
             broker_pid: None,
             json: false,
             quiet: false,
+            http_url: "http://127.0.0.1:15672".into(),
+            http_auth: "guest:guest".into(),
         }
     }
 }
@@ -139,7 +167,7 @@ impl BenchArgs {
             return arg("--queue-prefix is too long (queue names are at most 255 bytes)");
         }
         match self.scenario {
-            Scenario::Throughput => {}
+            Scenario::Throughput | Scenario::Retry | Scenario::Delayed => {}
             Scenario::DeadLetter => {
                 if self.multi_ack == 0 {
                     return arg("--scenario dead-letter needs acknowledgements (--multi-ack >= 1)");
@@ -148,6 +176,7 @@ impl BenchArgs {
                     return arg("--scenario dead-letter needs consumers (-y >= 1)");
                 }
             }
+            Scenario::Archive => {}
             Scenario::Expiry => {
                 if self.pmessages == 0 || self.producers == 0 || self.consumers == 0 {
                     return arg("--scenario expiry needs --pmessages, producers and consumers");

@@ -12,6 +12,7 @@
 //! it. Examples: `bench` (stand-alone driver) and `null_broker` (a sink used
 //! to measure the tool's own ceiling).
 
+mod archive;
 mod args;
 pub mod client;
 mod consumer;
@@ -21,11 +22,13 @@ pub mod null_broker;
 mod proc_stats;
 mod producer;
 mod report;
+pub mod retry_scenarios;
 mod runner;
 mod scenario;
 mod stats;
 mod uri;
 
+pub use archive::run_archive;
 pub use args::BenchArgs;
 pub use error::BenchError;
 pub use report::{LatencyUs, Report};

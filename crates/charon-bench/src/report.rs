@@ -96,6 +96,34 @@ pub struct Report {
 }
 
 impl Report {
+    /// The generic report of a retry/delayed run (their own report is printed separately).
+    pub fn for_retry_scenario(r: &crate::retry_scenarios::RetryReport) -> Self {
+        Report {
+            scenario: r.scenario.clone(),
+            params: r.params.clone(),
+            published: r.messages,
+            confirmed: 0,
+            nacked: 0,
+            consumed: r.messages,
+            rejected: r.retry_cycles,
+            expiry_drain_s: None,
+            dlq_drain_rate: None,
+            publish_s: None,
+            duration: Duration::from_secs_f64(r.elapsed_s.max(0.0)),
+            publish_rate: 0.0,
+            consume_rate: 0.0,
+            reject_rate: r.retry_cycles_per_s.unwrap_or(0.0),
+            latency_us: LatencyUs::default(),
+            broker_cpu_us_per_msg: None,
+            broker_cpu_cores: None,
+            broker_peak_rss_kib: None,
+            broker_rss_before_kib: None,
+            broker_rss_after_kib: None,
+            tool_cpu_us_per_msg: None,
+            tool_cpu_cores: None,
+        }
+    }
+
     /// One-line JSON rendering.
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))

@@ -46,6 +46,10 @@ where
 /// Runs a benchmark and prints its report on stdout (one JSON line with
 /// `--json`, the human summary otherwise): the whole `charon bench` command.
 pub async fn run_and_print(args: BenchArgs) -> Result<Report, BenchError> {
+    if matches!(args.scenario, Scenario::Retry | Scenario::Delayed) {
+        let r = crate::retry_scenarios::run_and_print(&args).await?;
+        return Ok(Report::for_retry_scenario(&r));
+    }
     let json = args.json;
     let report = run(args).await?;
     if json {

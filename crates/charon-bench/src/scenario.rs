@@ -18,6 +18,15 @@ pub enum Scenario {
     /// `--pmessages` into queues with `x-message-ttl = --ttl-ms` and no consumer; consumers
     /// drain the DLQs; reports how long after the last TTL deadline the DLQs were complete.
     Expiry,
+    /// Retries with backoff: messages fail `--retry-limit` times before being acked
+    /// (`--retry-mode native` or seed 003's `manual` topology); reports retry cycles/s.
+    Retry,
+    /// Delayed message exchange: `--pmessages` with distinct `x-delay`s; reports lateness.
+    Delayed,
+    /// The dead-letter archive (Charon only): `--pmessages` persistent messages into an archive
+    /// queue; reports archived/s, replay/s and the management API's list/group latency over
+    /// every record in the archive (see `crate::archive`).
+    Archive,
 }
 
 impl Scenario {
@@ -27,12 +36,15 @@ impl Scenario {
             Self::Throughput => "throughput",
             Self::DeadLetter => "dead-letter",
             Self::Expiry => "expiry",
+            Self::Retry => "retry",
+            Self::Delayed => "delayed",
+            Self::Archive => "archive",
         }
     }
 
     /// Whether main queues dead-letter into a DLQ each.
     pub fn dead_letters(self) -> bool {
-        self != Self::Throughput
+        matches!(self, Self::DeadLetter | Self::Expiry)
     }
 }
 
@@ -77,6 +89,8 @@ impl Topology {
         let mut specs = Vec::new();
         for i in 0..args.consumers {
             match args.scenario {
+                // Their own runner (retry_scenarios.rs) makes their connections.
+                Scenario::Retry | Scenario::Delayed => {}
                 Scenario::Throughput => specs.push(ConsumerSpec {
                     queue: pick(&self.queues, i),
                     reject: false,
@@ -95,6 +109,7 @@ impl Topology {
                     queue: pick(&self.dlqs, i),
                     reject: false,
                 }),
+                Scenario::Archive => {}
             }
         }
         specs

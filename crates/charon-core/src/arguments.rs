@@ -62,6 +62,11 @@ pub struct QueueArgs {
     pub max_priority: Option<u8>,
     /// `x-single-active-consumer`.
     pub single_active_consumer: bool,
+    /// The `x-retry-*` arguments as declared (combined with a policy's `retry-*` keys into
+    /// [`Self::retry`]).
+    pub retry_declared: crate::retry::RetryKeys,
+    /// Retry settings in force (`crate::retry`), `None`: rejected messages are dead-lettered.
+    pub retry: Option<crate::retry::RetrySettings>,
 }
 
 /// The arguments RabbitMQ validates (and compares on redeclare), in its order.
@@ -319,6 +324,15 @@ impl QueueArgs {
                 });
             }
         }
+        let retry_declared =
+            crate::retry::RetryKeys::from_args(args).map_err(|(arg, reason)| {
+                CoreError::InvalidQueueArg {
+                    arg,
+                    queue: queue.to_string(),
+                    vhost: vhost.to_string(),
+                    reason,
+                }
+            })?;
         let overflow = match string_arg(args, "x-overflow").as_deref() {
             Some("reject-publish") => Overflow::RejectPublish,
             Some("reject-publish-dlx") => Overflow::RejectPublishDlx,
@@ -339,6 +353,8 @@ impl QueueArgs {
                 lookup(args, "x-single-active-consumer"),
                 Some(AMQPValue::Boolean(true))
             ),
+            retry: retry_declared.resolve(None),
+            retry_declared,
         })
     }
 }

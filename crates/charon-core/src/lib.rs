@@ -10,6 +10,7 @@
 //! * [`policy`] – [`Policies`]: policies and the effective queue settings.
 //! * [`dead_letter`] – the dead-lettered message: x-death headers, routing keys, cycles.
 //! * [`queue`] – [`QueueState`]: one queue's messages and consumers.
+//! * [`retry`] – retries with backoff: settings, parked messages, ordered keys.
 //! * [`routing`] – publish-time `CC`/`BCC` routing keys.
 
 pub mod arguments;
@@ -19,6 +20,7 @@ pub mod exchange;
 pub mod message;
 pub mod policy;
 pub mod queue;
+pub mod retry;
 pub mod routing;
 pub mod value;
 pub mod vhost;

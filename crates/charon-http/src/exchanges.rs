@@ -27,12 +27,17 @@ fn exchange_name(n: &str) -> &str {
 }
 
 fn exchange_json(x: &ExchangeView) -> Value {
-    json!({
+    let mut v = json!({
         "name": x.name, "vhost": x.vhost, "type": x.kind, "durable": x.durable,
         "auto_delete": x.auto_delete, "internal": x.internal,
         "arguments": table_to_json(&x.arguments),
         "user_who_performed_action": "rmq-internal", "policy": null,
-    })
+    });
+    // The delayed-message plugin's `messages_delayed`, for x-delayed-message exchanges.
+    if let (Some(n), Some(o)) = (x.messages_delayed, v.as_object_mut()) {
+        o.insert("messages_delayed".into(), json!(n));
+    }
+    v
 }
 
 /// RabbitMQ's `properties_key`: the routing key (URL-escaped, `~` when empty) when there are

@@ -3,6 +3,7 @@
 //! interface (`admin`, `policies`, `access`), the same one the AMQP side uses.
 //!
 //! - [`auth`]: basic authentication and RabbitMQ's user tags.
+//! - [`dead_letters`]: the dead-letter archive's `/api/dead-letters` endpoints.
 //! - [`error`]: error JSON and status codes.
 //! - [`listing`]: columns, sorting, pagination; body helpers.
 //! - [`overview`]: overview, nodes, whoami, health checks, aliveness test.
@@ -19,6 +20,7 @@
 
 pub mod auth;
 pub mod connections;
+pub mod dead_letters;
 pub mod definitions;
 pub mod dlq;
 pub mod error;
@@ -175,6 +177,7 @@ pub fn router(broker: Arc<Broker>) -> Router {
         )
         .route("/", get(ui::index))
         .route("/ui/{file}", get(ui::asset))
+        .merge(dead_letters::routes())
         .route("/api/operator-policies", get(o::extensions))
         .route("/api/operator-policies/{vhost}", get(o::extensions))
         .route("/api/parameters", get(o::extensions))

@@ -5,6 +5,8 @@
 //! declare (PUT), delete, purge (`DELETE .../contents`), get (`POST .../get`), actions, the
 //! queue's bindings, and peek (`GET .../messages?offset=&count=`, Charon's: messages in queue
 //! order without consuming them).
+//! Retries (`docs/retries.md`): `messages_parked`, `messages_held` (behind a retrying message
+//! of the same key) and `next_due` (ms since the epoch, or null).
 
 use std::sync::Arc;
 
@@ -90,6 +92,9 @@ pub fn queue_json(broker: &Broker, q: &QueueInfo) -> Value {
         },
         "dead_letters_in": c.dead_letters_in,
         "dead_letters_dropped_no_dlx": s.dead_letters_dropped_no_dlx,
+        "messages_parked": s.parked,
+        "messages_held": s.held,
+        "next_due": s.next_due_ms,
     })
 }
 

@@ -27,6 +27,8 @@ pub struct Broker {
     next_id: AtomicU64,
     /// Resource alarm (free disk under `disk_free_limit`): publishers are blocked while on.
     alarm: tokio::sync::watch::Sender<bool>,
+    /// The dead-letter archive, once started ([`crate::archive`]).
+    pub(crate) archive: std::sync::OnceLock<Arc<crate::archive::ArchiveService>>,
 }
 
 impl Broker {
@@ -61,6 +63,7 @@ impl Broker {
             store,
             next_id: AtomicU64::new(1),
             alarm: tokio::sync::watch::channel(false).0,
+            archive: std::sync::OnceLock::new(),
         })
     }
 
@@ -167,6 +170,7 @@ impl Broker {
                 }
                 drop(topo);
                 drop(v.save_topology());
+                restored += crate::exchange_delay::recover(&v, &rec, &mut known);
             }
         }
         // Messages of queues that no longer exist (deleted while a publish was on its way).

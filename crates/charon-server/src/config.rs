@@ -42,6 +42,19 @@ pub struct Config {
     /// Bytes of persistent message bodies kept in memory across all queues; past it, newly
     /// stored bodies stay on disk only and are read back on delivery (default 256 MiB).
     pub message_memory_budget: u64,
+    /// The dead-letter archive's database (docs/archive.md): `sqlite:///path` or
+    /// `postgresql://…`; default `<data_dir>/archive.db`. `CHARON_ARCHIVE_URL` overrides it.
+    pub archive_url: Option<String>,
+    /// Archived records older than this are deleted (`30d`, `12h`, `0` = never).
+    pub archive_retention: String,
+    /// Past this many payload bytes the oldest records are deleted (0 = no cap).
+    pub archive_max_bytes: u64,
+    /// Header whose value is a record's `key` (default: the `message_id` property).
+    pub archive_key_header: Option<String>,
+    /// Headers read, in order, for a dead letter's error message.
+    pub archive_error_message_headers: Vec<String>,
+    /// Headers read, in order, for a dead letter's stack trace.
+    pub archive_error_stacktrace_headers: Vec<String>,
 }
 
 impl Default for Config {
@@ -61,6 +74,12 @@ impl Default for Config {
             permissions: Vec::new(),
             disk_free_limit: 50_000_000,
             message_memory_budget: 256 << 20,
+            archive_url: None,
+            archive_retention: "30d".into(),
+            archive_max_bytes: 1 << 30,
+            archive_key_header: None,
+            archive_error_message_headers: vec!["x-exception-message".into()],
+            archive_error_stacktrace_headers: vec!["x-exception-stacktrace".into()],
         }
     }
 }

@@ -4,6 +4,7 @@
 //! - [`access`]: users, vhost access and resource permissions (configure/write/read).
 //! - [`admin`]: the management interface (API, CLI, metrics): users/vhosts at run time,
 //!   connection registry and counters, topology and message operations, definitions.
+//! - [`archive`]: the dead-letter archive: archive queues handed to SQL, replays.
 //! - [`config`]: the configuration file's shape and defaults.
 //! - [`error`]: the one place where protocol and domain errors become AMQP replies.
 //! - [`handles`]: how tasks reach each other: queue and connection handles, queue commands,
@@ -21,10 +22,12 @@
 
 pub mod access;
 pub mod admin;
+pub mod archive;
 pub mod broker;
 pub mod config;
 pub(crate) mod connection;
 pub mod error;
+pub mod exchange_delay;
 pub mod handles;
 mod locks;
 pub(crate) mod persist;

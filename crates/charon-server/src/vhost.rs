@@ -30,6 +30,8 @@ pub struct VHostState {
     /// The durable topology as last saved: methods that change nothing durable (transient and
     /// passive declares) write nothing and wait for no fsync.
     saved_topology: std::sync::Mutex<bytes::Bytes>,
+    /// The delayed message exchanges' task (`exchange_delay`), started on first use.
+    pub(crate) delayed: std::sync::OnceLock<crate::exchange_delay::DelayHandle>,
 }
 
 impl VHostState {
@@ -48,6 +50,7 @@ impl VHostState {
             policies: RwLock::new(Policies::default()),
             store,
             saved_topology: std::sync::Mutex::new(bytes::Bytes::new()),
+            delayed: std::sync::OnceLock::new(),
         }
     }
 

@@ -113,6 +113,7 @@ struct Refs {
     msgs: BTreeSet<MessageId>,
     counted: Vec<Member>,
     defs: Vec<(u8, Bytes, Loc)>,
+    parks: Vec<(Member, Loc)>,
 }
 
 /// Parse a (synced, sealed) segment and list what its records refer to.
@@ -134,6 +135,16 @@ fn scan(seg: SegId, buf: &[u8]) -> Refs {
             Payload::Enqueue { msg, .. } => {
                 refs.msgs.insert(msg);
             }
+            // Its members are items here like an Enqueue's; their message is found by member.
+            Payload::Route { members, .. } => refs.counted.extend(members),
+            Payload::Park { member, .. } => refs.parks.push((
+                member,
+                Loc {
+                    seg,
+                    offset: pos as u64,
+                    len: f.total_len as u32,
+                },
+            )),
             Payload::DeliveryCount { member, .. } => refs.counted.push(member),
             Payload::PutDefinition { kind, key, .. } => refs.defs.push((
                 kind,
@@ -241,6 +252,30 @@ fn compact_one(shared: &Shared) {
             kind,
             key,
             value: Bytes::copy_from_slice(value),
+        };
+        let Ok((kind, payload, _)) = encode_command(&cmd) else {
+            continue;
+        };
+        let Ok(decoded) = Payload::decode(kind as u8, &payload) else {
+            continue;
+        };
+        st.push(shared.config.segment_size, kind, &payload, &decoded);
+        copied += 1;
+    }
+    for (member, loc) in refs.parks {
+        let Some(p) = st
+            .index
+            .parks
+            .get(&member)
+            .filter(|p| p.loc == loc)
+            .copied()
+        else {
+            continue;
+        };
+        let cmd = Command::Park {
+            member,
+            due_ms: p.due_ms,
+            attempt: p.attempt,
         };
         let Ok((kind, payload, _)) = encode_command(&cmd) else {
             continue;

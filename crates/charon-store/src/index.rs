@@ -83,8 +83,24 @@ pub(crate) struct SegStats {
     pub(crate) deps: BTreeSet<SegId>,
 }
 
+/// A member's park state and the `Park` record holding it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ParkEntry {
+    pub(crate) due_ms: u64,
+    pub(crate) attempt: u32,
+    pub(crate) loc: Loc,
+}
+
+impl ParkEntry {
+    fn item(&self) -> Item {
+        (self.loc.seg, u64::from(self.loc.len))
+    }
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct Index {
+    /// Parked members (few: kept aside).
+    pub(crate) parks: HashMap<Member, ParkEntry>,
     pub(crate) messages: HashMap<MessageId, MsgEntry>,
     pub(crate) queues: HashMap<QueueId, BTreeMap<u64, MemberEntry>>,
     pub(crate) member_items: HashMap<Member, MemberItems>,
@@ -165,37 +181,31 @@ impl Index {
             Payload::Publish { members, msg } => {
                 self.create(index, index, loc, msg, members.iter().map(|m| (*m, 0)));
             }
-            Payload::Enqueue { msg, members } => {
-                if !self.messages.contains_key(msg) {
+            Payload::Enqueue { msg, members } => self.enqueue(index, loc, *msg, members),
+            Payload::Route { source, members } => {
+                let Some(msg) = self.message_of(*source) else {
+                    return;
+                };
+                // The targets first, so the message lives on when the source goes.
+                self.enqueue(index, loc, msg, members);
+                self.remove_member(*source, seg, index);
+            }
+            Payload::Park {
+                member,
+                due_ms,
+                attempt,
+            } => {
+                if self.message_of(*member).is_none() {
                     return;
                 }
-                let share = u64::from(loc.len) / members.len().max(1) as u64;
-                for m in members {
-                    let existing = self.queues.get(&m.0).and_then(|q| q.get(&m.1));
-                    if existing.is_some_and(|e| e.msg == *msg) {
-                        continue;
-                    }
-                    self.remove_member(*m, seg, index);
-                    let Some(e) = self.messages.get_mut(msg) else {
-                        return;
-                    };
-                    e.members.push(*m);
-                    let item = (seg, share);
-                    self.add_item(item);
-                    self.queues.entry(m.0).or_default().insert(
-                        m.1,
-                        MemberEntry {
-                            msg: *msg,
-                            count: 0,
-                        },
-                    );
-                    self.member_items.insert(
-                        *m,
-                        MemberItems {
-                            enqueued: Some(item),
-                            counted: None,
-                        },
-                    );
+                let new = ParkEntry {
+                    due_ms: *due_ms,
+                    attempt: *attempt,
+                    loc,
+                };
+                self.add_item(new.item());
+                if let Some(old) = self.parks.insert(*member, new) {
+                    self.kill(old.item(), seg, index);
                 }
             }
             Payload::Settle { queue, ids } => {
@@ -237,13 +247,25 @@ impl Index {
                 members,
                 msg,
             } => {
+                // Park states stay with their members (their records stay where they are).
+                let mut parks = Vec::new();
                 if let Some(old) = self.messages.remove(msg_id) {
                     self.kill((old.loc.seg, u64::from(old.loc.len)), seg, index);
                     for m in old.members.into_vec() {
+                        if let Some(p) = self.parks.remove(&m) {
+                            parks.push((m, p));
+                        }
                         self.drop_member_entry(m, seg, index);
                     }
                 }
                 self.create(*msg_id, index, loc, msg, members.iter().copied());
+                for (m, p) in parks {
+                    if self.message_of(m) == Some(*msg_id) {
+                        self.parks.insert(m, p);
+                    } else {
+                        self.kill(p.item(), seg, index);
+                    }
+                }
             }
             Payload::PutDefinition { kind, key, .. } => {
                 let k = (*kind, Bytes::copy_from_slice(key));
@@ -266,6 +288,48 @@ impl Index {
                     .unwrap_or_default();
                 for id in ids {
                     self.remove_member((*queue, id), seg, index);
+                }
+            }
+        }
+    }
+
+    /// `Enqueue` (and the enqueue half of `Route`): message `msg`, if it still exists, at
+    /// `members`; the record's bytes are shared among the members it adds.
+    fn enqueue(&mut self, index: u64, loc: Loc, msg: MessageId, members: &[Member]) {
+        let seg = loc.seg;
+        let msg = &msg;
+        {
+            {
+                if !self.messages.contains_key(msg) {
+                    return;
+                }
+                let share = u64::from(loc.len) / members.len().max(1) as u64;
+                for m in members {
+                    let existing = self.queues.get(&m.0).and_then(|q| q.get(&m.1));
+                    if existing.is_some_and(|e| e.msg == *msg) {
+                        continue;
+                    }
+                    self.remove_member(*m, seg, index);
+                    let Some(e) = self.messages.get_mut(msg) else {
+                        return;
+                    };
+                    e.members.push(*m);
+                    let item = (seg, share);
+                    self.add_item(item);
+                    self.queues.entry(m.0).or_default().insert(
+                        m.1,
+                        MemberEntry {
+                            msg: *msg,
+                            count: 0,
+                        },
+                    );
+                    self.member_items.insert(
+                        *m,
+                        MemberItems {
+                            enqueued: Some(item),
+                            counted: None,
+                        },
+                    );
                 }
             }
         }
@@ -349,6 +413,9 @@ impl Index {
             for item in [items.enqueued, items.counted].into_iter().flatten() {
                 self.kill(item, seg, index);
             }
+        }
+        if let Some(p) = self.parks.remove(&m) {
+            self.kill(p.item(), seg, index);
         }
         if let Some(msg_seg) = self.messages.get(&e.msg).map(|m| m.loc.seg) {
             self.depend(seg, msg_seg);

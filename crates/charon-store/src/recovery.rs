@@ -196,6 +196,7 @@ fn collect_queues(index: &mut Index) -> std::collections::HashMap<u64, Vec<Recov
                     id: *id,
                     message: meta,
                     delivery_count: e.count,
+                    parked: index.parks.get(&(*q, *id)).map(|p| (p.due_ms, p.attempt)),
                 })
             })
             .collect();

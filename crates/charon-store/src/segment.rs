@@ -7,7 +7,9 @@ pub(crate) type SegId = u64;
 /// Bytes of the segment header.
 pub(crate) const SEGMENT_HEADER_LEN: u64 = 24;
 const MAGIC: &[u8; 8] = b"CHARONWL";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
+/// Versions read (`docs/storage-format.md` §2.4).
+const READS: [u32; 2] = [1, 2];
 
 /// File name of segment `id`.
 pub(crate) fn file_name(id: SegId) -> String {
@@ -71,7 +73,10 @@ pub(crate) fn check_header(h: &[u8]) -> Result<u64, BadHeader> {
     if mv.get(..8) != Some(MAGIC.as_slice()) {
         return Err(BadHeader::Foreign("bad segment magic"));
     }
-    if mv.get(8..12) != Some(VERSION.to_le_bytes().as_slice()) {
+    if !READS
+        .iter()
+        .any(|v| mv.get(8..12) == Some(v.to_le_bytes().as_slice()))
+    {
         return Err(BadHeader::Foreign("unsupported segment format version"));
     }
     let first: [u8; 8] = first.try_into().map_err(|_| BadHeader::Torn)?;

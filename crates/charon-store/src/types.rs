@@ -79,6 +79,22 @@ pub enum Command {
         /// Deliveries so far.
         count: u32,
     },
+    /// Park a member until `due_ms` with retry `attempt` (format v2).
+    Park {
+        /// The member.
+        member: Member,
+        /// Wall-clock due time, ms since the epoch.
+        due_ms: u64,
+        /// Retry attempt.
+        attempt: u32,
+    },
+    /// Atomically enqueue the message of `source` at `targets` and remove `source` (format v2).
+    Route {
+        /// The member being moved.
+        source: Member,
+        /// Where the message goes (may be empty: then it is a settle).
+        targets: Vec<Member>,
+    },
     /// Remove every member of a queue (purge, delete).
     Purge {
         /// The queue.
@@ -152,6 +168,8 @@ pub struct RecoveredEntry {
     pub message: Arc<RecoveredMessage>,
     /// Last recorded delivery count.
     pub delivery_count: u32,
+    /// Park state (`Park`): due time (ms) and retry attempt.
+    pub parked: Option<(u64, u32)>,
 }
 
 /// Everything recovery rebuilt.

@@ -1,9 +1,12 @@
-//! Format fixture: `fixtures/v1-segment.wal` is a segment written by format
-//! version 1 (every record kind once). The store must still load it, and
-//! must still write exactly these bytes for the same commands: a change to
-//! either means a new format version (`docs/storage-format.md`).
+//! Format fixtures: `fixtures/v1-segment.wal` is a segment written by format
+//! version 1 (every v1 record kind once), `fixtures/v2-segment.wal` one written
+//! by version 2 (the same commands plus `Park` and `Route`). The store must
+//! still load both, must write the v1 commands' records byte for byte as v1 did
+//! (only the segment header's version and CRC differ), and must write exactly
+//! the v2 bytes: a change to either means a new format version
+//! (`docs/storage-format.md` §2.4).
 //!
-//! Regenerate (only together with a format version bump):
+//! Regenerate the newest fixture (only together with a format version bump):
 //! `UPDATE_FIXTURES=1 cargo test -p charon-store --test fixture`.
 
 mod common;
@@ -14,6 +17,9 @@ use common::{config, contents, open};
 
 const SEG1: &str = "0000000000000001.wal";
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/v1-segment.wal");
+const FIXTURE_V2: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/v2-segment.wal");
+/// Segment header bytes (version and CRC differ between versions).
+const HEADER: usize = 24;
 
 fn message(body: &'static [u8], expiry_ms: Option<u64>) -> NewMessage {
     NewMessage {
@@ -94,7 +100,7 @@ fn expected(store: &charon_store::Store, rec: &charon_store::Recovered) {
 }
 
 #[test]
-fn v1_fixture_is_written_and_read_unchanged() {
+fn v1_fixture_still_loads_and_its_records_are_written_unchanged() {
     let mem = MemStorage::new();
     let (store, _) = open(&mem, config());
     for cmd in commands() {
@@ -102,14 +108,72 @@ fn v1_fixture_is_written_and_read_unchanged() {
     }
     drop(store);
     let written = mem.read_file(SEG1).expect("segment 1");
-    if std::env::var_os("UPDATE_FIXTURES").is_some() {
-        std::fs::write(FIXTURE, &written).expect("write fixture");
-    }
     let fixture = std::fs::read(FIXTURE).expect("fixture");
-    assert!(written == fixture, "format v1 bytes changed");
+    assert_eq!(fixture.get(8..12), Some(&1u32.to_le_bytes()[..]));
+    assert_eq!(written.get(8..12), Some(&2u32.to_le_bytes()[..]));
+    assert!(
+        written.get(HEADER..) == fixture.get(HEADER..),
+        "format v1 record bytes changed"
+    );
 
     let loaded = MemStorage::new();
     loaded.write_file(SEG1, fixture);
     let (store, rec) = open(&loaded, config());
     expected(&store, &rec);
+}
+
+fn commands_v2() -> Vec<Command> {
+    let mut c = commands();
+    c.push(Command::Park {
+        member: (1, 2),
+        due_ms: 1_700_000_090_000,
+        attempt: 2,
+    });
+    c.push(Command::Publish {
+        message: message(b"delayed", None),
+        members: vec![(6, 1)],
+    });
+    c.push(Command::Route {
+        source: (6, 1),
+        targets: vec![(4, 2), (7, 1)],
+    });
+    c
+}
+
+#[test]
+fn v2_fixture_is_written_and_read_unchanged() {
+    let mem = MemStorage::new();
+    let (store, _) = open(&mem, config());
+    for cmd in commands_v2() {
+        store.append_nowait(cmd).expect("append");
+    }
+    drop(store);
+    let written = mem.read_file(SEG1).expect("segment 1");
+    if std::env::var_os("UPDATE_FIXTURES").is_some() {
+        std::fs::write(FIXTURE_V2, &written).expect("write fixture");
+    }
+    let fixture = std::fs::read(FIXTURE_V2).expect("fixture");
+    assert!(written == fixture, "format v2 bytes changed");
+
+    let loaded = MemStorage::new();
+    loaded.write_file(SEG1, fixture);
+    let (store, rec) = open(&loaded, config());
+    assert_eq!(
+        contents(&store, &rec),
+        vec![
+            (1, vec![(2, b"second".to_vec())]),
+            (3, vec![(1, b"second".to_vec())]),
+            (
+                4,
+                vec![
+                    (1, b"first, dead-lettered".to_vec()),
+                    (2, b"delayed".to_vec())
+                ]
+            ),
+            (7, vec![(1, b"delayed".to_vec())]),
+        ]
+    );
+    let q1 = rec.queues.get(&1).and_then(|v| v.first()).expect("q1");
+    assert_eq!(q1.parked, Some((1_700_000_090_000, 2)));
+    assert_eq!(rec.last_index, 14);
 }

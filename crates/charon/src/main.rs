@@ -2,6 +2,7 @@
 //! client of the management API) and `charon bench` (the load tool).
 
 mod ctl;
+mod dlq;
 
 /// mimalloc: the broker allocates and frees many small objects per message (properties, queue
 /// entries, dead-lettered copies); glibc malloc spent over a quarter of the CPU of the mass-expiry
@@ -128,6 +129,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     broker
         .open_store()
         .with_context(|| format!("opening the store in {}", config.data_dir))?;
+    charon_server::archive::ArchiveService::start(&broker)
+        .prepare(std::time::Duration::from_secs(15))
+        .await;
     let amqp = tokio::net::TcpListener::bind(&config.amqp_listen)
         .await
         .with_context(|| format!("binding AMQP on {}", config.amqp_listen))?;
@@ -186,7 +190,11 @@ fn main() -> anyhow::Result<()> {
                 .with_writer(std::io::stderr)
                 .with_ansi(std::io::stderr().is_terminal())
                 .init();
-            runtime.block_on(charon_bench::run_and_print(args))?;
+            if args.scenario == charon_bench::Scenario::Archive {
+                runtime.block_on(charon_bench::run_archive(args))?;
+            } else {
+                runtime.block_on(charon_bench::run_and_print(args))?;
+            }
         }
     }
     Ok(())

@@ -4,6 +4,7 @@
 //! type: [`direct`], [`fanout`], [`topic`], [`headers`]) behind the
 //! [`BindingTable`] trait.
 
+pub mod delayed;
 pub mod direct;
 pub mod fanout;
 pub mod headers;
@@ -187,6 +188,8 @@ pub struct Exchange {
     pub arguments: FieldTable,
     /// Bindings with this exchange as source.
     pub bindings: Box<dyn BindingTable>,
+    /// Declared as `x-delayed-message` ([`delayed`]): `kind` is its `x-delayed-type`.
+    pub delayed: bool,
 }
 
 impl Exchange {
@@ -207,6 +210,16 @@ impl Exchange {
             internal,
             arguments,
             bindings: kind.new_table(),
+            delayed: false,
+        }
+    }
+
+    /// The type as declared and listed (`x-delayed-message` for a delayed exchange).
+    pub fn type_name(&self) -> &'static str {
+        if self.delayed {
+            delayed::DELAYED_TYPE
+        } else {
+            self.kind.as_str()
         }
     }
 

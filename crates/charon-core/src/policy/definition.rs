@@ -69,6 +69,8 @@ pub struct PolicyDefinition {
     pub overflow: Option<Overflow>,
     /// `delivery-limit` (any integer, negative = unlimited, as RabbitMQ 4.x validates it).
     pub delivery_limit: Option<i64>,
+    /// `retry-*` keys (`crate::retry`).
+    pub retry: crate::retry::RetryKeys,
     /// Every key as given, in order, for listing.
     pub raw: Vec<(String, DefValue)>,
 }
@@ -145,7 +147,18 @@ impl PolicyDefinition {
                         }
                     })
                 }
+                // The dead-letter archive (charon-server's `archive`): a boolean.
+                "dead-letter-archive" => {
+                    if !matches!(v, DefValue::Bool(_)) {
+                        return Err(invalid(format!(
+                            "{key} should be a boolean, actually was {}",
+                            v.describe()
+                        )));
+                    }
+                }
                 k if INERT_KEYS.contains(&k) => {}
+                k if k.starts_with("retry-")
+                    && d.retry.parse_policy_key(k, v).map_err(invalid)? => {}
                 _ => unknown.push(key.clone()),
             }
         }

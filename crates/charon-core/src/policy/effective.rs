@@ -9,6 +9,8 @@
 //! - `message-ttl`, `max-length`, `max-length-bytes`, `expires`: the smaller of the two wins;
 //! - `delivery-limit`: the smaller, unless one is negative (unlimited): then the larger
 //!   (`rabbit_quorum_queue:resolve_delivery_limit/2`).
+//! - `retry-*` (Charon): see [`crate::retry::settings`] (`retry-limit` the smaller, the rest
+//!   the argument's).
 
 use crate::arguments::{Overflow, QueueArgs, QueueType};
 
@@ -48,7 +50,9 @@ fn overlay(
     policy: Option<&PolicyDefinition>,
 ) -> QueueArgs {
     let Some(p) = policy else {
-        return declared.clone();
+        let mut e = declared.clone();
+        e.retry = declared.retry_declared.resolve(None);
+        return e;
     };
     let mut e = declared.clone();
     e.dead_letter_exchange = declared
@@ -70,5 +74,6 @@ fn overlay(
     e.max_length_bytes = min_of(declared.max_length_bytes, p.max_length_bytes);
     e.expires = min_of(declared.expires, p.expires);
     e.delivery_limit = resolve_delivery_limit(declared.delivery_limit, p.delivery_limit);
+    e.retry = declared.retry_declared.resolve(Some(&p.retry));
     e
 }

@@ -22,6 +22,8 @@ use crate::arguments::{Overflow, QueueArgs, QueueType};
 use crate::error::CoreError;
 use crate::message::Message;
 
+mod park;
+
 #[derive(Debug, Clone)]
 struct Ready {
     message: Arc<Message>,
@@ -430,6 +432,7 @@ impl QueueState {
                 message: r.message,
                 redelivered: r.redelivered,
                 returns: r.returns,
+                stored: None,
             });
             self.consumers.rotate();
             idle = 0;
@@ -479,18 +482,20 @@ impl QueueState {
         }
     }
 
-    /// The delivery limit in force: quorum queues only, 20 unless set (RabbitMQ 4.x's
-    /// default), a negative setting means none.
+    /// The delivery limit in force: quorum queues, 20 unless set (RabbitMQ 4.x's default), a
+    /// negative setting means none; classic queues (a Charon extension, `docs/retries.md`): the
+    /// `delivery-limit` policy key (classic queues refuse the argument), no default.
     fn delivery_limit(&self) -> Option<u64> {
-        if self.args.queue_type != QueueType::Quorum {
-            return None;
+        match self.args.queue_type {
+            QueueType::Quorum => u64::try_from(
+                self.args
+                    .delivery_limit
+                    .unwrap_or(QUORUM_DEFAULT_DELIVERY_LIMIT),
+            )
+            .ok(),
+            QueueType::Classic => self.args.delivery_limit.and_then(|l| u64::try_from(l).ok()),
+            QueueType::Stream => None,
         }
-        u64::try_from(
-            self.args
-                .delivery_limit
-                .unwrap_or(QUORUM_DEFAULT_DELIVERY_LIMIT),
-        )
-        .ok()
     }
 
     /// Return unacked messages after a failed delivery (basic.reject / basic.nack with

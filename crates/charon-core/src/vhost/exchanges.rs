@@ -23,13 +23,21 @@ impl<Q: Clone> VHost<Q> {
                 false => Err(self.exchange_not_found(&d.name)),
             };
         }
-        let kind: ExchangeKind = d.kind.parse()?;
+        let delayed = d.kind == crate::exchange::delayed::DELAYED_TYPE;
+        let kind: ExchangeKind = if delayed {
+            crate::exchange::delayed::routing_kind(&d.arguments)?
+        } else {
+            d.kind.parse()?
+        };
         if d.name.is_empty() {
             return Err(CoreError::DefaultExchange);
         }
         let res = resource("exchange", &d.name, &self.name);
         if let Some(x) = self.exchanges.get(d.name.as_str()) {
-            equivalence::field(x.kind, kind, &res, "type")?;
+            equivalence::field(x.type_name(), d.kind.as_str(), &res, "type")?;
+            if delayed {
+                equivalence::field(x.kind, kind, &res, "x-delayed-type")?;
+            }
             equivalence::field(x.durable, d.durable, &res, "durable")?;
             equivalence::field(x.auto_delete, d.auto_delete, &res, "auto_delete")?;
             equivalence::field(x.internal, d.internal, &res, "internal")?;
@@ -50,7 +58,7 @@ impl<Q: Clone> VHost<Q> {
                 resource: res,
             });
         }
-        let x = Exchange::new(
+        let mut x = Exchange::new(
             &d.name,
             kind,
             d.durable,
@@ -58,6 +66,7 @@ impl<Q: Clone> VHost<Q> {
             d.internal,
             d.arguments.clone(),
         );
+        x.delayed = delayed;
         self.exchanges.insert(x.name.clone(), x);
         Ok(())
     }

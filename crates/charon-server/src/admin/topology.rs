@@ -37,6 +37,8 @@ pub struct ExchangeView {
     pub internal: bool,
     /// Declare arguments.
     pub arguments: FieldTable,
+    /// A delayed exchange's messages waiting for their time (`docs/retries.md`).
+    pub messages_delayed: Option<u64>,
 }
 
 /// A binding as listed.
@@ -100,14 +102,19 @@ impl Broker {
                 continue;
             }
             let topo = v.topology.read().unwrap_or_else(|p| p.into_inner());
-            out.extend(topo.exchanges().map(|x| ExchangeView {
-                vhost: v.name.to_string(),
-                name: x.name.to_string(),
-                kind: x.kind.as_str().to_string(),
-                durable: x.durable,
-                auto_delete: x.auto_delete,
-                internal: x.internal,
-                arguments: x.arguments.clone(),
+            out.extend(topo.exchanges().map(|x| {
+                ExchangeView {
+                    vhost: v.name.to_string(),
+                    name: x.name.to_string(),
+                    kind: x.type_name().to_string(),
+                    durable: x.durable,
+                    auto_delete: x.auto_delete,
+                    internal: x.internal,
+                    arguments: x.arguments.clone(),
+                    messages_delayed: x
+                        .delayed
+                        .then(|| v.delayed.get().map_or(0, |h| h.waiting(&x.name))),
+                }
             }));
         }
         out.sort_by(|a, b| (&a.vhost, &a.name).cmp(&(&b.vhost, &b.name)));

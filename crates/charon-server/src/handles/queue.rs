@@ -63,6 +63,12 @@ pub struct QueueStats {
     pub consumers: u32,
     /// Dead letters dropped because the dead-letter exchange did not exist.
     pub dead_letters_dropped_no_dlx: u64,
+    /// Messages parked for a retry (`queue::retry`).
+    pub parked: u64,
+    /// Messages held behind a retrying message of the same key.
+    pub held: u64,
+    /// When the next parked message is due (ms since the epoch).
+    pub next_due_ms: Option<u64>,
 }
 
 /// Commands a queue actor accepts.
@@ -99,7 +105,8 @@ pub enum QueueCmd {
         ids: Vec<MsgId>,
     },
     /// Return delivered messages to their original positions after a failed delivery
-    /// (reject/nack requeue=true: counts towards a quorum queue's delivery limit).
+    /// (reject/nack requeue=true: counts towards a quorum queue's delivery limit), or retry
+    /// them with backoff under `retry-on-requeue` (`queue/retry.rs`).
     Requeue {
         /// Message ids.
         ids: Vec<MsgId>,
@@ -135,6 +142,12 @@ pub enum QueueCmd {
         /// The ids found ready and removed.
         reply: oneshot::Sender<Vec<MsgId>>,
     },
+    /// The ready messages (bodies possibly paged out), in queue order: the dead-letter archive
+    /// looks for replays a restart interrupted.
+    Browse {
+        /// The messages.
+        reply: oneshot::Sender<Vec<Arc<Message>>>,
+    },
     /// Report counts.
     Stats {
         /// The counts.
@@ -167,6 +180,12 @@ pub enum QueueCmd {
     SetArgs {
         /// Declared arguments overlaid with the policy.
         args: Box<charon_core::QueueArgs>,
+    },
+    /// Parked messages recovered from the store (sent once, right after spawn):
+    /// `(due ms, id, message, retry attempt)`.
+    RestoreParked {
+        /// The parked messages.
+        parked: Vec<(u64, MsgId, Arc<Message>, u32)>,
     },
     /// The queue was used (redeclared): restarts its `x-expires` countdown.
     Touch,

@@ -86,7 +86,7 @@ pub(crate) fn encode_topology<Q: Clone>(
     out.put_u32_le(exchanges.len() as u32);
     for x in &exchanges {
         put_str(&mut out, x.name.as_bytes());
-        put_str(&mut out, x.kind.as_str().as_bytes());
+        put_str(&mut out, x.type_name().as_bytes());
         out.put_u8(u8::from(x.auto_delete) | (u8::from(x.internal) << 1));
         put_str(&mut out, &table_bytes(&x.arguments));
     }

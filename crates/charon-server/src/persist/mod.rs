@@ -255,16 +255,36 @@ impl Persistence {
         }
     }
 
-    /// Records the first delivery of messages of queue `queue`.
-    pub(crate) fn delivered(&self, queue: u64, ids: &[u64]) {
-        for &id in ids {
+    /// Records deliveries of messages of queue `queue`: (id, deliveries so far).
+    pub(crate) fn delivered(&self, queue: u64, ids: &[(u64, u32)]) {
+        for &(id, count) in ids {
             let cmd = Command::DeliveryCount {
                 member: (queue, id),
-                count: 1,
+                count,
             };
             if self.store.append_nowait(cmd).is_err() {
                 return;
             }
+        }
+    }
+
+    /// Moves, as one record, the message of member `source` to `targets` (none: it is only
+    /// removed): a delayed message routed when due.
+    pub(crate) fn route(&self, source: (u64, u64), targets: Vec<(u64, u64)>) {
+        if let Err(e) = self.store.append_nowait(Command::Route { source, targets }) {
+            tracing::error!(error = %e, "could not record a routed delayed message");
+        }
+    }
+
+    /// Records that member `(queue, id)` is parked until `due_ms` for retry `attempt`.
+    pub(crate) fn park(&self, queue: u64, id: u64, due_ms: u64, attempt: u32) {
+        let cmd = Command::Park {
+            member: (queue, id),
+            due_ms,
+            attempt,
+        };
+        if let Err(e) = self.store.append_nowait(cmd) {
+            tracing::error!(error = %e, "could not record a parked message");
         }
     }
 

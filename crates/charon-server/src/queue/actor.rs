@@ -15,6 +15,7 @@ use charon_core::{ConsumerId, Delivery, PublishOutcome, QueueState};
 use tokio::sync::mpsc;
 
 use super::dead_letters::{self, DeadLetterDispatcher};
+use super::retry::RetrySide;
 use super::stored::StoreSide;
 use crate::handles::{ConnEvent, ConsumerTarget, Placed, QueueCmd, QueueHandle, QueueStats};
 use crate::locks::RwLockExt;
@@ -91,8 +92,11 @@ struct Actor {
     last_used: u64,
     /// Deliveries of this batch (reused buffer).
     out: Vec<Delivery>,
-    /// Messages delivered for the first time in this batch.
-    delivered: Vec<u64>,
+    /// Store delivery counters to write: (id, failed deliveries + 1), at a first delivery (1)
+    /// and at every failed delivery (reject/nack requeue=true).
+    delivered: Vec<(u64, u32)>,
+    /// Retries: parked messages, held keys (`queue/retry.rs`).
+    retry: RetrySide,
     /// Message counters for management and metrics (this actor is their only writer).
     counters: super::admin::QueueCounters,
 }
@@ -124,8 +128,11 @@ async fn run(
 }
 
 impl Actor {
-    fn new(state: QueueState, me: QueueHandle, ctx: QueueContext) -> Self {
+    fn new(mut state: QueueState, me: QueueHandle, ctx: QueueContext) -> Self {
+        let mut retry = RetrySide::default();
+        retry.settings_changed(&mut state, now_ms());
         Self {
+            retry,
             target: dl_target(&state),
             dl: DeadLetterDispatcher::new(ctx.vhost.clone()),
             state,
@@ -150,10 +157,15 @@ impl Actor {
         } else {
             None
         };
-        let wake = [self.state.next_expiry(), self.dl.next_retry(), expires_at]
-            .into_iter()
-            .flatten()
-            .min();
+        let wake = [
+            self.state.next_expiry(),
+            self.dl.next_retry(),
+            expires_at,
+            self.retry.next_due(),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         wake.map(|t| Duration::from_millis(t.saturating_sub(now)))
     }
 
@@ -179,6 +191,7 @@ impl Actor {
             }
             QueueCmd::SetArgs { args } => {
                 self.state.set_args(*args);
+                self.retry.settings_changed(&mut self.state, now);
                 self.target = dl_target(&self.state);
             }
             QueueCmd::Touch => self.last_used = now,
@@ -208,18 +221,29 @@ impl Actor {
                 self.counters.acked += ids.len() as u64;
                 self.state.ack(&ids);
             }
-            QueueCmd::Requeue { ids } => self.state.requeue(&ids),
+            QueueCmd::Requeue { ids } => {
+                let store = self.ctx.store.as_ref();
+                self.retry.failed(&mut self.state, &ids, true, now, store);
+                // The failed-delivery count changed: the store keeps it (count + 1).
+                for id in ids {
+                    if let Some(r) = self.state.returns_of(id) {
+                        self.delivered.push((id, r.saturating_add(1)));
+                    }
+                }
+            }
             QueueCmd::Return { ids } => self.state.release(&ids),
             QueueCmd::Reject { ids } => {
-                self.state.reject(&ids);
+                let store = self.ctx.store.as_ref();
+                self.retry.failed(&mut self.state, &ids, false, now, store);
             }
+            QueueCmd::RestoreParked { parked } => self.retry.restore(&mut self.state, parked),
             QueueCmd::Get { no_ack, reply } => {
                 self.last_used = now;
                 let mut got = self.state.get(no_ack, now);
                 if let Some(g) = got.as_mut() {
                     self.counters.get += 1;
                     if !g.redelivered {
-                        self.delivered.push(g.id);
+                        self.delivered.push((g.id, 1));
                     }
                     if let Some(s) = &self.ctx.store {
                         g.message = s.load(g.id, &g.message);
@@ -228,7 +252,16 @@ impl Actor {
                 let _ = reply.send(got);
             }
             QueueCmd::Purge { reply } => {
-                let _ = reply.send(self.state.purge());
+                let more = self.retry.purge();
+                let n = self.state.purge() + u32::try_from(more.len()).unwrap_or(u32::MAX);
+                if let Some(s) = self.ctx.store.as_mut() {
+                    s.gone(more);
+                }
+                let _ = reply.send(n);
+            }
+            QueueCmd::Browse { reply } => {
+                let all = self.state.browse(0, usize::MAX).into_iter().map(|(_, m)| m);
+                let _ = reply.send(all.collect());
             }
             QueueCmd::Remove { ids, reply } => {
                 let removed = ids
@@ -239,6 +272,8 @@ impl Actor {
             QueueCmd::Stats { reply } => {
                 let mut s = stats_of(&self.state);
                 s.dead_letters_dropped_no_dlx = self.dl.dropped_no_dlx;
+                let r = self.retry.stats();
+                (s.parked, s.held, s.next_due_ms) = (r.parked, r.held, r.next_due);
                 let _ = reply.send(s);
             }
             QueueCmd::Delete { reply } => {
@@ -280,6 +315,8 @@ impl Actor {
     /// After a batch of commands: deliver, expire, dead-letter, write what the store needs,
     /// and end the queue when its `x-expires` ran out.
     fn after_batch(&mut self, now: u64) -> Next {
+        self.retry
+            .release(&mut self.state, &self.me, now, self.ctx.store.as_mut());
         self.counters.delivered += deliver(
             &mut self.state,
             &self.me,
@@ -323,9 +360,11 @@ impl Actor {
             );
         }
         self.dl.retry(&self.me, now);
+        let gone = self.state.take_gone();
+        self.retry.gone(&mut self.state, &gone, now);
         if let Some(s) = self.ctx.store.as_mut() {
             s.delivered(&mut self.delivered);
-            s.gone(self.state.take_gone());
+            s.gone(gone);
             s.page_out(&mut self.state);
         }
         self.delivered.clear();
@@ -351,6 +390,13 @@ impl Actor {
             id,
             stored,
         } = placed;
+        if self.retry.holds(&self.state, id, &message) {
+            // Held behind a retrying message of its key: the queue's all the same.
+            if let Some(s) = self.ctx.store.as_mut() {
+                s.accept(id, stored, &message);
+            }
+            return true;
+        }
         match self.state.publish_as(id, message.clone(), now) {
             PublishOutcome::Enqueued(_) => {
                 if let Some(s) = self.ctx.store.as_mut() {
@@ -382,6 +428,8 @@ impl Actor {
             super::admin::AdminQuery::Details { reply } => {
                 let mut stats = stats_of(&self.state);
                 stats.dead_letters_dropped_no_dlx = self.dl.dropped_no_dlx;
+                let r = self.retry.stats();
+                (stats.parked, stats.held, stats.next_due_ms) = (r.parked, r.held, r.next_due);
                 let (head_timestamp, head_death_time) = super::admin::head_facts(&self.state);
                 let _ = reply.send(super::admin::QueueDetails {
                     stats,
@@ -422,7 +470,7 @@ fn deliver(
     store: Option<&StoreSide>,
     now: u64,
     out: &mut Vec<Delivery>,
-    delivered: &mut Vec<u64>,
+    delivered: &mut Vec<(u64, u32)>,
 ) -> u64 {
     if consumers.is_empty() || state.message_count() == 0 {
         return 0;
@@ -448,10 +496,11 @@ fn deliver(
     let mut grouped: Vec<(ConsumerId, Vec<Delivery>)> = Vec::new();
     for mut d in out.drain(..) {
         if !d.redelivered {
-            delivered.push(d.id);
+            delivered.push((d.id, 1));
         }
         if let Some(s) = store {
             d.message = s.load(d.id, &d.message);
+            d.stored = s.store_msg(d.id);
         }
         match grouped.iter_mut().find(|(id, _)| *id == d.consumer) {
             Some((_, v)) => v.push(d),
@@ -478,7 +527,7 @@ fn stats_of(state: &QueueState) -> QueueStats {
         messages: state.message_count(),
         unacked: state.unacked_count(),
         consumers: state.consumer_count(),
-        dead_letters_dropped_no_dlx: 0,
+        ..QueueStats::default()
     }
 }
 

@@ -9,10 +9,12 @@ mod actor;
 pub(crate) mod admin;
 mod dead_letters;
 mod place;
+mod retry;
 mod spawn;
 mod stored;
 
 pub(crate) use crate::persist::Durable;
 pub(crate) use actor::now_ms;
-pub(crate) use place::place;
+pub(crate) use place::{allocate, place, placed};
 pub(crate) use spawn::{spawn_queue, spawn_queue_with};
+pub(crate) use stored::PagedShapes;

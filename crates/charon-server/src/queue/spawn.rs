@@ -49,6 +49,7 @@ pub(crate) fn spawn_queue_with(
     };
     let mut persisted = std::collections::HashMap::with_capacity(recovered.len());
     let mut shapes = PagedShapes::default();
+    let mut parked = Vec::new();
     for e in recovered {
         let sm = &e.message;
         let message = shapes.get(
@@ -61,8 +62,15 @@ pub(crate) fn spawn_queue_with(
         if let Some(own) = sm.expiry_ms {
             expires_at = Some(expires_at.map_or(own, |q| q.min(own)));
         }
-        state.restore(e.id, message, expires_at, e.delivery_count > 0);
         persisted.insert(e.id, Persisted::paged(sm.id));
+        if let Some((due, attempt)) = e.parked {
+            // Parked for a retry: the actor parks it again (queue/retry.rs).
+            parked.push((due, e.id, message, attempt));
+            continue;
+        }
+        state.restore(e.id, message, expires_at, e.delivery_count > 0);
+        // The store keeps failed deliveries + 1 (`DeliveryCount`, docs/storage-format.md).
+        state.set_returns(e.id, e.delivery_count.saturating_sub(1));
     }
     if !recovered.is_empty() {
         // Length limits hold after recovery too (a policy may have lowered them).
@@ -75,5 +83,9 @@ pub(crate) fn spawn_queue_with(
         store: persist.map(|(p, sid)| StoreSide::new(p, sid, persisted, shapes)),
     };
     actor::spawn(state, &handle, rx, ctx);
+    if !parked.is_empty() {
+        // The channel is new and empty: this cannot be refused for lack of room.
+        let _ = handle.try_send(crate::handles::QueueCmd::RestoreParked { parked });
+    }
     handle
 }

@@ -82,6 +82,10 @@ pub(crate) struct StoreSide {
     /// Shapes of paged-out messages (no paged-out message keeps a connection's read buffer
     /// alive: its properties are copied).
     shapes: PagedShapes,
+    /// Messages retried to the tail under a new id (`queue::retry`): new id → id in the store,
+    /// and back. Ids are never reused in a queue, so both directions are unambiguous.
+    alias: HashMap<MsgId, MsgId>,
+    alias_back: HashMap<MsgId, MsgId>,
 }
 
 impl StoreSide {
@@ -98,6 +102,46 @@ impl StoreSide {
             entries,
             held: VecDeque::new(),
             shapes,
+            alias: HashMap::new(),
+            alias_back: HashMap::new(),
+        }
+    }
+
+    /// The id under which the store knows the queue's message `id`.
+    fn store_qid(&self, id: MsgId) -> MsgId {
+        self.alias.get(&id).copied().unwrap_or(id)
+    }
+
+    /// Stored message `id` was parked until `due` for retry `attempt` (one `Park` record, no
+    /// body copy).
+    pub(crate) fn park(&self, id: MsgId, due: u64, attempt: u32) {
+        if self.entries.contains_key(&id) {
+            self.p.park(self.sid, self.store_qid(id), due, attempt);
+        }
+    }
+
+    /// Message `old` came back to the queue (a retry) under id `new`; the store keeps it under
+    /// its first id.
+    pub(crate) fn renamed(&mut self, old: MsgId, new: MsgId) {
+        let Some(e) = self.entries.remove(&old) else {
+            return;
+        };
+        self.entries.insert(new, e);
+        let first = self.alias.remove(&old).unwrap_or(old);
+        self.alias_back.insert(first, new);
+        self.alias.insert(new, first);
+        if e.held > 0 {
+            self.held.push_back(new);
+        }
+    }
+
+    fn forget_alias(&mut self, id: MsgId) -> MsgId {
+        match self.alias.remove(&id) {
+            Some(first) => {
+                self.alias_back.remove(&first);
+                first
+            }
+            None => id,
         }
     }
 
@@ -126,11 +170,15 @@ impl StoreSide {
     /// Where message `id` sits in the store as a dead-lettering source: (queue, id).
     pub(crate) fn source_of(&self, id: Option<MsgId>) -> Option<(u64, u64)> {
         let id = id?;
-        self.entries.contains_key(&id).then_some((self.sid, id))
+        self.entries
+            .contains_key(&id)
+            .then(|| (self.sid, self.store_qid(id)))
     }
 
     /// Message `id` left through a record that already removed it (a dead-letter move).
     pub(crate) fn moved(&mut self, id: MsgId) {
+        let id = self.alias_back.get(&id).copied().unwrap_or(id);
+        self.forget_alias(id);
         if let Some(e) = self.entries.remove(&id) {
             self.p.release(u64::from(e.held));
         }
@@ -142,7 +190,7 @@ impl StoreSide {
         for id in ids {
             if let Some(e) = self.entries.remove(&id) {
                 self.p.release(u64::from(e.held));
-                settled.push(id);
+                settled.push(self.forget_alias(id));
             }
         }
         if !settled.is_empty() {
@@ -156,15 +204,28 @@ impl StoreSide {
         self.p.release(held);
         self.entries.clear();
         self.held.clear();
+        self.alias.clear();
+        self.alias_back.clear();
         self.p.purge(self.sid);
     }
 
-    /// First deliveries of messages `ids`: recovered after a crash, they come back redelivered.
-    pub(crate) fn delivered(&self, ids: &mut Vec<MsgId>) {
-        ids.retain(|id| self.entries.contains_key(id));
+    /// Delivery counters of messages `ids` (`DeliveryCount` = failed deliveries + 1, written at
+    /// the first delivery and at every failed one): recovered after a crash, they come back
+    /// redelivered, with their failed-delivery counts (`x-delivery-count`, delivery limits).
+    pub(crate) fn delivered(&self, ids: &mut Vec<(MsgId, u32)>) {
+        ids.retain(|(id, _)| self.entries.contains_key(id));
+        for (id, _) in ids.iter_mut() {
+            *id = self.store_qid(*id);
+        }
         if !ids.is_empty() {
             self.p.delivered(self.sid, ids);
         }
+        ids.clear();
+    }
+
+    /// The store's message id of message `id`, when the store holds it for this queue.
+    pub(crate) fn store_msg(&self, id: MsgId) -> Option<u64> {
+        self.entries.get(&id).map(|e| e.msg)
     }
 
     /// `message` (id `id`) with its body, read back from the store if it was paged out.

@@ -18,6 +18,8 @@ pub(crate) enum Kind {
     PutDefinition = 7,
     DeleteDefinition = 8,
     Purge = 9,
+    Park = 10,
+    Route = 11,
 }
 
 const NO_EXPIRY: u64 = u64::MAX;
@@ -75,6 +77,15 @@ pub(crate) enum Payload<'a> {
     },
     Purge {
         queue: u64,
+    },
+    Park {
+        member: Member,
+        due_ms: u64,
+        attempt: u32,
+    },
+    Route {
+        source: Member,
+        members: Vec<Member>,
     },
 }
 
@@ -181,6 +192,23 @@ pub(crate) fn encode_command(cmd: &Command) -> Result<(Kind, Vec<u8>, Option<usi
         Command::Purge { queue } => {
             out.extend_from_slice(&queue.to_le_bytes());
             (Kind::Purge, None)
+        }
+        Command::Park {
+            member,
+            due_ms,
+            attempt,
+        } => {
+            out.extend_from_slice(&member.0.to_le_bytes());
+            out.extend_from_slice(&member.1.to_le_bytes());
+            out.extend_from_slice(&due_ms.to_le_bytes());
+            out.extend_from_slice(&attempt.to_le_bytes());
+            (Kind::Park, None)
+        }
+        Command::Route { source, targets } => {
+            out.extend_from_slice(&source.0.to_le_bytes());
+            out.extend_from_slice(&source.1.to_le_bytes());
+            put_members(&mut out, targets)?;
+            (Kind::Route, None)
         }
         Command::PutDefinition { kind, key, value } => {
             out.push(*kind);
@@ -365,6 +393,15 @@ impl<'a> Payload<'a> {
                 }
             }
             9 => Payload::Purge { queue: r.u64()? },
+            10 => Payload::Park {
+                member: (r.u64()?, r.u64()?),
+                due_ms: r.u64()?,
+                attempt: r.u32()?,
+            },
+            11 => Payload::Route {
+                source: (r.u64()?, r.u64()?),
+                members: r.members()?,
+            },
             _ => return Err("unknown record kind"),
         };
         r.finish(p)

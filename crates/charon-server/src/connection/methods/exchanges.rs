@@ -21,8 +21,9 @@ impl Connection {
                 // rabbit_channel: type and default-exchange checks come first (the vhost
                 // reports those), then configure permission.
                 let name = d.exchange.as_str();
-                if !d.passive && !name.is_empty() && d.kind.as_str().parse::<ExchangeKind>().is_ok()
-                {
+                let known_type = d.kind.as_str().parse::<ExchangeKind>().is_ok()
+                    || d.kind.as_str() == charon_core::exchange::delayed::DELAYED_TYPE;
+                if !d.passive && !name.is_empty() && known_type {
                     let new_args = (topo.exchange(name).is_none() && !name.starts_with("amq."))
                         .then_some(&d.arguments);
                     self.access.check_exchange_declare(name, new_args)?;

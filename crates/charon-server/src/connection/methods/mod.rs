@@ -18,6 +18,7 @@ use crate::error::{AmqpError, ServerError};
 use crate::handles::{QueueCmd, QueueHandle};
 
 mod consume;
+mod delayed;
 mod events;
 mod exchanges;
 mod publish;

@@ -113,7 +113,12 @@ impl Connection {
             None => p.body.freeze(),
         };
         let seq = ch.confirm.then(|| ch.confirms.next_seq());
-        let (message, targets) = self.route(&p.method, properties, body)?;
+        let (message, targets, delay) = self.route(&p.method, properties, body)?;
+        if let Some((delay, durable)) = delay {
+            return self
+                .publish_delayed(channel, seq, message, delay, durable)
+                .await;
+        }
         if targets.is_empty() && p.method.mandatory {
             self.return_unroutable(channel, &message);
         }
@@ -127,13 +132,15 @@ impl Connection {
 
     /// Routes a publish (CC/BCC included) after checking write permission on its exchange,
     /// then checks its properties; returns the message as queues get it (without BCC) and its
-    /// target queues.
+    /// target queues — or, for a delayed exchange and an `x-delay`, no targets and the delay
+    /// (with whether the exchange is durable): it is routed when due (`exchange_delay`).
+    #[allow(clippy::type_complexity)]
     fn route(
         &self,
         method: &basic::Publish,
         properties: RawProperties,
         body: Bytes,
-    ) -> Result<(Arc<Message>, Vec<QueueHandle>), AmqpError> {
+    ) -> Result<(Arc<Message>, Vec<QueueHandle>, Option<(u64, bool)>), AmqpError> {
         let exchange = method.exchange.as_str();
         let routing_key = method.routing_key.as_str();
         self.access
@@ -153,10 +160,14 @@ impl Connection {
         let mut keys: Vec<&str> = vec![routing_key];
         keys.extend(cc.iter().chain(&bcc).map(|k| k.as_ref()));
         let mut targets: Vec<QueueHandle> = Vec::new();
-        {
+        let delay = {
             let topo = self.vhost.topology.read_recover();
-            topo.route(exchange, &keys, headers, &mut targets)?;
-        }
+            let delay = crate::exchange_delay::delay_of(&topo, exchange, headers);
+            if delay.is_none() {
+                topo.route(exchange, &keys, headers, &mut targets)?;
+            }
+            delay
+        };
         if let Some(props) = &decoded {
             self.validate(props)?;
         }
@@ -173,7 +184,7 @@ impl Connection {
             body,
         )
         .with_bcc(bcc);
-        Ok((Arc::new(message), targets))
+        Ok((Arc::new(message), targets, delay))
     }
 
     /// The checks RabbitMQ's channel makes on a publish's properties (406 when refused).

@@ -1,0 +1,339 @@
+//! [`Retrier`]: the retry side of one queue. It owns the parked messages (ordered by due time,
+//! then by their id in the queue) and, for `retry-order-key`, the keys that are retrying with
+//! the messages held back behind them.
+//!
+//! A parked message costs one B-tree entry: key `(due, id)` (16 bytes) and value
+//! ([`Parked`]: the shared message pointer as delivered, an optional key pointer and the
+//! attempt, 32 bytes) — it leaves the queue's unacked table, so it costs no more than a queued
+//! message; its `x-retry-count` header is written when it comes back. Releasing is
+//! `pop_first` while the first due time has passed: O(log n) per message.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+
+use super::{RetrySettings, retry_count, with_retry_count};
+use crate::message::Message;
+use crate::queue::{MsgId, QueueState};
+
+/// A parked message.
+#[derive(Debug, Clone)]
+struct Parked {
+    /// As it was delivered: `x-retry-count` is set when it comes back.
+    message: Arc<Message>,
+    key: Option<Arc<[u8]>>,
+    attempt: u32,
+}
+
+/// A key with a message retrying, and the later messages of that key waiting behind it.
+#[derive(Debug, Default)]
+struct Hold {
+    /// Other messages of this key that failed while it was retrying (they were in flight when
+    /// it first failed), in order: each is parked when the one before it is settled, with its
+    /// due time (no earlier than that).
+    waiting: VecDeque<(u64, MsgId, Arc<Message>, u32)>,
+    /// Later messages of this key, by their id in the queue (their place when released).
+    held: BTreeMap<MsgId, Arc<Message>>,
+}
+
+/// A message that was parked: what a store needs to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParkedAt {
+    /// Its id in the queue while parked.
+    pub id: MsgId,
+    /// When it comes back (ms, wall clock).
+    pub due: u64,
+    /// Its retry attempt (the `x-retry-count` it comes back with).
+    pub attempt: u32,
+}
+
+/// What a queue reports about its retries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RetryStats {
+    /// Parked messages (including failed ones waiting for their key's turn).
+    pub parked: u64,
+    /// Messages held behind a retrying message of the same key.
+    pub held: u64,
+    /// The earliest due time of a parked message (ms).
+    pub next_due: Option<u64>,
+}
+
+/// The retry side of one queue.
+#[derive(Debug, Default)]
+pub struct Retrier {
+    parked: BTreeMap<(u64, MsgId), Parked>,
+    holds: HashMap<Arc<[u8]>, Hold>,
+    /// Retrying messages back in the queue (released, not yet settled), with their key.
+    retrying: HashMap<MsgId, Arc<[u8]>>,
+    held: u64,
+    waiting: u64,
+}
+
+impl Retrier {
+    /// Whether the owner must report every message that leaves the queue ([`Self::on_gone`]):
+    /// with an order key, a retrying message's settlement releases its key.
+    pub fn needs_gone(settings: Option<&RetrySettings>) -> bool {
+        settings.is_some_and(|s| s.order_key.is_some())
+    }
+
+    /// Consumers gave up on unacked messages `ids`: rejected (`requeue=false`) or, when
+    /// `requeue`, nacked with `requeue=true`. Without retry settings (or for a requeue without
+    /// `retry-on-requeue`) this is the queue's usual reject/requeue. Otherwise each message
+    /// below its limit is parked until its delay has passed; one at its limit is dead-lettered
+    /// (reason `rejected`). Returns the parked ones.
+    pub fn failed(
+        &mut self,
+        state: &mut QueueState,
+        settings: Option<&RetrySettings>,
+        ids: &[MsgId],
+        requeue: bool,
+        now_ms: u64,
+        entropy: &mut dyn FnMut() -> u64,
+    ) -> Vec<ParkedAt> {
+        let Some(s) = settings.filter(|s| !requeue || s.on_requeue) else {
+            if requeue {
+                state.requeue(ids);
+            } else {
+                state.reject(ids);
+            }
+            return Vec::new();
+        };
+        let mut parked = Vec::new();
+        for &id in ids {
+            let Some(m) = state.unacked_message(id) else {
+                continue;
+            };
+            let done = retry_count(m);
+            if done >= s.limit {
+                // Dead-lettered as `rejected`; its key is released when it is reported gone.
+                state.reject(&[id]);
+                continue;
+            }
+            let Some(m) = state.take_unacked(id) else {
+                continue;
+            };
+            let attempt = done + 1;
+            let due = now_ms.saturating_add(s.delay(attempt, entropy()));
+            let key = s.order_key.as_ref().and_then(|k| k.of(&m));
+            let message = m;
+            parked.push(ParkedAt { id, due, attempt });
+            if let Some(k) = &key
+                && !self.block(state, s, id, k)
+            {
+                if let Some(h) = self.holds.get_mut(k) {
+                    h.waiting.push_back((due, id, message, attempt));
+                    self.waiting += 1;
+                }
+                continue;
+            }
+            self.parked.insert(
+                (due, id),
+                Parked {
+                    message,
+                    key,
+                    attempt,
+                },
+            );
+        }
+        parked
+    }
+
+    /// Message `id` with key `k` failed: true when it is the key's retrying message (now, or
+    /// again), false when another message of the key is retrying (it must wait its turn).
+    fn block(
+        &mut self,
+        state: &mut QueueState,
+        s: &RetrySettings,
+        id: MsgId,
+        k: &Arc<[u8]>,
+    ) -> bool {
+        if self.retrying.remove(&id).is_some() {
+            return true; // the key's retrying message failed again
+        }
+        if self.holds.contains_key(k) {
+            return false;
+        }
+        // First failure of this key: later ready messages of the key wait behind it.
+        let mut hold = Hold::default();
+        if let Some(order) = s.order_key.as_ref() {
+            let taken = state.take_ready_after(id, &mut |m| order.of(m).as_deref() == Some(&**k));
+            self.held += taken.len() as u64;
+            hold.held.extend(taken);
+        }
+        self.holds.insert(k.clone(), hold);
+        true
+    }
+
+    /// A parked message recovered after a restart (its retry `attempt` from the store): parked
+    /// until `due` (at once if that passed), holding its key again.
+    pub fn restore(
+        &mut self,
+        state: &mut QueueState,
+        settings: Option<&RetrySettings>,
+        due: u64,
+        id: MsgId,
+        message: Arc<Message>,
+        attempt: u32,
+    ) {
+        let s = settings.filter(|s| s.order_key.is_some());
+        let key = s
+            .and_then(|s| s.order_key.as_ref())
+            .and_then(|k| k.of(&message));
+        if let (Some(s), Some(k)) = (s, &key)
+            && !self.block(state, s, id, k)
+        {
+            if let Some(h) = self.holds.get_mut(k) {
+                h.waiting.push_back((due, id, message, attempt));
+                self.waiting += 1;
+            }
+            return;
+        }
+        self.parked.insert(
+            (due, id),
+            Parked {
+                message,
+                key,
+                attempt,
+            },
+        );
+    }
+
+    /// Whether `message` (id `id` here) must wait behind a retrying message of its key; if so
+    /// it is kept here (the caller does not enqueue it).
+    pub fn holds(
+        &mut self,
+        settings: Option<&RetrySettings>,
+        id: MsgId,
+        message: &Arc<Message>,
+    ) -> bool {
+        if self.holds.is_empty() {
+            return false;
+        }
+        let Some(order) = settings.and_then(|s| s.order_key.as_ref()) else {
+            return false;
+        };
+        let Some(k) = order.of(message) else {
+            return false;
+        };
+        let Some(hold) = self.holds.get_mut(&k) else {
+            return false;
+        };
+        hold.held.insert(id, message.clone());
+        self.held += 1;
+        true
+    }
+
+    /// Puts parked messages whose time has come at the tail of the queue, each under a new id
+    /// from `alloc`. Returns `(parked id, new id)` pairs.
+    pub fn release_due(
+        &mut self,
+        state: &mut QueueState,
+        now_ms: u64,
+        alloc: &mut dyn FnMut() -> MsgId,
+    ) -> Vec<(MsgId, MsgId)> {
+        let mut moved = Vec::new();
+        while let Some(entry) = self.parked.first_entry() {
+            if entry.key().0 > now_ms {
+                break;
+            }
+            let ((_, old), p) = entry.remove_entry();
+            let new = alloc();
+            if let Some(k) = p.key {
+                self.retrying.insert(new, k);
+            }
+            let message = Arc::new(with_retry_count(&p.message, p.attempt));
+            state.enqueue_at(new, message, now_ms);
+            moved.push((old, new));
+        }
+        moved
+    }
+
+    /// Messages `ids` left the queue (acked, dead-lettered, expired, dropped, ...): a retrying
+    /// one releases its key, and when no message of the key is retrying any more the messages
+    /// held behind it go back to their places in the queue, in order.
+    pub fn on_gone(&mut self, state: &mut QueueState, ids: &[MsgId], now_ms: u64) {
+        if self.retrying.is_empty() {
+            return;
+        }
+        for id in ids {
+            let Some(k) = self.retrying.remove(id) else {
+                continue;
+            };
+            let Some(hold) = self.holds.get_mut(&k) else {
+                continue;
+            };
+            if let Some((due, wid, message, attempt)) = hold.waiting.pop_front() {
+                // The next failed message of the key takes its turn.
+                self.waiting -= 1;
+                let key = Some(k.clone());
+                self.parked.insert(
+                    (due.max(now_ms), wid),
+                    Parked {
+                        message,
+                        key,
+                        attempt,
+                    },
+                );
+                continue;
+            }
+            if let Some(hold) = self.holds.remove(&k) {
+                self.held -= hold.held.len() as u64;
+                for (hid, m) in hold.held {
+                    state.enqueue_at(hid, m, now_ms);
+                }
+            }
+        }
+    }
+
+    /// The order key was turned off: every held message goes back to its place.
+    pub fn release_holds(&mut self, state: &mut QueueState, now_ms: u64) {
+        for (_, hold) in self.holds.drain() {
+            for (due, wid, message, attempt) in hold.waiting {
+                self.parked.insert(
+                    (due, wid),
+                    Parked {
+                        message,
+                        key: None,
+                        attempt,
+                    },
+                );
+            }
+            for (hid, m) in hold.held {
+                state.enqueue_at(hid, m, now_ms);
+            }
+        }
+        for p in self.parked.values_mut() {
+            p.key = None;
+        }
+        self.retrying.clear();
+        self.held = 0;
+        self.waiting = 0;
+    }
+
+    /// Drops every parked and held message (purge); returns their ids in the queue.
+    pub fn purge(&mut self) -> Vec<MsgId> {
+        let mut ids: Vec<MsgId> = self.parked.keys().map(|(_, id)| *id).collect();
+        for (_, h) in self.holds.drain() {
+            ids.extend(h.waiting.into_iter().map(|(_, id, _, _)| id));
+            ids.extend(h.held.into_keys());
+        }
+        self.parked.clear();
+        self.retrying.clear();
+        self.held = 0;
+        self.waiting = 0;
+        ids
+    }
+
+    /// The earliest due time of a parked message.
+    pub fn next_due(&self) -> Option<u64> {
+        self.parked.first_key_value().map(|((t, _), _)| *t)
+    }
+
+    /// Counts for management.
+    pub fn stats(&self) -> RetryStats {
+        RetryStats {
+            parked: self.parked.len() as u64 + self.waiting,
+            held: self.held,
+            next_due: self.next_due(),
+        }
+    }
+}
