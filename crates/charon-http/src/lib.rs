@@ -15,11 +15,14 @@
 //! - [`policies`]: the `/api/policies` endpoints.
 //! - [`metrics`]: the Prometheus exposition.
 //! - [`msgjson`]: messages and properties as JSON.
+//! - [`dlq`]: removing messages by id (replaying dead letters from the UI).
+//! - [`ui`]: the web UI's embedded files, served at `/`.
 
 pub mod auth;
 pub mod connections;
 pub mod dead_letters;
 pub mod definitions;
+pub mod dlq;
 pub mod error;
 pub mod exchanges;
 pub mod listing;
@@ -28,6 +31,7 @@ pub mod msgjson;
 pub mod overview;
 pub mod policies;
 pub mod queues;
+pub mod ui;
 pub mod users;
 
 use std::sync::Arc;
@@ -167,6 +171,12 @@ pub fn router(broker: Arc<Broker>) -> Router {
                 .put(policies::put)
                 .delete(policies::delete),
         )
+        .route(
+            "/api/queues/{vhost}/{name}/messages/remove",
+            post(dlq::remove),
+        )
+        .route("/", get(ui::index))
+        .route("/ui/{file}", get(ui::asset))
         .merge(dead_letters::routes())
         .route("/api/operator-policies", get(o::extensions))
         .route("/api/operator-policies/{vhost}", get(o::extensions))

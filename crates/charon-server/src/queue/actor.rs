@@ -265,6 +265,12 @@ impl Actor {
                 let all = self.state.browse(0, usize::MAX).into_iter().map(|(_, m)| m);
                 let _ = reply.send(all.collect());
             }
+            QueueCmd::Remove { ids, reply } => {
+                let removed = ids
+                    .into_iter()
+                    .filter(|id| self.state.remove(*id).is_some());
+                let _ = reply.send(removed.collect());
+            }
             QueueCmd::Stats { reply } => {
                 let mut s = stats_of(&self.state);
                 s.dead_letters_dropped_no_dlx = self.dl.dropped_no_dlx;
@@ -693,5 +699,52 @@ mod tests {
             .await
         );
         assert!(matches!(rx.await, Ok(None)));
+    }
+
+    #[tokio::test]
+    async fn remove_takes_ready_messages_by_id_and_reports_the_missing() {
+        let q = start();
+        let mut ids = Vec::new();
+        for b in ["a", "b", "c"] {
+            let id = q.alloc_id();
+            ids.push(id);
+            let placed = Placed {
+                message: msg(b),
+                id,
+                stored: None,
+            };
+            assert!(
+                q.send(QueueCmd::Publish {
+                    placed,
+                    confirm: None
+                })
+                .await
+            );
+        }
+        let (tx, rx) = oneshot::channel();
+        let asked = vec![ids[1], 999];
+        assert!(
+            q.send(QueueCmd::Remove {
+                ids: asked,
+                reply: tx
+            })
+            .await
+        );
+        assert_eq!(rx.await.ok(), Some(vec![ids[1]]));
+        let mut bodies = Vec::new();
+        for _ in 0..3 {
+            let (tx, rx) = oneshot::channel();
+            assert!(
+                q.send(QueueCmd::Get {
+                    no_ack: true,
+                    reply: tx
+                })
+                .await
+            );
+            if let Some(g) = rx.await.ok().flatten() {
+                bodies.push(g.message.body.clone());
+            }
+        }
+        assert_eq!(bodies, vec![Bytes::from("a"), Bytes::from("c")]);
     }
 }
