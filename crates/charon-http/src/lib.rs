@@ -191,13 +191,22 @@ pub fn router(broker: Arc<Broker>) -> Router {
         .with_state(broker)
 }
 
+/// The router behind a path normaliser: RabbitMQ answers collection paths with a trailing slash
+/// (`GET /api/connections/`, which amqp091-go's tests use) as without it.
+fn app(
+    broker: Arc<Broker>,
+) -> axum::routing::IntoMakeService<tower_http::normalize_path::NormalizePath<Router>> {
+    let svc = tower_http::normalize_path::NormalizePath::trim_trailing_slash(router(broker));
+    axum::ServiceExt::<axum::extract::Request>::into_make_service(svc)
+}
+
 /// Serves HTTP on `listener` until `shutdown` is cancelled.
 pub async fn run(
     listener: TcpListener,
     broker: Arc<Broker>,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(broker))
+    axum::serve(listener, app(broker))
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await
 }
@@ -238,7 +247,7 @@ pub async fn run_tls(
 ) -> std::io::Result<()> {
     let local = listener.local_addr()?;
     let sessions = charon_server::tls::accept_loop(listener, acceptor, shutdown.clone());
-    axum::serve(TlsListener { sessions, local }, router(broker))
+    axum::serve(TlsListener { sessions, local }, app(broker))
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await
 }
