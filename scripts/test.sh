@@ -59,6 +59,9 @@ if ! command -v rabbitmqadmin >/dev/null 2>&1; then
     rm -rf "$tmp"
 fi
 
+# Headless Chromium for the web UI test (installed when missing; the test skips without it).
+scripts/ensure-chromium.sh
+
 if [ -z "${CHARON_TEST_URL:-}" ]; then
     export CHARON_BIN="$ROOT/target/debug/charon"
     [ -x "$CHARON_BIN" ] || { echo "missing $CHARON_BIN"; exit 1; }

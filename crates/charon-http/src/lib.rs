@@ -15,11 +15,14 @@
 //! - [`policies`]: the `/api/policies` endpoints.
 //! - [`metrics`]: the Prometheus exposition.
 //! - [`msgjson`]: messages and properties as JSON.
+//! - [`dlq`]: removing messages by id (replaying dead letters from the UI).
+//! - [`ui`]: the web UI's embedded files, served at `/`.
 
 pub mod auth;
 pub mod connections;
 pub mod dead_letters;
 pub mod definitions;
+pub mod dlq;
 pub mod error;
 pub mod exchanges;
 pub mod listing;
@@ -29,6 +32,7 @@ pub mod overview;
 pub mod params;
 pub mod policies;
 pub mod queues;
+pub mod ui;
 pub mod users;
 
 use std::sync::Arc;
@@ -169,6 +173,12 @@ pub fn router(broker: Arc<Broker>) -> Router {
                 .put(policies::put)
                 .delete(policies::delete),
         )
+        .route(
+            "/api/queues/{vhost}/{name}/messages/remove",
+            post(dlq::remove),
+        )
+        .route("/", get(ui::index))
+        .route("/ui/{file}", get(ui::asset))
         .merge(dead_letters::routes())
         .route("/api/operator-policies", get(o::extensions))
         .route("/api/operator-policies/{vhost}", get(o::extensions))
@@ -209,13 +219,22 @@ pub fn router(broker: Arc<Broker>) -> Router {
         .with_state(broker)
 }
 
+/// The router behind a path normaliser: RabbitMQ answers collection paths with a trailing slash
+/// (`GET /api/connections/`, which amqp091-go's tests use) as without it.
+fn app(
+    broker: Arc<Broker>,
+) -> axum::routing::IntoMakeService<tower_http::normalize_path::NormalizePath<Router>> {
+    let svc = tower_http::normalize_path::NormalizePath::trim_trailing_slash(router(broker));
+    axum::ServiceExt::<axum::extract::Request>::into_make_service(svc)
+}
+
 /// Serves HTTP on `listener` until `shutdown` is cancelled.
 pub async fn run(
     listener: TcpListener,
     broker: Arc<Broker>,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(broker))
+    axum::serve(listener, app(broker))
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await
 }
@@ -256,7 +275,7 @@ pub async fn run_tls(
 ) -> std::io::Result<()> {
     let local = listener.local_addr()?;
     let sessions = charon_server::tls::accept_loop(listener, acceptor, shutdown.clone());
-    axum::serve(TlsListener { sessions, local }, router(broker))
+    axum::serve(TlsListener { sessions, local }, app(broker))
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await
 }

@@ -15,6 +15,7 @@
 //! - [`queue`]: queue actors, placing messages in them, dead-letter dispatch.
 //! - [`vhost`]: one virtual host's topology, policies and saved durable topology.
 //! - [`queues_info`]: listing queues with counts (management API, CLI).
+//! - [`queue_remove`]: removing ready messages by id (management: replaying dead letters).
 //! - [`persist`]: what goes to `charon-store` and how it comes back at start.
 //! - [`policies`]: setting/clearing/listing policies and applying them to existing queues.
 //!
@@ -39,6 +40,7 @@ pub mod memory;
 pub(crate) mod persist;
 pub mod policies;
 pub(crate) mod queue;
+pub mod queue_remove;
 pub mod queues_info;
 pub mod server;
 pub mod tls;

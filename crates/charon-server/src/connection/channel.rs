@@ -74,6 +74,8 @@ pub(crate) struct Channel {
     pub(crate) _slot: Option<crate::limits::ChannelSlot>,
     /// Counters and facts shared with the management registry.
     pub(crate) stats: Arc<crate::admin::ChannelStats>,
+    /// What consecutive publishes share (names, properties).
+    pub(crate) shapes: super::shapes::Shapes,
 }
 
 /// What a transaction holds until tx.commit.

@@ -46,7 +46,8 @@ pub(crate) fn spawn_queue_with(
         state.track_gone();
         (p.clone(), store_id)
     });
-    let mut persisted = std::collections::HashMap::with_capacity(recovered.len());
+    let mut persisted =
+        foldhash::HashMap::with_capacity_and_hasher(recovered.len(), Default::default());
     let mut shapes = PagedShapes::default();
     let mut parked = Vec::new();
     for e in recovered {

@@ -13,7 +13,7 @@
 //! queues (`Publish`); the dead-lettering queue writes the move (`DeadLetter`); the queue itself
 //! writes removals (`Settle`, `Purge`), first deliveries (`DeliveryCount`) and its page-outs.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -99,7 +99,7 @@ pub(crate) struct StoreSide {
     shadow_used: bool,
     /// Entries that are stored messages (not transient ones tracked for paging).
     stored: usize,
-    entries: HashMap<MsgId, Persisted>,
+    entries: foldhash::HashMap<MsgId, Persisted>,
     /// Stored messages whose bodies are held, oldest first (candidates for paging out).
     held: VecDeque<MsgId>,
     /// Shapes of paged-out messages (no paged-out message keeps a connection's read buffer
@@ -107,8 +107,8 @@ pub(crate) struct StoreSide {
     shapes: PagedShapes,
     /// Messages retried to the tail under a new id (`queue::retry`): new id → id in the store,
     /// and back. Ids are never reused in a queue, so both directions are unambiguous.
-    alias: HashMap<MsgId, MsgId>,
-    alias_back: HashMap<MsgId, MsgId>,
+    alias: foldhash::HashMap<MsgId, MsgId>,
+    alias_back: foldhash::HashMap<MsgId, MsgId>,
 }
 
 impl StoreSide {
@@ -118,7 +118,7 @@ impl StoreSide {
         p: Arc<Persistence>,
         sid: u64,
         shadow: u64,
-        entries: HashMap<MsgId, Persisted>,
+        entries: foldhash::HashMap<MsgId, Persisted>,
         shapes: PagedShapes,
     ) -> Self {
         StoreSide {
@@ -130,8 +130,8 @@ impl StoreSide {
             entries,
             held: VecDeque::new(),
             shapes,
-            alias: HashMap::new(),
-            alias_back: HashMap::new(),
+            alias: foldhash::HashMap::default(),
+            alias_back: foldhash::HashMap::default(),
         }
     }
 

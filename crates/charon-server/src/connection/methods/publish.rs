@@ -15,6 +15,7 @@ use charon_protocol::{
 use super::super::Connection;
 use super::super::channel::{PUBLISH_METHOD_ID, PendingPublish};
 use super::super::confirms::ConfirmReply;
+use super::super::shapes::own_body;
 use crate::access::{Permission, ResourceKind};
 use crate::error::{AmqpError, ReplyCode, ServerError};
 use crate::handles::{ConfirmTo, QueueCmd, QueueHandle};
@@ -149,11 +150,15 @@ impl Connection {
         };
         crate::admin::ChannelStats::bump(&ch.stats.publish, 1);
         let body = match p.first_body {
-            Some(b) => b,
+            Some(b) => own_body(b),
             None => p.body.freeze(),
         };
+        let names = ch
+            .shapes
+            .names(p.method.exchange.as_str(), p.method.routing_key.as_str());
+        let properties = ch.shapes.properties(properties);
         let seq = ch.confirm.then(|| ch.confirms.next_seq());
-        let (message, targets, delay) = self.route(&p.method, properties, body)?;
+        let (message, targets, delay) = self.route(&p.method, names, properties, body)?;
         if let Some((delay, durable)) = delay {
             return self
                 .publish_delayed(channel, seq, message, delay, durable)
@@ -178,6 +183,7 @@ impl Connection {
     fn route(
         &self,
         method: &basic::Publish,
+        names: (Arc<str>, Arc<str>),
         properties: RawProperties,
         body: Bytes,
     ) -> Result<(Arc<Message>, Vec<QueueHandle>, Option<(u64, bool)>), AmqpError> {
@@ -217,13 +223,7 @@ impl Connection {
             Some(p) => p,
             None => properties,
         };
-        let message = Message::new(
-            Arc::from(exchange),
-            Arc::from(routing_key),
-            properties,
-            body,
-        )
-        .with_bcc(bcc);
+        let message = Message::new(names.0, names.1, properties, body).with_bcc(bcc);
         Ok((Arc::new(message), targets, delay))
     }
 
