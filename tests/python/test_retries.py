@@ -225,6 +225,36 @@ def test_invalid_retry_arguments_are_refused_with_precondition_failed(conn, uniq
         f"PRECONDITION_FAILED - invalid arg '{arg}' for queue '{q}' in vhost '/': {reason}")
 
 
+def test_retry_arguments_are_compared_on_redeclare(conn, uniq):
+    """x-retry-* arguments take part in queue equivalence like RabbitMQ's own x- arguments."""
+    ch = conn.channel()
+    q = uniq("eq")
+    args = {"x-retry-limit": 3, "x-retry-delays": [1000, 2000]}
+    ch.queue_declare(q, arguments=args)
+    ch.queue_declare(q, arguments=args)  # same arguments: fine
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as e:
+        ch.queue_declare(q, arguments={"x-retry-limit": 5, "x-retry-delays": [1000, 2000]})
+    assert e.value.reply_code == 406
+    assert e.value.reply_text == (
+        f"PRECONDITION_FAILED - inequivalent arg 'x-retry-limit' for queue '{q}' in vhost '/': "
+        "received '5' but current is '3'")
+    ch = conn.channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as e:
+        ch.queue_declare(q, arguments={"x-retry-limit": 3, "x-retry-delays": [1000, 3000]})
+    assert e.value.reply_code == 406
+    assert e.value.reply_text.startswith(
+        f"PRECONDITION_FAILED - inequivalent arg 'x-retry-delays' for queue '{q}' in vhost '/': ")
+    ch = conn.channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as e:
+        ch.queue_declare(q, arguments={"x-retry-delays": [1000, 2000]})
+    assert e.value.reply_text == (
+        f"PRECONDITION_FAILED - inequivalent arg 'x-retry-limit' for queue '{q}' in vhost '/': "
+        "received none but current is the value '3' of type 'signedint'")
+    ch = conn.channel()
+    ch.queue_declare(q, passive=True)  # the queue is unchanged
+    ch.queue_delete(q)
+
+
 def test_invalid_retry_policy_is_refused_with_400(broker, uniq):
     status, body = api(broker, "PUT", f"/api/policies/%2f/{uniq('bad')}",
                        {"pattern": "^x$", "definition": {"retry-delays": [5000, -1]},
