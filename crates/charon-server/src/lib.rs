@@ -26,6 +26,7 @@ pub(crate) mod connection;
 pub mod error;
 pub mod exchange_delay;
 pub mod handles;
+pub mod lateness;
 mod locks;
 pub(crate) mod persist;
 pub mod policies;
