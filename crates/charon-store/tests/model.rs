@@ -426,16 +426,15 @@ proptest! {
     }
 
     /// Park and Route records too (crash/recovery invariants, park states after restart),
-    /// with reclamation but no compaction (see the ignored test below).
+    /// with reclamation but no compaction.
     #[test]
     fn store_with_parks_and_routes_matches_model(ops in prop::collection::vec(op(true), 1..80)) {
         run_model(&ops, with_compaction(0.0))?;
     }
 
-    /// KNOWN BUG (notes/retries2.md): with compaction running, a park state can be lost after
-    /// a clean restart (the recovered member is there, its Park is not).
+    /// The same under constant compaction: a Carry written after a member's Park record must
+    /// not lose its park state on replay (found by this model; compaction re-writes it).
     #[test]
-    #[ignore = "known bug: compaction can lose Park states (notes/retries2.md)"]
     fn store_with_parks_and_routes_matches_model_under_compaction(
         ops in prop::collection::vec(op(true), 1..80)
     ) {
