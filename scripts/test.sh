@@ -11,6 +11,15 @@ ROOT=$(pwd)
 echo "==> cargo build --workspace --all-targets"
 cargo build --workspace --all-targets
 
+# The dead-letter archive's tests run a private PostgreSQL cluster (initdb + pg_ctl): Debian's
+# postgresql package provides the binaries. Without it those tests skip loudly.
+if ! dpkg -s postgresql >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "==> apt-get install postgresql"
+    { DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null; }; } \
+      || echo "!! could not install postgresql: the PostgreSQL archive tests will skip"
+fi
+
 echo "==> cargo test --workspace --no-fail-fast"
 # Every test binary runs even when one fails; the exit status still reports the failure.
 RUST_STATUS=0
@@ -50,9 +59,18 @@ if ! command -v rabbitmqadmin >/dev/null 2>&1; then
     rm -rf "$tmp"
 fi
 
+# Headless Chromium for the web UI test (installed when missing; the test skips without it).
+scripts/ensure-chromium.sh
+
 if [ -z "${CHARON_TEST_URL:-}" ]; then
     export CHARON_BIN="$ROOT/target/debug/charon"
     [ -x "$CHARON_BIN" ] || { echo "missing $CHARON_BIN"; exit 1; }
+fi
+
+# TLS tests make their CA with the openssl CLI.
+if ! command -v openssl >/dev/null 2>&1; then
+    echo "==> apt-get install openssl"
+    apt-get update -q && apt-get install -y -q openssl
 fi
 
 echo "==> pytest tests/python"

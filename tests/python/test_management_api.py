@@ -282,3 +282,18 @@ def test_message_rates_in_overview_and_queue(broker, api, ch, uniq):
     qi = wait_for(lambda: (lambda x: x if x["message_stats"]["publish_details"]["rate"] > 0 else None)(
         api.ok(f"/queues/%2F/{qn}")), timeout=60, what="queue publish rate")
     assert qi["message_stats"]["publish"] == 50
+
+
+def test_collection_paths_with_a_trailing_slash_answer_as_without(broker, api, ch, uniq):
+    # RabbitMQ answers `GET /api/connections/` like `/api/connections` (amqp091-go's recovery tests
+    # list connections that way); a trailing slash must not turn a collection into a 404.
+    name = uniq("slash")
+    ch.queue_declare(name)
+    conns = wait_for(lambda: api.get("/connections/").json() or None, what="connections listed")
+    assert api.get("/connections/").status_code == 200
+    assert {c["name"] for c in conns} == {c["name"] for c in api.get("/connections").json()}
+    queues = api.get("/queues/%2F/")
+    assert queues.status_code == 200
+    assert name in {x["name"] for x in queues.json()}
+    assert api.get("/queues/%2F/" + name + "/").json()["name"] == name
+    assert api.get("/no-such-collection/").status_code == 404

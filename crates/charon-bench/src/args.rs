@@ -97,6 +97,12 @@ pub struct BenchArgs {
     /// Do not print per-second progress lines on stderr.
     #[arg(long)]
     pub quiet: bool,
+    /// Management API of the broker ("archive" scenario).
+    #[arg(long, default_value = "http://127.0.0.1:15672")]
+    pub http_url: String,
+    /// Management API user:password ("archive" scenario).
+    #[arg(long, default_value = "guest:guest")]
+    pub http_auth: String,
 }
 
 impl Default for BenchArgs {
@@ -127,6 +133,8 @@ impl Default for BenchArgs {
             api: None,
             json: false,
             quiet: false,
+            http_url: "http://127.0.0.1:15672".into(),
+            http_auth: "guest:guest".into(),
         }
     }
 }
@@ -173,6 +181,7 @@ impl BenchArgs {
                     return arg("--scenario dead-letter needs consumers (-y >= 1)");
                 }
             }
+            Scenario::Archive => {}
             Scenario::Expiry => {
                 if self.pmessages == 0 || self.producers == 0 || self.consumers == 0 {
                     return arg("--scenario expiry needs --pmessages, producers and consumers");

@@ -13,6 +13,7 @@
 //! to measure the tool's own ceiling).
 
 mod api_lateness;
+mod archive;
 mod args;
 pub mod client;
 mod consumer;
@@ -28,6 +29,7 @@ mod scenario;
 mod stats;
 mod uri;
 
+pub use archive::run_archive;
 pub use args::BenchArgs;
 pub use error::BenchError;
 pub use report::{LatencyUs, Report};

@@ -23,6 +23,10 @@ pub enum Scenario {
     Retry,
     /// Delayed message exchange: `--pmessages` with distinct `x-delay`s; reports lateness.
     Delayed,
+    /// The dead-letter archive (Charon only): `--pmessages` persistent messages into an archive
+    /// queue; reports archived/s, replay/s and the management API's list/group latency over
+    /// every record in the archive (see `crate::archive`).
+    Archive,
 }
 
 impl Scenario {
@@ -34,6 +38,7 @@ impl Scenario {
             Self::Expiry => "expiry",
             Self::Retry => "retry",
             Self::Delayed => "delayed",
+            Self::Archive => "archive",
         }
     }
 
@@ -104,6 +109,7 @@ impl Topology {
                     queue: pick(&self.dlqs, i),
                     reject: false,
                 }),
+                Scenario::Archive => {}
             }
         }
         specs

@@ -20,7 +20,7 @@ pub struct Message {
     /// The `BCC` routing keys it was published with: the header itself is removed at publish
     /// (BCC never reaches a consumer), but dead-lettering without a dead-letter routing key
     /// routes by them again.
-    pub bcc: Vec<Arc<str>>,
+    pub bcc: Box<[Arc<str>]>,
 }
 
 /// A message body: in memory, or paged out to the store under memory pressure (only its length
@@ -90,14 +90,14 @@ impl Message {
             routing_key: routing_key.into(),
             properties,
             body: body.into(),
-            bcc: Vec::new(),
+            bcc: Box::default(),
         }
     }
 
     /// The same message with its BCC routing keys recorded.
     #[must_use]
     pub fn with_bcc(mut self, bcc: Vec<Arc<str>>) -> Self {
-        self.bcc = bcc;
+        self.bcc = bcc.into_boxed_slice();
         self
     }
 

@@ -3,6 +3,7 @@
 //! interface (`admin`, `policies`, `access`), the same one the AMQP side uses.
 //!
 //! - [`auth`]: basic authentication and RabbitMQ's user tags.
+//! - [`dead_letters`]: the dead-letter archive's `/api/dead-letters` endpoints.
 //! - [`error`]: error JSON and status codes.
 //! - [`listing`]: columns, sorting, pagination; body helpers.
 //! - [`overview`]: overview, nodes, whoami, health checks, aliveness test.
@@ -14,10 +15,14 @@
 //! - [`policies`]: the `/api/policies` endpoints.
 //! - [`metrics`]: the Prometheus exposition.
 //! - [`msgjson`]: messages and properties as JSON.
+//! - [`dlq`]: removing messages by id (replaying dead letters from the UI).
+//! - [`ui`]: the web UI's embedded files, served at `/`.
 
 pub mod auth;
 pub mod connections;
+pub mod dead_letters;
 pub mod definitions;
+pub mod dlq;
 pub mod error;
 pub mod exchanges;
 pub mod listing;
@@ -26,6 +31,7 @@ pub mod msgjson;
 pub mod overview;
 pub mod policies;
 pub mod queues;
+pub mod ui;
 pub mod users;
 
 use std::sync::Arc;
@@ -165,6 +171,13 @@ pub fn router(broker: Arc<Broker>) -> Router {
                 .put(policies::put)
                 .delete(policies::delete),
         )
+        .route(
+            "/api/queues/{vhost}/{name}/messages/remove",
+            post(dlq::remove),
+        )
+        .route("/", get(ui::index))
+        .route("/ui/{file}", get(ui::asset))
+        .merge(dead_letters::routes())
         .route("/api/operator-policies", get(o::extensions))
         .route("/api/operator-policies/{vhost}", get(o::extensions))
         .route("/api/parameters", get(o::extensions))
@@ -178,13 +191,63 @@ pub fn router(broker: Arc<Broker>) -> Router {
         .with_state(broker)
 }
 
+/// The router behind a path normaliser: RabbitMQ answers collection paths with a trailing slash
+/// (`GET /api/connections/`, which amqp091-go's tests use) as without it.
+fn app(
+    broker: Arc<Broker>,
+) -> axum::routing::IntoMakeService<tower_http::normalize_path::NormalizePath<Router>> {
+    let svc = tower_http::normalize_path::NormalizePath::trim_trailing_slash(router(broker));
+    axum::ServiceExt::<axum::extract::Request>::into_make_service(svc)
+}
+
 /// Serves HTTP on `listener` until `shutdown` is cancelled.
 pub async fn run(
     listener: TcpListener,
     broker: Arc<Broker>,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(broker))
+    axum::serve(listener, app(broker))
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await
+}
+
+/// Sessions of the HTTPS listener, for axum (TLS handshakes done by
+/// [`charon_server::tls::accept_loop`], concurrently).
+struct TlsListener {
+    sessions: tokio::sync::mpsc::Receiver<(
+        charon_server::tls::TlsStream<tokio::net::TcpStream>,
+        std::net::SocketAddr,
+    )>,
+    local: std::net::SocketAddr,
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = charon_server::tls::TlsStream<tokio::net::TcpStream>;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.sessions.recv().await {
+            Some(s) => s,
+            // The accept loop ended (shutdown): wait for the graceful shutdown to end us.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.local)
+    }
+}
+
+/// Serves the management API over TLS (`https_listen`) until `shutdown` is cancelled.
+pub async fn run_tls(
+    listener: TcpListener,
+    acceptor: charon_server::tls::TlsAcceptor,
+    broker: Arc<Broker>,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    let local = listener.local_addr()?;
+    let sessions = charon_server::tls::accept_loop(listener, acceptor, shutdown.clone());
+    axum::serve(TlsListener { sessions, local }, app(broker))
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await
 }

@@ -323,6 +323,14 @@ impl AccessControl {
         })
     }
 
+    /// Checks an `EXTERNAL` login (a verified TLS client certificate named `user`): the user
+    /// must exist; no password is involved.
+    pub fn authenticate_external(&self, user: &str, peer: IpAddr) -> bool {
+        self.read()
+            .get(user)
+            .is_some_and(|u| !u.loopback_only || peer.is_loopback())
+    }
+
     /// `user`'s permissions on `vhost`; `None` when the user has no access to it.
     pub fn permissions(&self, user: &str, vhost: &str) -> Option<Arc<VHostAccess>> {
         self.read().get(user)?.vhosts.get(vhost).cloned()

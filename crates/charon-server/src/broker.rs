@@ -25,8 +25,39 @@ pub struct Broker {
     /// The store, once opened ([`Broker::open_store`]); every vhost shares this slot.
     pub(crate) store: StoreSlot,
     next_id: AtomicU64,
-    /// Resource alarm (free disk under `disk_free_limit`): publishers are blocked while on.
-    alarm: tokio::sync::watch::Sender<bool>,
+    /// Resource alarms (free disk under `disk_free_limit`, memory over
+    /// `vm_memory_high_watermark`): publishers are blocked while any is on.
+    alarm: tokio::sync::watch::Sender<Alarms>,
+    /// Connection, channel and queue limits and their counts.
+    limits: Arc<crate::limits::Limits>,
+    /// The dead-letter archive, once started ([`crate::archive`]).
+    pub(crate) archive: std::sync::OnceLock<Arc<crate::archive::ArchiveService>>,
+}
+
+/// The resource alarms in force (RabbitMQ's `{resource, disk}` / `{resource, memory}`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Alarms {
+    /// Free disk space is under `disk_free_limit`.
+    pub disk: bool,
+    /// The broker's memory is over `vm_memory_high_watermark`.
+    pub memory: bool,
+}
+
+impl Alarms {
+    /// Whether any alarm is on.
+    pub fn any(self) -> bool {
+        self.disk || self.memory
+    }
+
+    /// RabbitMQ's connection.blocked reason: "low on memory", "low on disk", "low on memory & disk".
+    pub fn reason(self) -> String {
+        let parts: Vec<&str> = [(self.memory, "memory"), (self.disk, "disk")]
+            .iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, n)| *n)
+            .collect();
+        format!("low on {}", parts.join(" & "))
+    }
 }
 
 impl Broker {
@@ -53,6 +84,11 @@ impl Broker {
             });
         }
         let access = AccessControl::from_config(&config)?;
+        let limits = crate::limits::Limits::new(
+            config.connection_max,
+            config.vhost_limits.clone(),
+            config.user_limits.clone(),
+        );
         Ok(Self {
             config,
             vhosts: RwLock::new(vhosts),
@@ -60,7 +96,9 @@ impl Broker {
             admin: crate::admin::AdminState::new(seed),
             store,
             next_id: AtomicU64::new(1),
-            alarm: tokio::sync::watch::channel(false).0,
+            alarm: tokio::sync::watch::channel(Alarms::default()).0,
+            limits,
+            archive: std::sync::OnceLock::new(),
         })
     }
 
@@ -94,22 +132,55 @@ impl Broker {
         &self.admin
     }
 
-    /// The resource alarm, for connections to watch.
-    pub fn alarm(&self) -> tokio::sync::watch::Receiver<bool> {
+    /// The resource alarms, for connections to watch.
+    pub fn alarm(&self) -> tokio::sync::watch::Receiver<Alarms> {
         self.alarm.subscribe()
     }
 
-    /// Sets or clears the resource alarm (logged on change).
+    /// The resource alarms in force now (management API, metrics: see also `alarms()`).
+    pub fn alarm_state(&self) -> Alarms {
+        *self.alarm.borrow()
+    }
+
+    /// The memory high watermark in bytes (`vm_memory_high_watermark` against RAM or the
+    /// cgroup limit).
+    pub fn memory_limit(&self) -> u64 {
+        let available = crate::memory::available_bytes().unwrap_or(u64::MAX);
+        self.config.vm_memory_high_watermark.limit(available)
+    }
+
+    /// Connection, channel and queue limits.
+    pub fn limits(&self) -> &Arc<crate::limits::Limits> {
+        &self.limits
+    }
+
+    /// Sets or clears the disk alarm (logged on change).
     pub fn set_alarm(&self, on: bool) {
         self.alarm.send_if_modified(|v| {
-            if *v == on {
+            if v.disk == on {
                 return false;
             }
-            *v = on;
+            v.disk = on;
             if on {
                 tracing::warn!(limit = self.config.disk_free_limit, "disk alarm set: free disk space is under disk_free_limit; publishers are blocked");
             } else {
                 tracing::info!("disk alarm cleared: publishers may go on");
+            }
+            true
+        });
+    }
+
+    /// Sets or clears the memory alarm (logged on change).
+    pub fn set_memory_alarm(&self, on: bool, used: u64, limit: u64) {
+        self.alarm.send_if_modified(|v| {
+            if v.memory == on {
+                return false;
+            }
+            v.memory = on;
+            if on {
+                tracing::warn!(used, limit, "memory alarm set: memory use is over vm_memory_high_watermark; publishers are blocked");
+            } else {
+                tracing::info!(used, limit, "memory alarm cleared: publishers may go on");
             }
             true
         });
@@ -189,6 +260,41 @@ impl Broker {
             return;
         };
         p.barrier().wait().await;
+    }
+
+    /// Watches the broker's resident memory every 500 ms against `vm_memory_high_watermark`
+    /// and sets or clears the memory alarm; asks the allocator to return freed memory every 5 s,
+    /// whenever memory use dropped (queues drained or deleted) and on every check above 70 % of
+    /// the mark.
+    pub fn spawn_memory_monitor(self: &Arc<Self>) {
+        let available = crate::memory::available_bytes().unwrap_or(u64::MAX);
+        let limit = self.memory_limit();
+        tracing::info!(
+            limit,
+            available,
+            "memory high watermark set (vm_memory_high_watermark)"
+        );
+        let broker = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_millis(500));
+            let mut ticks = 0u64;
+            let mut last = 0u64;
+            loop {
+                tick.tick().await;
+                ticks += 1;
+                let Some(b) = broker.upgrade() else { return };
+                let Some(used) = crate::memory::resident_bytes() else {
+                    continue;
+                };
+                // Near the mark, freed memory must go back before it counts against us.
+                let near = used > limit / 10 * 7;
+                if ticks.is_multiple_of(10) || used.saturating_add(used / 8) < last || near {
+                    crate::memory::request_purge();
+                }
+                last = used;
+                b.set_memory_alarm(used > limit, used, limit);
+            }
+        });
     }
 
     /// Watches free disk space every second and sets the alarm under `disk_free_limit`.

@@ -42,6 +42,59 @@ pub struct Config {
     /// Bytes of persistent message bodies kept in memory across all queues; past it, newly
     /// stored bodies stay on disk only and are read back on delivery (default 256 MiB).
     pub message_memory_budget: u64,
+    /// The dead-letter archive's database (docs/archive.md): `sqlite:///path` or
+    /// `postgresql://…`; default `<data_dir>/archive.db`. `CHARON_ARCHIVE_URL` overrides it.
+    pub archive_url: Option<String>,
+    /// Archived records older than this are deleted (`30d`, `12h`, `0` = never).
+    pub archive_retention: String,
+    /// Past this many payload bytes the oldest records are deleted (0 = no cap).
+    pub archive_max_bytes: u64,
+    /// Header whose value is a record's `key` (default: the `message_id` property).
+    pub archive_key_header: Option<String>,
+    /// Headers read, in order, for a dead letter's error message.
+    pub archive_error_message_headers: Vec<String>,
+    /// Headers read, in order, for a dead letter's stack trace.
+    pub archive_error_stacktrace_headers: Vec<String>,
+    /// Largest message body accepted, bytes (RabbitMQ's `max_message_size`, default 128 MiB, at
+    /// most 512 MiB); a larger one closes the channel with 406.
+    pub max_message_size: u64,
+    /// Most client connections of the node (RabbitMQ's `connection_max`; absent: no limit).
+    pub connection_max: Option<u64>,
+    /// Milliseconds a delivery may stay unacknowledged before its channel is closed with 406
+    /// (RabbitMQ's `consumer_timeout`, default 30 min; 0 disables).
+    pub consumer_timeout: u64,
+    /// RabbitMQ's vhost limits by vhost name: `[vhost_limits."/"] max-connections = 10`.
+    pub vhost_limits: std::collections::HashMap<String, crate::limits::VHostLimits>,
+    /// RabbitMQ's user limits by user name: `[user_limits.alice] max-channels = 5`.
+    pub user_limits: std::collections::HashMap<String, crate::limits::UserLimits>,
+    /// Memory alarm threshold (RabbitMQ's `vm_memory_high_watermark`): a number is a fraction
+    /// of RAM (or of the cgroup limit), a string with a unit (`"2GiB"`, `"512MB"`) absolute.
+    pub vm_memory_high_watermark: crate::memory::Watermark,
+    /// AMQP over TLS listener address (e.g. `"127.0.0.1:5671"`); needs `[tls]`.
+    pub amqps_listen: Option<String>,
+    /// Management API over TLS listener address (e.g. `"127.0.0.1:15671"`); needs `[tls]`.
+    pub https_listen: Option<String>,
+    /// Certificates for the TLS listeners.
+    pub tls: Option<TlsConfig>,
+}
+
+/// PEM files and peer verification for the TLS listeners (RabbitMQ's `ssl_options`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// The server's certificate chain (PEM).
+    pub cert_file: String,
+    /// The server's private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key_file: String,
+    /// CA certificates that client certificates must chain to (PEM).
+    #[serde(default)]
+    pub ca_file: Option<String>,
+    /// Ask clients for a certificate and verify it against `ca_file` (`verify_peer`).
+    #[serde(default)]
+    pub verify_peer: bool,
+    /// With `verify_peer`, refuse clients that send no certificate.
+    #[serde(default)]
+    pub fail_if_no_peer_cert: bool,
 }
 
 impl Default for Config {
@@ -61,9 +114,31 @@ impl Default for Config {
             permissions: Vec::new(),
             disk_free_limit: 50_000_000,
             message_memory_budget: 256 << 20,
+            archive_url: None,
+            archive_retention: "30d".into(),
+            archive_max_bytes: 1 << 30,
+            archive_key_header: None,
+            archive_error_message_headers: vec!["x-exception-message".into()],
+            archive_error_stacktrace_headers: vec!["x-exception-stacktrace".into()],
+            max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
+            connection_max: None,
+            consumer_timeout: 1_800_000,
+            vhost_limits: std::collections::HashMap::new(),
+            user_limits: std::collections::HashMap::new(),
+            vm_memory_high_watermark: crate::memory::Watermark::default(),
+            amqps_listen: None,
+            https_listen: None,
+            tls: None,
         }
     }
 }
+
+/// Default `max_message_size`: 128 MiB.
+pub const DEFAULT_MAX_MESSAGE_SIZE: u64 = 128 << 20;
+
+/// Largest `max_message_size` allowed (RabbitMQ's `?MAX_MSG_SIZE`, 512 MiB); a content header
+/// announcing more is a frame error whatever the setting.
+pub const MAX_MSG_SIZE: u64 = 536_870_912;
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -128,5 +203,19 @@ impl Config {
     /// Parses a TOML document.
     pub fn from_toml(text: &str) -> Result<Self, toml::de::Error> {
         toml::from_str(text)
+    }
+
+    /// Checks settings that parse but cannot work.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_message_size > MAX_MSG_SIZE {
+            return Err(format!(
+                "max_message_size {} is above the largest allowed, {MAX_MSG_SIZE}",
+                self.max_message_size
+            ));
+        }
+        if (self.amqps_listen.is_some() || self.https_listen.is_some()) && self.tls.is_none() {
+            return Err("amqps_listen and https_listen need a [tls] table".into());
+        }
+        self.vm_memory_high_watermark.validate()
     }
 }

@@ -234,6 +234,84 @@ pub enum ServerError {
         /// The Erlang error term.
         reason: String,
     },
+    /// connection.open over the node's `connection_max`.
+    #[error("connection refused: node connection limit ({max}) is reached")]
+    NodeConnectionLimit {
+        /// The limit.
+        max: u64,
+    },
+    /// connection.open over the vhost's `max-connections`.
+    #[error(
+        "access to vhost '{vhost}' refused for user '{user}': connection limit ({limit}) is reached"
+    )]
+    VHostConnectionLimit {
+        /// The vhost.
+        vhost: String,
+        /// The user.
+        user: String,
+        /// The limit.
+        limit: i64,
+    },
+    /// connection.open over the user's `max-connections`.
+    #[error("connection refused for user '{user}': user connection limit ({limit}) is reached")]
+    UserConnectionLimit {
+        /// The user.
+        user: String,
+        /// The limit.
+        limit: i64,
+    },
+    /// channel.open over the user's `max-channels`.
+    #[error(
+        "number of channels opened for user '{user}' has reached the maximum allowed user limit of ({limit})"
+    )]
+    UserChannelLimit {
+        /// The user.
+        user: String,
+        /// The limit.
+        limit: i64,
+    },
+    /// queue.declare of a new queue over the vhost's `max-queues`.
+    #[error("cannot declare queue '{queue}': queue limit in vhost '{vhost}' ({limit}) is reached")]
+    QueueLimit {
+        /// The queue.
+        queue: String,
+        /// The vhost.
+        vhost: String,
+        /// The limit.
+        limit: i64,
+    },
+    /// A message over `max_message_size` (`rabbit_channel:check_msg_size/2`; "max size" when the
+    /// limit is RabbitMQ's largest, "configured max size" otherwise).
+    #[error("message size {size} is larger than {} {max}", if *configured { "configured max size" } else { "max size" })]
+    MessageTooLarge {
+        /// Announced body size.
+        size: u64,
+        /// The limit.
+        max: u64,
+        /// The limit is not the largest allowed.
+        configured: bool,
+    },
+    /// A content header announcing more than RabbitMQ's largest message (command assembler).
+    #[error("content body size {size} exceeds maximum allowed size {max}")]
+    ContentBodyTooLarge {
+        /// Announced body size.
+        size: u64,
+        /// The largest allowed.
+        max: u64,
+    },
+    /// A body frame beyond the size the content header announced (command assembler).
+    #[error("content body frame exceeds remaining content size")]
+    ContentBodyOverrun,
+    /// A delivery unacknowledged for longer than `consumer_timeout`.
+    #[error(
+        "delivery acknowledgement on channel {channel} timed out. Timeout value used: {ms} ms. This timeout value can be configured, see consumers doc guide to learn more"
+    )]
+    ConsumerTimeout {
+        /// The channel.
+        channel: u16,
+        /// The timeout, ms.
+        ms: u64,
+    },
 }
 
 impl ServerError {
@@ -257,7 +335,17 @@ impl ServerError {
             ServerError::VHostNotFound { .. }
             | ServerError::VHostAccessRefused { .. }
             | ServerError::ConsumerTagReused { .. }
-            | ServerError::ChannelMaxReached { .. } => ReplyCode::NotAllowed,
+            | ServerError::ChannelMaxReached { .. }
+            | ServerError::NodeConnectionLimit { .. }
+            | ServerError::VHostConnectionLimit { .. }
+            | ServerError::UserConnectionLimit { .. }
+            | ServerError::UserChannelLimit { .. } => ReplyCode::NotAllowed,
+            ServerError::QueueLimit { .. }
+            | ServerError::MessageTooLarge { .. }
+            | ServerError::ConsumerTimeout { .. } => ReplyCode::PreconditionFailed,
+            ServerError::ContentBodyTooLarge { .. } | ServerError::ContentBodyOverrun => {
+                ReplyCode::FrameError
+            }
             ServerError::TxToConfirm
             | ServerError::ConfirmToTx
             | ServerError::NotTransactional

@@ -40,3 +40,37 @@ pub async fn run(listener: TcpListener, broker: Arc<Broker>, shutdown: Cancellat
     })
     .await;
 }
+
+/// Serves AMQP over TLS (`amqps_listen`) until `shutdown` is cancelled, like [`run`]. A client
+/// certificate verified against `ca_file` offers the `EXTERNAL` mechanism with its CN.
+pub async fn run_tls(
+    listener: TcpListener,
+    acceptor: crate::tls::TlsAcceptor,
+    broker: Arc<Broker>,
+    shutdown: CancellationToken,
+) {
+    let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut sessions = crate::tls::accept_loop(listener, acceptor, shutdown.clone());
+    let mut tasks = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = sessions.recv() => {
+                let Some((stream, peer)) = accepted else { break };
+                let Ok(permit) = limit.clone().acquire_owned().await else { break };
+                let external = crate::tls::peer_login(stream.get_ref().1);
+                let broker = broker.clone();
+                let token = shutdown.clone();
+                tasks.spawn(async move {
+                    connection::serve_on(stream, peer, broker, token, external).await;
+                    drop(permit);
+                });
+            }
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+        }
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(5), async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+}

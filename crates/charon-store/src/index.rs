@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use foldhash::HashMap as FastMap;
 
 use crate::members::Members;
 use crate::record::{HEADER_LEN, MsgBody, Payload};
@@ -101,9 +102,11 @@ impl ParkEntry {
 pub(crate) struct Index {
     /// Parked members (few: kept aside).
     pub(crate) parks: HashMap<Member, ParkEntry>,
-    pub(crate) messages: HashMap<MessageId, MsgEntry>,
-    pub(crate) queues: HashMap<QueueId, BTreeMap<u64, MemberEntry>>,
-    pub(crate) member_items: HashMap<Member, MemberItems>,
+    // Keyed by ids the store and the broker choose: a fast hash (std's SipHash was a fifth of
+    // the CPU of a persistent publish, docs/performance.md).
+    pub(crate) messages: FastMap<MessageId, MsgEntry>,
+    pub(crate) queues: FastMap<QueueId, BTreeMap<u64, MemberEntry>>,
+    pub(crate) member_items: FastMap<Member, MemberItems>,
     pub(crate) defs: HashMap<DefinitionKey, Loc>,
     pub(crate) segs: BTreeMap<SegId, SegStats>,
     /// Keep message metadata (recovery only).

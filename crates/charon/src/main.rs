@@ -2,6 +2,8 @@
 //! client of the management API) and `charon bench` (the load tool).
 
 mod ctl;
+mod dlq;
+mod purge;
 
 /// mimalloc: the broker allocates and frees many small objects per message (properties, queue
 /// entries, dead-lettered copies); glibc malloc spent over a quarter of the CPU of the mass-expiry
@@ -120,14 +122,23 @@ fn init_logging(config: &Config) -> anyhow::Result<()> {
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
+    config
+        .validate()
+        .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
     let broker = Arc::new(
         charon_server::broker::Broker::new(config.clone()).context("invalid configuration")?,
     );
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating data dir {}", config.data_dir))?;
+    // Held until the process ends: a second broker on this directory exits here.
+    let _lock =
+        charon_server::data_lock::DataDirLock::acquire(std::path::Path::new(&config.data_dir))?;
     broker
         .open_store()
         .with_context(|| format!("opening the store in {}", config.data_dir))?;
+    charon_server::archive::ArchiveService::start(&broker)
+        .prepare(std::time::Duration::from_secs(15))
+        .await;
     let amqp = tokio::net::TcpListener::bind(&config.amqp_listen)
         .await
         .with_context(|| format!("binding AMQP on {}", config.amqp_listen))?;
@@ -137,6 +148,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     tracing::info!(amqp = %config.amqp_listen, http = %config.http_listen, data_dir = %config.data_dir, "charon started");
     let shutdown = CancellationToken::new();
     broker.spawn_disk_monitor();
+    broker.spawn_memory_monitor();
     let http_task = tokio::spawn(charon_http::run(http, broker.clone(), shutdown.clone()));
     // The Prometheus listener: a port already taken is logged, not fatal (metrics stay on
     // `http_listen`/metrics).
@@ -154,6 +166,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             }
         }
     }
+    let tls_tasks = spawn_tls(&config, &broker, &shutdown).await?;
     let amqp_task = tokio::spawn(charon_server::server::run(amqp, broker, shutdown.clone()));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
@@ -164,13 +177,61 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     shutdown.cancel();
     let _ = amqp_task.await;
     let _ = http_task.await;
+    for t in tls_tasks {
+        let _ = t.await;
+    }
     Ok(())
+}
+
+/// Binds `amqps_listen` and `https_listen` (when set) and serves them over TLS.
+async fn spawn_tls(
+    config: &Config,
+    broker: &Arc<charon_server::broker::Broker>,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
+    let mut tasks = Vec::new();
+    let Some(tls) = &config.tls else {
+        return Ok(tasks);
+    };
+    if let Some(addr) = &config.amqps_listen {
+        let acceptor = charon_server::tls::TlsAcceptor::from(
+            charon_server::tls::server_config(tls, &[]).context("[tls]")?,
+        );
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding AMQPS on {addr}"))?;
+        tracing::info!(amqps = %addr, "AMQP over TLS listening");
+        tasks.push(tokio::spawn(charon_server::server::run_tls(
+            listener,
+            acceptor,
+            broker.clone(),
+            shutdown.clone(),
+        )));
+    }
+    if let Some(addr) = &config.https_listen {
+        let acceptor = charon_server::tls::TlsAcceptor::from(
+            charon_server::tls::server_config(tls, &[b"http/1.1"]).context("[tls]")?,
+        );
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding HTTPS on {addr}"))?;
+        tracing::info!(https = %addr, "management API over TLS listening");
+        let (b, s) = (broker.clone(), shutdown.clone());
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = charon_http::run_tls(listener, acceptor, b, s).await {
+                tracing::error!(error = %e, "HTTPS listener failed");
+            }
+        }));
+    }
+    Ok(tasks)
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    purge::init();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .on_thread_park(purge::on_park)
         .build()?;
     match cli.command {
         Command::Server(args) => {
@@ -186,7 +247,11 @@ fn main() -> anyhow::Result<()> {
                 .with_writer(std::io::stderr)
                 .with_ansi(std::io::stderr().is_terminal())
                 .init();
-            runtime.block_on(charon_bench::run_and_print(args))?;
+            if args.scenario == charon_bench::Scenario::Archive {
+                runtime.block_on(charon_bench::run_archive(args))?;
+            } else {
+                runtime.block_on(charon_bench::run_and_print(args))?;
+            }
         }
     }
     Ok(())

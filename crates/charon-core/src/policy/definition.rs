@@ -147,6 +147,15 @@ impl PolicyDefinition {
                         }
                     })
                 }
+                // The dead-letter archive (charon-server's `archive`): a boolean.
+                "dead-letter-archive" => {
+                    if !matches!(v, DefValue::Bool(_)) {
+                        return Err(invalid(format!(
+                            "{key} should be a boolean, actually was {}",
+                            v.describe()
+                        )));
+                    }
+                }
                 k if INERT_KEYS.contains(&k) => {}
                 k if k.starts_with("retry-")
                     && d.retry.parse_policy_key(k, v).map_err(invalid)? => {}

@@ -49,6 +49,9 @@ pub struct Delivery {
     pub redelivered: bool,
     /// Times returned to the queue before (quorum queues' `x-delivery-count`).
     pub returns: u32,
+    /// The store's id of the message when the store holds it for this queue (set by the server;
+    /// unique across restarts: the dead-letter archive keys its records by it).
+    pub stored: Option<u64>,
 }
 
 /// A message that left its queue for `reason`, to be dead-lettered (or dropped when the queue

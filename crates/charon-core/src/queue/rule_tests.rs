@@ -68,6 +68,28 @@ fn per_message_ttl_expires_the_message() {
 }
 
 #[test]
+fn a_mass_expiry_can_be_taken_in_bounded_batches_in_expiry_order() {
+    let mut s = queue(QueueArgs::default());
+    for (i, ttl) in ["30", "10", "20", "10", "99"].iter().enumerate() {
+        s.publish(msg(&i.to_string(), Some(ttl)), 0);
+    }
+    assert!(s.expire_at_most(30, 2));
+    assert_eq!(
+        reasons(&mut s),
+        vec![("1".into(), Reason::Expired), ("3".into(), Reason::Expired)]
+    );
+    assert!(!s.expire_at_most(30, 2));
+    assert_eq!(
+        reasons(&mut s),
+        vec![("2".into(), Reason::Expired), ("0".into(), Reason::Expired)]
+    );
+    assert!(!s.expire_at_most(30, 2));
+    assert!(reasons(&mut s).is_empty());
+    assert_eq!(s.message_count(), 1);
+    assert_eq!(s.next_expiry(), Some(99));
+}
+
+#[test]
 fn smaller_of_queue_ttl_and_message_ttl_wins() {
     let mut s = queue(QueueArgs {
         message_ttl: Some(50),

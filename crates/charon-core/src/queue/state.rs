@@ -11,7 +11,7 @@
 //! "the head" (delivery, basic.get, drop-head, browse) follows that order, so a requeued
 //! message goes back to its place within its priority.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::consumers::Consumers;
@@ -68,7 +68,8 @@ pub struct QueueState {
     ready_bytes: u64,
     /// Ready messages with an expiry, by expiry time.
     expiry: BTreeSet<(u64, MsgId)>,
-    unacked: HashMap<MsgId, Unacked>,
+    /// By id (a fast hash: several lookups per delivered message).
+    unacked: foldhash::HashMap<MsgId, Unacked>,
     /// Priority queues only: ready messages in delivery order, (max - priority, id).
     order: Option<BTreeSet<(u8, MsgId)>>,
     consumers: Consumers,
@@ -112,7 +113,7 @@ impl QueueState {
             ready: BTreeMap::new(),
             ready_bytes: 0,
             expiry: BTreeSet::new(),
-            unacked: HashMap::new(),
+            unacked: foldhash::HashMap::default(),
             order,
             consumers: Consumers::default(),
             dead: Vec::new(),
@@ -329,10 +330,22 @@ impl QueueState {
     /// Dead-letter (reason `expired`) every ready message whose expiry is at or before
     /// `now_ms`, wherever it sits in the queue.
     pub fn expire(&mut self, now_ms: u64) {
+        self.expire_at_most(now_ms, usize::MAX);
+    }
+
+    /// [`Self::expire`], at most `max` messages (the owner dead-letters them before taking
+    /// the next ones, so a mass expiry runs in batches of bounded size); returns whether more
+    /// are due.
+    pub fn expire_at_most(&mut self, now_ms: u64, max: usize) -> bool {
+        let mut n = 0;
         while let Some(&(t, id)) = self.expiry.first() {
             if t > now_ms {
-                return;
+                return false;
             }
+            if n == max {
+                return true;
+            }
+            n += 1;
             if let Some(r) = self.remove_ready(id) {
                 self.mark_gone(id);
                 self.dead.push(DeadLetter {
@@ -344,6 +357,7 @@ impl QueueState {
                 self.expiry.remove(&(t, id));
             }
         }
+        false
     }
 
     /// The earliest expiry among ready messages (for the owner's timer).
@@ -432,6 +446,7 @@ impl QueueState {
                 message: r.message,
                 redelivered: r.redelivered,
                 returns: r.returns,
+                stored: None,
             });
             self.consumers.rotate();
             idle = 0;

@@ -73,23 +73,16 @@ fn fd_total() -> u64 {
         .unwrap_or(0)
 }
 
-fn mem_total() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb * 1024)
-}
-
 impl Broker {
     /// The resource alarms in force now.
     pub fn alarms(&self) -> Vec<AlarmKind> {
+        let on = self.alarm_state();
         let mut v = Vec::new();
-        if *self.alarm().borrow() {
+        if on.disk {
             v.push(AlarmKind::Disk);
+        }
+        if on.memory {
+            v.push(AlarmKind::Memory);
         }
         v
     }
@@ -98,7 +91,7 @@ impl Broker {
     pub fn node_facts(&self) -> NodeFacts {
         NodeFacts {
             mem_used: rss_bytes(),
-            mem_limit: mem_total() * 2 / 5,
+            mem_limit: self.memory_limit(),
             fd_used: fd_used(),
             fd_total: fd_total(),
             disk_free: self.persistence().and_then(|p| p.free_bytes()),

@@ -42,6 +42,8 @@ pub(crate) const PUBLISH_METHOD_ID: u16 = 40;
 pub(crate) struct Unacked {
     pub(crate) queue: QueueHandle,
     pub(crate) id: MsgId,
+    /// When it was delivered (`consumer_timeout`).
+    pub(crate) at: std::time::Instant,
 }
 
 /// A consumer registered on this channel.
@@ -68,8 +70,12 @@ pub(crate) struct Channel {
     pub(crate) prefetch: u16,
     /// tx.select seen: publishes and settlements wait for tx.commit.
     pub(crate) tx: Option<TxBuffer>,
+    /// Counted against the user's `max-channels` until the channel is dropped.
+    pub(crate) _slot: Option<crate::limits::ChannelSlot>,
     /// Counters and facts shared with the management registry.
     pub(crate) stats: Arc<crate::admin::ChannelStats>,
+    /// What consecutive publishes share (names, properties).
+    pub(crate) shapes: super::shapes::Shapes,
 }
 
 /// What a transaction holds until tx.commit.

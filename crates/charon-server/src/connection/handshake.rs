@@ -10,8 +10,7 @@ use charon_protocol::{
     ProtocolHeaderCheck, ShortString, check_protocol_header, decode_frame, encode_method,
     peek_frame,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::access::VHostAccess;
 use crate::broker::Broker;
@@ -30,6 +29,8 @@ pub(crate) struct Opened {
     pub(crate) heartbeat: u16,
     /// The client announced the `connection.blocked` capability.
     pub(crate) blocked_capable: bool,
+    /// Counted against the node's, vhost's and user's connection limits while it lives.
+    pub(crate) slot: crate::limits::ConnectionSlot,
     /// The client's properties (listed by the management API).
     pub(crate) client_properties: charon_protocol::FieldTable,
 }
@@ -57,7 +58,10 @@ pub(crate) enum HandshakeEnd {
     Refuse(AmqpError),
 }
 
-async fn read_frame(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<Frame, HandshakeEnd> {
+async fn read_frame<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buf: &mut BytesMut,
+) -> Result<Frame, HandshakeEnd> {
     loop {
         match decode_frame(buf, FRAME_MIN_SIZE) {
             Ok(Some(f)) => return Ok(f),
@@ -70,8 +74,8 @@ async fn read_frame(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<Frame,
     }
 }
 
-async fn read_method(
-    stream: &mut TcpStream,
+async fn read_method<S: AsyncRead + Unpin>(
+    stream: &mut S,
     buf: &mut BytesMut,
 ) -> Result<AMQPClass, HandshakeEnd> {
     match read_frame(stream, buf).await? {
@@ -86,8 +90,8 @@ async fn read_method(
 /// Reads the method after tune-ok. A frame on a channel other than 0 before
 /// connection.open is refused like RabbitMQ's reader does in state `opening`:
 /// 505 quoting the frame's octets.
-async fn read_opening_method(
-    stream: &mut TcpStream,
+async fn read_opening_method<S: AsyncRead + Unpin>(
+    stream: &mut S,
     buf: &mut BytesMut,
 ) -> Result<AMQPClass, HandshakeEnd> {
     loop {
@@ -111,7 +115,10 @@ async fn read_opening_method(
     }
 }
 
-async fn send(stream: &mut TcpStream, method: AMQPClass) -> Result<(), HandshakeEnd> {
+async fn send<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    method: AMQPClass,
+) -> Result<(), HandshakeEnd> {
     let mut out = BytesMut::new();
     encode_method(&mut out, 0, &method);
     stream.write_all(&out).await.map_err(|_| HandshakeEnd::Drop)
@@ -172,11 +179,12 @@ fn credentials(mechanism: &str, response: &[u8]) -> Option<(String, String)> {
 }
 
 /// Runs the opening handshake up to connection.open-ok.
-pub(crate) async fn open(
-    stream: &mut TcpStream,
+pub(crate) async fn open<S: AsyncRead + AsyncWrite + Unpin + Send>(
+    stream: &mut S,
     buf: &mut BytesMut,
     broker: &Broker,
     peer: IpAddr,
+    external: Option<String>,
 ) -> Result<Opened, HandshakeEnd> {
     while buf.len() < 8 {
         if let ProtocolHeaderCheck::Invalid = check_protocol_header(buf) {
@@ -197,7 +205,12 @@ pub(crate) async fn open(
             version_major: 0,
             version_minor: 9,
             server_properties: server_properties(),
-            mechanisms: LongString::from("PLAIN AMQPLAIN"),
+            // EXTERNAL only where a verified client certificate names the user.
+            mechanisms: LongString::from(if external.is_some() {
+                "PLAIN AMQPLAIN EXTERNAL"
+            } else {
+                "PLAIN AMQPLAIN"
+            }),
             locales: LongString::from("en_US"),
         })),
     )
@@ -209,12 +222,23 @@ pub(crate) async fn open(
     };
     let blocked_capable = has_capability(&start_ok.client_properties, "connection.blocked");
     let mechanism = start_ok.mechanism.as_str().to_string();
-    if mechanism != "PLAIN" && mechanism != "AMQPLAIN" {
+    let external_ok = mechanism == "EXTERNAL" && external.is_some();
+    if mechanism != "PLAIN" && mechanism != "AMQPLAIN" && !external_ok {
         return Err(HandshakeEnd::Drop);
     }
-    let login = credentials(&mechanism, start_ok.response.as_bytes());
+    let login = if external_ok {
+        // RabbitMQ's EXTERNAL: the response is ignored, the certificate names the user.
+        external.map(|user| (user, String::new()))
+    } else {
+        credentials(&mechanism, start_ok.response.as_bytes())
+    };
+    let ok = match &login {
+        Some((user, _)) if external_ok => broker.access().authenticate_external(user, peer),
+        Some((user, pass)) => broker.authenticate(user, pass, peer),
+        None => false,
+    };
     let user = match login {
-        Some((user, pass)) if broker.authenticate(&user, &pass, peer) => user,
+        Some((user, _)) if ok => user,
         other => {
             let who = other.map(|(u, _)| u).unwrap_or_default();
             tracing::info!(%peer, user = %who, "{mechanism} login refused: user '{who}' - invalid credentials");
@@ -262,6 +286,11 @@ pub(crate) async fn open(
             .into(),
         ));
     };
+    // RabbitMQ's order: node, vhost and user connection limits, then vhost access.
+    let slot = broker
+        .limits()
+        .open_connection(&vhost_name, &user)
+        .map_err(HandshakeEnd::Refuse)?;
     let Some(access) = broker.access().permissions(&user, &vhost_name) else {
         tracing::info!(peer = %peer, user = %user, vhost = %vhost_name, "vhost access refused");
         return Err(HandshakeEnd::Refuse(
@@ -286,6 +315,7 @@ pub(crate) async fn open(
         channel_max: tune.channel_max,
         heartbeat: tune.heartbeat,
         blocked_capable,
+        slot,
         client_properties: start_ok.client_properties,
     })
 }

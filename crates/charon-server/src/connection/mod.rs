@@ -7,11 +7,13 @@
 mod channel;
 mod commits;
 mod confirms;
+mod consumer_timeout;
 mod handshake;
 mod methods;
+mod shapes;
+mod transport;
 mod writer;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,9 +22,8 @@ use bytes::BytesMut;
 use charon_core::ConnectionId;
 use charon_protocol::methods::connection;
 use charon_protocol::{AMQPClass, Frame, decode_frame, encode_heartbeat, encode_method};
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::TcpStream;
-use tokio::net::tcp::OwnedReadHalf;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -36,6 +37,8 @@ use channel::Channel;
 use handshake::HandshakeEnd;
 use writer::Outgoing;
 
+pub(crate) use transport::Transport;
+
 /// Serves one accepted TCP connection until it closes.
 pub(crate) async fn serve(
     stream: TcpStream,
@@ -44,12 +47,24 @@ pub(crate) async fn serve(
     shutdown: CancellationToken,
 ) {
     let _ = stream.set_nodelay(true);
-    let local = stream.local_addr().unwrap_or(peer);
+    serve_on(stream, peer, broker, shutdown, None).await;
+}
+
+/// Serves one connection on any transport until it closes. `external` is the login the
+/// `EXTERNAL` mechanism offers (a TLS client certificate's CN), if any.
+pub(crate) async fn serve_on<S: Transport>(
+    stream: S,
+    peer: SocketAddr,
+    broker: Arc<Broker>,
+    shutdown: CancellationToken,
+    external: Option<String>,
+) {
+    let local = stream.local_addr_or(peer);
     let mut stream = stream;
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let opened = tokio::time::timeout(
         Duration::from_secs(10),
-        handshake::open(&mut stream, &mut buf, &broker, peer.ip()),
+        handshake::open(&mut stream, &mut buf, &broker, peer.ip(), external),
     )
     .await;
     let opened = match opened {
@@ -60,7 +75,7 @@ pub(crate) async fn serve(
         }
         Ok(Err(HandshakeEnd::Drop)) | Err(_) => return,
     };
-    let (mut reader, write_half) = stream.into_split();
+    let (mut reader, write_half) = stream.split_io();
     let (handle, events) = ConnHandle::new();
     let (wtx, wrx) = mpsc::unbounded_channel();
     let writer = tokio::spawn(writer::run(write_half, wrx, handle.flow_arc()));
@@ -92,7 +107,7 @@ pub(crate) async fn serve(
         frame_max: opened.frame_max,
         channel_max: opened.channel_max,
         heartbeat: opened.heartbeat,
-        channels: HashMap::new(),
+        channels: foldhash::HashMap::default(),
         out: BytesMut::with_capacity(64 * 1024),
         out_deliveries: 0,
         wtx,
@@ -102,6 +117,7 @@ pub(crate) async fn serve(
         blocked_capable: opened.blocked_capable,
         has_published: false,
         blocked: false,
+        slot: opened.slot,
         owes_close_ok: false,
         confirms_due: Vec::new(),
     };
@@ -133,7 +149,7 @@ pub(crate) async fn serve(
 /// After close-ok, reads and discards until the client closes the socket (a client may still be
 /// flushing frames it queued before its connection.close), for at most the heartbeat timeout,
 /// capped at 30 s, like RabbitMQ's `?CLOSING_TIMEOUT`.
-async fn discard_until_closed(reader: &mut OwnedReadHalf, heartbeat: u16) {
+async fn discard_until_closed<R: AsyncRead + Unpin>(reader: &mut R, heartbeat: u16) {
     let secs = if heartbeat > 0 && heartbeat < 30 {
         u64::from(heartbeat)
     } else {
@@ -152,7 +168,7 @@ async fn discard_until_closed(reader: &mut OwnedReadHalf, heartbeat: u16) {
 }
 
 /// Sends connection.close for a failed handshake, waits briefly for close-ok, closes.
-async fn refuse(mut stream: TcpStream, mut buf: BytesMut, err: AmqpError) {
+async fn refuse<S: Transport>(mut stream: S, mut buf: BytesMut, err: AmqpError) {
     use tokio::io::AsyncWriteExt;
     let mut out = BytesMut::new();
     encode_method(&mut out, 0, &close_method(&err));
@@ -207,7 +223,8 @@ pub(crate) struct Connection {
     pub(crate) frame_max: u32,
     pub(crate) channel_max: u16,
     pub(crate) heartbeat: u16,
-    pub(crate) channels: HashMap<u16, Channel>,
+    /// By channel id (a fast hash: looked up several times per publish).
+    pub(crate) channels: foldhash::HashMap<u16, Channel>,
     /// Encoded frames not yet handed to the writer.
     pub(crate) out: BytesMut,
     pub(crate) out_deliveries: usize,
@@ -223,6 +240,8 @@ pub(crate) struct Connection {
     pub(crate) has_published: bool,
     /// Reading is paused by a resource alarm.
     blocked: bool,
+    /// Counted against connection limits until the connection is dropped.
+    pub(crate) slot: crate::limits::ConnectionSlot,
     /// The client sent connection.close: close-ok goes out after cleanup.
     pub(crate) owes_close_ok: bool,
     /// Channels with confirms settled since the last flush: their acks go out together, as
@@ -240,8 +259,8 @@ impl Connection {
     /// Resource alarm: a connection that publishes is paused (its socket is not read) while the
     /// alarm is on, and told with connection.blocked / connection.unblocked when it announced that
     /// capability, as RabbitMQ does. Consumers on other connections keep working.
-    fn on_alarm(&mut self, on: bool) {
-        let pause = on && self.has_published;
+    fn on_alarm(&mut self, alarms: crate::broker::Alarms) {
+        let pause = alarms.any() && self.has_published;
         if pause == self.blocked {
             return;
         }
@@ -251,7 +270,7 @@ impl Connection {
         }
         let m = if pause {
             connection::AMQPMethod::Blocked(connection::Blocked {
-                reason: "low on disk".into(),
+                reason: alarms.reason().into(),
             })
         } else {
             connection::AMQPMethod::Unblocked(connection::Unblocked {})
@@ -259,9 +278,9 @@ impl Connection {
         encode_method(&mut self.out, 0, &AMQPClass::Connection(m));
     }
 
-    async fn run(
+    async fn run<R: AsyncRead + Unpin>(
         &mut self,
-        reader: &mut OwnedReadHalf,
+        reader: &mut R,
         mut buf: BytesMut,
         mut events: mpsc::UnboundedReceiver<ConnEvent>,
         shutdown: CancellationToken,
@@ -273,6 +292,9 @@ impl Connection {
             Duration::from_secs(u64::from(self.heartbeat))
         };
         let mut ticker = tokio::time::interval(interval / 2);
+        let mut timeouts = tokio::time::interval(consumer_timeout::check_interval(
+            self.broker.config().consumer_timeout,
+        ));
         let mut last_read = Instant::now();
         let mut shutdown_sent = false;
         let mut close_deadline: Option<Instant> = None;
@@ -323,6 +345,7 @@ impl Connection {
                         }
                     }
                 }
+                _ = timeouts.tick() => self.check_consumer_timeouts().await,
                 _ = ticker.tick() => {
                     if self.blocked {
                         // Not reading while blocked: the client's heartbeats wait in the socket.

@@ -7,8 +7,7 @@
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use crate::handles::ConnFlow;
@@ -22,11 +21,11 @@ pub(crate) struct Outgoing {
 
 /// Writes until the sender side is dropped or the socket fails. Returns the socket when every
 /// write succeeded (the caller decides when to close it), `None` after a failed write.
-pub(crate) async fn run(
-    mut socket: OwnedWriteHalf,
+pub(crate) async fn run<W: AsyncWrite + Unpin>(
+    mut socket: W,
     mut rx: mpsc::UnboundedReceiver<Outgoing>,
     flow: Arc<ConnFlow>,
-) -> Option<OwnedWriteHalf> {
+) -> Option<W> {
     let mut batch = Vec::with_capacity(64);
     let mut buf = BytesMut::new();
     while rx.recv_many(&mut batch, 64).await > 0 {

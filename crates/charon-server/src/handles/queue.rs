@@ -136,6 +136,20 @@ pub enum QueueCmd {
         /// Count purged.
         reply: oneshot::Sender<u32>,
     },
+    /// Remove ready messages by id without dead-lettering them (management: a dead letter
+    /// replayed elsewhere leaves its DLQ). Replies with the ids that were removed.
+    Remove {
+        /// Message ids.
+        ids: Vec<MsgId>,
+        /// The ids found ready and removed.
+        reply: oneshot::Sender<Vec<MsgId>>,
+    },
+    /// The ready messages (bodies possibly paged out), in queue order: the dead-letter archive
+    /// looks for replays a restart interrupted.
+    Browse {
+        /// The messages.
+        reply: oneshot::Sender<Vec<Arc<Message>>>,
+    },
     /// Report counts.
     Stats {
         /// The counts.

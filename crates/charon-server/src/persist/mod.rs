@@ -331,6 +331,13 @@ impl Persistence {
             });
     }
 
+    /// Bytes held over the budget (0 when within it).
+    pub(crate) fn excess(&self) -> u64 {
+        self.resident
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.budget)
+    }
+
     /// Whether held bodies exceed the budget (queues then page newly stored bodies out).
     pub(crate) fn over_budget(&self) -> bool {
         self.resident.load(Ordering::Relaxed) > self.budget

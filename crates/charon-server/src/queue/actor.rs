@@ -23,6 +23,8 @@ use crate::vhost::VHostState;
 
 /// Most commands handled between two runs of the delivery loop.
 const BATCH: usize = 512;
+/// How many expired messages are dead-lettered at a time (see `after_batch`).
+const EXPIRE_BATCH: usize = 4096;
 
 /// Wall-clock milliseconds: TTLs count from enqueue time by the wall clock (they must survive
 /// restarts once the store lands).
@@ -259,6 +261,16 @@ impl Actor {
                 }
                 let _ = reply.send(n);
             }
+            QueueCmd::Browse { reply } => {
+                let all = self.state.browse(0, usize::MAX).into_iter().map(|(_, m)| m);
+                let _ = reply.send(all.collect());
+            }
+            QueueCmd::Remove { ids, reply } => {
+                let removed = ids
+                    .into_iter()
+                    .filter(|id| self.state.remove(*id).is_some());
+                let _ = reply.send(removed.collect());
+            }
             QueueCmd::Stats { reply } => {
                 let mut s = stats_of(&self.state);
                 s.dead_letters_dropped_no_dlx = self.dl.dropped_no_dlx;
@@ -317,24 +329,14 @@ impl Actor {
             &mut self.out,
             &mut self.delivered,
         );
-        self.state.expire(now);
-        // Dead letters routed back to this queue are enqueued here, which may dead-letter
-        // others (drop-head); loop until settled (cycle detection bounds it).
-        let mut rounds = 0;
+        // A mass expiry goes out in bounded batches: each is dead-lettered before the next
+        // is taken, so the buffers stay small and are reused.
         let mut came_back = false;
-        while self.state.has_dead_letters() && rounds < 16 {
-            rounds += 1;
-            let dead = self.state.take_dead_letters();
-            self.counters.note_dead(&dead, self.target.is_some());
-            let local = self.dl.dispatch(
-                &self.me,
-                self.target.as_ref(),
-                dead,
-                now,
-                self.ctx.store.as_mut(),
-            );
-            for placed in local {
-                came_back |= self.enqueue(placed, now);
+        loop {
+            let more = self.state.expire_at_most(now, EXPIRE_BATCH);
+            came_back |= self.dispatch_dead_letters(now);
+            if !more {
+                break;
             }
         }
         if came_back {
@@ -373,6 +375,30 @@ impl Actor {
         Next::Continue
     }
 
+    /// Dead-letters what left the queue. Dead letters routed back to this queue are enqueued
+    /// here, which may dead-letter others (drop-head); loops until settled (cycle detection
+    /// bounds it). Returns whether any came back into this queue.
+    fn dispatch_dead_letters(&mut self, now: u64) -> bool {
+        let mut came_back = false;
+        let mut rounds = 0;
+        while self.state.has_dead_letters() && rounds < 16 {
+            rounds += 1;
+            let dead = self.state.take_dead_letters();
+            self.counters.note_dead(&dead, self.target.is_some());
+            let local = self.dl.dispatch(
+                &self.me,
+                self.target.as_ref(),
+                dead,
+                now,
+                self.ctx.store.as_mut(),
+            );
+            for placed in local {
+                came_back |= self.enqueue(placed, now);
+            }
+        }
+        came_back
+    }
+
     /// Enqueues `placed` (a publish or a dead letter whose sender chose its id and wrote it to
     /// the store); returns whether the queue took it.
     fn enqueue(&mut self, placed: Placed, now: u64) -> bool {
@@ -384,14 +410,14 @@ impl Actor {
         if self.retry.holds(&self.state, id, &message) {
             // Held behind a retrying message of its key: the queue's all the same.
             if let Some(s) = self.ctx.store.as_mut() {
-                s.accept(id, stored, &message);
+                s.accept(id, stored, &message, self.state.ready_bytes());
             }
             return true;
         }
         match self.state.publish_as(id, message.clone(), now) {
             PublishOutcome::Enqueued(_) => {
                 if let Some(s) = self.ctx.store.as_mut() {
-                    s.accept(id, stored, &message);
+                    s.accept(id, stored, &message, self.state.ready_bytes());
                 }
                 true
             }
@@ -492,6 +518,7 @@ fn deliver(
         }
         if let Some(s) = store {
             d.message = s.load(d.id, &d.message);
+            d.stored = s.store_msg(d.id);
         }
         match grouped.iter_mut().find(|(id, _)| *id == d.consumer) {
             Some((_, v)) => v.push(d),
@@ -674,5 +701,52 @@ mod tests {
             .await
         );
         assert!(matches!(rx.await, Ok(None)));
+    }
+
+    #[tokio::test]
+    async fn remove_takes_ready_messages_by_id_and_reports_the_missing() {
+        let q = start();
+        let mut ids = Vec::new();
+        for b in ["a", "b", "c"] {
+            let id = q.alloc_id();
+            ids.push(id);
+            let placed = Placed {
+                message: msg(b),
+                id,
+                stored: None,
+            };
+            assert!(
+                q.send(QueueCmd::Publish {
+                    placed,
+                    confirm: None
+                })
+                .await
+            );
+        }
+        let (tx, rx) = oneshot::channel();
+        let asked = vec![ids[1], 999];
+        assert!(
+            q.send(QueueCmd::Remove {
+                ids: asked,
+                reply: tx
+            })
+            .await
+        );
+        assert_eq!(rx.await.ok(), Some(vec![ids[1]]));
+        let mut bodies = Vec::new();
+        for _ in 0..3 {
+            let (tx, rx) = oneshot::channel();
+            assert!(
+                q.send(QueueCmd::Get {
+                    no_ack: true,
+                    reply: tx
+                })
+                .await
+            );
+            if let Some(g) = rx.await.ok().flatten() {
+                bodies.push(g.message.body.clone());
+            }
+        }
+        assert_eq!(bodies, vec![Bytes::from("a"), Bytes::from("c")]);
     }
 }

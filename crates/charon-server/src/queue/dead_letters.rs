@@ -13,8 +13,9 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use charon_core::DeadLetter;
-use charon_core::dead_letter::{self, DlxSettings};
+use charon_core::dead_letter::{self, DlxSettings, Reason};
+use charon_core::{DeadLetter, Message};
+use charon_protocol::RawProperties;
 
 use super::place::{allocate, placed};
 use super::stored::StoreSide;
@@ -32,6 +33,37 @@ struct Pending {
     messages: Vec<Placed>,
     target: QueueHandle,
     not_before: u64,
+}
+
+/// A dead-lettered copy as made for one original, and where it routed: what the copy of any
+/// dead letter with the same properties, exchange, routing keys and reason is, within one
+/// dispatch (same time, same topology).
+#[derive(Debug)]
+struct Copied {
+    from_properties: RawProperties,
+    from_exchange: Arc<str>,
+    from_routing_key: Arc<str>,
+    from_bcc: Box<[Arc<str>]>,
+    reason: Reason,
+    /// The copy's properties (x-death added), routing key and delivery mode.
+    properties: RawProperties,
+    routing_key: Arc<str>,
+    persistent: bool,
+    /// Target queues, cycles removed; `None`: the dead-letter exchange does not exist.
+    queues: Option<Vec<QueueHandle>>,
+    /// The dead-letter exchange routed it to no queue (before cycles were removed).
+    no_route: bool,
+}
+
+impl Copied {
+    /// Whether `original` dead-lettered for `reason` makes this same copy.
+    fn is_for(&self, original: &Message, reason: Reason) -> bool {
+        self.reason == reason
+            && self.from_properties == original.properties
+            && self.from_routing_key == original.routing_key
+            && self.from_exchange == original.exchange
+            && self.from_bcc == original.bcc
+    }
 }
 
 /// The dead-lettering side of one queue actor.
@@ -81,21 +113,22 @@ impl DeadLetterDispatcher {
         };
         // One command per target queue for the whole batch.
         let mut batches: Vec<(QueueHandle, Vec<Placed>)> = Vec::new();
+        // The last copy made: the next dead letter with the same properties, routing and
+        // reason becomes the same copy (a mass expiry is mostly alike messages).
+        let mut last: Option<Copied> = None;
         for d in dead {
             let source = store.as_deref().and_then(|s| s.source_of(d.id));
             let original = match (store.as_deref(), d.id) {
                 (Some(s), Some(id)) => s.load(id, &d.message),
                 _ => d.message.clone(),
             };
-            let copy = dead_letter::make_copy(&original, me.name(), d.reason, target, now);
-            let headers = copy.properties.headers().as_ref();
-            let keys: Vec<&str> = copy.routing_keys.iter().map(|k| k.as_ref()).collect();
-            let mut queues: Vec<QueueHandle> = Vec::new();
-            let routed = {
-                let topo = self.vhost.topology.read_recover();
-                topo.route_dead_letter(&target.exchange, &keys, headers, &mut queues)
+            if !last.as_ref().is_some_and(|c| c.is_for(&original, d.reason)) {
+                last = Some(self.copy(me, target, &original, d.reason, now));
+            }
+            let Some(copied) = last.as_ref() else {
+                continue;
             };
-            if !routed {
+            let Some(queues) = copied.queues.as_ref() else {
                 self.dropped_no_dlx += 1;
                 if !self.warned_no_dlx {
                     self.warned_no_dlx = true;
@@ -106,18 +139,17 @@ impl DeadLetterDispatcher {
                     );
                 }
                 continue;
-            }
-            if queues.is_empty() {
+            };
+            if copied.no_route {
                 self.dropped_no_route += 1;
             }
-            let persistent = *copy.properties.delivery_mode() == Some(2);
-            let (places, members) = allocate(
-                queues
-                    .into_iter()
-                    .filter(|q| !dead_letter::is_cycle(d.reason, &copy.properties, q.name())),
-                persistent,
-            );
-            let message = Arc::new(copy.message);
+            let (places, members) = allocate(queues.iter().cloned(), copied.persistent);
+            let message = Arc::new(Message::new(
+                target.exchange.clone(),
+                copied.routing_key.clone(),
+                copied.properties.clone(),
+                original.body.clone(),
+            ));
             let stored = match (store.as_deref_mut(), source) {
                 (Some(s), Some(src)) => {
                     s.moved(src.1);
@@ -140,9 +172,52 @@ impl DeadLetterDispatcher {
             }
         }
         for (q, messages) in batches {
-            self.offer(me, messages, q, now);
+            if self.outbox.iter().any(|p| p.target.same(&q)) {
+                // Behind what already waits for that target, to keep their order.
+                self.outbox.push_back(Pending {
+                    messages,
+                    target: q,
+                    not_before: now + BUSY_RETRY_MS,
+                });
+            } else {
+                self.offer(me, messages, q, now);
+            }
         }
         local
+    }
+
+    /// Makes the dead-lettered copy of `original` (`dead_letter::make_copy`) and routes it
+    /// through `target`'s exchange, dropping the targets that would close a cycle.
+    fn copy(
+        &self,
+        me: &QueueHandle,
+        target: &DlxSettings,
+        original: &Message,
+        reason: Reason,
+        now: u64,
+    ) -> Copied {
+        let copy = dead_letter::make_copy(original, me.name(), reason, target, now);
+        let headers = copy.properties.headers().as_ref();
+        let keys: Vec<&str> = copy.routing_keys.iter().map(|k| k.as_ref()).collect();
+        let mut queues: Vec<QueueHandle> = Vec::new();
+        let routed = {
+            let topo = self.vhost.topology.read_recover();
+            topo.route_dead_letter(&target.exchange, &keys, headers, &mut queues)
+        };
+        let no_route = routed && queues.is_empty();
+        queues.retain(|q| !dead_letter::is_cycle(reason, &copy.properties, q.name()));
+        Copied {
+            from_properties: original.properties.clone(),
+            from_exchange: original.exchange.clone(),
+            from_routing_key: original.routing_key.clone(),
+            from_bcc: original.bcc.clone(),
+            reason,
+            persistent: *copy.properties.delivery_mode() == Some(2),
+            properties: copy.message.properties,
+            routing_key: copy.message.routing_key,
+            queues: routed.then_some(queues),
+            no_route,
+        }
     }
 
     /// A target refused `messages`: keep them, retry later.
@@ -154,18 +229,26 @@ impl DeadLetterDispatcher {
         });
     }
 
-    /// Retries due outbox entries.
+    /// Retries due outbox entries, in order per target (an entry waits while an earlier one
+    /// for the same target does).
     pub(super) fn retry(&mut self, me: &QueueHandle, now: u64) {
         let n = self.outbox.len();
+        let mut waiting: Vec<QueueHandle> = Vec::new();
         for _ in 0..n {
             let Some(p) = self.outbox.pop_front() else {
                 break;
             };
-            if p.not_before > now {
+            if p.not_before > now || waiting.iter().any(|t| t.same(&p.target)) {
+                waiting.push(p.target.clone());
                 self.outbox.push_back(p);
                 continue;
             }
+            let before = self.outbox.len();
+            let target = p.target.clone();
             self.offer(me, p.messages, p.target, now);
+            if self.outbox.len() > before {
+                waiting.push(target);
+            }
         }
     }
 

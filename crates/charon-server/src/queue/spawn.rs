@@ -40,14 +40,14 @@ pub(crate) fn spawn_queue_with(
     let (handle, rx) = QueueHandle::with_type(meta.name.clone(), quorum, store_id, first_id);
     let mut state = QueueState::new(meta.name.clone(), vhost.effective_args(meta));
     state.set_vhost(vhost_name);
-    let persist = match (vhost.persistence(), store_id) {
-        (Some(p), Some(sid)) => {
-            state.track_gone();
-            Some((p.clone(), sid))
-        }
-        _ => None,
-    };
-    let mut persisted = std::collections::HashMap::with_capacity(recovered.len());
+    // Every queue of a broker with a store has a store side: durable queues for their stored
+    // messages, all queues to page transient bodies out under memory pressure.
+    let persist = vhost.persistence().map(|p| {
+        state.track_gone();
+        (p.clone(), store_id)
+    });
+    let mut persisted =
+        foldhash::HashMap::with_capacity_and_hasher(recovered.len(), Default::default());
     let mut shapes = PagedShapes::default();
     let mut parked = Vec::new();
     for e in recovered {
@@ -80,7 +80,10 @@ pub(crate) fn spawn_queue_with(
     let ctx = QueueContext {
         vhost: vhost.clone(),
         auto_delete: meta.auto_delete,
-        store: persist.map(|(p, sid)| StoreSide::new(p, sid, persisted, shapes)),
+        store: persist.map(|(p, sid)| {
+            let shadow = p.new_queue_id();
+            StoreSide::new(p, sid.unwrap_or(shadow), shadow, persisted, shapes)
+        }),
     };
     actor::spawn(state, &handle, rx, ctx);
     if !parked.is_empty() {

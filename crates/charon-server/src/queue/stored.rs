@@ -1,13 +1,19 @@
-//! A durable queue's side of the store: which of its messages the store holds (and under which
-//! store message id), settling them as they leave, and keeping their bodies within the broker's
-//! memory budget: once held bodies exceed it, newly stored bodies are paged out (the queue keeps
-//! the message without its body) and read back from the store when the message is delivered.
+//! A queue's side of the store: which of its messages the store holds (and under which store
+//! message id), settling them as they leave, and keeping message bodies within the broker's
+//! memory budget: once held bodies exceed it, bodies are paged out (the queue keeps the message
+//! without its body) and read back from the store when the message is delivered.
+//!
+//! Persistent messages of a durable queue are stored under the queue's store id by whoever
+//! publishes them. Other messages (transient ones, and every message of a non-durable queue) are
+//! held in memory and, only when the budget is exceeded, written by the queue itself to its
+//! *page-out area*: a store queue id of its own that no durable definition names, so recovery
+//! purges it at start (docs/storage-format.md, "Transient bodies paged out").
 //!
 //! Who writes what: the publishing channel writes a persistent message once for all its durable
 //! queues (`Publish`); the dead-lettering queue writes the move (`DeadLetter`); the queue itself
-//! writes only removals (`Settle`, `Purge`) and first deliveries (`DeliveryCount`).
+//! writes removals (`Settle`, `Purge`), first deliveries (`DeliveryCount`) and its page-outs.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -23,12 +29,18 @@ pub(crate) struct Persisted {
     msg: u64,
     /// Body bytes held in memory and counted against the budget (0: paged out).
     held: u32,
+    /// Not a stored message: held for paging only (`msg` 0 until written to the page-out area).
+    transient: bool,
 }
 
 impl Persisted {
     /// A message whose body is on disk only (recovered).
     pub(crate) fn paged(msg: u64) -> Self {
-        Persisted { msg, held: 0 }
+        Persisted {
+            msg,
+            held: 0,
+            transient: false,
+        }
     }
 }
 
@@ -70,13 +82,24 @@ impl PagedShapes {
     }
 }
 
-/// The store side of one durable queue actor.
+/// Ready body bytes of a queue from which its transient messages are tracked for paging.
+pub(super) const TRACK_BACKLOG: u64 = 4 << 20;
+/// Body size from which a transient message is always tracked for paging.
+pub(super) const TRACK_BYTES: usize = 64 << 10;
+
+/// The store side of one queue actor.
 #[derive(Debug)]
 pub(crate) struct StoreSide {
     pub(super) p: Arc<Persistence>,
-    /// The queue's store id.
+    /// The queue's store id (durable queues; for others the same as `shadow`, never used).
     sid: u64,
-    entries: HashMap<MsgId, Persisted>,
+    /// The page-out area's store id (purged at every start).
+    shadow: u64,
+    /// Something was written to the page-out area.
+    shadow_used: bool,
+    /// Entries that are stored messages (not transient ones tracked for paging).
+    stored: usize,
+    entries: foldhash::HashMap<MsgId, Persisted>,
     /// Stored messages whose bodies are held, oldest first (candidates for paging out).
     held: VecDeque<MsgId>,
     /// Shapes of paged-out messages (no paged-out message keeps a connection's read buffer
@@ -84,26 +107,31 @@ pub(crate) struct StoreSide {
     shapes: PagedShapes,
     /// Messages retried to the tail under a new id (`queue::retry`): new id → id in the store,
     /// and back. Ids are never reused in a queue, so both directions are unambiguous.
-    alias: HashMap<MsgId, MsgId>,
-    alias_back: HashMap<MsgId, MsgId>,
+    alias: foldhash::HashMap<MsgId, MsgId>,
+    alias_back: foldhash::HashMap<MsgId, MsgId>,
 }
 
 impl StoreSide {
-    /// The store side of queue `sid`, with the messages recovered for it.
+    /// The store side of queue `sid` with page-out area `shadow`, with the messages recovered
+    /// for it.
     pub(crate) fn new(
         p: Arc<Persistence>,
         sid: u64,
-        entries: HashMap<MsgId, Persisted>,
+        shadow: u64,
+        entries: foldhash::HashMap<MsgId, Persisted>,
         shapes: PagedShapes,
     ) -> Self {
         StoreSide {
             p,
             sid,
+            shadow,
+            shadow_used: false,
+            stored: entries.len(),
             entries,
             held: VecDeque::new(),
             shapes,
-            alias: HashMap::new(),
-            alias_back: HashMap::new(),
+            alias: foldhash::HashMap::default(),
+            alias_back: foldhash::HashMap::default(),
         }
     }
 
@@ -115,7 +143,7 @@ impl StoreSide {
     /// Stored message `id` was parked until `due` for retry `attempt` (one `Park` record, no
     /// body copy).
     pub(crate) fn park(&self, id: MsgId, due: u64, attempt: u32) {
-        if self.entries.contains_key(&id) {
+        if self.entries.get(&id).is_some_and(|e| !e.transient) {
             self.p.park(self.sid, self.store_qid(id), due, attempt);
         }
     }
@@ -146,16 +174,42 @@ impl StoreSide {
     }
 
     /// Message `id` entered the queue; `stored` is its store id when the sender stored it
-    /// for this queue.
-    pub(crate) fn accept(&mut self, id: MsgId, stored: Option<u64>, message: &Message) {
-        let Some(msg) = stored else {
-            return;
-        };
+    /// for this queue; `backlog` is the queue's ready bytes. A transient message is tracked
+    /// for paging only when it is large or the queue holds a backlog of bodies: a queue its
+    /// consumers keep short pays nothing for paging it will never need (at most
+    /// [`TRACK_BACKLOG`] bytes of small bodies per queue go untracked and uncounted).
+    pub(crate) fn accept(
+        &mut self,
+        id: MsgId,
+        stored: Option<u64>,
+        message: &Message,
+        backlog: u64,
+    ) {
         let held = match &message.body {
             Body::Paged { .. } => 0,
             Body::Resident(b) => u32::try_from(b.len()).unwrap_or(u32::MAX),
         };
-        self.entries.insert(id, Persisted { msg, held });
+        if stored.is_none() && backlog < TRACK_BACKLOG && (held as usize) < TRACK_BYTES {
+            return;
+        }
+        if stored.is_some() {
+            self.stored += 1;
+        }
+        let entry = match stored {
+            Some(msg) => Persisted {
+                msg,
+                held,
+                transient: false,
+            },
+            // Not stored: tracked only so that its body can be paged out under pressure.
+            None if held > 0 => Persisted {
+                msg: 0,
+                held,
+                transient: true,
+            },
+            None => return,
+        };
+        self.entries.insert(id, entry);
         if held > 0 {
             self.p.hold(u64::from(held));
             self.held.push_back(id);
@@ -171,7 +225,8 @@ impl StoreSide {
     pub(crate) fn source_of(&self, id: Option<MsgId>) -> Option<(u64, u64)> {
         let id = id?;
         self.entries
-            .contains_key(&id)
+            .get(&id)
+            .is_some_and(|e| !e.transient)
             .then(|| (self.sid, self.store_qid(id)))
     }
 
@@ -181,20 +236,35 @@ impl StoreSide {
         self.forget_alias(id);
         if let Some(e) = self.entries.remove(&id) {
             self.p.release(u64::from(e.held));
+            self.stored = self.stored.saturating_sub(usize::from(!e.transient));
         }
     }
 
     /// Messages left the queue (acked, expired, dropped, purged, ...): settle the stored ones.
     pub(crate) fn gone(&mut self, ids: Vec<MsgId>) {
+        if self.entries.is_empty() {
+            return;
+        }
         let mut settled = Vec::new();
+        let mut paged = Vec::new();
         for id in ids {
             if let Some(e) = self.entries.remove(&id) {
                 self.p.release(u64::from(e.held));
-                settled.push(self.forget_alias(id));
+                if !e.transient {
+                    self.stored = self.stored.saturating_sub(1);
+                    settled.push(self.forget_alias(id));
+                } else if e.msg != 0 {
+                    paged.push(self.forget_alias(id));
+                } else {
+                    self.forget_alias(id);
+                }
             }
         }
         if !settled.is_empty() {
             self.p.settle(self.sid, settled);
+        }
+        if !paged.is_empty() {
+            self.p.settle(self.shadow, paged);
         }
     }
 
@@ -203,17 +273,25 @@ impl StoreSide {
         let held: u64 = self.entries.values().map(|e| u64::from(e.held)).sum();
         self.p.release(held);
         self.entries.clear();
+        self.stored = 0;
         self.held.clear();
         self.alias.clear();
         self.alias_back.clear();
         self.p.purge(self.sid);
+        if self.shadow_used && self.shadow != self.sid {
+            self.p.purge(self.shadow);
+        }
     }
 
     /// Delivery counters of messages `ids` (`DeliveryCount` = failed deliveries + 1, written at
     /// the first delivery and at every failed one): recovered after a crash, they come back
     /// redelivered, with their failed-delivery counts (`x-delivery-count`, delivery limits).
     pub(crate) fn delivered(&self, ids: &mut Vec<(MsgId, u32)>) {
-        ids.retain(|(id, _)| self.entries.contains_key(id));
+        if self.stored == 0 {
+            ids.clear();
+            return;
+        }
+        ids.retain(|(id, _)| self.entries.get(id).is_some_and(|e| !e.transient));
         for (id, _) in ids.iter_mut() {
             *id = self.store_qid(*id);
         }
@@ -221,6 +299,14 @@ impl StoreSide {
             self.p.delivered(self.sid, ids);
         }
         ids.clear();
+    }
+
+    /// The store's message id of message `id`, when the store holds it for this queue.
+    pub(crate) fn store_msg(&self, id: MsgId) -> Option<u64> {
+        self.entries
+            .get(&id)
+            .filter(|e| !e.transient)
+            .map(|e| e.msg)
     }
 
     /// `message` (id `id`) with its body, read back from the store if it was paged out.
@@ -238,11 +324,16 @@ impl StoreSide {
         }
     }
 
-    /// Pages newly stored bodies out while held bodies exceed the budget (only bodies already
-    /// durable: they must be readable back).
+    /// Pages bodies out, oldest first, while held bodies exceed the budget. A body must be
+    /// durable before it leaves memory (it is read back from disk): stored messages are once
+    /// their publish is committed; transient ones are first written to the page-out area (as
+    /// many as the excess needs) and paged out on a later pass, once that write is committed.
     pub(crate) fn page_out(&mut self, state: &mut QueueState) {
-        let over = self.p.over_budget();
-        let durable = if over { self.p.durable_index() } else { 0 };
+        if !self.p.over_budget() {
+            return;
+        }
+        self.write_transient(state);
+        let durable = self.p.durable_index();
         while let Some(&id) = self.held.front() {
             let Some(e) = self.entries.get_mut(&id) else {
                 self.held.pop_front();
@@ -252,7 +343,16 @@ impl StoreSide {
                 self.held.pop_front();
                 continue;
             }
-            if !over || e.msg > durable {
+            if e.msg == 0 {
+                // A transient body not written yet: wait for it, unless it is not ready
+                // (delivered: it is about to leave).
+                if state.ready_message(id).is_some() {
+                    return;
+                }
+                self.held.pop_front();
+                continue;
+            }
+            if e.msg > durable {
                 return;
             }
             self.held.pop_front();
@@ -277,6 +377,39 @@ impl StoreSide {
             e.held = 0;
             if !self.p.over_budget() {
                 return;
+            }
+        }
+    }
+
+    /// Writes held transient bodies, oldest first, to the page-out area until what is being
+    /// written covers the bytes over budget (or there is nothing more to write).
+    fn write_transient(&mut self, state: &QueueState) {
+        let mut excess = self.p.excess();
+        let now = super::now_ms();
+        for &id in &self.held {
+            if excess == 0 {
+                return;
+            }
+            let Some(e) = self.entries.get_mut(&id) else {
+                continue;
+            };
+            if e.held == 0 {
+                continue;
+            }
+            excess = excess.saturating_sub(u64::from(e.held));
+            if !e.transient || e.msg != 0 {
+                continue;
+            }
+            let Some(m) = state.ready_message(id) else {
+                continue;
+            };
+            if let Some(msg) = self.p.publish_nowait(
+                m,
+                vec![(self.shadow, self.alias.get(&id).copied().unwrap_or(id))],
+                now,
+            ) {
+                e.msg = msg;
+                self.shadow_used = true;
             }
         }
     }

@@ -172,6 +172,10 @@ pub(crate) enum CtlCommand {
     /// Clears a policy.
     #[command(name = "clear_policy")]
     ClearPolicy { name: String },
+    /// The dead-letter archive: list, get, groups, edit, replay, job(s), cancel, skip, delete,
+    /// audit, stats (docs/archive.md).
+    #[command(subcommand)]
+    Dlq(Box<crate::dlq::DlqCommand>),
 }
 
 /// Runs one `ctl` command, printing what `rabbitmqctl` would. Errors are one line on stderr
@@ -183,7 +187,11 @@ pub(crate) fn run(args: CtlArgs) -> ! {
         json: args.formatter == "json",
         headers: !args.no_table_headers,
     };
-    match verbs::run(&client, style, &args.vhost, args.command) {
+    let result = match args.command {
+        CtlCommand::Dlq(cmd) => crate::dlq::run(&args.url, &args.username, &args.password, *cmd),
+        command => verbs::run(&client, style, &args.vhost, command),
+    };
+    match result {
         Ok(()) => std::process::exit(0),
         Err(e) => {
             let code = e.downcast_ref::<CtlError>().map_or(70, |c| c.code);

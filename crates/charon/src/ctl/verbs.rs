@@ -474,6 +474,8 @@ pub(super) fn run(c: &Client, style: Style, vhost: &str, cmd: CtlCommand) -> any
                 &[],
             )?;
         }
+        // Run by `ctl::run` itself (`crate::dlq`).
+        CtlCommand::Dlq(_) => {}
         CtlCommand::ClearPolicy { name } => {
             style.info(&format!(
                 "Clearing policy \"{name}\" on vhost \"{vhost}\" ..."

@@ -86,7 +86,14 @@ impl Connection {
                         ch.next_tag += 1;
                         let tag = ch.next_tag;
                         if !g.no_ack {
-                            ch.unacked.insert(tag, Unacked { queue: q, id: r.id });
+                            ch.unacked.insert(
+                                tag,
+                                Unacked {
+                                    queue: q,
+                                    id: r.id,
+                                    at: std::time::Instant::now(),
+                                },
+                            );
                         }
                         let msg = r.message;
                         let quorum_props = q_is_quorum

@@ -30,6 +30,7 @@ impl Connection {
                     return;
                 };
                 let quorum = queue.is_quorum();
+                let at = std::time::Instant::now();
                 let stats = &ch.stats;
                 crate::admin::ChannelStats::bump(
                     if no_ack {
@@ -51,6 +52,7 @@ impl Connection {
                             Unacked {
                                 queue: queue.clone(),
                                 id: d.id,
+                                at,
                             },
                         );
                     }

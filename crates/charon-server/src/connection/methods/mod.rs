@@ -168,7 +168,7 @@ impl Connection {
         }
     }
 
-    async fn close_channel(&mut self, channel: u16, err: AmqpError) {
+    pub(super) async fn close_channel(&mut self, channel: u16, err: AmqpError) {
         if let Some(ch) = self.channels.get_mut(&channel) {
             ch.closing = true;
             ch.publish = None;
@@ -217,7 +217,15 @@ impl Connection {
                 };
                 return Err((channel, AmqpError::from(err).on(cid, mid)));
             }
-            let ch = Channel::default();
+            let slot = self
+                .slot
+                .limits()
+                .open_channel(&self.user)
+                .map_err(|e| (channel, e.on(cid, mid)))?;
+            let ch = Channel {
+                _slot: Some(slot),
+                ..Default::default()
+            };
             self.admin.channel_opened(channel, &ch.stats);
             self.channels.insert(channel, ch);
             self.reply(

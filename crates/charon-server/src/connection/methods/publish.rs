@@ -15,6 +15,7 @@ use charon_protocol::{
 use super::super::Connection;
 use super::super::channel::{PUBLISH_METHOD_ID, PendingPublish};
 use super::super::confirms::ConfirmReply;
+use super::super::shapes::own_body;
 use crate::access::{Permission, ResourceKind};
 use crate::error::{AmqpError, ReplyCode, ServerError};
 use crate::handles::{ConfirmTo, QueueCmd, QueueHandle};
@@ -56,12 +57,44 @@ impl Connection {
                 .on(CLASS_BASIC, PUBLISH_METHOD_ID),
             ));
         }
+        if let Err(e) = self.check_body_size(header.body_size) {
+            return Err((channel, e.on(CLASS_BASIC, PUBLISH_METHOD_ID)));
+        }
+        let Some(p) = self.pending_publish(channel)? else {
+            return Ok(());
+        };
         p.header = Some((header.body_size, header.properties));
         if header.body_size == 0 {
             return self
                 .complete_publish(channel)
                 .await
                 .map_err(|e| (channel, e.on(CLASS_BASIC, PUBLISH_METHOD_ID)));
+        }
+        Ok(())
+    }
+
+    /// Refuses a content header announcing a body over the limits before any of it is read:
+    /// above RabbitMQ's hard cap (512 MiB) a frame error closing the connection (501, its
+    /// command assembler's text); above `max_message_size` 406 on the channel with RabbitMQ's
+    /// channel text (which RabbitMQ sends once the body is in; here it is sent at once and the
+    /// body frames that follow are dropped unread as the channel is closing).
+    fn check_body_size(&self, size: u64) -> Result<(), AmqpError> {
+        use crate::config::MAX_MSG_SIZE;
+        if size > MAX_MSG_SIZE {
+            return Err(ServerError::ContentBodyTooLarge {
+                size,
+                max: MAX_MSG_SIZE,
+            }
+            .into());
+        }
+        let max = self.broker.config().max_message_size;
+        if size > max {
+            return Err(ServerError::MessageTooLarge {
+                size,
+                max,
+                configured: max != MAX_MSG_SIZE,
+            }
+            .into());
         }
         Ok(())
     }
@@ -78,6 +111,14 @@ impl Connection {
             return Err((channel, p.content_expected()));
         };
         let size = *size;
+        let had = p.first_body.as_ref().map_or(p.body.len(), |b| b.len()) as u64;
+        if had + payload.len() as u64 > size {
+            // RabbitMQ's command assembler: a frame error, closing the connection.
+            return Err((
+                channel,
+                AmqpError::from(ServerError::ContentBodyOverrun).on(CLASS_BASIC, PUBLISH_METHOD_ID),
+            ));
+        }
         if p.first_body.is_none() && p.body.is_empty() && payload.len() as u64 == size {
             p.first_body = Some(payload);
         } else {
@@ -109,11 +150,15 @@ impl Connection {
         };
         crate::admin::ChannelStats::bump(&ch.stats.publish, 1);
         let body = match p.first_body {
-            Some(b) => b,
+            Some(b) => own_body(b),
             None => p.body.freeze(),
         };
+        let names = ch
+            .shapes
+            .names(p.method.exchange.as_str(), p.method.routing_key.as_str());
+        let properties = ch.shapes.properties(properties);
         let seq = ch.confirm.then(|| ch.confirms.next_seq());
-        let (message, targets, delay) = self.route(&p.method, properties, body)?;
+        let (message, targets, delay) = self.route(&p.method, names, properties, body)?;
         if let Some((delay, durable)) = delay {
             return self
                 .publish_delayed(channel, seq, message, delay, durable)
@@ -138,6 +183,7 @@ impl Connection {
     fn route(
         &self,
         method: &basic::Publish,
+        names: (Arc<str>, Arc<str>),
         properties: RawProperties,
         body: Bytes,
     ) -> Result<(Arc<Message>, Vec<QueueHandle>, Option<(u64, bool)>), AmqpError> {
@@ -177,13 +223,7 @@ impl Connection {
             Some(p) => p,
             None => properties,
         };
-        let message = Message::new(
-            Arc::from(exchange),
-            Arc::from(routing_key),
-            properties,
-            body,
-        )
-        .with_bcc(bcc);
+        let message = Message::new(names.0, names.1, properties, body).with_bcc(bcc);
         Ok((Arc::new(message), targets, delay))
     }
 

@@ -53,8 +53,15 @@ impl Connection {
             let vhost_name = self.vhost_name.clone();
             let vhost = self.vhost.clone();
             let access = self.access.clone();
+            let limits = self.slot.limits().clone();
             let (name, handle, created) = {
                 let mut topo = self.vhost.topology.write_recover();
+                // The vhost's `max-queues`: counted only when a limit is set.
+                let existing = if limits.vhost_limits(&vhost_name).max_queues.is_some() {
+                    topo.queues().count() as u64
+                } else {
+                    0
+                };
                 let (name, entry, created) = topo.declare_queue_with(
                     &QueueDeclare {
                         name: d.queue.as_str().into(),
@@ -68,7 +75,11 @@ impl Connection {
                     |name, new_args| {
                         access
                             .check_queue_declare(name, new_args)
-                            .map_err(AmqpError::from)
+                            .map_err(AmqpError::from)?;
+                        if new_args.is_some() {
+                            limits.check_new_queue(&vhost_name, name, existing)?;
+                        }
+                        Ok::<(), AmqpError>(())
                     },
                     |meta| spawn_queue(meta, &vhost, &vhost_name),
                 )?;

@@ -1,0 +1,360 @@
+//! A dead letter as a record: what the archive keeps of an AMQP message (see docs/archive.md).
+//!
+//! The original queue, exchange and reason come from `x-first-death-*`, the routing keys from the
+//! matching `x-death` entry, the death count is the sum of the `x-death` counts; the failure reason
+//! from the configured headers, and its fingerprint groups dead letters by cause.
+
+use bytes::Bytes;
+use charon_protocol::{AMQPValue, BasicProperties, FieldTable, RawProperties};
+use serde_json::Value;
+
+use crate::json::{properties_to_json, table_to_json};
+
+/// Which headers carry what (configurable).
+#[derive(Debug, Clone)]
+pub struct ExtractConfig {
+    /// Header whose value is the record's key; `None`: the `message_id` property.
+    pub key_header: Option<String>,
+    /// Headers searched in order for the error message.
+    pub error_message_headers: Vec<String>,
+    /// Headers searched in order for the stack trace.
+    pub error_stacktrace_headers: Vec<String>,
+}
+
+impl Default for ExtractConfig {
+    fn default() -> Self {
+        Self {
+            key_header: None,
+            error_message_headers: vec!["x-exception-message".into()],
+            error_stacktrace_headers: vec!["x-exception-stacktrace".into()],
+        }
+    }
+}
+
+/// A record about to be inserted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewRecord {
+    /// Unique per stored message (idempotent insert).
+    pub stable_key: String,
+    /// Vhost.
+    pub vhost: String,
+    /// The archive queue.
+    pub queue: String,
+    /// `x-first-death-queue`.
+    pub original_queue: Option<String>,
+    /// `x-first-death-exchange`.
+    pub original_exchange: Option<String>,
+    /// The routing keys of that death.
+    pub original_routing_keys: Vec<String>,
+    /// `x-first-death-reason`.
+    pub reason: Option<String>,
+    /// Sum of the `x-death` counts.
+    pub death_count: i64,
+    /// `message_id` property.
+    pub message_id: Option<String>,
+    /// `correlation_id` property.
+    pub correlation_id: Option<String>,
+    /// The message key.
+    pub key: Option<String>,
+    /// `content_type` property.
+    pub content_type: Option<String>,
+    /// Properties but headers, JSON.
+    pub properties: Value,
+    /// Headers, JSON.
+    pub headers: Value,
+    /// Raw property bytes (exact types).
+    pub amqp_properties: Bytes,
+    /// Body.
+    pub payload: Bytes,
+    /// Error message.
+    pub error_message: Option<String>,
+    /// Stack trace.
+    pub error_stacktrace: Option<String>,
+    /// Fingerprint of the error.
+    pub error_fingerprint: Option<String>,
+    /// Archive time, ms.
+    pub created_at: i64,
+}
+
+fn text(v: &AMQPValue) -> Option<String> {
+    match v {
+        AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+        AMQPValue::ShortString(s) => Some(s.as_str().to_string()),
+        AMQPValue::ByteArray(b) => Some(String::from_utf8_lossy(b.as_slice()).into_owned()),
+        AMQPValue::Void => None,
+        other => match crate::json::value_to_json(other) {
+            Value::String(s) => Some(s),
+            j => Some(j.to_string()),
+        },
+    }
+}
+
+fn int(v: &AMQPValue) -> Option<i64> {
+    match v {
+        AMQPValue::ShortShortInt(x) => Some(i64::from(*x)),
+        AMQPValue::ShortShortUInt(x) => Some(i64::from(*x)),
+        AMQPValue::ShortInt(x) => Some(i64::from(*x)),
+        AMQPValue::ShortUInt(x) => Some(i64::from(*x)),
+        AMQPValue::LongInt(x) => Some(i64::from(*x)),
+        AMQPValue::LongUInt(x) => Some(i64::from(*x)),
+        AMQPValue::LongLongInt(x) => Some(*x),
+        AMQPValue::Timestamp(x) => i64::try_from(*x).ok(),
+        _ => None,
+    }
+}
+
+fn get<'a>(t: &'a FieldTable, k: &str) -> Option<&'a AMQPValue> {
+    t.inner().get(k)
+}
+
+/// Builds the record of a message taken from archive queue `queue` of `vhost`.
+pub fn extract(
+    cfg: &ExtractConfig,
+    stable_key: String,
+    vhost: &str,
+    queue: &str,
+    properties: &RawProperties,
+    body: Bytes,
+    now_ms: i64,
+) -> NewRecord {
+    let props: BasicProperties = properties.decode().unwrap_or_default();
+    let empty = FieldTable::default();
+    let headers = props.headers().as_ref().unwrap_or(&empty);
+    let h = |k: &str| get(headers, k).and_then(text);
+    // Dead-lettered by a queue: x-first-death-*; republished by Spring AMQP's
+    // RepublishMessageRecoverer: x-original-exchange / x-original-routingKey.
+    let original_queue = h("x-first-death-queue");
+    let original_exchange = h("x-first-death-exchange").or_else(|| h("x-original-exchange"));
+    let reason = h("x-first-death-reason");
+    let mut routing_keys = Vec::new();
+    let mut death_count = 0i64;
+    if let Some(AMQPValue::FieldArray(deaths)) = get(headers, "x-death") {
+        for d in deaths.as_slice() {
+            let AMQPValue::FieldTable(d) = d else {
+                continue;
+            };
+            death_count += get(d, "count").and_then(int).unwrap_or(1);
+            let same = |k: &str, want: &Option<String>| {
+                want.is_none() || get(d, k).and_then(text) == *want
+            };
+            if routing_keys.is_empty()
+                && same("queue", &original_queue)
+                && same("reason", &reason)
+                && let Some(AMQPValue::FieldArray(keys)) = get(d, "routing-keys")
+            {
+                routing_keys = keys.as_slice().iter().filter_map(text).collect();
+            }
+        }
+    }
+    if routing_keys.is_empty()
+        && let Some(k) = h("x-original-routingKey")
+    {
+        routing_keys.push(k);
+    }
+    let message_id = props.message_id().as_ref().map(|s| s.as_str().to_string());
+    let key = match &cfg.key_header {
+        Some(hk) => h(hk),
+        None => message_id.clone(),
+    };
+    let first = |names: &[String]| names.iter().find_map(|n| h(n));
+    let error_message = first(&cfg.error_message_headers);
+    let error_stacktrace = first(&cfg.error_stacktrace_headers);
+    let error_fingerprint = fingerprint(error_message.as_deref(), error_stacktrace.as_deref());
+    NewRecord {
+        stable_key,
+        vhost: vhost.to_string(),
+        queue: queue.to_string(),
+        original_queue,
+        original_exchange,
+        original_routing_keys: routing_keys,
+        reason,
+        death_count,
+        message_id,
+        correlation_id: props
+            .correlation_id()
+            .as_ref()
+            .map(|s| s.as_str().to_string()),
+        key,
+        content_type: props
+            .content_type()
+            .as_ref()
+            .map(|s| s.as_str().to_string()),
+        properties: properties_to_json(&props),
+        headers: table_to_json(headers),
+        amqp_properties: properties.0.clone(),
+        payload: body,
+        error_message,
+        error_stacktrace,
+        error_fingerprint,
+        created_at: now_ms,
+    }
+}
+
+/// The error with what varies between occurrences taken out: numbers, hex ids and UUIDs become
+/// `#`, quoted strings `"…"`; only the first line of the message, plus the first `at …` frame of
+/// the stack trace.
+pub fn normalise_error(message: Option<&str>, stacktrace: Option<&str>) -> Option<String> {
+    let first_line = message.map(|m| m.lines().next().unwrap_or("").trim().to_string());
+    let frame = stacktrace.and_then(|s| {
+        s.lines()
+            .map(str::trim)
+            .find(|l| l.starts_with("at ") || l.starts_with("File "))
+            .map(str::to_string)
+    });
+    if first_line.as_deref().is_none_or(str::is_empty) && frame.is_none() {
+        return None;
+    }
+    let mut out = normalise(first_line.as_deref().unwrap_or(""));
+    if let Some(f) = frame {
+        out.push_str(" @ ");
+        out.push_str(&normalise(&f));
+    }
+    Some(out)
+}
+
+fn normalise(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let chars: Vec<char> = s.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if (c == '"' || c == '\'')
+            && let Some(end) = chars[i + 1..].iter().position(|&x| x == c)
+        {
+            out.push_str("\"…\"");
+            i += end + 2;
+            continue;
+        }
+        if c.is_alphanumeric() || c == '-' || c == '_' {
+            // A token: words stay, tokens with digits (ids, numbers, uuids, hex) become '#'.
+            let start = i;
+            while i < chars.len()
+                && (chars[i].is_alphanumeric() || chars[i] == '-' || chars[i] == '_')
+            {
+                i += 1;
+            }
+            let tok: String = chars[start..i].iter().collect();
+            if tok.chars().any(|c| c.is_ascii_digit()) {
+                out.push('#');
+            } else {
+                out.push_str(&tok);
+            }
+            continue;
+        }
+        out.push(c);
+        i += 1;
+    }
+    out
+}
+
+/// FNV-1a 64 of the normalised error, as 16 hex digits.
+pub fn fingerprint(message: Option<&str>, stacktrace: Option<&str>) -> Option<String> {
+    let n = normalise_error(message, stacktrace)?;
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in n.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    Some(format!("{h:016x}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use charon_protocol::{FieldArray, LongString, ShortString};
+
+    fn props(headers: FieldTable) -> RawProperties {
+        RawProperties::encode(
+            &BasicProperties::default()
+                .with_message_id(ShortString::from("m-1"))
+                .with_content_type(ShortString::from("application/json"))
+                .with_headers(headers),
+        )
+    }
+
+    fn ls(s: &str) -> AMQPValue {
+        AMQPValue::LongString(LongString::from(s.as_bytes().to_vec()))
+    }
+
+    #[test]
+    fn reads_first_death_x_death_and_error_headers() {
+        let mut death = FieldTable::default();
+        death.insert("queue".into(), ls("orders"));
+        death.insert("reason".into(), ls("rejected"));
+        death.insert("count".into(), AMQPValue::LongLongInt(3));
+        death.insert("exchange".into(), ls("orders.x"));
+        death.insert(
+            "routing-keys".into(),
+            AMQPValue::FieldArray(FieldArray::from(vec![ls("order.created")])),
+        );
+        let mut h = FieldTable::default();
+        h.insert(
+            "x-death".into(),
+            AMQPValue::FieldArray(FieldArray::from(vec![AMQPValue::FieldTable(death)])),
+        );
+        h.insert("x-first-death-queue".into(), ls("orders"));
+        h.insert("x-first-death-exchange".into(), ls("orders.x"));
+        h.insert("x-first-death-reason".into(), ls("rejected"));
+        h.insert("x-exception-message".into(), ls("Order 17 not found"));
+        h.insert("tenant".into(), ls("acme"));
+        let body = Bytes::from_static(b"{\"order\":17}");
+        let cfg = ExtractConfig::default();
+        let r = extract(
+            &cfg,
+            "k".into(),
+            "/",
+            "dlq",
+            &props(h.clone()),
+            body.clone(),
+            5,
+        );
+        assert_eq!(r.original_queue.as_deref(), Some("orders"));
+        assert_eq!(r.original_exchange.as_deref(), Some("orders.x"));
+        assert_eq!(r.original_routing_keys, vec!["order.created".to_string()]);
+        assert_eq!(r.reason.as_deref(), Some("rejected"));
+        assert_eq!(r.death_count, 3);
+        assert_eq!(r.key.as_deref(), Some("m-1"));
+        assert_eq!(r.content_type.as_deref(), Some("application/json"));
+        assert_eq!(r.error_message.as_deref(), Some("Order 17 not found"));
+        assert_eq!(r.payload, body);
+        assert_eq!(r.headers["tenant"], "acme");
+        let keyed = ExtractConfig {
+            key_header: Some("tenant".into()),
+            ..ExtractConfig::default()
+        };
+        let r2 = extract(&keyed, "k".into(), "/", "dlq", &props(h), body, 5);
+        assert_eq!(r2.key.as_deref(), Some("acme"));
+    }
+
+    #[test]
+    fn fingerprint_groups_by_cause() {
+        let a = fingerprint(Some("Order 123 not found"), None);
+        let b = fingerprint(Some("Order 456 not found"), None);
+        let c = fingerprint(Some("Payment declined for 'bob'"), None);
+        let d = fingerprint(Some("Payment declined for 'alice'"), None);
+        let e = fingerprint(
+            Some("id 550e8400-e29b-41d4-a716-446655440000 bad\nmore"),
+            None,
+        );
+        let f = fingerprint(Some("id 6ba7b810-9dad-11d1-80b4-00c04fd430c8 bad"), None);
+        assert_eq!(a, b);
+        assert_eq!(c, d);
+        assert_eq!(e, f);
+        assert_ne!(a, c);
+        assert_eq!(fingerprint(None, None), None);
+        let s1 = fingerprint(
+            Some("boom"),
+            Some("java.lang.X: boom\n\tat a.B.c(B.java:12)"),
+        );
+        let s2 = fingerprint(
+            Some("boom"),
+            Some("java.lang.X: boom\n\tat a.B.c(B.java:99)"),
+        );
+        let s3 = fingerprint(
+            Some("boom"),
+            Some("java.lang.X: boom\n\tat z.Y.q(Y.java:1)"),
+        );
+        assert_eq!(s1, s2);
+        assert_ne!(s1, s3);
+    }
+}

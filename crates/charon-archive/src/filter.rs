@@ -1,0 +1,191 @@
+//! Filters, sorting and grouping of records, as SQL (the API's query parameters, docs/archive.md).
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::error::ArchiveError;
+use crate::sql::{Dialect, Param};
+use crate::time::parse_time;
+
+/// Exact-match filter keys and their columns.
+const EXACT: &[(&str, &str)] = &[
+    ("vhost", "vhost"),
+    ("queue", "queue"),
+    ("original_queue", "original_queue"),
+    ("original_exchange", "original_exchange"),
+    ("reason", "reason"),
+    ("status", "status"),
+    ("error_fingerprint", "error_fingerprint"),
+    ("message_id", "message_id"),
+    ("correlation_id", "correlation_id"),
+    ("key", "message_key"),
+    ("content_type", "content_type"),
+];
+
+/// Columns one may sort and group by.
+pub const SORTABLE: &[&str] = &[
+    "id",
+    "vhost",
+    "queue",
+    "original_queue",
+    "original_exchange",
+    "reason",
+    "status",
+    "error_fingerprint",
+    "content_type",
+    "death_count",
+    "replay_count",
+    "created_at",
+    "updated_at",
+    "last_replayed_at",
+];
+
+/// Columns one may group by.
+pub const GROUPABLE: &[&str] = &[
+    "vhost",
+    "queue",
+    "original_queue",
+    "original_exchange",
+    "reason",
+    "status",
+    "error_fingerprint",
+    "content_type",
+];
+
+/// A filter over records: key → value, as given (query parameters or a JSON object).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Filter {
+    /// The conditions.
+    pub terms: BTreeMap<String, String>,
+}
+
+impl Filter {
+    /// From query parameters; keys that are not filters (`sort`, `page`, ...) are left out.
+    pub fn from_pairs<'a>(
+        pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Result<Filter, ArchiveError> {
+        let mut terms = BTreeMap::new();
+        for (k, v) in pairs {
+            if matches!(k, "sort" | "page" | "page_size" | "by" | "all") {
+                continue;
+            }
+            check_key(k)?;
+            terms.insert(k.to_string(), v.to_string());
+        }
+        Ok(Filter { terms })
+    }
+
+    /// From a JSON object (`"filter": {...}` of replay/skip/delete).
+    pub fn from_json(v: &Value) -> Result<Filter, ArchiveError> {
+        let Value::Object(m) = v else {
+            return Err(ArchiveError::Invalid("filter must be an object".into()));
+        };
+        let mut terms = BTreeMap::new();
+        for (k, v) in m {
+            if k == "all" {
+                continue;
+            }
+            check_key(k)?;
+            let s = match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            terms.insert(k.clone(), s);
+        }
+        Ok(Filter { terms })
+    }
+
+    /// Whether it selects everything.
+    pub fn is_empty(&self) -> bool {
+        self.terms.is_empty()
+    }
+
+    /// The SQL condition (`TRUE` when empty) and its parameters.
+    pub fn to_sql(&self, d: Dialect) -> Result<(String, Vec<Param>), ArchiveError> {
+        let mut conds = Vec::new();
+        let mut params = Vec::new();
+        for (k, v) in &self.terms {
+            if let Some((_, col)) = EXACT.iter().find(|(key, _)| key == k) {
+                conds.push(format!("{col} = ?"));
+                params.push(Param::from(v.as_str()));
+            } else if k == "since" || k == "until" {
+                let t = parse_time(v)
+                    .ok_or_else(|| ArchiveError::Invalid(format!("{k}: not a time: '{v}'")))?;
+                conds.push(format!(
+                    "created_at {} ?",
+                    if k == "since" { ">=" } else { "<" }
+                ));
+                params.push(Param::from(t));
+            } else if k == "error" {
+                conds.push(format!(
+                    "({} OR {})",
+                    d.contains("error_message"),
+                    d.contains("error_stacktrace")
+                ));
+                params.push(Param::from(v.as_str()));
+                params.push(Param::from(v.as_str()));
+            } else if k == "body" {
+                conds.push(d.bytes_contain("payload"));
+                params.push(Param::Bytes(v.as_bytes().to_vec()));
+            } else if let Some(name) = k.strip_prefix("header.") {
+                conds.push(format!("{} = ?", d.json_field("headers")));
+                params.push(Param::from(name));
+                params.push(Param::from(v.as_str()));
+            } else if k == "id" {
+                let id: i64 = v
+                    .parse()
+                    .map_err(|_| ArchiveError::Invalid(format!("id: not a number: '{v}'")))?;
+                conds.push("id = ?".into());
+                params.push(Param::from(id));
+            }
+        }
+        if conds.is_empty() {
+            return Ok(("1 = 1".into(), params));
+        }
+        Ok((conds.join(" AND "), params))
+    }
+}
+
+fn check_key(k: &str) -> Result<(), ArchiveError> {
+    let ok = EXACT.iter().any(|(key, _)| *key == k)
+        || matches!(k, "since" | "until" | "error" | "body" | "id")
+        || k.strip_prefix("header.").is_some_and(|n| !n.is_empty());
+    if ok {
+        Ok(())
+    } else {
+        Err(ArchiveError::Invalid(format!("unknown filter '{k}'")))
+    }
+}
+
+/// `sort` (a column, `-` prefix for descending; default newest first) as `ORDER BY` text.
+pub fn order_by(sort: Option<&str>) -> Result<String, ArchiveError> {
+    let Some(s) = sort.filter(|s| !s.is_empty()) else {
+        return Ok("id DESC".into());
+    };
+    let (col, dir) = match s.strip_prefix('-') {
+        Some(c) => (c, "DESC"),
+        None => (s, "ASC"),
+    };
+    if !SORTABLE.contains(&col) {
+        return Err(ArchiveError::Invalid(format!("cannot sort by '{col}'")));
+    }
+    Ok(format!("{col} {dir}, id {dir}"))
+}
+
+/// `by` as validated group columns (default `original_queue,reason,error_fingerprint,status`).
+pub fn group_by(by: Option<&str>) -> Result<Vec<String>, ArchiveError> {
+    let by = by
+        .filter(|s| !s.is_empty())
+        .unwrap_or("original_queue,reason,error_fingerprint,status");
+    by.split(',')
+        .map(str::trim)
+        .map(|c| {
+            if GROUPABLE.contains(&c) {
+                Ok(c.to_string())
+            } else {
+                Err(ArchiveError::Invalid(format!("cannot group by '{c}'")))
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,459 @@
+//! Replay jobs in the database: their records, progress, and the resolution of records a
+//! restart interrupted (docs/archive.md, "Replay").
+
+use serde_json::{Value, json};
+
+use crate::error::ArchiveError;
+use crate::ops::{Selection, audit};
+use crate::record::{RECORD_COLUMNS, Record, status};
+use crate::sql::{Cell, Conn, Param, transaction};
+use crate::time::{format_ms, now_ms};
+
+/// Job states.
+pub mod state {
+    /// Still replaying.
+    pub const RUNNING: &str = "RUNNING";
+    /// Every record was replayed or failed.
+    pub const DONE: &str = "DONE";
+    /// Cancelled by an operator.
+    pub const CANCELLED: &str = "CANCELLED";
+}
+
+/// A job to run: its id and request (exchange, routing_key, rate, strip_death_headers, note).
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSpec {
+    /// Job id.
+    pub id: i64,
+    /// Who started it.
+    pub created_by: String,
+    /// The request.
+    pub request: Value,
+}
+
+/// Creates a job for the selected records (in id order); audited. Returns (job id, records).
+pub fn create(
+    c: &mut dyn Conn,
+    sel: &Selection,
+    request: &Value,
+    actor: &str,
+) -> Result<(i64, i64), ArchiveError> {
+    let (cond, p) = sel.to_sql(c)?;
+    let note = request
+        .get("note")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    transaction(c, |c| {
+        let now = now_ms();
+        let id = c.insert_id(
+            "INSERT INTO replay_jobs (created_at, updated_at, created_by, state, request, total) VALUES (?, ?, ?, ?, ?, 0)",
+            &[now.into(), now.into(), actor.into(), state::RUNNING.into(), request.to_string().into()],
+        )?;
+        let mut params = vec![Param::from(id), status::PENDING.into()];
+        params.extend(p.iter().cloned());
+        let total = c.exec(
+            &format!(
+                "INSERT INTO replay_items (job_id, record_id, seq, state) SELECT CAST(? AS BIGINT), id, id, CAST(? AS TEXT) FROM dead_letters WHERE {cond}"
+            ),
+            &params,
+        )? as i64;
+        c.exec(
+            "UPDATE replay_jobs SET total = ? WHERE id = ?",
+            &[total.into(), id.into()],
+        )?;
+        if total == 0 {
+            c.exec(
+                "UPDATE replay_jobs SET state = ? WHERE id = ?",
+                &[state::DONE.into(), id.into()],
+            )?;
+        }
+        audit(
+            c,
+            actor,
+            "replay",
+            sel,
+            note.as_deref(),
+            &json!({"job": id, "records": total}),
+            Some(id),
+        )?;
+        Ok((id, total))
+    })
+}
+
+/// The job's audit row gets its outcome: replayed and failed counts, final state.
+fn audit_outcome(c: &mut dyn Conn, job: i64) -> Result<(), ArchiveError> {
+    let mut counts = serde_json::Map::new();
+    for row in c.query(
+        "SELECT state, COUNT(*) FROM replay_items WHERE job_id = ? GROUP BY state",
+        &[job.into()],
+    )? {
+        counts.insert(row[0].text().to_lowercase(), json!(row[1].int()));
+    }
+    let state = c
+        .query(
+            "SELECT state, total FROM replay_jobs WHERE id = ?",
+            &[job.into()],
+        )?
+        .first()
+        .map(|r| (r[0].text(), r[1].int()))
+        .unwrap_or_default();
+    let result = json!({
+        "job": job,
+        "records": state.1,
+        "state": state.0,
+        "replayed": counts.get("replayed").cloned().unwrap_or(json!(0)),
+        "failed": counts.get("failed").cloned().unwrap_or(json!(0)),
+        "not_replayed": counts.get("cancelled").cloned().unwrap_or(json!(0)),
+    });
+    c.exec(
+        "UPDATE dead_letter_audit SET result = ? WHERE job_id = ? AND action = 'replay'",
+        &[result.to_string().into(), job.into()],
+    )?;
+    Ok(())
+}
+
+/// Running jobs (to resume at start).
+pub fn running(c: &mut dyn Conn) -> Result<Vec<JobSpec>, ArchiveError> {
+    let rows = c.query(
+        "SELECT id, created_by, request FROM replay_jobs WHERE state = ? ORDER BY id",
+        &[state::RUNNING.into()],
+    )?;
+    Ok(rows
+        .iter()
+        .map(|r| JobSpec {
+            id: r[0].int(),
+            created_by: r[1].text(),
+            request: serde_json::from_str(&r[2].text()).unwrap_or(Value::Null),
+        })
+        .collect())
+}
+
+/// The job's next records to replay (PENDING items, in order), at most `n`.
+pub fn next(c: &mut dyn Conn, job: i64, n: u64) -> Result<Vec<Record>, ArchiveError> {
+    let cols = RECORD_COLUMNS
+        .split(", ")
+        .map(|col| format!("d.{}", col.trim()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let rows = c.query(
+        &format!(
+            "SELECT {cols} FROM replay_items i JOIN dead_letters d ON d.id = i.record_id \
+             WHERE i.job_id = ? AND i.state = ? ORDER BY i.seq LIMIT {n}"
+        ),
+        &[job.into(), status::PENDING.into()],
+    )?;
+    Ok(rows.iter().filter_map(|r| Record::from_row(r)).collect())
+}
+
+fn id_list(ids: &[i64]) -> (String, Vec<Param>) {
+    (
+        vec!["?"; ids.len()].join(", "),
+        ids.iter().map(|i| Param::from(*i)).collect(),
+    )
+}
+
+/// Before publishing `ids`: INFLIGHT with the store's last index `watermark`; the records
+/// become PROCESSING. Committed before the publish.
+pub fn inflight(
+    c: &mut dyn Conn,
+    job: i64,
+    ids: &[i64],
+    watermark: i64,
+) -> Result<(), ArchiveError> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let (marks, ps) = id_list(ids);
+    transaction(c, |c| {
+        let mut p = vec![Param::from("INFLIGHT"), watermark.into(), job.into()];
+        p.extend(ps.iter().cloned());
+        c.exec(
+            &format!("UPDATE replay_items SET state = ?, watermark = ? WHERE job_id = ? AND record_id IN ({marks})"),
+            &p,
+        )?;
+        let mut p = vec![Param::from(status::PROCESSING), now_ms().into()];
+        p.extend(ps.iter().cloned());
+        c.exec(
+            &format!("UPDATE dead_letters SET status = ?, updated_at = ? WHERE id IN ({marks})"),
+            &p,
+        )?;
+        Ok(())
+    })
+}
+
+/// After the publish was appended: each record's store index (-1: not stored).
+pub fn stored_at(c: &mut dyn Conn, job: i64, at: &[(i64, i64)]) -> Result<(), ArchiveError> {
+    if at.is_empty() {
+        return Ok(());
+    }
+    transaction(c, |c| {
+        for (id, idx) in at {
+            c.exec(
+                "UPDATE replay_items SET store_index = ? WHERE job_id = ? AND record_id = ?",
+                &[(*idx).into(), job.into(), (*id).into()],
+            )?;
+        }
+        Ok(())
+    })
+}
+
+/// After the confirms: each record REPLAYED (`Ok`) or FAILED with the reason; the job is DONE
+/// when nothing is left.
+pub fn finish(
+    c: &mut dyn Conn,
+    job: &JobSpec,
+    results: &[(i64, Result<(), String>)],
+) -> Result<(), ArchiveError> {
+    let note = job
+        .request
+        .get("note")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    transaction(c, |c| {
+        let now = now_ms();
+        for (id, r) in results {
+            let (item_state, rec_state, err) = match r {
+                Ok(()) => (status::REPLAYED, status::REPLAYED, None),
+                Err(e) => (status::FAILED, status::FAILED, Some(e.clone())),
+            };
+            c.exec(
+                "UPDATE replay_items SET state = ?, error = ? WHERE job_id = ? AND record_id = ?",
+                &[
+                    item_state.into(),
+                    err.clone().into(),
+                    job.id.into(),
+                    (*id).into(),
+                ],
+            )?;
+            let replayed = i64::from(r.is_ok());
+            let note = match &err {
+                Some(e) => Some(e.clone()),
+                None => note.clone(),
+            };
+            c.exec(
+                "UPDATE dead_letters SET status = ?, replay_count = replay_count + ?, \
+                 last_replayed_at = CASE WHEN CAST(? AS BIGINT) = 1 THEN CAST(? AS BIGINT) ELSE last_replayed_at END, \
+                 resolved_by = ?, resolution_note = ?, updated_at = ? WHERE id = ?",
+                &[
+                    rec_state.into(),
+                    replayed.into(),
+                    replayed.into(),
+                    now.into(),
+                    job.created_by.clone().into(),
+                    note.into(),
+                    now.into(),
+                    (*id).into(),
+                ],
+            )?;
+            if let Some(e) = err {
+                c.exec(
+                    "UPDATE replay_jobs SET last_error = ? WHERE id = ?",
+                    &[e.into(), job.id.into()],
+                )?;
+            }
+        }
+        let left = c.query(
+            "SELECT COUNT(*) FROM replay_items WHERE job_id = ? AND state IN ('PENDING', 'INFLIGHT')",
+            &[job.id.into()],
+        )?;
+        let done = left.first().and_then(|r| r.first()).map_or(0, Cell::int) == 0;
+        c.exec(
+            "UPDATE replay_jobs SET updated_at = ?, state = CASE WHEN CAST(? AS BIGINT) = 1 AND state = 'RUNNING' THEN 'DONE' ELSE state END WHERE id = ?",
+            &[now.into(), i64::from(done).into(), job.id.into()],
+        )?;
+        if done {
+            audit_outcome(c, job.id)?;
+        }
+        Ok(())
+    })
+}
+
+/// INFLIGHT items whose fate the store's recovered last index `recovered` cannot decide: no
+/// store index recorded and writes after their watermark survived. For each: (job, its request,
+/// the record). The caller looks for the replayed message in its target queues.
+pub fn undecided(
+    c: &mut dyn Conn,
+    recovered: Option<i64>,
+) -> Result<Vec<(i64, Value, Record)>, ArchiveError> {
+    let Some(l) = recovered else {
+        return Ok(Vec::new());
+    };
+    let cols = RECORD_COLUMNS
+        .split(", ")
+        .map(|col| format!("d.{}", col.trim()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let rows = c.query(
+        &format!(
+            "SELECT i.job_id, j.request, {cols} FROM replay_items i \
+             JOIN dead_letters d ON d.id = i.record_id JOIN replay_jobs j ON j.id = i.job_id \
+             WHERE i.state = 'INFLIGHT' AND i.store_index IS NULL AND i.watermark < ?"
+        ),
+        &[l.into()],
+    )?;
+    Ok(rows
+        .iter()
+        .filter_map(|r| {
+            let request = serde_json::from_str(&r[1].text()).unwrap_or(Value::Null);
+            Record::from_row(&r[2..]).map(|rec| (r[0].int(), request, rec))
+        })
+        .collect())
+}
+
+/// At start, before any publish: decides INFLIGHT items of every job against the store's
+/// recovered last index `recovered` (None: the broker has no store): a recorded store index at
+/// or below it is durable (REPLAYED), above it was lost (PENDING again); without an index,
+/// `found` (the replayed message was seen in a target queue, see [`undecided`]) decides.
+/// Returns (replayed, to publish again).
+pub fn resolve_inflight(
+    c: &mut dyn Conn,
+    recovered: Option<i64>,
+    found: &std::collections::HashSet<(i64, i64)>,
+) -> Result<(u64, u64), ArchiveError> {
+    let rows = c.query(
+        "SELECT job_id, record_id, store_index FROM replay_items WHERE state = 'INFLIGHT'",
+        &[],
+    )?;
+    let mut done: Vec<(i64, i64)> = Vec::new();
+    let mut again: Vec<(i64, i64)> = Vec::new();
+    let l = recovered.unwrap_or(-1);
+    for r in rows {
+        let (job, rec, idx) = (r[0].int(), r[1].int(), r[2].opt_int());
+        let durable = match idx {
+            Some(i) => i >= 0 && i <= l,
+            None => found.contains(&(job, rec)),
+        };
+        if durable {
+            done.push((job, rec));
+        } else {
+            again.push((job, rec));
+        }
+    }
+    transaction(c, |c| {
+        let now = now_ms();
+        for (job, rec) in &done {
+            c.exec(
+                "UPDATE replay_items SET state = 'REPLAYED' WHERE job_id = ? AND record_id = ?",
+                &[(*job).into(), (*rec).into()],
+            )?;
+            c.exec(
+                "UPDATE dead_letters SET status = 'REPLAYED', replay_count = replay_count + 1, last_replayed_at = ?, updated_at = ? WHERE id = ?",
+                &[now.into(), now.into(), (*rec).into()],
+            )?;
+        }
+        for (job, rec) in &again {
+            c.exec(
+                "UPDATE replay_items SET state = 'PENDING', watermark = NULL, store_index = NULL WHERE job_id = ? AND record_id = ?",
+                &[(*job).into(), (*rec).into()],
+            )?;
+        }
+        Ok(())
+    })?;
+    Ok((done.len() as u64, again.len() as u64))
+}
+
+/// Cancels a running job: its PENDING items are dropped (their records keep their status).
+/// Returns whether it was running.
+pub fn cancel(c: &mut dyn Conn, job: i64, actor: &str) -> Result<bool, ArchiveError> {
+    transaction(c, |c| {
+        let n = c.exec(
+            "UPDATE replay_jobs SET state = ?, updated_at = ? WHERE id = ? AND state = ?",
+            &[
+                state::CANCELLED.into(),
+                now_ms().into(),
+                job.into(),
+                state::RUNNING.into(),
+            ],
+        )?;
+        if n == 0 {
+            return Ok(false);
+        }
+        let dropped = c.exec(
+            "UPDATE replay_items SET state = 'CANCELLED' WHERE job_id = ? AND state = 'PENDING'",
+            &[job.into()],
+        )?;
+        audit(
+            c,
+            actor,
+            "cancel",
+            &Selection::Ids(Vec::new()),
+            None,
+            &json!({"job": job, "not_replayed": dropped}),
+            Some(job),
+        )?;
+        audit_outcome(c, job)?;
+        Ok(true)
+    })
+}
+
+/// Whether the job is still running.
+pub fn is_running(c: &mut dyn Conn, job: i64) -> Result<bool, ArchiveError> {
+    let rows = c.query("SELECT state FROM replay_jobs WHERE id = ?", &[job.into()])?;
+    Ok(rows.first().is_some_and(|r| r[0].text() == state::RUNNING))
+}
+
+/// A job's progress as JSON (None: no such job).
+pub fn info(c: &mut dyn Conn, job: i64) -> Result<Option<Value>, ArchiveError> {
+    let rows = c.query(
+        "SELECT id, created_at, updated_at, created_by, state, request, total, last_error FROM replay_jobs WHERE id = ?",
+        &[job.into()],
+    )?;
+    let Some(r) = rows.first() else {
+        return Ok(None);
+    };
+    let mut counts = serde_json::Map::new();
+    for s in ["PENDING", "INFLIGHT", "REPLAYED", "FAILED", "CANCELLED"] {
+        counts.insert(s.to_lowercase(), json!(0));
+    }
+    for row in c.query(
+        "SELECT state, COUNT(*) FROM replay_items WHERE job_id = ? GROUP BY state",
+        &[job.into()],
+    )? {
+        counts.insert(row[0].text().to_lowercase(), json!(row[1].int()));
+    }
+    let errors: Vec<Value> = c
+        .query(
+            "SELECT record_id, error FROM replay_items WHERE job_id = ? AND error IS NOT NULL ORDER BY seq LIMIT 100",
+            &[job.into()],
+        )?
+        .iter()
+        .map(|e| json!({"id": e[0].int(), "error": e[1].text()}))
+        .collect();
+    let request: Value = serde_json::from_str(&r[5].text()).unwrap_or(Value::Null);
+    let (created, updated) = (r[1].int(), r[2].int());
+    let finished = counts.get("replayed").and_then(Value::as_i64).unwrap_or(0)
+        + counts.get("failed").and_then(Value::as_i64).unwrap_or(0);
+    let secs = ((updated - created).max(1)) as f64 / 1000.0;
+    let mut out = json!({
+        "id": r[0].int(),
+        "created_at": format_ms(created),
+        "updated_at": format_ms(updated),
+        "created_by": r[3].text(),
+        "state": r[4].text(),
+        "request": request,
+        "rate": request.get("rate").cloned().unwrap_or(Value::Null),
+        "measured_rate": (finished as f64 / secs * 10.0).round() / 10.0,
+        "total": r[6].int(),
+        "last_error": r[7].opt_text(),
+        "errors": errors,
+    });
+    for (k, v) in counts {
+        out[k] = v;
+    }
+    Ok(Some(out))
+}
+
+/// All jobs, newest first.
+pub fn list(c: &mut dyn Conn) -> Result<Vec<Value>, ArchiveError> {
+    let ids: Vec<i64> = c
+        .query("SELECT id FROM replay_jobs ORDER BY id DESC LIMIT 100", &[])?
+        .iter()
+        .map(|r| r[0].int())
+        .collect();
+    let mut out = Vec::new();
+    for id in ids {
+        if let Some(j) = info(c, id)? {
+            out.push(j);
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,114 @@
+//! charon-archive: the dead-letter archive's records and SQL (docs/archive.md). It knows nothing
+//! of the broker: the server hands it records and runs replays through its own publish path.
+//!
+//! - [`extract`]: an AMQP message as a record (original queue, reason, failure, fingerprint).
+//! - [`json`]: AMQP values and properties as JSON and back.
+//! - [`schema`]: the tables as versioned migrations.
+//! - [`sql`]: the connection interface both backends implement ([`sqlite`], [`postgres`]).
+//! - [`ops`]: list, get, groups, edit, skip, delete, audit, retention, stats.
+//! - [`jobs`]: replay jobs and what a restart interrupted.
+//! - [`filter`], [`record`], [`time`]: the API's filters, record JSON and times.
+//!
+//! [`Archive`] is the handle: one connection behind a mutex, used from blocking threads.
+
+pub mod error;
+pub mod extract;
+pub mod filter;
+pub mod jobs;
+pub mod json;
+pub mod ops;
+pub mod postgres;
+pub mod record;
+pub mod schema;
+pub mod sql;
+pub mod sqlite;
+pub mod time;
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+pub use error::ArchiveError;
+pub use extract::{ExtractConfig, NewRecord, extract};
+pub use filter::Filter;
+pub use ops::{Edit, Selection};
+pub use record::Record;
+use sql::Conn;
+
+/// The archive: a database connection, migrated, shared by the broker's archivers, replayers and
+/// the API. Every call blocks: call it from `spawn_blocking` or a dedicated thread.
+#[derive(Clone)]
+pub struct Archive {
+    conn: Arc<Mutex<Box<dyn Conn>>>,
+    url: Arc<str>,
+}
+
+impl std::fmt::Debug for Archive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Archive").field("url", &self.url).finish()
+    }
+}
+
+/// The URL without its password (for logs).
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &url[s + 3..at];
+            match creds.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+impl Archive {
+    /// Opens the database `url` names (`sqlite:///path`, `sqlite:path`, a bare path, or
+    /// `postgres(ql)://…`) and applies migrations.
+    pub fn open(url: &str) -> Result<Archive, ArchiveError> {
+        let conn: Box<dyn Conn> =
+            if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+                Box::new(postgres::Postgres::connect(url)?)
+            } else if let Some(path) = url
+                .strip_prefix("sqlite://")
+                .or_else(|| url.strip_prefix("sqlite:"))
+            {
+                Box::new(sqlite::Sqlite::open(std::path::Path::new(path))?)
+            } else if !url.contains("://") {
+                Box::new(sqlite::Sqlite::open(std::path::Path::new(url))?)
+            } else {
+                return Err(ArchiveError::BadUrl(redact(url)));
+            };
+        let a = Archive {
+            conn: Arc::new(Mutex::new(conn)),
+            url: Arc::from(redact(url)),
+        };
+        schema::migrate(a.lock().as_mut())?;
+        Ok(a)
+    }
+
+    /// The connection, for the functions of [`ops`] and [`jobs`].
+    pub fn lock(&self) -> MutexGuard<'_, Box<dyn Conn>> {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `f` with the connection.
+    pub fn with<T>(&self, f: impl FnOnce(&mut dyn Conn) -> T) -> T {
+        let mut g = self.lock();
+        f(g.as_mut())
+    }
+
+    /// Whether both handles share one connection.
+    pub fn same(&self, other: &Archive) -> bool {
+        Arc::ptr_eq(&self.conn, &other.conn)
+    }
+
+    /// Whether the connection is lost (the server went away): open a new one.
+    pub fn is_broken(&self) -> bool {
+        self.lock().is_broken()
+    }
+
+    /// The URL, password redacted.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}

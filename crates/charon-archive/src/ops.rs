@@ -1,0 +1,572 @@
+//! Reading and changing records: every operation once, over any [`Conn`].
+
+use charon_protocol::{BasicProperties, RawProperties};
+use serde_json::{Value, json};
+
+use crate::error::ArchiveError;
+use crate::extract::NewRecord;
+use crate::filter::{Filter, group_by, order_by};
+use crate::json::{json_to_table, table_to_json};
+use crate::record::{RECORD_COLUMNS, Record, payload_json, status};
+use crate::sql::{Cell, Conn, Param, transaction};
+use crate::time::{format_ms, now_ms};
+
+/// Which records an operation applies to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Selection {
+    /// These ids.
+    Ids(Vec<i64>),
+    /// Those matching.
+    Filter(Filter),
+}
+
+impl Selection {
+    /// The SQL condition and parameters.
+    pub fn to_sql(&self, c: &dyn Conn) -> Result<(String, Vec<Param>), ArchiveError> {
+        match self {
+            Selection::Ids(ids) if ids.is_empty() => Ok(("1 = 0".into(), Vec::new())),
+            Selection::Ids(ids) => {
+                let marks = vec!["?"; ids.len()].join(", ");
+                Ok((
+                    format!("id IN ({marks})"),
+                    ids.iter().map(|i| Param::from(*i)).collect(),
+                ))
+            }
+            Selection::Filter(f) => f.to_sql(c.dialect()),
+        }
+    }
+
+    /// For the audit row: (record ids JSON, filter JSON).
+    fn audit_parts(&self) -> (Option<String>, Option<String>) {
+        match self {
+            Selection::Ids(ids) => (Some(json!(ids).to_string()), None),
+            Selection::Filter(f) => (None, Some(json!(f.terms).to_string())),
+        }
+    }
+}
+
+/// Rows per multi-row INSERT.
+const INSERT_CHUNK: usize = 100;
+const INSERT_COLS: &str = "stable_key, vhost, queue, original_queue, original_exchange, \
+    original_routing_keys, reason, death_count, message_id, correlation_id, message_key, \
+    content_type, properties, headers, amqp_properties, payload, payload_bytes, error_message, \
+    error_stacktrace, error_fingerprint, status, created_at, updated_at";
+
+/// Inserts records in one transaction; a record whose `stable_key` exists is left alone.
+/// Returns how many were new.
+pub fn insert_batch(c: &mut dyn Conn, recs: &[NewRecord]) -> Result<u64, ArchiveError> {
+    transaction(c, |c| {
+        let mut n = 0;
+        for chunk in recs.chunks(INSERT_CHUNK) {
+            let row = format!("({})", vec!["?"; 23].join(", "));
+            let sql = format!(
+                "INSERT INTO dead_letters ({INSERT_COLS}) VALUES {} ON CONFLICT (stable_key) DO NOTHING",
+                vec![row; chunk.len()].join(", ")
+            );
+            let mut p = Vec::with_capacity(chunk.len() * 23);
+            for r in chunk {
+                p.extend([
+                    Param::from(r.stable_key.clone()),
+                    r.vhost.clone().into(),
+                    r.queue.clone().into(),
+                    r.original_queue.clone().into(),
+                    r.original_exchange.clone().into(),
+                    json!(r.original_routing_keys).to_string().into(),
+                    r.reason.clone().into(),
+                    r.death_count.into(),
+                    r.message_id.clone().into(),
+                    r.correlation_id.clone().into(),
+                    r.key.clone().into(),
+                    r.content_type.clone().into(),
+                    r.properties.to_string().into(),
+                    r.headers.to_string().into(),
+                    Param::Bytes(r.amqp_properties.to_vec()),
+                    Param::Bytes(r.payload.to_vec()),
+                    (r.payload.len() as i64).into(),
+                    r.error_message.clone().into(),
+                    r.error_stacktrace.clone().into(),
+                    r.error_fingerprint.clone().into(),
+                    status::PENDING.into(),
+                    r.created_at.into(),
+                    r.created_at.into(),
+                ]);
+            }
+            n += c.exec(&sql, &p)?;
+        }
+        Ok(n)
+    })
+}
+
+fn count(c: &mut dyn Conn, sql: &str, p: &[Param]) -> Result<i64, ArchiveError> {
+    Ok(c.query(sql, p)?
+        .first()
+        .and_then(|r| r.first())
+        .map_or(0, Cell::int))
+}
+
+/// A page of records matching `f`, and how many match.
+pub fn list(
+    c: &mut dyn Conn,
+    f: &Filter,
+    sort: Option<&str>,
+    page: u64,
+    page_size: u64,
+) -> Result<(Vec<Record>, i64), ArchiveError> {
+    let (cond, params) = f.to_sql(c.dialect())?;
+    let order = order_by(sort)?;
+    let total = count(
+        c,
+        &format!("SELECT COUNT(*) FROM dead_letters WHERE {cond}"),
+        &params,
+    )?;
+    let offset = page.saturating_sub(1).saturating_mul(page_size);
+    let sql = format!(
+        "SELECT {RECORD_COLUMNS} FROM dead_letters WHERE {cond} ORDER BY {order} LIMIT {page_size} OFFSET {offset}"
+    );
+    let rows = c.query(&sql, &params)?;
+    Ok((
+        rows.iter().filter_map(|r| Record::from_row(r)).collect(),
+        total,
+    ))
+}
+
+/// One record.
+pub fn get(c: &mut dyn Conn, id: i64) -> Result<Option<Record>, ArchiveError> {
+    let rows = c.query(
+        &format!("SELECT {RECORD_COLUMNS} FROM dead_letters WHERE id = ?"),
+        &[id.into()],
+    )?;
+    Ok(rows.first().and_then(|r| Record::from_row(r)))
+}
+
+/// The originals of a record's edits, oldest first.
+pub fn history(c: &mut dyn Conn, id: i64) -> Result<Vec<Value>, ArchiveError> {
+    let rows = c.query(
+        "SELECT changed_at, changed_by, headers, payload FROM dead_letter_history WHERE record_id = ? ORDER BY id",
+        &[id.into()],
+    )?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let (payload, enc) = payload_json(&r[3].bytes());
+            json!({
+                "changed_at": format_ms(r[0].int()),
+                "changed_by": r[1].text(),
+                "headers": serde_json::from_str::<Value>(&r[2].text()).unwrap_or(Value::Null),
+                "payload": payload,
+                "payload_encoding": enc,
+            })
+        })
+        .collect())
+}
+
+/// Counts per group of `by` columns among records matching `f`, with the oldest and newest
+/// record time and a sample error message.
+pub fn groups(c: &mut dyn Conn, by: Option<&str>, f: &Filter) -> Result<Vec<Value>, ArchiveError> {
+    let cols = group_by(by)?;
+    let (cond, params) = f.to_sql(c.dialect())?;
+    let list = cols.join(", ");
+    let sql = format!(
+        "SELECT {list}, COUNT(*), MIN(created_at), MAX(created_at) \
+         FROM dead_letters WHERE {cond} GROUP BY {list} ORDER BY COUNT(*) DESC"
+    );
+    let rows = c.query(&sql, &params)?;
+    let n = cols.len();
+    let mut out = Vec::with_capacity(rows.len());
+    for (g, r) in rows.iter().enumerate() {
+        let mut m = serde_json::Map::new();
+        for (i, col) in cols.iter().enumerate() {
+            m.insert(
+                col.clone(),
+                r[i].opt_text().map_or(Value::Null, Value::from),
+            );
+        }
+        m.insert("count".into(), json!(r[n].int()));
+        m.insert("oldest".into(), json!(format_ms(r[n + 1].int())));
+        m.insert("newest".into(), json!(format_ms(r[n + 2].int())));
+        // A sample error message of the group (the first 100 groups; one indexed lookup each).
+        let sample = if g < 100 {
+            let mut conds = vec![cond.clone()];
+            let mut p = params.clone();
+            for (i, col) in cols.iter().enumerate() {
+                match r[i].opt_text() {
+                    Some(v) => {
+                        conds.push(format!("{col} = ?"));
+                        p.push(Param::from(v));
+                    }
+                    None => conds.push(format!("{col} IS NULL")),
+                }
+            }
+            c.query(
+                &format!(
+                    "SELECT error_message FROM dead_letters WHERE {} AND error_message IS NOT NULL LIMIT 1",
+                    conds.join(" AND ")
+                ),
+                &p,
+            )?
+            .first()
+            .and_then(|row| row[0].opt_text())
+        } else {
+            None
+        };
+        m.insert(
+            "error_message".into(),
+            sample.map_or(Value::Null, Value::from),
+        );
+        out.push(Value::Object(m));
+    }
+    Ok(out)
+}
+
+/// An edit of a record before a replay.
+#[derive(Debug, Clone, Default)]
+pub struct Edit {
+    /// New body.
+    pub payload: Option<Vec<u8>>,
+    /// New headers (the whole object).
+    pub headers: Option<Value>,
+    /// Why.
+    pub note: Option<String>,
+}
+
+/// Applies `edit` to record `id`, keeping what it held in its history; audited.
+pub fn edit(
+    c: &mut dyn Conn,
+    id: i64,
+    actor: &str,
+    edit: &Edit,
+) -> Result<Option<Record>, ArchiveError> {
+    let Some(old) = get(c, id)? else {
+        return Ok(None);
+    };
+    let props = RawProperties(old.amqp_properties.clone().into())
+        .decode()
+        .unwrap_or_default();
+    let (headers_json, raw) = match &edit.headers {
+        Some(h) => {
+            if !h.is_object() {
+                return Err(ArchiveError::Invalid("headers must be an object".into()));
+            }
+            let table = json_to_table(h, props.headers().as_ref());
+            let new: BasicProperties = props.clone().with_headers(table.clone());
+            (
+                table_to_json(&table),
+                RawProperties::encode(&new).0.to_vec(),
+            )
+        }
+        None => (old.headers.clone(), old.amqp_properties.clone()),
+    };
+    let payload = edit.payload.clone().unwrap_or_else(|| old.payload.clone());
+    let now = now_ms();
+    transaction(c, |c| {
+        c.exec(
+            "INSERT INTO dead_letter_history (record_id, changed_at, changed_by, headers, amqp_properties, payload) VALUES (?, ?, ?, ?, ?, ?)",
+            &[
+                id.into(),
+                now.into(),
+                actor.into(),
+                old.headers.to_string().into(),
+                Param::Bytes(old.amqp_properties.clone()),
+                Param::Bytes(old.payload.clone()),
+            ],
+        )?;
+        c.exec(
+            "UPDATE dead_letters SET headers = ?, amqp_properties = ?, payload = ?, payload_bytes = ?, updated_at = ? WHERE id = ?",
+            &[
+                headers_json.to_string().into(),
+                Param::Bytes(raw.clone()),
+                Param::Bytes(payload.clone()),
+                (payload.len() as i64).into(),
+                now.into(),
+                id.into(),
+            ],
+        )?;
+        audit(
+            c,
+            actor,
+            "edit",
+            &Selection::Ids(vec![id]),
+            edit.note.as_deref(),
+            &json!({"edited": 1, "payload": edit.payload.is_some(), "headers": edit.headers.is_some()}),
+            None,
+        )
+    })?;
+    get(c, id)
+}
+
+/// Writes an audit row.
+pub fn audit(
+    c: &mut dyn Conn,
+    actor: &str,
+    action: &str,
+    sel: &Selection,
+    note: Option<&str>,
+    result: &Value,
+    job: Option<i64>,
+) -> Result<(), ArchiveError> {
+    let (ids, filter) = sel.audit_parts();
+    c.exec(
+        "INSERT INTO dead_letter_audit (at, actor, action, record_ids, filter, note, result, job_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        &[
+            now_ms().into(),
+            actor.into(),
+            action.into(),
+            ids.into(),
+            filter.into(),
+            note.map(str::to_string).into(),
+            result.to_string().into(),
+            job.into(),
+        ],
+    )?;
+    Ok(())
+}
+
+/// Marks the selected records SKIPPED with `reason`; audited. Returns how many.
+pub fn skip(
+    c: &mut dyn Conn,
+    sel: &Selection,
+    actor: &str,
+    reason: &str,
+) -> Result<u64, ArchiveError> {
+    let (cond, mut p) = sel.to_sql(c)?;
+    transaction(c, |c| {
+        let mut params: Vec<Param> = vec![
+            status::SKIPPED.into(),
+            actor.into(),
+            reason.into(),
+            now_ms().into(),
+        ];
+        params.append(&mut p);
+        let n = c.exec(
+            &format!(
+                "UPDATE dead_letters SET status = ?, resolved_by = ?, resolution_note = ?, updated_at = ? WHERE {cond}"
+            ),
+            &params,
+        )?;
+        audit(
+            c,
+            actor,
+            "skip",
+            sel,
+            Some(reason),
+            &json!({"skipped": n}),
+            None,
+        )?;
+        Ok(n)
+    })
+}
+
+/// Deletes the selected records (and their history); audited. Returns how many.
+pub fn delete(
+    c: &mut dyn Conn,
+    sel: &Selection,
+    actor: &str,
+    note: Option<&str>,
+) -> Result<u64, ArchiveError> {
+    let (cond, p) = sel.to_sql(c)?;
+    transaction(c, |c| {
+        c.exec(
+            &format!(
+                "DELETE FROM dead_letter_history WHERE record_id IN (SELECT id FROM dead_letters WHERE {cond})"
+            ),
+            &p,
+        )?;
+        let n = c.exec(&format!("DELETE FROM dead_letters WHERE {cond}"), &p)?;
+        audit(c, actor, "delete", sel, note, &json!({"deleted": n}), None)?;
+        Ok(n)
+    })
+}
+
+/// Audit rows, newest first, filtered by `record_id`, `action`, `actor`, `since`, `until`.
+pub fn list_audit(
+    c: &mut dyn Conn,
+    terms: &std::collections::BTreeMap<String, String>,
+    page: u64,
+    page_size: u64,
+) -> Result<(Vec<Value>, i64), ArchiveError> {
+    let mut conds = vec!["1 = 1".to_string()];
+    let mut p: Vec<Param> = Vec::new();
+    for (k, v) in terms {
+        match k.as_str() {
+            "action" | "actor" => {
+                conds.push(format!("{k} = ?"));
+                p.push(v.as_str().into());
+            }
+            "job_id" => {
+                conds.push("job_id = ?".into());
+                p.push(v.parse::<i64>().unwrap_or(-1).into());
+            }
+            "record_id" => {
+                // Audit rows naming it among their ids (by id), JSON text match.
+                conds.push(format!(
+                    "({} OR {} OR {} OR record_ids = ?)",
+                    c.dialect().contains("record_ids"),
+                    c.dialect().contains("record_ids"),
+                    c.dialect().contains("record_ids")
+                ));
+                p.push(format!("[{v},").into());
+                p.push(format!(",{v},").into());
+                p.push(format!(",{v}]").into());
+                p.push(format!("[{v}]").into());
+            }
+            "since" | "until" => {
+                let t = crate::time::parse_time(v)
+                    .ok_or_else(|| ArchiveError::Invalid(format!("{k}: not a time")))?;
+                conds.push(format!("at {} ?", if k == "since" { ">=" } else { "<" }));
+                p.push(t.into());
+            }
+            "page" | "page_size" => {}
+            other => return Err(ArchiveError::Invalid(format!("unknown filter '{other}'"))),
+        }
+    }
+    let cond = conds.join(" AND ");
+    let total = count(
+        c,
+        &format!("SELECT COUNT(*) FROM dead_letter_audit WHERE {cond}"),
+        &p,
+    )?;
+    let offset = page.saturating_sub(1).saturating_mul(page_size);
+    let rows = c.query(
+        &format!(
+            "SELECT id, at, actor, action, record_ids, filter, note, result, job_id FROM dead_letter_audit WHERE {cond} ORDER BY id DESC LIMIT {page_size} OFFSET {offset}"
+        ),
+        &p,
+    )?;
+    let parse = |c: &Cell| {
+        c.opt_text()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .unwrap_or(Value::Null)
+    };
+    Ok((
+        rows.iter()
+            .map(|r| {
+                json!({
+                    "id": r[0].int(),
+                    "at": format_ms(r[1].int()),
+                    "actor": r[2].text(),
+                    "action": r[3].text(),
+                    "ids": parse(&r[4]),
+                    "filter": parse(&r[5]),
+                    "note": r[6].opt_text(),
+                    "result": parse(&r[7]),
+                    "job": r[8].opt_int(),
+                })
+            })
+            .collect(),
+        total,
+    ))
+}
+
+fn bump_counter(c: &mut dyn Conn, name: &str, by: u64) -> Result<(), ArchiveError> {
+    if by == 0 {
+        return Ok(());
+    }
+    c.exec(
+        "INSERT INTO archive_counters (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = archive_counters.value + excluded.value",
+        &[name.into(), (by as i64).into()],
+    )?;
+    Ok(())
+}
+
+/// Deletes records created before `older_than` (ms), then the oldest while the payloads exceed
+/// `max_bytes`; counted and audited (actor `charon`). Returns (by age, by size).
+pub fn retention(
+    c: &mut dyn Conn,
+    older_than: Option<i64>,
+    max_bytes: Option<i64>,
+) -> Result<(u64, u64), ArchiveError> {
+    let by_age = match older_than {
+        Some(t) => transaction(c, |c| {
+            c.exec(
+                "DELETE FROM dead_letter_history WHERE record_id IN (SELECT id FROM dead_letters WHERE created_at < ?)",
+                &[t.into()],
+            )?;
+            let n = c.exec("DELETE FROM dead_letters WHERE created_at < ?", &[t.into()])?;
+            bump_counter(c, "retention_deleted", n)?;
+            if n > 0 {
+                let f = Filter {
+                    terms: [("until".to_string(), t.to_string())].into(),
+                };
+                audit(
+                    c,
+                    "charon",
+                    "retention",
+                    &Selection::Filter(f),
+                    None,
+                    &json!({"deleted": n}),
+                    None,
+                )?;
+            }
+            Ok(n)
+        })?,
+        None => 0,
+    };
+    let mut by_size = 0;
+    if let Some(max) = max_bytes.filter(|m| *m > 0) {
+        let total = count(
+            c,
+            "SELECT CAST(COALESCE(SUM(payload_bytes), 0) AS BIGINT) FROM dead_letters",
+            &[],
+        )?;
+        if total > max {
+            // The oldest records whose payloads add up to the excess.
+            let excess = total - max;
+            let rows = c.query(
+                "SELECT id, payload_bytes FROM dead_letters ORDER BY id LIMIT 100000",
+                &[],
+            )?;
+            let mut freed = 0;
+            let mut last = None;
+            for r in rows {
+                if freed >= excess {
+                    break;
+                }
+                freed += r[1].int();
+                last = Some(r[0].int());
+            }
+            if let Some(upto) = last {
+                by_size = transaction(c, |c| {
+                    c.exec(
+                        "DELETE FROM dead_letter_history WHERE record_id <= ?",
+                        &[upto.into()],
+                    )?;
+                    let n = c.exec("DELETE FROM dead_letters WHERE id <= ?", &[upto.into()])?;
+                    bump_counter(c, "size_cap_deleted", n)?;
+                    audit(
+                        c,
+                        "charon",
+                        "size-cap",
+                        &Selection::Filter(Filter::default()),
+                        None,
+                        &json!({"deleted": n, "up_to_id": upto}),
+                        None,
+                    )?;
+                    Ok(n)
+                })?;
+            }
+        }
+    }
+    Ok((by_age, by_size))
+}
+
+/// Totals: records, payload bytes, counts by status, counters.
+pub fn stats(c: &mut dyn Conn) -> Result<Value, ArchiveError> {
+    let rows = c.query(
+        "SELECT COUNT(*), CAST(COALESCE(SUM(payload_bytes), 0) AS BIGINT) FROM dead_letters",
+        &[],
+    )?;
+    let (records, bytes) = rows.first().map_or((0, 0), |r| (r[0].int(), r[1].int()));
+    let mut by_status = serde_json::Map::new();
+    for r in c.query(
+        "SELECT status, COUNT(*) FROM dead_letters GROUP BY status",
+        &[],
+    )? {
+        by_status.insert(r[0].text(), json!(r[1].int()));
+    }
+    let mut out = json!({"records": records, "payload_bytes": bytes, "by_status": by_status,
+        "retention_deleted": 0, "size_cap_deleted": 0});
+    for r in c.query("SELECT name, value FROM archive_counters", &[])? {
+        out[r[0].text()] = json!(r[1].int());
+    }
+    Ok(out)
+}

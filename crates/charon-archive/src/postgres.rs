@@ -1,0 +1,137 @@
+//! The server backend: PostgreSQL through `postgres` (the blocking face of `tokio-postgres`),
+//! used only from the archive's own blocking threads.
+
+use postgres::types::{ToSql, Type};
+
+use crate::error::ArchiveError;
+use crate::sql::{Cell, Conn, Dialect, Param};
+
+/// A PostgreSQL connection.
+pub struct Postgres {
+    /// Always `Some` but while dropping.
+    client: Option<postgres::Client>,
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        // `postgres::Client` blocks on its own runtime when dropped, which panics inside a
+        // tokio runtime: let a thread of its own close it.
+        if let Some(c) = self.client.take() {
+            let _ = std::thread::Builder::new()
+                .name("archive-pg-close".into())
+                .spawn(move || drop(c));
+        }
+    }
+}
+
+impl std::fmt::Debug for Postgres {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Postgres")
+    }
+}
+
+impl Postgres {
+    /// Connects to `url` (`postgresql://user:pass@host:port/db`).
+    pub fn connect(url: &str) -> Result<Self, ArchiveError> {
+        let client = postgres::Client::connect(url, postgres::NoTls)?;
+        Ok(Postgres {
+            client: Some(client),
+        })
+    }
+
+    fn client(&mut self) -> Result<&mut postgres::Client, ArchiveError> {
+        self.client
+            .as_mut()
+            .ok_or_else(|| ArchiveError::Db("connection closed".into()))
+    }
+}
+
+/// `?` → `$1, $2, …` (the archive's SQL has no `?` inside literals).
+fn renumber(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len() + 16);
+    let mut n = 0;
+    for ch in sql.chars() {
+        if ch == '?' {
+            n += 1;
+            out.push('$');
+            out.push_str(&n.to_string());
+        } else {
+            out.push(ch);
+        }
+    }
+    out
+}
+
+fn params(p: &[Param]) -> Vec<Box<dyn ToSql + Sync>> {
+    p.iter()
+        .map(|p| -> Box<dyn ToSql + Sync> {
+            match p {
+                Param::Text(s) => Box::new(s.clone()),
+                Param::Int(i) => Box::new(*i),
+                Param::Bytes(b) => Box::new(b.clone()),
+            }
+        })
+        .collect()
+}
+
+fn cell(row: &postgres::Row, i: usize) -> Result<Cell, ArchiveError> {
+    let t = row.columns()[i].type_().clone();
+    let c = if t == Type::INT8 {
+        row.try_get::<_, Option<i64>>(i)?.map(Cell::Int)
+    } else if t == Type::INT4 {
+        row.try_get::<_, Option<i32>>(i)?
+            .map(|v| Cell::Int(i64::from(v)))
+    } else if t == Type::INT2 {
+        row.try_get::<_, Option<i16>>(i)?
+            .map(|v| Cell::Int(i64::from(v)))
+    } else if t == Type::NUMERIC {
+        // SUM(bigint) is numeric: read as text.
+        row.try_get::<_, Option<String>>(i)
+            .ok()
+            .flatten()
+            .map(|s| Cell::Int(s.split('.').next().unwrap_or("0").parse().unwrap_or(0)))
+    } else if t == Type::BYTEA {
+        row.try_get::<_, Option<Vec<u8>>>(i)?.map(Cell::Bytes)
+    } else if t == Type::BOOL {
+        row.try_get::<_, Option<bool>>(i)?
+            .map(|b| Cell::Int(i64::from(b)))
+    } else {
+        row.try_get::<_, Option<String>>(i)?.map(Cell::Text)
+    };
+    Ok(c.unwrap_or(Cell::Null))
+}
+
+impl Conn for Postgres {
+    fn dialect(&self) -> Dialect {
+        Dialect::Postgres
+    }
+
+    fn exec(&mut self, sql: &str, p: &[Param]) -> Result<u64, ArchiveError> {
+        let boxed = params(p);
+        let refs: Vec<&(dyn ToSql + Sync)> = boxed.iter().map(|b| b.as_ref()).collect();
+        Ok(self.client()?.execute(renumber(sql).as_str(), &refs)?)
+    }
+
+    fn query(&mut self, sql: &str, p: &[Param]) -> Result<Vec<Vec<Cell>>, ArchiveError> {
+        let boxed = params(p);
+        let refs: Vec<&(dyn ToSql + Sync)> = boxed.iter().map(|b| b.as_ref()).collect();
+        let rows = self.client()?.query(renumber(sql).as_str(), &refs)?;
+        rows.iter()
+            .map(|r| (0..r.len()).map(|i| cell(r, i)).collect())
+            .collect()
+    }
+
+    fn batch(&mut self, sql: &str) -> Result<(), ArchiveError> {
+        self.client()?.batch_execute(sql)?;
+        Ok(())
+    }
+
+    fn is_broken(&self) -> bool {
+        self.client.as_ref().is_none_or(postgres::Client::is_closed)
+    }
+
+    fn insert_id(&mut self, sql: &str, p: &[Param]) -> Result<i64, ArchiveError> {
+        let rows = self.query(&format!("{sql} RETURNING id"), p)?;
+        Ok(rows.first().and_then(|r| r.first()).map_or(0, Cell::int))
+    }
+}

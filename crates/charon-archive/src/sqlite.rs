@@ -1,0 +1,84 @@
+//! The embedded backend: SQLite (bundled), WAL, `synchronous=NORMAL`.
+
+use rusqlite::types::{Value as SqlValue, ValueRef};
+
+use crate::error::ArchiveError;
+use crate::sql::{Cell, Conn, Dialect, Param};
+
+/// A SQLite database file.
+pub struct Sqlite {
+    conn: rusqlite::Connection,
+}
+
+impl std::fmt::Debug for Sqlite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Sqlite")
+    }
+}
+
+impl Sqlite {
+    /// Opens (creating) the database at `path`.
+    pub fn open(path: &std::path::Path) -> Result<Self, ArchiveError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| ArchiveError::Db(e.to_string()))?;
+        }
+        let conn = rusqlite::Connection::open(path)?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        conn.set_prepared_statement_cache_capacity(64);
+        Ok(Sqlite { conn })
+    }
+}
+
+fn value(p: &Param) -> SqlValue {
+    match p {
+        Param::Text(Some(s)) => SqlValue::Text(s.clone()),
+        Param::Int(Some(i)) => SqlValue::Integer(*i),
+        Param::Bytes(b) => SqlValue::Blob(b.clone()),
+        Param::Text(None) | Param::Int(None) => SqlValue::Null,
+    }
+}
+
+impl Conn for Sqlite {
+    fn dialect(&self) -> Dialect {
+        Dialect::Sqlite
+    }
+
+    fn exec(&mut self, sql: &str, params: &[Param]) -> Result<u64, ArchiveError> {
+        let mut st = self.conn.prepare_cached(sql)?;
+        let n = st.execute(rusqlite::params_from_iter(params.iter().map(value)))?;
+        Ok(n as u64)
+    }
+
+    fn query(&mut self, sql: &str, params: &[Param]) -> Result<Vec<Vec<Cell>>, ArchiveError> {
+        let mut st = self.conn.prepare_cached(sql)?;
+        let cols = st.column_count();
+        let mut rows = st.query(rusqlite::params_from_iter(params.iter().map(value)))?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next()? {
+            let mut row = Vec::with_capacity(cols);
+            for i in 0..cols {
+                row.push(match r.get_ref(i)? {
+                    ValueRef::Null => Cell::Null,
+                    ValueRef::Integer(i) => Cell::Int(i),
+                    ValueRef::Real(f) => Cell::Int(f as i64),
+                    ValueRef::Text(t) => Cell::Text(String::from_utf8_lossy(t).into_owned()),
+                    ValueRef::Blob(b) => Cell::Bytes(b.to_vec()),
+                });
+            }
+            out.push(row);
+        }
+        Ok(out)
+    }
+
+    fn batch(&mut self, sql: &str) -> Result<(), ArchiveError> {
+        self.conn.execute_batch(sql)?;
+        Ok(())
+    }
+
+    fn insert_id(&mut self, sql: &str, params: &[Param]) -> Result<i64, ArchiveError> {
+        self.exec(sql, params)?;
+        Ok(self.conn.last_insert_rowid())
+    }
+}

@@ -1,0 +1,123 @@
+//! One archive queue's internal consumer: takes deliveries like a client consumer with a
+//! prefetch, writes each batch to the archive in one transaction, and acks the batch only once
+//! that transaction committed. While the database fails, the batch stays unacked and is retried;
+//! the rest of the queue waits.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use charon_archive::{NewRecord, extract};
+use charon_core::{ConsumerSpec, Delivery};
+use tokio::sync::oneshot;
+
+use super::ArchiveService;
+use crate::handles::{ChannelLimit, ConnEvent, ConnHandle, ConsumerTarget, QueueCmd, QueueHandle};
+
+/// Unacked deliveries the archiver takes from its queue at once.
+const PREFETCH: u16 = 8000;
+/// Most records written in one transaction.
+const MAX_BATCH: usize = 2000;
+
+/// A message's key in the archive: the store's identity of the message in this queue when the
+/// store holds it (the same after a restart), else this run's identity (such a message does
+/// not survive a restart).
+fn stable_key(svc: &ArchiveService, queue: &QueueHandle, d: &Delivery) -> String {
+    match (queue.store_id(), d.stored) {
+        (Some(q), Some(m)) => format!("s:{q}:{m}"),
+        _ => format!("t:{}:{}:{}", svc.boot, queue.id(), d.id),
+    }
+}
+
+/// Consumes `queue` of `vhost` into the archive until the queue goes away.
+pub(super) async fn run(svc: Arc<ArchiveService>, vhost: String, queue: QueueHandle) {
+    let Some(broker) = svc.broker() else { return };
+    let (conn, mut rx) = ConnHandle::new();
+    let limit = Arc::new(ChannelLimit::default());
+    let (reply, accepted) = oneshot::channel();
+    let id = broker.next_id();
+    drop(broker);
+    let cmd = QueueCmd::Consume {
+        id,
+        spec: ConsumerSpec {
+            no_ack: false,
+            prefetch: PREFETCH,
+            exclusive: false,
+        },
+        target: ConsumerTarget {
+            conn: conn.clone(),
+            channel: 1,
+            limit: limit.clone(),
+            tag: Arc::from("charon.archive"),
+        },
+        reply,
+    };
+    if !queue.send(cmd).await || !matches!(accepted.await, Ok(Ok(()))) {
+        tracing::warn!(queue = %queue.name(), "the archive could not consume from its queue");
+        return;
+    }
+    tracing::info!(vhost = %vhost, queue = %queue.name(), "archiving dead letters");
+    let mut batch: Vec<Delivery> = Vec::new();
+    let mut gone = false;
+    while !gone {
+        let Some(first) = rx.recv().await else { return };
+        let handle = |ev: ConnEvent, batch: &mut Vec<Delivery>| match ev {
+            ConnEvent::Deliver { deliveries, .. } => {
+                conn.flow().release(deliveries.len());
+                batch.extend(deliveries);
+                false
+            }
+            ConnEvent::ConsumerCancelled { .. } => true,
+            ConnEvent::Confirm { .. } => false,
+        };
+        gone |= handle(first, &mut batch);
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(ev) => gone |= handle(ev, &mut batch),
+                Err(_) => break,
+            }
+        }
+        if batch.is_empty() {
+            continue;
+        }
+        let now = charon_archive::time::now_ms();
+        let records: Vec<NewRecord> = batch
+            .iter()
+            .map(|d| {
+                extract(
+                    &svc.extract,
+                    stable_key(&svc, &queue, d),
+                    &vhost,
+                    queue.name(),
+                    &d.message.properties,
+                    d.message.body.resident().cloned().unwrap_or_default(),
+                    now,
+                )
+            })
+            .collect();
+        let records = Arc::new(records);
+        let mut failures = 0u32;
+        loop {
+            let recs = records.clone();
+            match svc
+                .run(move |c| charon_archive::ops::insert_batch(c, &recs))
+                .await
+            {
+                Ok(_) => break,
+                Err(e) => {
+                    if failures.is_multiple_of(30) {
+                        tracing::error!(queue = %queue.name(), error = %e, pending = records.len(), "archiving failed; the messages stay in the queue, retrying");
+                    }
+                    failures += 1;
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+        let ids: Vec<u64> = batch.drain(..).map(|d| d.id).collect();
+        let n = u32::try_from(ids.len()).unwrap_or(u32::MAX);
+        if !queue.send(QueueCmd::Ack { ids }).await {
+            return;
+        }
+        limit.settle(n);
+    }
+    tracing::info!(queue = %queue.name(), "archive queue gone; its archiver stops");
+}

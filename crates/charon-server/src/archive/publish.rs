@@ -1,0 +1,125 @@
+//! Publishing a message as a client's basic.publish would, from inside the broker (replays):
+//! routed by the vhost's exchanges, stored once for its durable queues when persistent, and
+//! confirmed only when every queue took it and the store has it on disk.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use charon_core::Message;
+use charon_protocol::RawProperties;
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use crate::handles::{ConfirmTo, ConnEvent, ConnHandle, QueueCmd, QueueHandle};
+use crate::persist::Durable;
+use crate::queue::{allocate, now_ms, placed};
+use crate::vhost::VHostState;
+
+/// Why a publish did not land.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PublishError {
+    /// Routing failed (no such exchange, internal exchange): RabbitMQ's text.
+    #[error("{0}")]
+    Route(String),
+    /// No queue is bound for it.
+    #[error("NO_ROUTE")]
+    NoRoute,
+    /// A queue refused it (`reject-publish`), or went away.
+    #[error("refused by queue '{0}'")]
+    Refused(String),
+    /// The store could not take it.
+    #[error("not stored: {0}")]
+    Store(String),
+}
+
+/// A publish handed to its queues, not yet confirmed.
+#[derive(Debug)]
+pub struct Pending {
+    /// The store's index of the message (`None`: not stored: transient, or no durable queue).
+    pub store_index: Option<u64>,
+    commit: Option<Durable>,
+    confirms: UnboundedReceiver<ConnEvent>,
+    queues: Vec<QueueHandle>,
+}
+
+impl Pending {
+    /// Waits for every queue's confirm and the store's commit.
+    pub async fn wait(mut self) -> Result<(), PublishError> {
+        let mut left = self.queues.len();
+        while left > 0 {
+            match self.confirms.recv().await {
+                Some(ConnEvent::Confirm { ack: true, .. }) => left -= 1,
+                Some(ConnEvent::Confirm { ack: false, .. }) => {
+                    return Err(PublishError::Refused(refused_name(&self.queues)));
+                }
+                Some(_) => {}
+                None => return Err(PublishError::Refused(refused_name(&self.queues))),
+            }
+        }
+        if let Some(c) = self.commit.take()
+            && !c.wait().await
+        {
+            return Err(PublishError::Store("the store could not write it".into()));
+        }
+        Ok(())
+    }
+}
+
+fn refused_name(queues: &[QueueHandle]) -> String {
+    queues
+        .first()
+        .map(|q| q.name().to_string())
+        .unwrap_or_default()
+}
+
+/// Routes and hands `properties`/`body` to the queues `exchange`/`routing_key` reach in `vhost`.
+pub async fn publish_message(
+    vhost: &Arc<VHostState>,
+    exchange: &str,
+    routing_key: &str,
+    properties: RawProperties,
+    body: Bytes,
+) -> Result<Pending, PublishError> {
+    let decoded = properties.decode().ok();
+    let headers = decoded.as_ref().and_then(|d| d.headers().as_ref());
+    let mut targets: Vec<QueueHandle> = Vec::new();
+    {
+        let topo = vhost.topology.read().unwrap_or_else(|p| p.into_inner());
+        topo.route(exchange, &[routing_key], headers, &mut targets)
+            .map_err(|e| PublishError::Route(e.to_string()))?;
+    }
+    if targets.is_empty() {
+        return Err(PublishError::NoRoute);
+    }
+    let message = Arc::new(Message::new(
+        Arc::from(exchange),
+        Arc::from(routing_key),
+        properties,
+        body,
+    ));
+    let persistent = message.properties.delivery_mode() == Some(2);
+    let (places, members) = allocate(targets.clone(), persistent);
+    let (stored, commit) = match vhost.persistence() {
+        Some(p) if !members.is_empty() => match p.publish(&message, members, now_ms()) {
+            (Some(msg), durable) => (Some(msg), Some(durable)),
+            (None, _) => return Err(PublishError::Store("the store refused it".into())),
+        },
+        _ => (None, None),
+    };
+    let (conn, confirms) = ConnHandle::new();
+    for (q, placed) in placed(places, &message, stored) {
+        let confirm = Some(ConfirmTo {
+            conn: conn.clone(),
+            channel: 1,
+            seq: 1,
+        });
+        if !q.send(QueueCmd::Publish { placed, confirm }).await {
+            return Err(PublishError::Refused(q.name().to_string()));
+        }
+    }
+    Ok(Pending {
+        store_index: stored,
+        commit,
+        confirms,
+        queues: targets,
+    })
+}

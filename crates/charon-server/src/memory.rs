@@ -1,0 +1,146 @@
+//! The memory alarm (RabbitMQ's `vm_memory_high_watermark`) and returning freed memory.
+//!
+//! Owns the watermark setting, the measurement (the process's resident set from
+//! `/proc/self/status`, against RAM from `/proc/meminfo` or the cgroup limit, whichever is
+//! lower) and the purge request the allocator's owner (the binary) answers. The monitor task
+//! ([`crate::broker::Broker::spawn_memory_monitor`]) sets the `memory` alarm above the mark and
+//! clears it below; connections treat it like the disk alarm (publishers blocked).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::Deserialize;
+
+/// `vm_memory_high_watermark`: relative (a fraction of the memory available) or absolute.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum Watermark {
+    /// A fraction of RAM or of the cgroup limit (RabbitMQ's default: 0.4).
+    Relative(f64),
+    /// Bytes with a unit: `"2GiB"`, `"512MB"`, `"1073741824"` (RabbitMQ's `absolute`).
+    Absolute(String),
+}
+
+impl Default for Watermark {
+    fn default() -> Self {
+        Self::Relative(0.4)
+    }
+}
+
+impl Watermark {
+    /// Checks the setting: a fraction in (0, 1], or a size that parses.
+    pub fn validate(&self) -> Result<(), String> {
+        match self {
+            Self::Relative(f) if *f > 0.0 && *f <= 1.0 => Ok(()),
+            Self::Relative(f) => Err(format!(
+                "vm_memory_high_watermark {f} must be a fraction in (0, 1] or a size such as \"2GiB\""
+            )),
+            Self::Absolute(s) => parse_size(s).map(|_| ()).ok_or_else(|| {
+                format!("vm_memory_high_watermark \"{s}\" is not a size (e.g. \"2GiB\", \"512MB\")")
+            }),
+        }
+    }
+
+    /// The limit in bytes given the memory available.
+    pub fn limit(&self, available: u64) -> u64 {
+        match self {
+            Self::Relative(f) => (available as f64 * f) as u64,
+            Self::Absolute(s) => parse_size(s).unwrap_or(u64::MAX),
+        }
+    }
+}
+
+/// Parses RabbitMQ's information units: a number with an optional unit (`k`/`kiB`, `KB`,
+/// `M`/`MiB`, `MB`, `G`/`GiB`, `GB`, `T`/`TiB`, `TB`; case as RabbitMQ: `kB`/`KB` decimal).
+pub fn parse_size(text: &str) -> Option<u64> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    let mul: u64 = match unit.trim() {
+        "" => 1,
+        "k" | "K" | "kiB" | "KiB" => 1 << 10,
+        "kB" | "KB" => 1_000,
+        "M" | "MiB" => 1 << 20,
+        "MB" => 1_000_000,
+        "G" | "GiB" => 1 << 30,
+        "GB" => 1_000_000_000,
+        "T" | "TiB" => 1 << 40,
+        "TB" => 1_000_000_000_000,
+        _ => return None,
+    };
+    n.checked_mul(mul)
+}
+
+/// Resident set size of this process, bytes (`VmRSS` of `/proc/self/status`).
+pub fn resident_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    kib_field(&s, "VmRSS:")
+}
+
+fn kib_field(text: &str, key: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with(key))?;
+    let kib: u64 = line[key.len()..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}
+
+/// Memory the broker may use: RAM, or the cgroup's limit when lower (v2 `memory.max`, v1
+/// `memory.limit_in_bytes`).
+pub fn available_bytes() -> Option<u64> {
+    let ram = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| kib_field(&s, "MemTotal:"));
+    let cgroup = [
+        "/sys/fs/cgroup/memory.max",
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ]
+    .iter()
+    .filter_map(|p| std::fs::read_to_string(p).ok())
+    .find_map(|s| s.trim().parse::<u64>().ok());
+    match (ram, cgroup) {
+        (Some(r), Some(c)) => Some(r.min(c)),
+        (r, c) => r.or(c),
+    }
+}
+
+static PURGE_GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// Asks every runtime thread to return its freed memory to the OS (the binary's allocator
+/// hook answers on each worker's next park; see [`purge_generation`]).
+pub fn request_purge() {
+    PURGE_GENERATION.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Incremented by each [`request_purge`]; a thread purges when it sees a new value.
+pub fn purge_generation() -> u64 {
+    PURGE_GENERATION.load(Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_as_rabbitmq_units() {
+        assert_eq!(parse_size("2GiB"), Some(2 << 30));
+        assert_eq!(parse_size("512MB"), Some(512_000_000));
+        assert_eq!(parse_size("1073741824"), Some(1 << 30));
+        assert_eq!(parse_size("10x"), None);
+        assert_eq!(Watermark::Relative(0.5).limit(1000), 500);
+        assert!(Watermark::Relative(1.5).validate().is_err());
+        let w: crate::Config = toml::from_str("vm_memory_high_watermark = \"2GiB\"").expect("toml");
+        assert_eq!(w.vm_memory_high_watermark.limit(0), 2 << 30);
+        let w: crate::Config = toml::from_str("vm_memory_high_watermark = 0.6").expect("toml");
+        assert_eq!(w.vm_memory_high_watermark, Watermark::Relative(0.6));
+    }
+
+    #[test]
+    fn this_process_has_a_resident_size() {
+        assert!(resident_bytes().is_some_and(|b| b > 0));
+        assert!(available_bytes().is_some_and(|b| b > 0));
+    }
+}

@@ -1,0 +1,538 @@
+//! `charon ctl dlq …`: the dead-letter archive from the command line (docs/archive.md), an HTTP
+//! client of `/api/dead-letters`. Lists print tab-separated rows; single objects print JSON.
+
+use anyhow::{Context, bail};
+use base64::Engine;
+use clap::{Args, Subcommand};
+use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
+use serde_json::{Map, Value, json};
+
+/// Filters shared by list, groups and the bulk actions (`--filter KEY=VALUE` for any other).
+#[derive(Args, Debug, Default)]
+pub(crate) struct FilterArgs {
+    /// Status (PENDING, PROCESSING, REPLAYED, FAILED, SKIPPED).
+    #[arg(long)]
+    status: Option<String>,
+    /// The archive queue.
+    #[arg(long)]
+    queue: Option<String>,
+    /// The queue the message died in.
+    #[arg(long = "original-queue")]
+    original_queue: Option<String>,
+    /// Dead-lettering reason (rejected, expired, maxlen, delivery_limit).
+    #[arg(long = "death-reason", id = "death_reason")]
+    reason: Option<String>,
+    /// Text the error message or stack trace contains.
+    #[arg(long)]
+    error: Option<String>,
+    /// The message key.
+    #[arg(long)]
+    key: Option<String>,
+    /// Bytes the body contains.
+    #[arg(long)]
+    body: Option<String>,
+    /// `NAME=VALUE`: a header's value (repeatable).
+    #[arg(long = "header")]
+    header: Vec<String>,
+    /// `KEY=VALUE`: any other filter key (since, until, error_fingerprint, ...; repeatable).
+    #[arg(long = "filter")]
+    filter: Vec<String>,
+}
+
+impl FilterArgs {
+    fn to_map(&self) -> anyhow::Result<Map<String, Value>> {
+        let mut m = Map::new();
+        let fixed = [
+            ("status", &self.status),
+            ("queue", &self.queue),
+            ("original_queue", &self.original_queue),
+            ("reason", &self.reason),
+            ("error", &self.error),
+            ("key", &self.key),
+            ("body", &self.body),
+        ];
+        for (k, v) in fixed {
+            if let Some(v) = v {
+                m.insert(k.into(), json!(v));
+            }
+        }
+        for h in &self.header {
+            let (k, v) = h.split_once('=').context("--header takes NAME=VALUE")?;
+            m.insert(format!("header.{k}"), json!(v));
+        }
+        for f in &self.filter {
+            let (k, v) = f.split_once('=').context("--filter takes KEY=VALUE")?;
+            m.insert(k.into(), json!(v));
+        }
+        Ok(m)
+    }
+}
+
+/// `charon ctl dlq` subcommands.
+#[derive(Subcommand, Debug)]
+pub(crate) enum DlqCommand {
+    /// Lists archived dead letters.
+    List {
+        #[command(flatten)]
+        f: FilterArgs,
+        /// Sort column (`-` prefix: descending).
+        #[arg(long)]
+        sort: Option<String>,
+        /// Page (1-based).
+        #[arg(long, default_value_t = 1)]
+        page: u64,
+        /// Page size.
+        #[arg(long = "page-size", default_value_t = 100)]
+        page_size: u64,
+    },
+    /// Shows one record (with its edit history) as JSON.
+    Get {
+        /// Record id.
+        id: i64,
+    },
+    /// Counts by group.
+    Groups {
+        #[command(flatten)]
+        f: FilterArgs,
+        /// Group columns.
+        #[arg(long, default_value = "original_queue,reason,error_fingerprint,status")]
+        by: String,
+    },
+    /// Edits a record's body and/or headers before a replay (the original is kept).
+    Edit {
+        /// Record id.
+        id: i64,
+        /// New body (text).
+        #[arg(long)]
+        payload: Option<String>,
+        /// New headers: a JSON object (replaces them all).
+        #[arg(long)]
+        headers: Option<String>,
+        /// Why.
+        #[arg(long)]
+        note: Option<String>,
+    },
+    /// Replays records by ids or filter (a job; prints its id).
+    Replay {
+        /// Record ids, comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        ids: Vec<i64>,
+        #[command(flatten)]
+        f: FilterArgs,
+        /// Select every record (an empty filter).
+        #[arg(long)]
+        all: bool,
+        /// Exchange to publish to (default: the original).
+        #[arg(long)]
+        exchange: Option<String>,
+        /// Routing key (default: the original).
+        #[arg(long = "routing-key")]
+        routing_key: Option<String>,
+        /// Messages per second.
+        #[arg(long)]
+        rate: Option<f64>,
+        /// Remove x-death and x-first/last-death headers.
+        #[arg(long = "strip-death-headers")]
+        strip_death_headers: bool,
+        /// Note for the audit trail and the records.
+        #[arg(long)]
+        note: Option<String>,
+        /// Wait for the job to finish and print its outcome.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Shows a replay job's progress.
+    Job {
+        /// Job id.
+        id: i64,
+    },
+    /// Lists replay jobs.
+    Jobs,
+    /// Cancels a running replay job.
+    Cancel {
+        /// Job id.
+        id: i64,
+    },
+    /// Marks records SKIPPED with a reason.
+    Skip {
+        /// Record ids, comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        ids: Vec<i64>,
+        #[command(flatten)]
+        f: FilterArgs,
+        /// Select every record.
+        #[arg(long)]
+        all: bool,
+        /// Why (required).
+        #[arg(long)]
+        reason: String,
+    },
+    /// Deletes records.
+    Delete {
+        /// Record ids, comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        ids: Vec<i64>,
+        #[command(flatten)]
+        f: FilterArgs,
+        /// Select every record.
+        #[arg(long)]
+        all: bool,
+        /// Why.
+        #[arg(long)]
+        note: Option<String>,
+    },
+    /// Shows the audit trail.
+    Audit {
+        /// Only rows naming this record.
+        #[arg(long = "record-id")]
+        record_id: Option<i64>,
+        /// Only this action.
+        #[arg(long)]
+        action: Option<String>,
+    },
+    /// Totals, counts by status, what retention removed.
+    Stats,
+}
+
+struct Http {
+    agent: ureq::Agent,
+    base: String,
+    auth: String,
+}
+
+fn enc(s: &str) -> String {
+    utf8_percent_encode(s, NON_ALPHANUMERIC).to_string()
+}
+
+impl Http {
+    fn call(&self, method: &str, path: &str, body: Option<&Value>) -> anyhow::Result<Value> {
+        let url = format!("{}{}", self.base, path);
+        let result = match (method, body) {
+            ("PUT", Some(b)) => self
+                .agent
+                .put(&url)
+                .header("Authorization", &self.auth)
+                .send_json(b),
+            ("POST", Some(b)) => self
+                .agent
+                .post(&url)
+                .header("Authorization", &self.auth)
+                .send_json(b),
+            ("DELETE", _) => self
+                .agent
+                .delete(&url)
+                .header("Authorization", &self.auth)
+                .call(),
+            _ => self
+                .agent
+                .get(&url)
+                .header("Authorization", &self.auth)
+                .call(),
+        };
+        let mut resp =
+            result.with_context(|| format!("cannot reach the management API at {url}"))?;
+        let status = resp.status();
+        let text = resp.body_mut().read_to_string().unwrap_or_default();
+        let value: Value = if text.trim().is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
+        };
+        if !status.is_success() {
+            let reason = value
+                .get("reason")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .unwrap_or_else(|| value.to_string());
+            bail!("Error: {reason} (HTTP {})", status.as_u16());
+        }
+        Ok(value)
+    }
+}
+
+fn query(m: &Map<String, Value>, extra: &[(&str, String)]) -> String {
+    let mut parts: Vec<String> = m
+        .iter()
+        .map(|(k, v)| format!("{}={}", enc(k), enc(v.as_str().unwrap_or(&v.to_string()))))
+        .collect();
+    parts.extend(extra.iter().map(|(k, v)| format!("{}={}", enc(k), enc(v))));
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", parts.join("&"))
+    }
+}
+
+fn cell(v: Option<&Value>) -> String {
+    match v {
+        Some(Value::String(s)) => s.replace(['\t', '\n'], " "),
+        Some(Value::Null) | None => String::new(),
+        Some(v) => v.to_string(),
+    }
+}
+
+/// `{"ids": …}` or `{"filter": …}` from the flags.
+fn selection(ids: Vec<i64>, f: &FilterArgs, all: bool) -> anyhow::Result<Value> {
+    if !ids.is_empty() {
+        return Ok(json!({"ids": ids}));
+    }
+    let m = f.to_map()?;
+    if m.is_empty() && !all {
+        bail!("give --ids, filters, or --all");
+    }
+    Ok(json!({"filter": m, "all": all}))
+}
+
+fn print_json(v: &Value) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+/// Runs one `dlq` command against the API at `url`.
+pub(crate) fn run(url: &str, user: &str, password: &str, cmd: DlqCommand) -> anyhow::Result<()> {
+    let http = Http {
+        agent: ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into(),
+        base: url.trim_end_matches('/').to_string(),
+        auth: format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+        ),
+    };
+    match cmd {
+        DlqCommand::List {
+            f,
+            sort,
+            page,
+            page_size,
+        } => {
+            let mut extra = vec![
+                ("page", page.to_string()),
+                ("page_size", page_size.to_string()),
+            ];
+            if let Some(s) = sort {
+                extra.push(("sort", s));
+            }
+            let body = http.call(
+                "GET",
+                &format!("/api/dead-letters{}", query(&f.to_map()?, &extra)),
+                None,
+            )?;
+            println!("id\tstatus\toriginal_queue\treason\tkey\terror_message\tcreated_at");
+            for r in body["items"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+            {
+                let c = |k: &str| cell(r.get(k));
+                println!(
+                    "{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                    c("id"),
+                    c("status"),
+                    c("original_queue"),
+                    c("reason"),
+                    c("key"),
+                    c("error_message"),
+                    c("created_at")
+                );
+            }
+            println!(
+                "({} of {}, page {})",
+                body["items"].as_array().map_or(0, Vec::len),
+                cell(body.get("total")),
+                page
+            );
+        }
+        DlqCommand::Get { id } => {
+            print_json(&http.call("GET", &format!("/api/dead-letters/{id}"), None)?)?
+        }
+        DlqCommand::Groups { f, by } => {
+            let body = http.call(
+                "GET",
+                &format!(
+                    "/api/dead-letters/groups{}",
+                    query(&f.to_map()?, &[("by", by.clone())])
+                ),
+                None,
+            )?;
+            let cols: Vec<&str> = by.split(',').map(str::trim).collect();
+            println!("{}\tcount\toldest\tnewest\terror_message", cols.join("\t"));
+            for g in body.as_array().map(Vec::as_slice).unwrap_or_default() {
+                let keys: Vec<String> = cols.iter().map(|k| cell(g.get(*k))).collect();
+                println!(
+                    "{}\t{}\t{}\t{}\t{}",
+                    keys.join("\t"),
+                    cell(g.get("count")),
+                    cell(g.get("oldest")),
+                    cell(g.get("newest")),
+                    cell(g.get("error_message"))
+                );
+            }
+        }
+        DlqCommand::Edit {
+            id,
+            payload,
+            headers,
+            note,
+        } => {
+            let mut b = Map::new();
+            if let Some(p) = payload {
+                b.insert("payload".into(), json!(p));
+            }
+            if let Some(h) = headers {
+                let h: Value =
+                    serde_json::from_str(&h).context("--headers must be a JSON object")?;
+                b.insert("headers".into(), h);
+            }
+            if let Some(n) = note {
+                b.insert("note".into(), json!(n));
+            }
+            print_json(&http.call(
+                "PUT",
+                &format!("/api/dead-letters/{id}"),
+                Some(&Value::Object(b)),
+            )?)?;
+        }
+        DlqCommand::Replay {
+            ids,
+            f,
+            all,
+            exchange,
+            routing_key,
+            rate,
+            strip_death_headers,
+            note,
+            wait,
+        } => {
+            let mut b = selection(ids, &f, all)?;
+            if let Some(x) = exchange {
+                b["exchange"] = json!(x);
+            }
+            if let Some(k) = routing_key {
+                b["routing_key"] = json!(k);
+            }
+            if let Some(r) = rate {
+                b["rate"] = json!(r);
+            }
+            if strip_death_headers {
+                b["strip_death_headers"] = json!(true);
+            }
+            if let Some(n) = note {
+                b["note"] = json!(n);
+            }
+            let res = http.call("POST", "/api/dead-letters/replay", Some(&b))?;
+            println!(
+                "Replay job {} started for {} records",
+                cell(res.get("job")),
+                cell(res.get("total"))
+            );
+            if wait {
+                let job = cell(res.get("job"));
+                loop {
+                    let info = http.call("GET", &format!("/api/dead-letters/jobs/{job}"), None)?;
+                    if info["state"] != "RUNNING" {
+                        print_json(&info)?;
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                }
+            }
+        }
+        DlqCommand::Job { id } => {
+            print_json(&http.call("GET", &format!("/api/dead-letters/jobs/{id}"), None)?)?
+        }
+        DlqCommand::Jobs => {
+            let body = http.call("GET", "/api/dead-letters/jobs", None)?;
+            println!("id\tstate\ttotal\treplayed\tfailed\tpending\tcreated_by\tcreated_at");
+            for j in body.as_array().map(Vec::as_slice).unwrap_or_default() {
+                let c = |k: &str| cell(j.get(k));
+                println!(
+                    "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                    c("id"),
+                    c("state"),
+                    c("total"),
+                    c("replayed"),
+                    c("failed"),
+                    c("pending"),
+                    c("created_by"),
+                    c("created_at")
+                );
+            }
+        }
+        DlqCommand::Cancel { id } => {
+            let res = http.call("DELETE", &format!("/api/dead-letters/jobs/{id}"), None)?;
+            println!("Job {id} cancelled: {}", cell(res.get("cancelled")));
+        }
+        DlqCommand::Skip {
+            ids,
+            f,
+            all,
+            reason,
+        } => {
+            let mut b = selection(ids, &f, all)?;
+            b["reason"] = json!(reason);
+            let res = http.call("POST", "/api/dead-letters/skip", Some(&b))?;
+            println!("Skipped {} records", cell(res.get("skipped")));
+        }
+        DlqCommand::Delete { ids, f, all, note } => {
+            let mut b = selection(ids, &f, all)?;
+            if let Some(n) = note {
+                b["note"] = json!(n);
+            }
+            let res = http.call("POST", "/api/dead-letters/delete", Some(&b))?;
+            println!("Deleted {} records", cell(res.get("deleted")));
+        }
+        DlqCommand::Audit { record_id, action } => {
+            let mut extra = Vec::new();
+            if let Some(r) = record_id {
+                extra.push(("record_id", r.to_string()));
+            }
+            if let Some(a) = action {
+                extra.push(("action", a));
+            }
+            let body = http.call(
+                "GET",
+                &format!("/api/dead-letters/audit{}", query(&Map::new(), &extra)),
+                None,
+            )?;
+            println!("at\tactor\taction\tids\tfilter\tnote\tresult");
+            for a in body["items"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+            {
+                let c = |k: &str| cell(a.get(k));
+                println!(
+                    "{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                    c("at"),
+                    c("actor"),
+                    c("action"),
+                    c("ids"),
+                    c("filter"),
+                    c("note"),
+                    c("result")
+                );
+            }
+        }
+        DlqCommand::Stats => print_json(&http.call("GET", "/api/dead-letters/stats", None)?)?,
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        cmd: super::DlqCommand,
+    }
+
+    #[test]
+    fn the_cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}
