@@ -174,3 +174,25 @@ def test_delayed_exchange_is_listed_with_its_type(broker, ch, uniq):
         time.sleep(0.05)
     assert body["messages_delayed"] == 3
     ch.exchange_delete(x)
+
+
+def test_release_lateness_is_shown_per_delayed_exchange(broker, ch, uniq):
+    """The broker measures release lateness (release time − due time) where it releases a
+    delayed message and shows count/p50/p99/max (ms) in the exchange's details."""
+    from dlx_helpers import api
+    x, q = uniq("dx"), uniq("dq")
+    declare(ch, x, "direct")
+    ch.queue_declare(q)
+    ch.queue_bind(q, x, "k")
+    body = api(broker, "GET", f"/api/exchanges/%2f/{x}")[1]
+    assert body["release_lateness_ms"] is None
+    for d in (150, 250, 350):
+        ch.basic_publish(x, "k", b"m", pika.BasicProperties(headers={"x-delay": d}))
+    assert all(get_within(ch, q, timeout=UPPER_SLACK_S) is not None for _ in range(3))
+    lat = api(broker, "GET", f"/api/exchanges/%2f/{x}")[1]["release_lateness_ms"]
+    assert lat["count"] == 3
+    assert 0 <= lat["p50"] <= lat["p99"] <= lat["max"] < UPPER_SLACK_S * 1000
+    listed = [e for e in api(broker, "GET", "/api/exchanges/%2f")[1] if e["name"] == x]
+    assert listed[0]["release_lateness_ms"]["count"] == 3
+    ch.exchange_delete(x)
+    ch.queue_delete(q)

@@ -225,6 +225,56 @@ def test_invalid_retry_arguments_are_refused_with_precondition_failed(conn, uniq
         f"PRECONDITION_FAILED - invalid arg '{arg}' for queue '{q}' in vhost '/': {reason}")
 
 
+def test_retry_arguments_are_compared_on_redeclare(conn, uniq):
+    """x-retry-* arguments take part in queue equivalence like RabbitMQ's own x- arguments."""
+    ch = conn.channel()
+    q = uniq("eq")
+    args = {"x-retry-limit": 3, "x-retry-delays": [1000, 2000]}
+    ch.queue_declare(q, arguments=args)
+    ch.queue_declare(q, arguments=args)  # same arguments: fine
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as e:
+        ch.queue_declare(q, arguments={"x-retry-limit": 5, "x-retry-delays": [1000, 2000]})
+    assert e.value.reply_code == 406
+    assert e.value.reply_text == (
+        f"PRECONDITION_FAILED - inequivalent arg 'x-retry-limit' for queue '{q}' in vhost '/': "
+        "received '5' but current is '3'")
+    ch = conn.channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as e:
+        ch.queue_declare(q, arguments={"x-retry-limit": 3, "x-retry-delays": [1000, 3000]})
+    assert e.value.reply_code == 406
+    assert e.value.reply_text.startswith(
+        f"PRECONDITION_FAILED - inequivalent arg 'x-retry-delays' for queue '{q}' in vhost '/': ")
+    ch = conn.channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as e:
+        ch.queue_declare(q, arguments={"x-retry-delays": [1000, 2000]})
+    assert e.value.reply_text == (
+        f"PRECONDITION_FAILED - inequivalent arg 'x-retry-limit' for queue '{q}' in vhost '/': "
+        "received none but current is the value '3' of type 'signedint'")
+    ch = conn.channel()
+    ch.queue_declare(q, passive=True)  # the queue is unchanged
+    ch.queue_delete(q)
+
+
+def test_release_lateness_of_parked_messages_is_shown_per_queue(broker, ch, uniq):
+    """The queue measures release lateness (release time − due time) where it releases a
+    parked message and shows count/p50/p99/max (ms) in its details."""
+    q = uniq("lat")
+    ch.queue_declare(q, arguments={"x-retry-delays": [150, 300]})
+    status, body = api(broker, "GET", f"/api/queues/%2f/{q}")
+    assert status == 200 and body["release_lateness_ms"] is None
+    publish(ch, q, b"a")
+    publish(ch, q, b"b")
+    for _ in range(2):
+        m = get_within(ch, q, timeout=10, auto_ack=False)
+        ch.basic_reject(m[0].delivery_tag, requeue=False)
+    back = [get_within(ch, q, timeout=UPPER_SLACK_S, auto_ack=True) for _ in range(2)]
+    assert sorted(m[2] for m in back) == [b"a", b"b"]
+    lat = api(broker, "GET", f"/api/queues/%2f/{q}")[1]["release_lateness_ms"]
+    assert lat["count"] == 2
+    assert 0 <= lat["p50"] <= lat["p99"] <= lat["max"] < UPPER_SLACK_S * 1000
+    ch.queue_delete(q)
+
+
 def test_invalid_retry_policy_is_refused_with_400(broker, uniq):
     status, body = api(broker, "PUT", f"/api/policies/%2f/{uniq('bad')}",
                        {"pattern": "^x$", "definition": {"retry-delays": [5000, -1]},

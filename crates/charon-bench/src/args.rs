@@ -84,6 +84,10 @@ pub struct BenchArgs {
     /// "delayed": delays are spread evenly over this many ms after --delay-base-ms.
     #[arg(long, default_value_t = 10_000)]
     pub delay_spread_ms: u64,
+    /// "retry"/"delayed": Charon's management API (`http://host:port`); the report adds the
+    /// broker-side release lateness (`release_lateness_ms`) of the queue / delayed exchange.
+    #[arg(long)]
+    pub api: Option<String>,
     /// PID of the broker: report its CPU time per message and peak RSS (Linux /proc).
     #[arg(long)]
     pub broker_pid: Option<u32>,
@@ -126,6 +130,7 @@ impl Default for BenchArgs {
             delay_base_ms: 10_000,
             delay_spread_ms: 10_000,
             broker_pid: None,
+            api: None,
             json: false,
             quiet: false,
             http_url: "http://127.0.0.1:15672".into(),

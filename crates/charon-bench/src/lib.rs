@@ -12,6 +12,7 @@
 //! it. Examples: `bench` (stand-alone driver) and `null_broker` (a sink used
 //! to measure the tool's own ceiling).
 
+mod api_lateness;
 mod archive;
 mod args;
 pub mod client;

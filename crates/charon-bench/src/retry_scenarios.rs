@@ -15,6 +15,10 @@
 //! lateness of each arrival (receive time − send time − its delay), p50/p99/max. Measured at the
 //! client, it includes publish and delivery latency: an upper bound of the broker's release
 //! lateness. `--rate` paces the publisher (msg/s) so that publishing lag does not count.
+//!
+//! With `--api http://host:port` (Charon) both reports add the broker-side release lateness
+//! (`broker_lateness_ms_*`: release time − due time, measured where the broker releases the
+//! message) read from the queue's / delayed exchange's `release_lateness_ms`.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -31,7 +35,7 @@ use crate::client::connection::{CHANNEL, decode, encode};
 use crate::client::frame_io::{FRAME_BODY, FRAME_HEADER, FRAME_METHOD};
 use crate::client::wire;
 use crate::uri::AmqpUri;
-use crate::{BenchArgs, BenchError, Scenario, proc_stats};
+use crate::{BenchArgs, BenchError, Scenario, api_lateness, proc_stats};
 
 /// How the retry scenario builds its retries.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -64,6 +68,14 @@ pub struct RetryReport {
     pub lateness_ms_p99: Option<f64>,
     /// delayed: max lateness (ms).
     pub lateness_ms_max: Option<f64>,
+    /// With --api: releases the broker measured (parked or delayed messages).
+    pub broker_lateness_count: Option<u64>,
+    /// With --api: broker-side release lateness p50 (ms), measured at the release point.
+    pub broker_lateness_ms_p50: Option<f64>,
+    /// With --api: broker-side p99 (ms).
+    pub broker_lateness_ms_p99: Option<f64>,
+    /// With --api: broker-side max (ms).
+    pub broker_lateness_ms_max: Option<f64>,
     /// retry/native with --broker-pid: broker RSS per parked message beyond a queued one (bytes).
     pub park_extra_bytes_per_msg: Option<f64>,
     /// Broker RSS with the messages queued / parked (KiB), for the figure above.
@@ -403,6 +415,12 @@ async fn retry(args: &BenchArgs, uri: &AmqpUri) -> Result<RetryReport, BenchErro
     .await?;
     let elapsed = start.elapsed().as_secs_f64();
     c.close().await;
+    if let (Some(api), RetryMode::Native) = (&args.api, mode) {
+        broker_side(
+            &mut report,
+            api_lateness::fetch(api, uri, "queues", &main).await?,
+        );
+    }
     for q in [&main, &retry_q] {
         admin.delete_queue(q).await?;
     }
@@ -504,10 +522,14 @@ async fn delayed(args: &BenchArgs, uri: &AmqpUri) -> Result<RetryReport, BenchEr
         .map_err(|e| BenchError::Task(e.to_string()))??;
     let elapsed = start.elapsed().as_secs_f64();
     c.close().await;
+    let broker = match &args.api {
+        Some(api) => api_lateness::fetch(api, uri, "exchanges", &x).await?,
+        None => None,
+    };
     admin.delete_queue(&q).await?;
     admin.close().await;
     let ms = |p: f64| Some(hist.value_at_quantile(p) as f64 / 1000.0);
-    Ok(RetryReport {
+    let mut report = RetryReport {
         scenario: "delayed".into(),
         params: format!(
             "messages={n} base_ms={base} spread_ms={spread} persistent={}",
@@ -519,7 +541,18 @@ async fn delayed(args: &BenchArgs, uri: &AmqpUri) -> Result<RetryReport, BenchEr
         lateness_ms_p99: ms(0.99),
         lateness_ms_max: Some(hist.max() as f64 / 1000.0),
         ..RetryReport::default()
-    })
+    };
+    broker_side(&mut report, broker);
+    Ok(report)
+}
+
+fn broker_side(report: &mut RetryReport, broker: Option<api_lateness::Broker>) {
+    if let Some((count, p50, p99, max)) = broker {
+        report.broker_lateness_count = Some(count);
+        report.broker_lateness_ms_p50 = Some(p50);
+        report.broker_lateness_ms_p99 = Some(p99);
+        report.broker_lateness_ms_max = Some(max);
+    }
 }
 
 /// Runs `--scenario retry` or `--scenario delayed` and prints the report (JSON with --json).

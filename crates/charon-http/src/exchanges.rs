@@ -36,6 +36,11 @@ fn exchange_json(x: &ExchangeView) -> Value {
     // The delayed-message plugin's `messages_delayed`, for x-delayed-message exchanges.
     if let (Some(n), Some(o)) = (x.messages_delayed, v.as_object_mut()) {
         o.insert("messages_delayed".into(), json!(n));
+        o.insert(
+            "release_lateness_ms".into(),
+            x.release_lateness
+                .map_or(serde_json::Value::Null, |l| l.to_json()),
+        );
     }
     v
 }

@@ -95,6 +95,7 @@ pub fn queue_json(broker: &Broker, q: &QueueInfo) -> Value {
         "messages_parked": s.parked,
         "messages_held": s.held,
         "next_due": s.next_due_ms,
+        "release_lateness_ms": s.release_lateness.map(|l| l.to_json()),
     })
 }
 

@@ -21,6 +21,7 @@ use charon_protocol::FieldTable;
 use tokio::sync::mpsc;
 
 use crate::handles::{QueueCmd, QueueHandle};
+use crate::lateness::{Lateness, LatenessSummary, now_us};
 use crate::locks::RwLockExt;
 use crate::queue::{PagedShapes, allocate, now_ms, placed};
 use crate::vhost::VHostState;
@@ -49,9 +50,13 @@ pub struct DelayHandle {
     waiting: Arc<Waiting>,
 }
 
-/// Messages waiting, per exchange (for management; the task and publishers update it).
+/// Messages waiting, per exchange (for management; the task and publishers update it), and
+/// each exchange's release lateness (the task records it at the release point).
 #[derive(Debug, Default)]
-pub struct Waiting(std::sync::Mutex<std::collections::HashMap<Arc<str>, u64>>);
+pub struct Waiting(
+    std::sync::Mutex<std::collections::HashMap<Arc<str>, u64>>,
+    std::sync::Mutex<std::collections::HashMap<Arc<str>, Lateness>>,
+);
 
 impl Waiting {
     fn add(&self, exchange: &Arc<str>, n: i64) {
@@ -61,6 +66,16 @@ impl Waiting {
         if *e == 0 {
             m.remove(exchange);
         }
+    }
+
+    fn released(&self, exchange: &Arc<str>, due_ms: u64, at_us: u64) {
+        let mut m = self.1.lock().unwrap_or_else(|p| p.into_inner());
+        m.entry(exchange.clone()).or_default().record(due_ms, at_us);
+    }
+
+    fn lateness(&self, exchange: &str) -> Option<LatenessSummary> {
+        let m = self.1.lock().unwrap_or_else(|p| p.into_inner());
+        m.get(exchange).and_then(Lateness::summary)
     }
 
     fn of(&self, exchange: &str) -> u64 {
@@ -79,6 +94,11 @@ impl DelayHandle {
     /// Messages waiting for delayed exchange `exchange`.
     pub fn waiting(&self, exchange: &str) -> u64 {
         self.waiting.of(exchange)
+    }
+
+    /// Release lateness of delayed exchange `exchange` (`None` before its first release).
+    pub fn lateness(&self, exchange: &str) -> Option<LatenessSummary> {
+        self.waiting.lateness(exchange)
     }
 
     /// Hands a message over (waits while the task's channel is full).
@@ -177,6 +197,7 @@ async fn run(
             }
             let d = entry.remove();
             waiting.add(&d.exchange, -1);
+            waiting.released(&d.exchange, d.due, now_us());
             release(&v, d, now).await;
         }
     }

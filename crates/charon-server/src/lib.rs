@@ -34,6 +34,7 @@ pub mod data_lock;
 pub mod error;
 pub mod exchange_delay;
 pub mod handles;
+pub mod lateness;
 pub mod limits;
 mod locks;
 pub mod memory;

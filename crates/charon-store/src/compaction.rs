@@ -17,7 +17,7 @@ use bytes::Bytes;
 use crate::index::Loc;
 use crate::record::{self, Kind, Payload, encode_carry, encode_command};
 use crate::segment::{self, SEGMENT_HEADER_LEN, SegId};
-use crate::store::Shared;
+use crate::store::{Shared, State};
 use crate::types::{Command, Member, MessageId};
 
 /// Copies appended per lock acquisition.
@@ -227,6 +227,13 @@ fn compact_one(shared: &Shared) {
             };
             st.push(shared.config.segment_size, Kind::Carry, &payload, &decoded);
             carried += 1;
+            // A member's Park record may sit in an older segment than the Carry: on replay it
+            // would meet no message yet and be dropped. Write the park states after the Carry.
+            for (member, _) in &members {
+                if let Some(p) = st.index.parks.get(member).copied() {
+                    carried += push_park(&mut st, shared, *member, p.due_ms, p.attempt);
+                }
+            }
         }
         st.stats.records_carried += carried;
         carried = 0;
@@ -272,20 +279,25 @@ fn compact_one(shared: &Shared) {
         else {
             continue;
         };
-        let cmd = Command::Park {
-            member,
-            due_ms: p.due_ms,
-            attempt: p.attempt,
-        };
-        let Ok((kind, payload, _)) = encode_command(&cmd) else {
-            continue;
-        };
-        let Ok(decoded) = Payload::decode(kind as u8, &payload) else {
-            continue;
-        };
-        st.push(shared.config.segment_size, kind, &payload, &decoded);
-        copied += 1;
+        copied += push_park(&mut st, shared, member, p.due_ms, p.attempt);
     }
     st.stats.records_carried += copied;
     tracing::debug!(segment = seg, "segment compacted");
+}
+
+/// Writes a `Park` record for `member` (its current park state); 1 when written.
+fn push_park(st: &mut State, shared: &Shared, member: Member, due_ms: u64, attempt: u32) -> u64 {
+    let cmd = Command::Park {
+        member,
+        due_ms,
+        attempt,
+    };
+    let Ok((kind, payload, _)) = encode_command(&cmd) else {
+        return 0;
+    };
+    let Ok(decoded) = Payload::decode(kind as u8, &payload) else {
+        return 0;
+    };
+    st.push(shared.config.segment_size, kind, &payload, &decoded);
+    1
 }

@@ -230,12 +230,25 @@ impl Retrier {
         now_ms: u64,
         alloc: &mut dyn FnMut() -> MsgId,
     ) -> Vec<(MsgId, MsgId)> {
+        self.release_due_with(state, now_ms, alloc, &mut |_| {})
+    }
+
+    /// [`Self::release_due`], telling `on_due` the due time of each released message (release
+    /// lateness is measured by the caller).
+    pub fn release_due_with(
+        &mut self,
+        state: &mut QueueState,
+        now_ms: u64,
+        alloc: &mut dyn FnMut() -> MsgId,
+        on_due: &mut dyn FnMut(u64),
+    ) -> Vec<(MsgId, MsgId)> {
         let mut moved = Vec::new();
         while let Some(entry) = self.parked.first_entry() {
             if entry.key().0 > now_ms {
                 break;
             }
-            let ((_, old), p) = entry.remove_entry();
+            let ((due, old), p) = entry.remove_entry();
+            on_due(due);
             let new = alloc();
             if let Some(k) = p.key {
                 self.retrying.insert(new, k);

@@ -9,6 +9,7 @@ use super::{ConnectionId, QueueDeclare, QueueEntry, QueueMeta, VHost};
 use crate::arguments::{DECLARE_ARGS, QueueArgs, QueueType};
 use crate::error::CoreError;
 use crate::exchange::Destination;
+use crate::retry::settings::RETRY_ARGS;
 use crate::value::{lookup, type_name};
 
 impl<Q: Clone> VHost<Q> {
@@ -93,7 +94,9 @@ impl<Q: Clone> VHost<Q> {
         let res = resource("queue", name, &self.name);
         equivalence::field(e.meta.durable, durable, &res, "durable")?;
         equivalence::field(e.meta.auto_delete, d.auto_delete, &res, "auto_delete")?;
-        equivalence::args(&e.meta.arguments, &d.arguments, &res, DECLARE_ARGS)
+        equivalence::args(&e.meta.arguments, &d.arguments, &res, DECLARE_ARGS)?;
+        // Charon's retry arguments are compared like RabbitMQ's own x- arguments.
+        equivalence::args(&e.meta.arguments, &d.arguments, &res, RETRY_ARGS)
     }
 
     fn new_queue_meta(

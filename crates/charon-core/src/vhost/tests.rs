@@ -174,6 +174,25 @@ fn queue_redeclare_must_be_equivalent() {
 }
 
 #[test]
+fn queue_redeclare_compares_retry_arguments() {
+    let mut v = vh();
+    let mut d = qd("rq");
+    d.arguments = table(&[("x-retry-limit", AMQPValue::LongInt(3))]);
+    assert!(v.declare_queue(&d, 1, |_| "x").is_ok());
+    assert!(v.declare_queue(&d, 1, |_| "x").is_ok());
+    let mut other = qd("rq");
+    other.arguments = table(&[("x-retry-limit", AMQPValue::LongInt(5))]);
+    assert_eq!(
+        text(v.declare_queue(&other, 1, |_| "x")),
+        "PRECONDITION_FAILED - inequivalent arg 'x-retry-limit' for queue 'rq' in vhost '/': received '5' but current is '3'"
+    );
+    assert_eq!(
+        text(v.declare_queue(&qd("rq"), 1, |_| "x")),
+        "PRECONDITION_FAILED - inequivalent arg 'x-retry-limit' for queue 'rq' in vhost '/': received none but current is the value '3' of type 'signedint'"
+    );
+}
+
+#[test]
 fn integer_args_of_the_same_class_are_equivalent() {
     let mut v = vh();
     let mut d = qd("q3");

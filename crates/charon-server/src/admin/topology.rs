@@ -39,6 +39,8 @@ pub struct ExchangeView {
     pub arguments: FieldTable,
     /// A delayed exchange's messages waiting for their time (`docs/retries.md`).
     pub messages_delayed: Option<u64>,
+    /// A delayed exchange's release lateness (`crate::lateness`).
+    pub release_lateness: Option<crate::lateness::LatenessSummary>,
 }
 
 /// A binding as listed.
@@ -114,6 +116,7 @@ impl Broker {
                     messages_delayed: x
                         .delayed
                         .then(|| v.delayed.get().map_or(0, |h| h.waiting(&x.name))),
+                    release_lateness: v.delayed.get().and_then(|h| h.lateness(&x.name)),
                 }
             }));
         }

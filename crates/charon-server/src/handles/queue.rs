@@ -69,6 +69,8 @@ pub struct QueueStats {
     pub held: u64,
     /// When the next parked message is due (ms since the epoch).
     pub next_due_ms: Option<u64>,
+    /// Release lateness of parked messages (`crate::lateness`).
+    pub release_lateness: Option<crate::lateness::LatenessSummary>,
 }
 
 /// Commands a queue actor accepts.

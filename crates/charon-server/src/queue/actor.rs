@@ -276,6 +276,7 @@ impl Actor {
                 s.dead_letters_dropped_no_dlx = self.dl.dropped_no_dlx;
                 let r = self.retry.stats();
                 (s.parked, s.held, s.next_due_ms) = (r.parked, r.held, r.next_due);
+                s.release_lateness = self.retry.lateness();
                 let _ = reply.send(s);
             }
             QueueCmd::Delete { reply } => {
@@ -446,6 +447,7 @@ impl Actor {
                 stats.dead_letters_dropped_no_dlx = self.dl.dropped_no_dlx;
                 let r = self.retry.stats();
                 (stats.parked, stats.held, stats.next_due_ms) = (r.parked, r.held, r.next_due);
+                stats.release_lateness = self.retry.lateness();
                 let (head_timestamp, head_death_time) = super::admin::head_facts(&self.state);
                 let _ = reply.send(super::admin::QueueDetails {
                     stats,

@@ -11,12 +11,15 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 
 use super::stored::StoreSide;
 use crate::handles::QueueHandle;
+use crate::lateness::{Lateness, LatenessSummary, now_us};
 
 /// The retry side of one queue actor.
 #[derive(Debug)]
 pub(super) struct RetrySide {
     r: Retrier,
     rng: StdRng,
+    /// Release lateness (actual release − due), measured here at the release point.
+    lateness: Lateness,
 }
 
 impl Default for RetrySide {
@@ -24,6 +27,7 @@ impl Default for RetrySide {
         RetrySide {
             r: Retrier::default(),
             rng: StdRng::from_os_rng(),
+            lateness: Lateness::default(),
         }
     }
 }
@@ -83,7 +87,14 @@ impl RetrySide {
         if self.r.next_due().is_none_or(|t| t > now) {
             return;
         }
-        let moved = self.r.release_due(state, now, &mut || me.alloc_id());
+        let at = now_us();
+        let lateness = &mut self.lateness;
+        let moved = self.r.release_due_with(
+            state,
+            now.max(at / 1000),
+            &mut || me.alloc_id(),
+            &mut |due| lateness.record(due, at),
+        );
         if let Some(s) = store {
             for (old, new) in moved {
                 s.renamed(old, new);
@@ -113,6 +124,11 @@ impl RetrySide {
     /// When the actor must wake to release.
     pub(super) fn next_due(&self) -> Option<u64> {
         self.r.next_due()
+    }
+
+    /// Release lateness so far (`None` before the first release).
+    pub(super) fn lateness(&self) -> Option<LatenessSummary> {
+        self.lateness.summary()
     }
 
     /// Counts for management.
