@@ -167,3 +167,23 @@ def test_runtime_and_global_parameters_inert_persisted_exported(node, tmp_path):
         assert api2.ok("/global-parameters/my-flag")["value"] == {"on": True}
     finally:
         stop_charon(b2)
+
+
+def test_deleting_a_vhost_forgets_its_limits_and_parameters(node):
+    # RabbitMQ removes a vhost's limits and runtime parameters with it: a vhost created again under
+    # the same name starts without them.
+    b = node
+    api = Api(b)
+    admin(b, "declare", "vhost", "name=gone-v")
+    admin(b, "declare", "vhost_limit", "vhost=gone-v", "name=max-queues", "value=1")
+    admin(b, "declare", "parameter", "component=federation-upstream", "name=up", "value={}", vhost="gone-v")
+    assert api.ok("/vhost-limits/gone-v") == [{"vhost": "gone-v", "value": {"max-queues": 1}}]
+    assert api.get("/parameters/federation-upstream/gone-v/up").status_code == 200
+    admin(b, "delete", "vhost", "name=gone-v")
+    admin(b, "declare", "vhost", "name=gone-v")
+    assert api.ok("/vhost-limits/gone-v") in ([], [{"vhost": "gone-v", "value": {}}])
+    assert api.get("/parameters/federation-upstream/gone-v/up").status_code == 404
+    # The recreated vhost takes two queues again.
+    admin(b, "declare", "permission", "vhost=gone-v", "user=guest", "configure=.*", "write=.*", "read=.*")
+    admin(b, "declare", "queue", "name=q1", vhost="gone-v")
+    admin(b, "declare", "queue", "name=q2", vhost="gone-v")

@@ -269,6 +269,14 @@ impl Broker {
         Ok(created)
     }
 
+    /// Forgets vhost `vhost`'s limits and runtime parameters (the vhost is deleted; the caller
+    /// saves the record).
+    pub(crate) fn forget_vhost_settings(&self, vhost: &str) {
+        self.limits()
+            .set_vhost_limits(vhost, VHostLimits::default());
+        self.params().parameters.retain(|(_, v, _), _| v != vhost);
+    }
+
     /// Deletes a runtime parameter; false when there is none.
     pub async fn delete_parameter(&self, component: &str, vhost: &str, name: &str) -> bool {
         if component == VHOST_LIMITS {

@@ -327,6 +327,9 @@ impl Broker {
         {
             c.wait().await;
         }
+        // As RabbitMQ: a vhost's limits and runtime parameters go with it (a vhost created again
+        // under the same name starts without them).
+        self.forget_vhost_settings(name);
         self.save_access().await;
         true
     }
