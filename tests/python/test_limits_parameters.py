@@ -105,6 +105,9 @@ def test_user_limits_with_requests_and_ctl_enforced_and_exported(node):
     assert api.put("/users/lim-u", {"password": "pw", "tags": ""}).status_code == 201
     assert api.put("/permissions/%2F/lim-u", {"configure": ".*", "write": ".*", "read": ".*"}).status_code == 201
     assert api.put("/user-limits/lim-u/max-channels", {"value": 1}).status_code == 204
+    # The user's own record shows its limits, as RabbitMQ's /api/users does.
+    assert api.ok("/users/lim-u")["limits"] == {"max-channels": 1}
+    assert next(u for u in api.ok("/users") if u["name"] == "lim-u")["limits"] == {"max-channels": 1}
     assert api.put("/user-limits/lim-u/max-widgets", {"value": 1}).status_code == 400
     assert api.put("/user-limits/nobody/max-channels", {"value": 1}).status_code == 404
     assert api.ok("/user-limits/lim-u") == [{"user": "lim-u", "value": {"max-channels": 1}}]

@@ -9,6 +9,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use charon_server::admin::definitions::parse_tags;
+use charon_server::admin::params::user_limits_json;
 use charon_server::admin::users::{PasswordInput, PermissionView, UserView};
 use charon_server::broker::Broker;
 use serde_json::{Value, json};
@@ -17,9 +18,10 @@ use crate::auth::AuthUser;
 use crate::error::ApiError;
 use crate::listing::{Query, body_object, details, respond, respond_one, string};
 
-fn user_json(u: &UserView) -> Value {
+fn user_json(broker: &Broker, u: &UserView) -> Value {
+    let limits = user_limits_json(&broker.limits().user_limits(&u.name));
     json!({"name": u.name, "password_hash": u.password_hash,
-           "hashing_algorithm": u.hashing_algorithm, "tags": u.tags, "limits": {}})
+           "hashing_algorithm": u.hashing_algorithm, "tags": u.tags, "limits": limits})
 }
 
 fn perm_json(p: &PermissionView) -> Value {
@@ -42,7 +44,14 @@ pub async fn list_users(
     q: Query,
 ) -> Result<Json<Value>, ApiError> {
     user.require_admin()?;
-    respond(broker.list_users().iter().map(user_json).collect(), &q)
+    respond(
+        broker
+            .list_users()
+            .iter()
+            .map(|u| user_json(&broker, u))
+            .collect(),
+        &q,
+    )
 }
 
 /// `GET /api/users/without-permissions`.
@@ -58,7 +67,7 @@ pub async fn users_without_permissions(
             .list_users()
             .iter()
             .filter(|u| !perms.iter().any(|p| p.user == u.name))
-            .map(user_json)
+            .map(|u| user_json(&broker, u))
             .collect(),
         &q,
     )
@@ -73,7 +82,7 @@ pub async fn get_user(
 ) -> Result<Json<Value>, ApiError> {
     user.require_admin()?;
     let u = broker.user(&name).ok_or(ApiError::NotFound)?;
-    Ok(respond_one(user_json(&u), &q))
+    Ok(respond_one(user_json(&broker, &u), &q))
 }
 
 /// `PUT /api/users/{name}` with `password` or `password_hash` (+ `hashing_algorithm`) and
