@@ -74,3 +74,12 @@ impl IntoResponse for ApiError {
         resp
     }
 }
+
+/// A DELETE's answer: 204 when something was deleted, RabbitMQ's 404 when there was nothing.
+pub(crate) fn deleted(found: bool) -> Result<axum::http::StatusCode, ApiError> {
+    if found {
+        Ok(axum::http::StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::NotFound)
+    }
+}

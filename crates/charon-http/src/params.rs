@@ -224,11 +224,7 @@ pub async fn delete_parameter(
 ) -> Result<StatusCode, ApiError> {
     user.may_set_policies()?;
     user.check_vhost(&broker, &vhost)?;
-    if broker.delete_parameter(&component, &vhost, &name).await {
-        Ok(StatusCode::NO_CONTENT)
-    } else {
-        Err(ApiError::NotFound)
-    }
+    crate::error::deleted(broker.delete_parameter(&component, &vhost, &name).await)
 }
 
 /// `GET /api/global-parameters`.
@@ -280,9 +276,5 @@ pub async fn delete_global(
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     user.require_admin()?;
-    if broker.delete_global_parameter(&name).await {
-        Ok(StatusCode::NO_CONTENT)
-    } else {
-        Err(ApiError::NotFound)
-    }
+    crate::error::deleted(broker.delete_global_parameter(&name).await)
 }

@@ -116,11 +116,7 @@ pub async fn delete_user(
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     user.require_admin()?;
-    if broker.delete_user(&name).await {
-        Ok(StatusCode::NO_CONTENT)
-    } else {
-        Err(ApiError::NotFound)
-    }
+    crate::error::deleted(broker.delete_user(&name).await)
 }
 
 /// `POST /api/users/bulk-delete` `{"users": [...]}`.
@@ -248,11 +244,7 @@ pub async fn delete_permission(
     Path((vhost, name)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     user.require_admin()?;
-    if broker.clear_permissions(&name, &vhost).await {
-        Ok(StatusCode::NO_CONTENT)
-    } else {
-        Err(ApiError::NotFound)
-    }
+    crate::error::deleted(broker.clear_permissions(&name, &vhost).await)
 }
 
 async fn vhost_json(broker: &Broker, name: &str) -> Value {
@@ -313,9 +305,5 @@ pub async fn delete_vhost(
     Path(vhost): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     user.require_admin()?;
-    if broker.delete_vhost(&vhost).await {
-        Ok(StatusCode::NO_CONTENT)
-    } else {
-        Err(ApiError::NotFound)
-    }
+    crate::error::deleted(broker.delete_vhost(&vhost).await)
 }
