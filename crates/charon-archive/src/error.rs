@@ -30,6 +30,10 @@ impl From<rusqlite::Error> for ArchiveError {
 
 impl From<postgres::Error> for ArchiveError {
     fn from(e: postgres::Error) -> Self {
-        ArchiveError::Db(e.to_string())
+        // `Display` of a server error is only "db error"; the server's own message says what failed.
+        match e.as_db_error() {
+            Some(d) => ArchiveError::Db(format!("{}: {}", d.code().code(), d.message())),
+            None => ArchiveError::Db(e.to_string()),
+        }
     }
 }

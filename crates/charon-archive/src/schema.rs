@@ -1,7 +1,7 @@
 //! The archive's tables (docs/archive.md) as versioned migrations, applied at open.
 
 use crate::error::ArchiveError;
-use crate::sql::{Conn, Dialect, transaction};
+use crate::sql::{Conn, Dialect};
 use crate::time::now_ms;
 
 /// Migration 1; `{ID}` and `{BLOB}` are the dialect's id column and bytes type.
@@ -105,33 +105,69 @@ fn render(sql: &str, d: Dialect) -> String {
     sql.replace("{ID}", id).replace("{BLOB}", blob)
 }
 
+/// The advisory lock key of the archive's migrations on PostgreSQL ("charon" in ASCII).
+const PG_MIGRATION_LOCK: i64 = 0x6368_6172_6f6e;
+
 /// Applies the migrations the database lacks; refuses a database from a newer Charon.
+///
+/// Each migration and its version row commit together, under a write lock taken before the version
+/// is read again (SQLite `BEGIN IMMEDIATE`, PostgreSQL `LOCK TABLE`): a kill at any moment leaves the
+/// database at a whole version, and two processes opening the same database at once apply each
+/// migration once (the second sees the first's version and skips it).
 pub fn migrate(c: &mut dyn Conn) -> Result<(), ArchiveError> {
-    c.batch(
-        "CREATE TABLE IF NOT EXISTS archive_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)",
-    )?;
+    const CREATE: &str = "CREATE TABLE IF NOT EXISTS archive_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)";
+    match c.dialect() {
+        Dialect::Sqlite => c.batch(CREATE)?,
+        // PostgreSQL's `IF NOT EXISTS` races with itself (a unique violation in its catalogue); a
+        // transaction-scoped advisory lock lets one opener create the table at a time.
+        Dialect::Postgres => c.batch(&format!(
+            "BEGIN; SELECT pg_advisory_xact_lock({PG_MIGRATION_LOCK}); {CREATE}; COMMIT"
+        ))?,
+    }
+    let known = MIGRATIONS.len() as i64;
+    loop {
+        let begin = match c.dialect() {
+            Dialect::Sqlite => "BEGIN IMMEDIATE",
+            Dialect::Postgres => "BEGIN; LOCK TABLE archive_migrations IN EXCLUSIVE MODE",
+        };
+        c.batch(begin)?;
+        match step(c, known) {
+            Ok(Some(version)) => {
+                c.batch("COMMIT")?;
+                tracing::info!(version, "archive schema migrated");
+            }
+            Ok(None) => {
+                c.batch("COMMIT")?;
+                return Ok(());
+            }
+            Err(e) => {
+                let _ = c.batch("ROLLBACK");
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// Inside the locked transaction: applies the next missing migration (its version), or `None`
+/// when the database is current.
+fn step(c: &mut dyn Conn, known: i64) -> Result<Option<i64>, ArchiveError> {
     let rows = c.query("SELECT MAX(version) FROM archive_migrations", &[])?;
     let have = rows
         .first()
         .and_then(|r| r.first())
         .and_then(|c| c.opt_int())
         .unwrap_or(0);
-    let known = MIGRATIONS.len() as i64;
     if have > known {
         return Err(ArchiveError::TooNew { found: have, known });
     }
-    for (i, m) in MIGRATIONS.iter().enumerate().skip(have as usize) {
-        let sql = render(m, c.dialect());
-        let version = i as i64 + 1;
-        transaction(c, |c| {
-            c.batch(&sql)?;
-            c.exec(
-                "INSERT INTO archive_migrations (version, applied_at) VALUES (?, ?)",
-                &[version.into(), now_ms().into()],
-            )?;
-            Ok(())
-        })?;
-        tracing::info!(version, "archive schema migrated");
-    }
-    Ok(())
+    let Some(m) = MIGRATIONS.get(have as usize) else {
+        return Ok(None);
+    };
+    let version = have + 1;
+    c.batch(&render(m, c.dialect()))?;
+    c.exec(
+        "INSERT INTO archive_migrations (version, applied_at) VALUES (?, ?)",
+        &[version.into(), now_ms().into()],
+    )?;
+    Ok(Some(version))
 }

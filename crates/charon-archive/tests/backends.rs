@@ -233,6 +233,40 @@ fn exercise(a: &Archive) {
     });
 }
 
+/// Opens `url` from four threads at once, as a restarted broker's opener and a late start-up
+/// opener can: every open succeeds and each migration is applied once.
+fn open_concurrently(url: &str) {
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let url = url.to_string();
+            std::thread::spawn(move || Archive::open(&url).map(drop))
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("thread").expect("concurrent open");
+    }
+    let a = Archive::open(url).expect("open after");
+    let rows = a
+        .with(|c| {
+            c.query(
+                "SELECT COUNT(*), COUNT(DISTINCT version) FROM archive_migrations",
+                &[],
+            )
+        })
+        .expect("versions");
+    let counts: Vec<i64> = rows[0].iter().map(|c| c.int()).collect();
+    assert_eq!(
+        counts[0], counts[1],
+        "a migration was recorded twice: {counts:?}"
+    );
+}
+
+#[test]
+fn sqlite_concurrent_opens_migrate_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    open_concurrently(&dir.path().join("archive.db").to_string_lossy());
+}
+
 #[test]
 fn sqlite_backend() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -249,6 +283,7 @@ fn postgres_backend() {
     let Some(pg) = pg_cluster::PgCluster::start() else {
         return;
     };
+    open_concurrently(&pg.url);
     let a = Archive::open(&pg.url).expect("open postgres");
     exercise(&a);
     drop(a);

@@ -34,6 +34,10 @@ pub struct ArchiveService {
     broker: Weak<Broker>,
     url: String,
     archive: Mutex<Option<Archive>>,
+    /// One opener at a time: a second caller (the start-up `prepare` that timed out, an archiver, the
+    /// API) waits for the first instead of migrating and resolving replays concurrently. An async gate,
+    /// held across the open's awaits by design; it guards no data.
+    opening: tokio::sync::Mutex<()>,
     pub(crate) extract: ExtractConfig,
     /// This run's id (keys of records of messages the store does not hold).
     pub(crate) boot: u64,
@@ -146,6 +150,7 @@ impl ArchiveService {
             broker: Arc::downgrade(broker),
             url,
             archive: Mutex::new(None),
+            opening: tokio::sync::Mutex::new(()),
             extract: ExtractConfig {
                 key_header: cfg.archive_key_header.clone(),
                 error_message_headers: cfg.archive_error_message_headers.clone(),
@@ -184,12 +189,11 @@ impl ArchiveService {
     /// The database, opened (and migrated) on first use and again after the connection was
     /// lost; the first time, replays a restart interrupted are resolved and resumed.
     async fn open(self: &Arc<Self>) -> Result<Archive, ArchiveError> {
-        if let Some(a) = self
-            .archive
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-        {
+        if let Some(a) = self.opened() {
+            return Ok(a);
+        }
+        let _gate = self.opening.lock().await;
+        if let Some(a) = self.opened() {
             return Ok(a);
         }
         let url = self.url.clone();
@@ -216,6 +220,13 @@ impl ArchiveService {
             self.spawn_job(spec);
         }
         Ok(a)
+    }
+
+    fn opened(&self) -> Option<Archive> {
+        self.archive
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Decides the replays the last restart interrupted (once per run, before any replay).
