@@ -76,6 +76,13 @@ pub struct Config {
     pub https_listen: Option<String>,
     /// Certificates for the TLS listeners.
     pub tls: Option<TlsConfig>,
+    /// What names the user of an `EXTERNAL` login in a client certificate (RabbitMQ's
+    /// `ssl_cert_login_from`): `common_name` (Charon's default) or `distinguished_name`
+    /// (RabbitMQ's default, RFC 4514 as RabbitMQ formats it: `CN=alice,O=example`).
+    pub ssl_cert_login_from: crate::tls::CertLoginFrom,
+    /// What the memory alarm measures (RabbitMQ's `vm_memory_calculation_strategy`): `rss`
+    /// (default, the process's resident set) or `allocated` (what the allocator holds).
+    pub vm_memory_calculation_strategy: crate::memory::Strategy,
 }
 
 /// PEM files and peer verification for the TLS listeners (RabbitMQ's `ssl_options`).
@@ -129,6 +136,8 @@ impl Default for Config {
             amqps_listen: None,
             https_listen: None,
             tls: None,
+            ssl_cert_login_from: crate::tls::CertLoginFrom::default(),
+            vm_memory_calculation_strategy: crate::memory::Strategy::default(),
         }
     }
 }

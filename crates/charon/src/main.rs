@@ -1,6 +1,7 @@
 //! The `charon` binary: `charon server` (the broker), `charon ctl` (the rabbitmqctl-style CLI, a
 //! client of the management API) and `charon bench` (the load tool).
 
+mod alloc_stats;
 mod ctl;
 mod dlq;
 mod purge;
@@ -229,6 +230,7 @@ async fn spawn_tls(
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     purge::init();
+    alloc_stats::register();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .on_thread_park(purge::on_park)

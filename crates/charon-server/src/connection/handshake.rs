@@ -33,6 +33,8 @@ pub(crate) struct Opened {
     pub(crate) slot: crate::limits::ConnectionSlot,
     /// The client's properties (listed by the management API).
     pub(crate) client_properties: charon_protocol::FieldTable,
+    /// The SASL mechanism the client logged in with (`PLAIN`, `AMQPLAIN`, `EXTERNAL`).
+    pub(crate) mechanism: String,
 }
 
 /// Whether the client's properties announce `capabilities.<name> = true`.
@@ -317,5 +319,6 @@ pub(crate) async fn open<S: AsyncRead + AsyncWrite + Unpin + Send>(
         blocked_capable,
         slot,
         client_properties: start_ok.client_properties,
+        mechanism,
     })
 }
