@@ -358,10 +358,16 @@ pub async fn render(broker: &Broker) -> String {
         f.mem_used as f64,
     );
     o.one(
+        "charon_allocated_bytes",
+        "gauge",
+        "Bytes allocated and not freed (live heap), as the global allocator counts them",
+        f.memory.allocated() as f64,
+    );
+    o.one(
         "charon_allocator_committed_bytes",
         "gauge",
-        "Memory the allocator (mimalloc) holds from the OS: live allocations and freed pages not yet returned",
-        f.memory.allocated() as f64,
+        "mimalloc's committed bytes (on Linux, pages it returned to the OS stay counted)",
+        f.memory.allocator.map_or(0, |a| a.committed) as f64,
     );
     o.one(
         "charon_allocator_reserved_bytes",

@@ -266,10 +266,11 @@ impl Broker {
         p.barrier().wait().await;
     }
 
-    /// Measures the broker's memory (resident set and the allocator's statistics,
+    /// Measures the broker's memory (resident set and the allocator's live heap,
     /// `crate::memory::MemorySample`) every 500 ms and compares the figure
     /// `vm_memory_calculation_strategy` names with `vm_memory_high_watermark`, setting or
-    /// clearing the memory alarm; asks the allocator to return freed memory every 5 s, whenever
+    /// clearing the memory alarm (a resident set over the mark with the live heap under it must
+    /// stay over after a purge); asks the allocator to return freed memory every 5 s, whenever
     /// memory use dropped (queues drained or deleted) and on every check above 70 % of the mark.
     pub fn spawn_memory_monitor(self: &Arc<Self>) {
         let available = crate::memory::available_bytes().unwrap_or(u64::MAX);
@@ -288,6 +289,7 @@ impl Broker {
             let mut tick = tokio::time::interval(std::time::Duration::from_millis(500));
             let mut ticks = 0u64;
             let mut last = 0u64;
+            let mut over_checks = 0u32;
             loop {
                 tick.tick().await;
                 ticks += 1;
@@ -303,7 +305,18 @@ impl Broker {
                     crate::memory::request_purge();
                 }
                 last = used;
-                b.set_memory_alarm(used > limit, &sample, limit);
+                // A resident set over the mark while the live heap is under it may be freed
+                // pages the allocator has not returned yet: the purge asked for above runs
+                // first, and the alarm is raised only if the next check is over the mark too.
+                let over = used > limit;
+                over_checks = if over { over_checks + 1 } else { 0 };
+                let heap_under = strategy == crate::memory::Strategy::Rss
+                    && sample.allocator.is_some()
+                    && sample.allocated() <= limit;
+                let on = b.alarm_state().memory;
+                if !over || on || !heap_under || over_checks >= 2 {
+                    b.set_memory_alarm(over, &sample, limit);
+                }
             }
         });
     }

@@ -3,11 +3,14 @@
 //! Owns the watermark setting, the measurement and the purge request the allocator's owner
 //! (the binary) answers. Memory is measured from two sources ([`MemorySample`]): the process's
 //! resident set (`/proc/self/status`: `VmRSS` and its anonymous/file/shared parts) and the
-//! allocator's own statistics (mimalloc: bytes committed from the OS and reserved address
-//! space; the binary registers the probe with [`set_allocator_probe`]). Which one the alarm
-//! compares with the mark is RabbitMQ's `vm_memory_calculation_strategy` ([`Strategy`]: `rss`
-//! by default, or `allocated`); the mark is relative to RAM from `/proc/meminfo` or the cgroup
-//! limit, whichever is lower. The monitor task
+//! allocator (the binary's global allocator registers a probe with [`set_allocator_probe`]:
+//! bytes allocated and not freed, plus mimalloc's own committed/reserved figures). Which one
+//! the alarm compares with the mark is RabbitMQ's `vm_memory_calculation_strategy`
+//! ([`Strategy`]: `rss` by default, or `allocated`); the mark is relative to RAM from
+//! `/proc/meminfo` or the cgroup limit, whichever is lower. With `rss`, the allocator's figure
+//! decides whether a resident set over the mark is freed memory the allocator has not returned
+//! yet: then the monitor asks for a purge and looks again before raising the alarm. The
+//! monitor task
 //! ([`crate::broker::Broker::spawn_memory_monitor`]) sets the `memory` alarm above the mark and
 //! clears it below; connections treat it like the disk alarm (publishers blocked).
 
@@ -63,8 +66,8 @@ pub enum Strategy {
     /// RAM, including memory outside the allocator (code, thread stacks, SQLite's heap).
     #[default]
     Rss,
-    /// What the allocator holds from the OS (mimalloc's committed bytes: live allocations and
-    /// freed pages it has not returned yet).
+    /// Bytes the broker has allocated and not freed (live heap), as the global allocator counts
+    /// them: not the allocator's free pages, thread stacks, code or SQLite's own heap.
     Allocated,
 }
 
@@ -83,7 +86,10 @@ impl Strategy {
 pub struct AllocatorStats {
     /// Allocator name and version (`mimalloc 3.1.5`).
     pub name: &'static str,
-    /// Memory committed from the OS: live allocations plus freed pages not yet returned.
+    /// Bytes allocated and not freed yet (live heap).
+    pub live: u64,
+    /// mimalloc's `committed`: memory it has committed from the OS. On Linux freed pages it
+    /// returns (`MADV_DONTNEED`) stay counted, so this is closer to a high-water mark.
     pub committed: u64,
     /// Highest `committed` so far.
     pub committed_peak: u64,
@@ -134,16 +140,22 @@ impl MemorySample {
         }
     }
 
-    /// The allocator's committed bytes (0 without a probe).
+    /// Live heap bytes (0 without a probe).
     pub fn allocated(&self) -> u64 {
-        self.allocator.map_or(0, |a| a.committed)
+        self.allocator.map_or(0, |a| a.live)
+    }
+
+    /// Resident memory that is not live heap: freed pages the allocator still holds, thread
+    /// stacks, code, SQLite's heap (RabbitMQ's `reserved_unallocated` is the like of it).
+    pub fn unallocated(&self) -> u64 {
+        self.rss.saturating_sub(self.allocated())
     }
 
     /// The figure the alarm compares with the mark (RabbitMQ's `mem_used`). `allocated`
     /// without an allocator probe falls back to the resident set.
     pub fn used(&self, strategy: Strategy) -> u64 {
         match (strategy, self.allocator) {
-            (Strategy::Allocated, Some(a)) => a.committed,
+            (Strategy::Allocated, Some(a)) => a.live,
             _ => self.rss,
         }
     }
@@ -266,7 +278,7 @@ mod tests {
         let s = MemorySample {
             rss: 100,
             allocator: Some(AllocatorStats {
-                committed: 70,
+                live: 70,
                 ..Default::default()
             }),
             ..Default::default()

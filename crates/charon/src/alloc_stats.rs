@@ -1,7 +1,8 @@
-//! The global allocator's own statistics for the memory alarm and the management API: mimalloc's
-//! process-wide statistics (`MiMalloc::stats_json`, the crate's safe API), of which the broker
-//! reads the bytes committed from the OS (current and peak) and the address space reserved.
-//! Registered with `charon_server::memory::set_allocator_probe` at start.
+//! The global allocator's figures for the memory alarm and the management API: live heap bytes
+//! (counted by `alloc_count`) and mimalloc's process-wide statistics (`MiMalloc::stats_json`, the
+//! crate's safe API), of which the broker reads the bytes committed from the OS (current and
+//! peak) and the address space reserved. Registered with
+//! `charon_server::memory::set_allocator_probe` at start.
 
 use std::sync::OnceLock;
 
@@ -39,6 +40,7 @@ fn parse(text: &str) -> Option<AllocatorStats> {
     });
     Some(AllocatorStats {
         name: name.as_str(),
+        live: crate::alloc_count::live_bytes(),
         committed: count("committed", "current"),
         committed_peak: count("committed", "peak"),
         reserved: count("reserved", "current"),

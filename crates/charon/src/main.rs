@@ -1,6 +1,7 @@
 //! The `charon` binary: `charon server` (the broker), `charon ctl` (the rabbitmqctl-style CLI, a
 //! client of the management API) and `charon bench` (the load tool).
 
+mod alloc_count;
 mod alloc_stats;
 mod ctl;
 mod dlq;
@@ -8,9 +9,10 @@ mod purge;
 
 /// mimalloc: the broker allocates and frees many small objects per message (properties, queue
 /// entries, dead-lettered copies); glibc malloc spent over a quarter of the CPU of the mass-expiry
-/// benchmark in `malloc`/`free`/`unlink_chunk`.
+/// benchmark in `malloc`/`free`/`unlink_chunk`. Wrapped to count live heap bytes for the memory
+/// alarm (`alloc_count`).
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: alloc_count::CountingMiMalloc = alloc_count::CountingMiMalloc;
 
 use std::sync::Arc;
 
