@@ -71,9 +71,11 @@ def pki(tmp_path_factory):
     return d
 
 
-def start(tmp, pki, fail_if_no_peer_cert=False, login_from=None):
+def start(tmp, pki, fail_if_no_peer_cert=False, login_from=None, external=True):
     amqps = conftest.free_port()
     top = f'heartbeat = 60\namqps_listen = "127.0.0.1:{amqps}"\n'
+    if external:
+        top += 'auth_mechanisms = ["PLAIN", "AMQPLAIN", "EXTERNAL"]\n'
     if login_from:
         top += f'ssl_cert_login_from = "{login_from}"\n'
     cfg = conftest.CONFIG_TOML.replace("heartbeat = 60\n", top, 1) + f"""
@@ -332,6 +334,26 @@ def test_php_amqplib_wrong_ca_and_missing_certificate_are_refused(tls, tls_stric
     assert r["ok"] is False and "closed connection" in r["message"], r
     r = run_php(php, tls_strict[1], pki, cert="alice", external=True, queue="php-dn", body="dn")
     assert r == {"ok": True, "body": "dn"}
+
+
+def test_external_only_when_enabled_so_clients_with_certificates_use_passwords(tmp_path, pki):
+    """As RabbitMQ, EXTERNAL is offered only when `auth_mechanisms` names it: without it a
+    client presenting a certificate logs in with its password (py-amqp picks EXTERNAL whenever
+    the server offers it: its own TLS tests rely on this)."""
+    b, port = start(tmp_path, pki, external=False)
+    try:
+        conn = amqp.Connection(host=f"127.0.0.1:{port}", connect_timeout=30, ssl={
+            "ca_certs": str(pki / "ca.pem"), "cert_reqs": ssl.CERT_REQUIRED,
+            "server_hostname": "127.0.0.1", "certfile": str(pki / "alice.pem"),
+            "keyfile": str(pki / "alice.key")})
+        conn.connect()
+        assert conn.mechanisms == [b"PLAIN", b"AMQPLAIN"]
+        assert tls_connection_seen(b, "guest", "AMQPLAIN")
+        assert py_amqp_round_trip(conn, "pyamqp-noext", b"password") == b"password"
+        with pytest.raises(amqp.exceptions.AMQPError):
+            py_amqp(port, pki, cert="alice", external=True).connect()
+    finally:
+        conftest.stop_charon(b)
 
 
 def test_tls_listener_refuses_plain_amqp(tls):

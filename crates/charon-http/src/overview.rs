@@ -149,6 +149,13 @@ fn node_json(broker: &Broker, with_memory: bool) -> Value {
     let f = broker.node_facts();
     let alarms = broker.alarms();
     let c = &broker.admin().connections;
+    let auth_mechanisms: Vec<Value> = ["PLAIN", "AMQPLAIN", "EXTERNAL"]
+        .iter()
+        .map(|m| {
+            let enabled = broker.config().auth_mechanisms.iter().any(|a| a == m);
+            json!({"name": m, "enabled": enabled})
+        })
+        .collect();
     let mut v = json!({
         "name": charon_server::admin::node_name(),
         "type": "disc",
@@ -173,7 +180,7 @@ fn node_json(broker: &Broker, with_memory: bool) -> Value {
         "applications": [{"name": "charon", "description": "Charon", "version": env!("CARGO_PKG_VERSION")}],
         "enabled_plugins": ["rabbitmq_management", "rabbitmq_prometheus"],
         "exchange_types": [],
-        "auth_mechanisms": [{"name": "PLAIN", "enabled": true}, {"name": "AMQPLAIN", "enabled": true}],
+        "auth_mechanisms": auth_mechanisms,
         "connection_created": c.opened_total.load(std::sync::atomic::Ordering::Relaxed),
         "connection_closed": c.closed_total.load(std::sync::atomic::Ordering::Relaxed),
         "alarms": alarms.iter().map(|a| a.resource()).collect::<Vec<_>>(),

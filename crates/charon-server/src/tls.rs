@@ -127,9 +127,7 @@ pub fn distinguished_name(cert: &CertificateDer<'_>) -> Option<String> {
                 .map(|atv| {
                     let value = match atv.as_str() {
                         Ok(s) => s.to_string(),
-                        Err(_) => {
-                            String::from_utf8_lossy(atv.attr_value().data.as_ref()).into_owned()
-                        }
+                        Err(_) => String::from_utf8_lossy(atv.attr_value().data).into_owned(),
                     };
                     format!(
                         "{}={}",
