@@ -180,8 +180,17 @@ pub fn router(broker: Arc<Broker>) -> Router {
         .route("/", get(ui::index))
         .route("/ui/{file}", get(ui::asset))
         .merge(dead_letters::routes())
-        .route("/api/operator-policies", get(o::extensions))
-        .route("/api/operator-policies/{vhost}", get(o::extensions))
+        .route("/api/operator-policies", get(policies::op_list_all))
+        .route(
+            "/api/operator-policies/{vhost}",
+            get(policies::op_list_vhost),
+        )
+        .route(
+            "/api/operator-policies/{vhost}/{name}",
+            get(policies::op_get_one)
+                .put(policies::op_put)
+                .delete(policies::op_delete),
+        )
         .route("/api/parameters", get(pm::list_parameters))
         .route("/api/parameters/{component}", get(pm::component_parameters))
         .route(

@@ -63,7 +63,9 @@ impl PolicyDefinition {
 /// One key's value when both the user policy (`val`) and the operator policy (`op`) set it.
 fn merge_value(key: &str, val: &DefValue, op: &DefValue) -> DefValue {
     match (key, val, op) {
-        (k, DefValue::Int(a), DefValue::Int(b)) if MIN_KEYS.contains(&k) => DefValue::Int(*a.min(b)),
+        (k, DefValue::Int(a), DefValue::Int(b)) if MIN_KEYS.contains(&k) => {
+            DefValue::Int(*a.min(b))
+        }
         ("delivery-limit", DefValue::Int(a), DefValue::Int(b)) => {
             if *a < 0 || *b < 0 {
                 DefValue::Int(*a.max(b))
@@ -96,7 +98,10 @@ pub fn merge_operator(
     keys.sort_unstable();
     keys.dedup();
     let get = |d: &'_ PolicyDefinition, k: &str| -> Option<DefValue> {
-        d.raw.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone())
+        d.raw
+            .iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.clone())
     };
     let raw: Vec<(String, DefValue)> = keys
         .into_iter()

@@ -306,9 +306,18 @@ fn operator_policy_numeric_keys_the_smaller_wins() {
     let keys: Vec<&str> = merged.raw.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(
         keys,
-        ["dead-letter-exchange", "expires", "max-length", "message-ttl"]
+        [
+            "dead-letter-exchange",
+            "expires",
+            "max-length",
+            "message-ttl"
+        ]
     );
-    assert!(merged.raw.contains(&("max-length".into(), DefValue::Int(2))));
+    assert!(
+        merged
+            .raw
+            .contains(&("max-length".into(), DefValue::Int(2)))
+    );
     // Against a queue argument the merged value is capped again: the smallest of the three.
     let declared = QueueArgs {
         max_length: Some(5),

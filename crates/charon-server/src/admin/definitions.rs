@@ -17,7 +17,7 @@ use super::json::{json_to_table_opt, table_to_json};
 use super::topology::DestKind;
 use super::users::{AdminError, PasswordInput};
 use crate::broker::Broker;
-use crate::policies::{PolicyInput, def_value_from_json, definition_to_json};
+use crate::policies::{PolicyInput, PolicyKind, def_value_from_json, definition_to_json};
 
 /// The user import acts as: no permission checks.
 pub const INTERNAL_USER: &str = "\u{0}charon-internal";
@@ -68,17 +68,20 @@ impl Broker {
             }
             o
         };
-        let policies: Vec<Value> = self
-            .list_policies(vhost)
-            .iter()
-            .map(|p| {
-                strip(json!({
-                    "vhost": p.vhost, "name": p.name, "pattern": p.pattern,
-                    "apply-to": p.apply_to, "definition": definition_to_json(&p.definition),
-                    "priority": p.priority,
-                }))
-            })
-            .collect();
+        let policies_of = |kind: PolicyKind| -> Vec<Value> {
+            self.list_policies_of(kind, vhost)
+                .iter()
+                .map(|p| {
+                    strip(json!({
+                        "vhost": p.vhost, "name": p.name, "pattern": p.pattern,
+                        "apply-to": p.apply_to, "definition": definition_to_json(&p.definition),
+                        "priority": p.priority,
+                    }))
+                })
+                .collect()
+        };
+        let policies = policies_of(PolicyKind::User);
+        let operator_policies = policies_of(PolicyKind::Operator);
         let mut queues = Vec::new();
         for v in self.vhosts() {
             if !keep(&v.name) {
@@ -186,6 +189,9 @@ impl Broker {
             );
         }
         m.insert("policies".into(), Value::Array(policies));
+        // Charon also exports operator policies (RabbitMQ 4.x leaves them out; its import
+        // ignores the key).
+        m.insert("operator_policies".into(), Value::Array(operator_policies));
         m.insert("queues".into(), Value::Array(queues));
         m.insert("exchanges".into(), Value::Array(exchanges));
         m.insert("bindings".into(), Value::Array(bindings));
@@ -278,7 +284,12 @@ impl Broker {
             )
             .await?;
         }
-        for p in list("policies") {
+        let policies = (list("policies").into_iter().map(|p| (PolicyKind::User, p))).chain(
+            list("operator_policies")
+                .into_iter()
+                .map(|p| (PolicyKind::Operator, p)),
+        );
+        for (kind, p) in policies {
             let definition: Vec<(String, DefValue)> = p
                 .get("definition")
                 .and_then(Value::as_object)
@@ -299,9 +310,10 @@ impl Broker {
                     .unwrap_or("all")
                     .to_string(),
             };
-            self.set_policy(&vhost_of(&p), input).map_err(|e| {
-                AdminError::BadRequest(format!("policy {}: {e}", str_field(&p, "name")))
-            })?;
+            self.set_policy_of(kind, &vhost_of(&p), input)
+                .map_err(|e| {
+                    AdminError::BadRequest(format!("policy {}: {e}", str_field(&p, "name")))
+                })?;
         }
         for x in list("exchanges") {
             let arguments =

@@ -69,6 +69,32 @@ fn list(
     Ok(())
 }
 
+/// `set_policy` / `set_operator_policy`: PUT under `/api/{path}`.
+fn set_policy(
+    c: &Client,
+    style: Style,
+    vhost: &str,
+    path: &str,
+    what: &str,
+    [apply_to, name, pattern, definition]: [String; 4],
+    priority: i64,
+) -> anyhow::Result<()> {
+    let def: Value = serde_json::from_str(&definition)
+        .with_context(|| format!("the definition is not valid JSON: {definition}"))?;
+    style.info(&format!(
+        "Setting {what} \"{name}\" for pattern \"{pattern}\" to \"{definition}\" with priority \"{priority}\" for vhost \"{vhost}\" ..."
+    ));
+    let body =
+        json!({"pattern": pattern, "definition": def, "priority": priority, "apply-to": apply_to});
+    c.call(
+        "PUT",
+        &format!("/api/{path}/{}/{}", enc(vhost), enc(&name)),
+        Some(&body),
+        &[],
+    )?;
+    Ok(())
+}
+
 fn status(c: &Client, style: Style) -> anyhow::Result<()> {
     let nodes = c.get("/api/nodes")?;
     let n = nodes.get(0).cloned().unwrap_or(Value::Null);
@@ -294,22 +320,29 @@ pub(super) fn run(c: &Client, style: Style, vhost: &str, cmd: CtlCommand) -> any
             &["vhost", "configure", "write", "read"],
             &format!("Listing permissions for user \"{user}\" ..."),
         )?,
-        CtlCommand::ListPolicies => list(
-            c,
-            style,
-            "policies",
-            &format!("/api/policies/{v}"),
-            Vec::new(),
-            &[
-                "vhost",
-                "name",
-                "pattern",
-                "apply-to",
-                "definition",
-                "priority",
-            ],
-            &format!("Listing policies for vhost \"{vhost}\" ..."),
-        )?,
+        CtlCommand::ListPolicies | CtlCommand::ListOperatorPolicies => {
+            let (path, what) = if matches!(cmd, CtlCommand::ListOperatorPolicies) {
+                ("operator-policies", "operator policy overrides")
+            } else {
+                ("policies", "policies")
+            };
+            list(
+                c,
+                style,
+                "policies",
+                &format!("/api/{path}/{v}"),
+                Vec::new(),
+                &[
+                    "vhost",
+                    "name",
+                    "pattern",
+                    "apply-to",
+                    "definition",
+                    "priority",
+                ],
+                &format!("Listing {what} for vhost \"{vhost}\" ..."),
+            )?
+        }
         CtlCommand::AddUser { name, password } => {
             style.info(&format!("Adding user \"{name}\" ..."));
             if c.get(&format!("/api/users/{}", enc(&name))).is_ok() {
@@ -460,17 +493,38 @@ pub(super) fn run(c: &Client, style: Style, vhost: &str, cmd: CtlCommand) -> any
             name,
             pattern,
             definition,
-        } => {
-            let def: Value = serde_json::from_str(&definition)
-                .with_context(|| format!("the definition is not valid JSON: {definition}"))?;
+        } => set_policy(
+            c,
+            style,
+            vhost,
+            "policies",
+            "policy",
+            [apply_to, name, pattern, definition],
+            priority,
+        )?,
+        CtlCommand::SetOperatorPolicy {
+            apply_to,
+            priority,
+            name,
+            pattern,
+            definition,
+        } => set_policy(
+            c,
+            style,
+            vhost,
+            "operator-policies",
+            "operator policy override",
+            [apply_to, name, pattern, definition],
+            priority,
+        )?,
+        CtlCommand::ClearOperatorPolicy { name } => {
             style.info(&format!(
-                "Setting policy \"{name}\" for pattern \"{pattern}\" to \"{definition}\" with priority \"{priority}\" for vhost \"{vhost}\" ..."
+                "Clearing operator policy \"{name}\" on vhost \"{vhost}\" ..."
             ));
-            let body = json!({"pattern": pattern, "definition": def, "priority": priority, "apply-to": apply_to});
             c.call(
-                "PUT",
-                &format!("/api/policies/{v}/{}", enc(&name)),
-                Some(&body),
+                "DELETE",
+                &format!("/api/operator-policies/{v}/{}", enc(&name)),
+                None,
                 &[],
             )?;
         }
