@@ -12,13 +12,14 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use charon_core::ExchangeDeclare;
 use charon_server::admin::json::{json_to_table_opt, table_to_json};
+use charon_server::admin::now_ms;
 use charon_server::admin::topology::{BindingView, DestKind, ExchangeView};
 use charon_server::broker::Broker;
 use serde_json::{Value, json};
 
 use crate::auth::AuthUser;
 use crate::error::ApiError;
-use crate::listing::{Query, body_object, flag, respond, respond_one, string};
+use crate::listing::{Query, body_object, details, flag, respond, respond_one, string};
 use crate::msgjson::properties_from_json;
 
 /// The exchange a path names (`amq.default` is the default exchange).
@@ -26,12 +27,22 @@ fn exchange_name(n: &str) -> &str {
     if n == "amq.default" { "" } else { n }
 }
 
-fn exchange_json(x: &ExchangeView) -> Value {
+fn exchange_json(broker: &Broker, x: &ExchangeView) -> Value {
+    let (publish_in, publish_out) = x.publish_in_out;
+    let rates = broker.admin().rates.rates(
+        &format!("exchange:{}\u{0}{}", x.vhost, x.name),
+        &[publish_in, publish_out],
+        now_ms(),
+    );
     let mut v = json!({
         "name": x.name, "vhost": x.vhost, "type": x.kind, "durable": x.durable,
         "auto_delete": x.auto_delete, "internal": x.internal,
         "arguments": table_to_json(&x.arguments),
         "user_who_performed_action": "rmq-internal", "policy": null,
+        "message_stats": {
+            "publish_in": publish_in, "publish_in_details": details(rates[0]),
+            "publish_out": publish_out, "publish_out_details": details(rates[1]),
+        },
     });
     // The delayed-message plugin's `messages_delayed`, for x-delayed-message exchanges.
     if let (Some(n), Some(o)) = (x.messages_delayed, v.as_object_mut()) {
@@ -91,7 +102,7 @@ pub async fn list_all(
             .list_exchanges(None)
             .iter()
             .filter(|x| user.sees_vhost(&broker, &x.vhost))
-            .map(exchange_json)
+            .map(|x| exchange_json(&broker, x))
             .collect(),
         &q,
     )
@@ -109,7 +120,7 @@ pub async fn list_vhost(
         broker
             .list_exchanges(Some(&vhost))
             .iter()
-            .map(exchange_json)
+            .map(|x| exchange_json(&broker, x))
             .collect(),
         &q,
     )
@@ -128,7 +139,7 @@ pub async fn get_one(
         .list_exchanges(Some(&vhost))
         .iter()
         .find(|x| x.name == name)
-        .map(|x| respond_one(exchange_json(x), &q))
+        .map(|x| respond_one(exchange_json(&broker, x), &q))
         .ok_or(ApiError::NotFound)
 }
 

@@ -41,6 +41,8 @@ pub struct ExchangeView {
     pub messages_delayed: Option<u64>,
     /// A delayed exchange's release lateness (`crate::lateness`).
     pub release_lateness: Option<crate::lateness::LatenessSummary>,
+    /// Messages published into it (`publish_in`) and routed out of it to queues (`publish_out`).
+    pub publish_in_out: (u64, u64),
 }
 
 /// A binding as listed.
@@ -117,6 +119,7 @@ impl Broker {
                         .delayed
                         .then(|| v.delayed.get().map_or(0, |h| h.waiting(&x.name))),
                     release_lateness: v.delayed.get().and_then(|h| h.lateness(&x.name)),
+                    publish_in_out: x.stats.get(),
                 }
             }));
         }
