@@ -177,6 +177,10 @@ pub fn router(broker: Arc<Broker>) -> Router {
             "/api/queues/{vhost}/{name}/messages/remove",
             post(dlq::remove),
         )
+        .route(
+            "/api/queues/{vhost}/{name}/messages/replay",
+            post(dlq::replay),
+        )
         .route("/", get(ui::index))
         .route("/ui/{file}", get(ui::asset))
         .merge(dead_letters::routes())
