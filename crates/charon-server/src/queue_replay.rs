@@ -152,7 +152,9 @@ impl Broker {
                 } => {
                     let n = targets.len();
                     let exchange = message.exchange.to_string();
-                    wrote |= self.deliver_moved(&v, message, targets, source, store_msg).await;
+                    wrote |= self
+                        .deliver_moved(&v, message, targets, source, store_msg)
+                        .await;
                     report.replayed.push((id, exchange, n));
                 }
             }

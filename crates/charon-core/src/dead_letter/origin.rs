@@ -108,7 +108,10 @@ mod tests {
         );
         // Without the x-first-death-* headers, the oldest entry.
         let h = headers(
-            vec![death("retry", "dlx", &["work"]), death("work", "", &["work"])],
+            vec![
+                death("retry", "dlx", &["work"]),
+                death("work", "", &["work"]),
+            ],
             None,
         );
         assert_eq!(
