@@ -250,16 +250,27 @@ impl Broker {
     ) -> Result<bool, AdminError> {
         let v = self.vhost_or_missing(vhost)?;
         let access = self.user_access(user, vhost)?;
+        let limits = self.limits().clone();
         let (handle, created) = {
             let mut topo = v.topology.write().unwrap_or_else(|p| p.into_inner());
             let vname = v.name.clone();
+            // The vhost's `max-queues`, as for queue.declare (counted only when a limit is set).
+            let existing = if limits.vhost_limits(&vname).max_queues.is_some() {
+                topo.queues().count() as u64
+            } else {
+                0
+            };
             let (_, entry, created) = topo.declare_queue_with(
                 &d,
                 API_CONNECTION,
                 |name, new_args| {
                     access
                         .check_queue_declare(name, new_args)
-                        .map_err(crate::error::AmqpError::from)
+                        .map_err(crate::error::AmqpError::from)?;
+                    if new_args.is_some() {
+                        limits.check_new_queue(&vname, name, existing)?;
+                    }
+                    Ok::<(), crate::error::AmqpError>(())
                 },
                 |meta| spawn_queue(meta, &v, &vname),
             )?;
