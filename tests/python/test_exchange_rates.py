@@ -1,6 +1,7 @@
 """Per-exchange message stats as RabbitMQ's management API shows them: `publish_in` counts the
 messages a pika client publishes into an exchange (routed or not), `publish_out` the deliveries
-it routes out to queues (one per queue reached), each with `_details.rate`."""
+it routes out to queues (one per queue reached), each with `_details.rate`; connections'
+`recv_oct`/`send_oct` with rates."""
 
 import pika
 import pytest
@@ -32,8 +33,9 @@ def test_exchange_publish_in_and_out_counts_and_rates(node):
     for q in ("rx.q1", "rx.q2"):
         ch.queue_declare(q)
         ch.queue_bind(q, "rx.fan")
-    # A first reading starts the rate sample.
+    # A first reading starts the rate samples.
     assert stats(api, "rx.fan")["publish_in"] == 0
+    assert [x["recv_oct_details"]["rate"] for x in api.ok("/connections")] == [0.0]
     for i in range(7):
         ch.basic_publish("rx.fan", "k", f"m{i}".encode())
     for i in range(3):
@@ -55,4 +57,9 @@ def test_exchange_publish_in_and_out_counts_and_rates(node):
     wait_for(lambda: stats(api, "rx.fan")["publish_in_details"]["rate"] > 0
              and stats(api, "rx.fan")["publish_out_details"]["rate"] > 0,
              timeout=120, what="publish rates")
+    # The connection's byte counts have rates too.
+    conn = api.ok("/connections")[0]
+    assert conn["recv_oct"] > 0 and conn["send_oct"] > 0
+    wait_for(lambda: api.ok("/connections")[0]["recv_oct_details"]["rate"] > 0,
+             timeout=120, what="connection byte rate")
     c.close()

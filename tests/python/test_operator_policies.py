@@ -99,6 +99,10 @@ def test_operator_policy_caps_a_user_policy_end_to_end(node, tmp_path):
     assert r.status_code == 401 and r.json()["reason"] == "Not administrator user"
     assert [p["name"] for p in pm.ok("/operator-policies/%2F")] == ["op-2"]
     assert api.ok("/operator-policies/%2F/op-2")["definition"]["max-length"] == 2
+    assert api.ok("/operator-policies?columns=name,definition.max-length") == \
+        [{"name": "op-2", "definition": {"max-length": 2}}]
+    page = api.ok("/policies/%2F?page=1&page_size=10")
+    assert page["total_count"] == 1 and page["items"][0]["name"] == "user-10"
 
     # ctl lists, sets and clears them.
     out = ctl(b, "list_operator_policies")

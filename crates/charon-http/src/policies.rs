@@ -18,6 +18,7 @@ use serde_json::Value;
 
 use crate::auth::AuthUser;
 use crate::error::ApiError;
+use crate::listing::{Query, respond, respond_one};
 
 /// The body of `PUT /api/policies/{vhost}/{name}`.
 #[derive(Debug, Deserialize)]
@@ -43,13 +44,11 @@ fn view_json(p: &PolicyView) -> Value {
     })
 }
 
-fn list_json(user: &AuthUser, broker: &Broker, list: Vec<PolicyView>) -> Value {
-    Value::Array(
-        list.iter()
-            .filter(|p| user.sees_vhost(broker, &p.vhost))
-            .map(view_json)
-            .collect(),
-    )
+fn list_json(user: &AuthUser, broker: &Broker, list: Vec<PolicyView>) -> Vec<Value> {
+    list.iter()
+        .filter(|p| user.sees_vhost(broker, &p.vhost))
+        .map(view_json)
+        .collect()
 }
 
 /// Who may change policies of `kind`.
@@ -95,15 +94,15 @@ async fn list_of(
     user: &AuthUser,
     broker: &Broker,
     vhost: Option<&str>,
+    q: &Query,
 ) -> Result<Json<Value>, ApiError> {
     if let Some(v) = vhost {
         user.check_vhost(broker, v)?;
     }
-    Ok(Json(list_json(
-        user,
-        broker,
-        broker.list_policies_of(kind, vhost),
-    )))
+    respond(
+        list_json(user, broker, broker.list_policies_of(kind, vhost)),
+        q,
+    )
 }
 
 fn get_of(
@@ -112,13 +111,14 @@ fn get_of(
     broker: &Broker,
     vhost: &str,
     name: &str,
+    q: &Query,
 ) -> Result<Json<Value>, ApiError> {
     may_read(user, broker, kind, vhost)?;
     broker
         .list_policies_of(kind, Some(vhost))
         .iter()
         .find(|p| p.name == name)
-        .map(|p| Json(view_json(p)))
+        .map(|p| respond_one(view_json(p), q))
         .ok_or(ApiError::NotFound)
 }
 
@@ -179,8 +179,9 @@ async fn delete_of(
 pub async fn list_all(
     user: AuthUser,
     State(broker): State<Arc<Broker>>,
+    q: Query,
 ) -> Result<Json<Value>, ApiError> {
-    list_of(PolicyKind::User, &user, &broker, None).await
+    list_of(PolicyKind::User, &user, &broker, None, &q).await
 }
 
 /// `GET /api/policies/{vhost}`.
@@ -188,8 +189,9 @@ pub async fn list_vhost(
     user: AuthUser,
     State(broker): State<Arc<Broker>>,
     Path(vhost): Path<String>,
+    q: Query,
 ) -> Result<Json<Value>, ApiError> {
-    list_of(PolicyKind::User, &user, &broker, Some(&vhost)).await
+    list_of(PolicyKind::User, &user, &broker, Some(&vhost), &q).await
 }
 
 /// `GET /api/policies/{vhost}/{name}`.
@@ -197,8 +199,9 @@ pub async fn get_one(
     user: AuthUser,
     State(broker): State<Arc<Broker>>,
     Path((vhost, name)): Path<(String, String)>,
+    q: Query,
 ) -> Result<Json<Value>, ApiError> {
-    get_of(PolicyKind::User, &user, &broker, &vhost, &name)
+    get_of(PolicyKind::User, &user, &broker, &vhost, &name, &q)
 }
 
 /// `PUT /api/policies/{vhost}/{name}`: 201 when created, 204 when updated.
@@ -224,8 +227,9 @@ pub async fn delete(
 pub async fn op_list_all(
     user: AuthUser,
     State(broker): State<Arc<Broker>>,
+    q: Query,
 ) -> Result<Json<Value>, ApiError> {
-    list_of(PolicyKind::Operator, &user, &broker, None).await
+    list_of(PolicyKind::Operator, &user, &broker, None, &q).await
 }
 
 /// `GET /api/operator-policies/{vhost}`.
@@ -233,8 +237,9 @@ pub async fn op_list_vhost(
     user: AuthUser,
     State(broker): State<Arc<Broker>>,
     Path(vhost): Path<String>,
+    q: Query,
 ) -> Result<Json<Value>, ApiError> {
-    list_of(PolicyKind::Operator, &user, &broker, Some(&vhost)).await
+    list_of(PolicyKind::Operator, &user, &broker, Some(&vhost), &q).await
 }
 
 /// `GET /api/operator-policies/{vhost}/{name}`.
@@ -242,8 +247,9 @@ pub async fn op_get_one(
     user: AuthUser,
     State(broker): State<Arc<Broker>>,
     Path((vhost, name)): Path<(String, String)>,
+    q: Query,
 ) -> Result<Json<Value>, ApiError> {
-    get_of(PolicyKind::Operator, &user, &broker, &vhost, &name)
+    get_of(PolicyKind::Operator, &user, &broker, &vhost, &name, &q)
 }
 
 /// `PUT /api/operator-policies/{vhost}/{name}`: 201 when created, 204 when updated.
