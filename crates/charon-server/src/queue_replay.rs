@@ -21,7 +21,7 @@ use tokio::sync::oneshot;
 use crate::access::{Permission, ResourceKind};
 use crate::admin::users::AdminError;
 use crate::broker::Broker;
-use crate::handles::{QueueCmd, QueueHandle, TakeRoute, Taken};
+use crate::handles::{QueueCmd, QueueHandle, TakeRoute, TakeRouteFn, Taken};
 use crate::locks::RwLockExt;
 use crate::queue::{allocate, now_ms, placed};
 use crate::vhost::VHostState;
@@ -58,9 +58,8 @@ fn route_fn(
     vhost: Arc<VHostState>,
     access: Option<Arc<crate::access::VHostAccess>>,
     target: ReplayTarget,
-) -> impl FnOnce(&Arc<Message>) -> Result<(Arc<Message>, Vec<QueueHandle>), String> + Send + 'static
-{
-    move |m: &Arc<Message>| {
+) -> TakeRouteFn {
+    Box::new(move |m: &Arc<Message>| {
         let props: Option<BasicProperties> = m.properties.decode().ok();
         let headers = props.as_ref().and_then(|p| p.headers().as_ref());
         let (exchange, mut keys) = match target {
@@ -105,7 +104,7 @@ fn route_fn(
             m.body.clone(),
         );
         Ok((Arc::new(replayed), targets))
-    }
+    })
 }
 
 impl Broker {
@@ -135,7 +134,7 @@ impl Broker {
             let (tx, rx) = oneshot::channel();
             let cmd = QueueCmd::Take {
                 id,
-                route: TakeRoute(Box::new(route)),
+                route: TakeRoute(route),
                 reply: tx,
             };
             if !handle.send(cmd).await {

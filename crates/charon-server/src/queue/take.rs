@@ -11,7 +11,7 @@ use crate::handles::{TakeRoute, Taken};
 /// Takes ready message `id` if `route` accepts it.
 pub(super) fn take(
     state: &mut QueueState,
-    mut store: Option<&mut StoreSide>,
+    store: Option<&mut StoreSide>,
     id: MsgId,
     route: TakeRoute,
 ) -> Taken {
@@ -33,7 +33,7 @@ pub(super) fn take(
     let store_msg = store.as_deref().and_then(|s| s.store_msg(id));
     state.remove(id);
     if source.is_some()
-        && let Some(s) = store.as_deref_mut()
+        && let Some(s) = store
     {
         // Leaves through the caller's `Route` record, not a settle.
         s.moved(id);
