@@ -13,7 +13,7 @@ use base64::Engine;
 use charon_core::ExchangeDeclare;
 use charon_server::admin::json::{json_to_table_opt, table_to_json};
 use charon_server::admin::now_ms;
-use charon_server::admin::topology::{BindingView, DestKind, ExchangeView};
+use charon_server::admin::topology::{BindingSpec, BindingView, DestKind, ExchangeView};
 use charon_server::broker::Broker;
 use serde_json::{Value, json};
 
@@ -91,21 +91,23 @@ pub fn binding_json(b: &BindingView) -> Value {
     })
 }
 
+/// The exchanges of `vhost` (or of every vhost `user` sees) as RabbitMQ's API shows them.
+fn visible_exchanges(broker: &Broker, user: &AuthUser, vhost: Option<&str>) -> Vec<Value> {
+    broker
+        .list_exchanges(vhost)
+        .iter()
+        .filter(|x| user.sees_vhost(broker, &x.vhost))
+        .map(|x| exchange_json(broker, x))
+        .collect()
+}
+
 /// `GET /api/exchanges`.
 pub async fn list_all(
     user: AuthUser,
     State(broker): State<Arc<Broker>>,
     q: Query,
 ) -> Result<Json<Value>, ApiError> {
-    respond(
-        broker
-            .list_exchanges(None)
-            .iter()
-            .filter(|x| user.sees_vhost(&broker, &x.vhost))
-            .map(|x| exchange_json(&broker, x))
-            .collect(),
-        &q,
-    )
+    respond(visible_exchanges(&broker, &user, None), &q)
 }
 
 /// `GET /api/exchanges/{vhost}`.
@@ -116,14 +118,7 @@ pub async fn list_vhost(
     q: Query,
 ) -> Result<Json<Value>, ApiError> {
     user.check_vhost(&broker, &vhost)?;
-    respond(
-        broker
-            .list_exchanges(Some(&vhost))
-            .iter()
-            .map(|x| exchange_json(&broker, x))
-            .collect(),
-        &q,
-    )
+    respond(visible_exchanges(&broker, &user, Some(&vhost)), &q)
 }
 
 /// `GET /api/exchanges/{vhost}/{name}`.
@@ -417,11 +412,13 @@ pub async fn create(
         .bind(
             &user.name,
             &vhost,
-            &source,
-            kind,
-            &dest,
-            &routing_key,
-            &arguments,
+            BindingSpec {
+                source: &source,
+                kind,
+                dest: &dest,
+                routing_key: &routing_key,
+                arguments: &arguments,
+            },
         )
         .await?;
     let key = properties_key(&BindingView {
@@ -480,11 +477,13 @@ pub async fn delete_binding(
         .unbind(
             &user.name,
             &vhost,
-            source,
-            kind,
-            &dest,
-            &b.routing_key,
-            &b.arguments,
+            BindingSpec {
+                source,
+                kind,
+                dest: &dest,
+                routing_key: &b.routing_key,
+                arguments: &b.arguments,
+            },
         )
         .await?;
     Ok(StatusCode::NO_CONTENT)

@@ -14,7 +14,7 @@ use charon_core::{DefValue, ExchangeDeclare, QueueDeclare};
 use serde_json::{Map, Value, json};
 
 use super::json::{json_to_table_opt, table_to_json};
-use super::topology::DestKind;
+use super::topology::{BindingSpec, DestKind};
 use super::users::{AdminError, PasswordInput};
 use crate::broker::Broker;
 use crate::policies::{PolicyInput, PolicyKind, def_value_from_json, definition_to_json};
@@ -361,11 +361,13 @@ impl Broker {
             self.bind(
                 INTERNAL_USER,
                 &vhost_of(&b),
-                str_field(&b, "source"),
-                kind,
-                str_field(&b, "destination"),
-                str_field(&b, "routing_key"),
-                &arguments,
+                BindingSpec {
+                    source: str_field(&b, "source"),
+                    kind,
+                    dest: str_field(&b, "destination"),
+                    routing_key: str_field(&b, "routing_key"),
+                    arguments: &arguments,
+                },
             )
             .await?;
         }

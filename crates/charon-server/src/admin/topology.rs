@@ -71,6 +71,21 @@ pub enum DestKind {
     Exchange,
 }
 
+/// A binding to add or remove: exchange `source` → `dest` (a queue or an exchange).
+#[derive(Debug, Clone, Copy)]
+pub struct BindingSpec<'a> {
+    /// The source exchange (`""`: the default exchange).
+    pub source: &'a str,
+    /// What `dest` is.
+    pub kind: DestKind,
+    /// The destination queue or exchange.
+    pub dest: &'a str,
+    /// Routing (binding) key.
+    pub routing_key: &'a str,
+    /// Binding arguments.
+    pub arguments: &'a FieldTable,
+}
+
 impl Broker {
     fn vhost_or_missing(&self, vhost: &str) -> Result<Arc<VHostState>, AdminError> {
         self.vhost(vhost)
@@ -344,69 +359,41 @@ impl Broker {
         Ok(count)
     }
 
-    /// Binds `dest` to exchange `source` as `user` (write on the destination, read on the
+    /// Binds `b.dest` to exchange `b.source` as `user` (write on the destination, read on the
     /// source).
-    #[allow(clippy::too_many_arguments)]
     pub async fn bind(
         &self,
         user: &str,
         vhost: &str,
-        source: &str,
-        kind: DestKind,
-        dest: &str,
-        routing_key: &str,
-        arguments: &FieldTable,
+        b: BindingSpec<'_>,
     ) -> Result<(), AdminError> {
-        self.change_binding(
-            user,
-            vhost,
-            source,
-            kind,
-            dest,
-            routing_key,
-            arguments,
-            true,
-        )
-        .await
+        self.change_binding(user, vhost, b, true).await
     }
 
     /// Removes a binding as `user`.
-    #[allow(clippy::too_many_arguments)]
     pub async fn unbind(
         &self,
         user: &str,
         vhost: &str,
-        source: &str,
-        kind: DestKind,
-        dest: &str,
-        routing_key: &str,
-        arguments: &FieldTable,
+        b: BindingSpec<'_>,
     ) -> Result<(), AdminError> {
-        self.change_binding(
-            user,
-            vhost,
+        self.change_binding(user, vhost, b, false).await
+    }
+
+    async fn change_binding(
+        &self,
+        user: &str,
+        vhost: &str,
+        b: BindingSpec<'_>,
+        add: bool,
+    ) -> Result<(), AdminError> {
+        let BindingSpec {
             source,
             kind,
             dest,
             routing_key,
             arguments,
-            false,
-        )
-        .await
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    async fn change_binding(
-        &self,
-        user: &str,
-        vhost: &str,
-        source: &str,
-        kind: DestKind,
-        dest: &str,
-        routing_key: &str,
-        arguments: &FieldTable,
-        add: bool,
-    ) -> Result<(), AdminError> {
+        } = b;
         let v = self.vhost_or_missing(vhost)?;
         let access = self.user_access(user, vhost)?;
         let rk = match kind {
