@@ -6,8 +6,7 @@
 //! Export leaves out what RabbitMQ leaves out: the default and `amq.*` exchanges, exclusive
 //! queues, the default exchange's implicit bindings. It includes `parameters` (inert ones and
 //! vhost limits as component `vhost-limits`), `global_parameters` (inert; import keeps the
-//! node's own `internal_cluster_id`) and user `limits`. `topic_permissions` are exported empty
-//! and ignored. Import runs as the broker itself (no permission checks on the objects, as
+//! node's own `internal_cluster_id`), user `limits` and `topic_permissions`. Import runs as the broker itself (no permission checks on the objects, as
 //! RabbitMQ's import), stops at the first invalid object and reports it.
 
 use charon_core::{DefValue, ExchangeDeclare, QueueDeclare};
@@ -170,7 +169,16 @@ impl Broker {
                     })
                     .collect(),
             );
-            m.insert("topic_permissions".into(), json!([]));
+            m.insert(
+                "topic_permissions".into(),
+                self.list_topic_permissions()
+                    .into_iter()
+                    .map(|t| {
+                        json!({"user": t.user, "vhost": t.vhost, "exchange": t.exchange,
+                               "write": t.write, "read": t.read})
+                    })
+                    .collect(),
+            );
         }
         m.insert(
             "parameters".into(),
@@ -268,6 +276,24 @@ impl Broker {
                     str_field(&p, "read"),
                 )
                 .await?;
+            }
+            for t in list("topic_permissions") {
+                self.set_topic_permission(crate::topic_access::TopicPermission {
+                    user: str_field(&t, "user").to_string(),
+                    vhost: str_field(&t, "vhost").to_string(),
+                    exchange: str_field(&t, "exchange").to_string(),
+                    write: str_field(&t, "write").to_string(),
+                    read: str_field(&t, "read").to_string(),
+                })
+                .await
+                .map_err(|e| match e {
+                    AdminError::BadRequest(r) => AdminError::BadRequest(format!(
+                        "topic permission of {} on {}: {r}",
+                        str_field(&t, "user"),
+                        str_field(&t, "vhost")
+                    )),
+                    other => other,
+                })?;
             }
         } else if let Some(v) = vhost
             && self.vhost(v).is_none()

@@ -403,6 +403,7 @@ impl Broker {
         access.check_bind(source, rk, dest)?;
         {
             let mut topo = v.topology.write().unwrap_or_else(|p| p.into_inner());
+            crate::topic_access::check_bind(self, &topo, user, source, routing_key)?;
             match (kind, add) {
                 (DestKind::Queue, true) => topo.bind_queue(dest, source, routing_key, arguments)?,
                 (DestKind::Queue, false) => {

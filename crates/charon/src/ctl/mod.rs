@@ -194,6 +194,27 @@ pub(crate) enum CtlCommand {
     /// Clears an operator policy.
     #[command(name = "clear_operator_policy")]
     ClearOperatorPolicy { name: String },
+    /// Sets a user's topic permission on a topic exchange:
+    /// `set_topic_permissions [-p vh] USER EXCHANGE WRITE READ`.
+    #[command(name = "set_topic_permissions")]
+    SetTopicPermissions {
+        user: String,
+        exchange: String,
+        write: String,
+        read: String,
+    },
+    /// Clears a user's topic permissions on the vhost (on one exchange when given).
+    #[command(name = "clear_topic_permissions")]
+    ClearTopicPermissions {
+        user: String,
+        exchange: Option<String>,
+    },
+    /// Lists the topic permissions of a vhost.
+    #[command(name = "list_topic_permissions")]
+    ListTopicPermissions,
+    /// Lists a user's topic permissions.
+    #[command(name = "list_user_topic_permissions")]
+    ListUserTopicPermissions { user: String },
     /// Lists the operator policies of a vhost.
     #[command(name = "list_operator_policies")]
     ListOperatorPolicies,

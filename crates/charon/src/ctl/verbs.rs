@@ -517,6 +517,55 @@ pub(super) fn run(c: &Client, style: Style, vhost: &str, cmd: CtlCommand) -> any
             [apply_to, name, pattern, definition],
             priority,
         )?,
+        CtlCommand::SetTopicPermissions {
+            user,
+            exchange,
+            write,
+            read,
+        } => {
+            style.info(&format!(
+                "Setting topic permissions on \"{exchange}\" for user \"{user}\" in vhost \"{vhost}\" ..."
+            ));
+            let body = json!({"exchange": exchange, "write": write, "read": read});
+            c.call(
+                "PUT",
+                &format!("/api/topic-permissions/{v}/{}", enc(&user)),
+                Some(&body),
+                &[],
+            )?;
+        }
+        CtlCommand::ClearTopicPermissions { user, exchange } => {
+            style.info(&format!(
+                "Clearing topic permissions for user \"{user}\" in vhost \"{vhost}\" ..."
+            ));
+            let path = match &exchange {
+                Some(x) => format!(
+                    "/api/topic-permissions/{v}/{}?exchange={}",
+                    enc(&user),
+                    enc(x)
+                ),
+                None => format!("/api/topic-permissions/{v}/{}", enc(&user)),
+            };
+            c.call("DELETE", &path, None, &[])?;
+        }
+        CtlCommand::ListTopicPermissions => list(
+            c,
+            style,
+            "topic_permissions",
+            &format!("/api/vhosts/{v}/topic-permissions"),
+            Vec::new(),
+            &["user", "exchange", "write", "read"],
+            &format!("Listing topic permissions for vhost \"{vhost}\" ..."),
+        )?,
+        CtlCommand::ListUserTopicPermissions { user } => list(
+            c,
+            style,
+            "topic_permissions",
+            &format!("/api/users/{}/topic-permissions", enc(&user)),
+            Vec::new(),
+            &["vhost", "exchange", "write", "read"],
+            &format!("Listing topic permissions for user \"{user}\" ..."),
+        )?,
         CtlCommand::ClearOperatorPolicy { name } => {
             style.info(&format!(
                 "Clearing operator policy \"{name}\" on vhost \"{vhost}\" ..."
