@@ -146,6 +146,9 @@ fn scan(seg: SegId, buf: &[u8]) -> Refs {
                 },
             )),
             Payload::DeliveryCount { member, .. } => refs.counted.push(member),
+            Payload::DeliveryCounts { queue, counts } => {
+                refs.counted.extend(counts.iter().map(|(id, _)| (queue, *id)));
+            }
             Payload::PutDefinition { kind, key, .. } => refs.defs.push((
                 kind,
                 Bytes::copy_from_slice(key),

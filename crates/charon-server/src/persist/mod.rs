@@ -7,7 +7,8 @@
 //! (delivery_mode 2) routed to durable queues is one `Publish` record naming its place in each
 //! of them (the body is stored once); removal from a queue is a `Settle`; dead-lettering is one
 //! `DeadLetter` record (source out, copy into every durable target, atomically); the first
-//! delivery of a message is a `DeliveryCount` (recovered messages come back redelivered).
+//! deliveries of a queue's batch are one `DeliveryCounts` record (recovered messages come back
+//! redelivered).
 //!
 //! Memory: the bodies of stored messages count against a broker-wide budget
 //! (`message_memory_budget`); past it, queues keep newly stored bodies on disk only and read
@@ -255,16 +256,18 @@ impl Persistence {
         }
     }
 
-    /// Records deliveries of messages of queue `queue`: (id, deliveries so far).
+    /// Records deliveries of messages of queue `queue`: (id, deliveries so far), as one
+    /// `DeliveryCounts` record for the whole batch (goes with the next group commit).
     pub(crate) fn delivered(&self, queue: u64, ids: &[(u64, u32)]) {
-        for &(id, count) in ids {
-            let cmd = Command::DeliveryCount {
-                member: (queue, id),
-                count,
-            };
-            if self.store.append_nowait(cmd).is_err() {
-                return;
-            }
+        if ids.is_empty() {
+            return;
+        }
+        let cmd = Command::DeliveryCounts {
+            queue,
+            counts: ids.to_vec(),
+        };
+        if let Err(e) = self.store.append_nowait(cmd) {
+            tracing::error!(error = %e, "could not record deliveries");
         }
     }
 
