@@ -17,6 +17,7 @@ use bytes::Bytes;
 use crate::index::Loc;
 use crate::record::{self, Kind, Payload, encode_carry, encode_command};
 use crate::segment::{self, SEGMENT_HEADER_LEN, SegId};
+use crate::spare;
 use crate::store::{Shared, State};
 use crate::types::{Command, Member, MessageId};
 
@@ -44,8 +45,27 @@ fn reclaim(shared: &Shared) -> io::Result<()> {
             return Ok(());
         }
         let mut removed = Vec::new();
+        let mut recycled = None;
         for seg in victims {
-            match shared.storage.remove(&segment::file_name(seg)) {
+            let name = segment::file_name(seg);
+            // The first deleted segment's file becomes the spare when there is none (a whole
+            // segment's worth of blocks the next segment writes into without growing a file).
+            if recycled.is_none()
+                && spare::wanted(shared)
+                && let Some(file) = shared.file(seg)
+            {
+                match shared.storage.rename(&name, spare::SPARE) {
+                    Ok(()) => {
+                        recycled = Some(file);
+                        removed.push(seg);
+                        continue;
+                    }
+                    Err(e) => {
+                        tracing::warn!(segment = seg, error = %e, "could not recycle segment");
+                    }
+                }
+            }
+            match shared.storage.remove(&name) {
                 Ok(()) => removed.push(seg),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => removed.push(seg),
                 Err(e) => {
@@ -66,6 +86,12 @@ fn reclaim(shared: &Shared) -> io::Result<()> {
             st.stats.segments_deleted += 1;
             st.stats.syncs += 1;
             tracing::debug!(segment = seg, "segment deleted");
+        }
+        drop(files);
+        drop(st);
+        // A spare only once no reader can reach it as its old segment (removed from `files`).
+        if let Some(file) = recycled {
+            spare::keep(shared, file);
         }
     }
 }
@@ -147,7 +173,8 @@ fn scan(seg: SegId, buf: &[u8]) -> Refs {
             )),
             Payload::DeliveryCount { member, .. } => refs.counted.push(member),
             Payload::DeliveryCounts { queue, counts } => {
-                refs.counted.extend(counts.iter().map(|(id, _)| (queue, *id)));
+                refs.counted
+                    .extend(counts.iter().map(|(id, _)| (queue, *id)));
             }
             Payload::PutDefinition { kind, key, .. } => refs.defs.push((
                 kind,

@@ -64,6 +64,7 @@ mod members;
 mod record;
 mod recovery;
 mod segment;
+mod spare;
 pub mod storage;
 mod store;
 mod types;

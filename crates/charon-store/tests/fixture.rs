@@ -14,7 +14,15 @@ mod common;
 
 use bytes::Bytes;
 use charon_store::{Command, MemStorage, NewMessage};
-use common::{config, contents, open};
+use common::{contents, open};
+
+/// The tests' configuration without preallocation: the written file is exactly the records.
+fn config() -> charon_store::StoreConfig {
+    charon_store::StoreConfig {
+        preallocate: false,
+        ..common::config()
+    }
+}
 
 const SEG1: &str = "0000000000000001.wal";
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/v1-segment.wal");

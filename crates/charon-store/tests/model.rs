@@ -22,20 +22,51 @@ use proptest::sample::Index;
 
 #[derive(Debug, Clone)]
 enum Op {
-    Publish { queues: Vec<u64>, size: usize },
-    Settle { pick: Vec<Index> },
-    DeadLetter { pick: Index, targets: Vec<u64> },
-    Count { pick: Index, count: u32 },
+    Publish {
+        queues: Vec<u64>,
+        size: usize,
+    },
+    Settle {
+        pick: Vec<Index>,
+    },
+    DeadLetter {
+        pick: Index,
+        targets: Vec<u64>,
+    },
+    Count {
+        pick: Index,
+        count: u32,
+    },
     /// `DeliveryCounts` for up to three members of the first picked member's queue.
-    Counts { pick: Vec<Index>, count: u32 },
-    Park { pick: Index, due: u64, attempt: u32 },
-    Route { pick: Index, targets: Vec<u64> },
-    Purge { queue: u64 },
-    PutDef { key: u8, value: u8 },
-    DelDef { key: u8 },
+    Counts {
+        pick: Vec<Index>,
+        count: u32,
+    },
+    Park {
+        pick: Index,
+        due: u64,
+        attempt: u32,
+    },
+    Route {
+        pick: Index,
+        targets: Vec<u64>,
+    },
+    Purge {
+        queue: u64,
+    },
+    PutDef {
+        key: u8,
+        value: u8,
+    },
+    DelDef {
+        key: u8,
+    },
     Sync,
     Restart,
-    Crash { keep: Index, garbage: bool },
+    Crash {
+        keep: Index,
+        garbage: bool,
+    },
 }
 
 fn op(parks: bool) -> impl Strategy<Value = Op> {
@@ -140,6 +171,8 @@ fn with_compaction(compact_ratio: f64) -> StoreConfig {
         segment_size: 1024,
         compact_ratio,
         idle_tick: Duration::from_millis(1),
+        // Crashes then hit preallocated and recycled segment files too.
+        preallocate: true,
     }
 }
 
