@@ -58,6 +58,7 @@
 #![deny(clippy::indexing_slicing)]
 
 mod compaction;
+mod durable;
 mod error;
 mod index;
 mod members;
@@ -70,6 +71,7 @@ mod store;
 mod types;
 mod writer;
 
+pub use durable::DurableWatch;
 pub use error::{AppendError, CommitError, OpenError, ReadError};
 pub use storage::{DiskStorage, MemStorage, Storage, StorageFile};
 pub use store::{Commit, Store, StoreConfig, StoreStats};

@@ -14,6 +14,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
+use crate::durable::{Durability, DurableWatch};
 use crate::error::{AppendError, CommitError, OpenError, ReadError};
 use crate::index::{Index, Loc};
 use crate::record::{self, HEADER_LEN, Kind, Payload};
@@ -134,6 +135,8 @@ pub(crate) struct Shared {
     pub(crate) written: Mutex<(SegId, u64)>,
     /// A deleted segment's file kept for the next segment (`spare`).
     pub(crate) spare: Mutex<Option<Arc<dyn StorageFile>>>,
+    /// The durable index (and poisoning), published by the writer once per batch.
+    pub(crate) durable_tx: tokio::sync::watch::Sender<Durability>,
 }
 
 impl Shared {
@@ -324,6 +327,10 @@ impl Store {
             config,
             written: Mutex::new((active, SEGMENT_HEADER_LEN)),
             spare: Mutex::new(None),
+            durable_tx: tokio::sync::watch::Sender::new(Durability {
+                index: last,
+                ..Durability::default()
+            }),
         });
         let thread_shared = shared.clone();
         let writer = std::thread::Builder::new()
@@ -350,6 +357,12 @@ impl Store {
     /// durable once any later commit completes.
     pub fn append_nowait(&self, cmd: Command) -> Result<Appended, AppendError> {
         self.push(&cmd, None)
+    }
+
+    /// A watch on the durable index: wait for the index of an [`Store::append_nowait`] with
+    /// it instead of a [`Commit`] per record.
+    pub fn durable_watch(&self) -> DurableWatch {
+        DurableWatch(self.shared.durable_tx.subscribe())
     }
 
     /// A barrier: completes once everything appended before it is durable.

@@ -18,6 +18,7 @@ use crate::store::{Batch, Chunk, Shared};
 pub(crate) fn run(shared: Arc<Shared>, mut active: Arc<dyn StorageFile>, mut end: u64) {
     loop {
         let Some(batch) = next_batch(&shared) else {
+            shared.durable_tx.send_modify(|d| d.closed = true);
             return;
         };
         if !batch.is_empty() {
@@ -27,6 +28,10 @@ pub(crate) fn run(shared: Arc<Shared>, mut active: Arc<dyn StorageFile>, mut end
                     {
                         let mut st = shared.lock();
                         st.durable_index = st.durable_index.max(batch.last_index);
+                        let index = st.durable_index;
+                        shared
+                            .durable_tx
+                            .send_modify(|d| d.index = d.index.max(index));
                         if let Some(c) = batch.chunks.last() {
                             st.durable_seg = st.durable_seg.max(c.seg);
                         }
@@ -135,6 +140,7 @@ fn write(
 }
 
 fn poison(shared: &Shared, msg: &str) {
+    shared.durable_tx.send_modify(|d| d.poisoned = true);
     let batch = {
         let mut st = shared.lock();
         if st.poisoned.is_none() {
