@@ -6,10 +6,12 @@
 # Usage: scripts/bench-persistent.sh NAME=path/to/charon [NAME=path ...]
 # Env: LAVINMQ_BIN (adds LavinMQ), SCENARIOS (default "b f"), REPS (default 2), DUR (b seconds,
 #      default 15), MESSAGES (f, default 1000000), OUT (jsonl, default /tmp/bench-persistent-<t>.jsonl),
-#      AMQP_LOAD_DIR (default ../shared/tools/amqp-load). Ports 5861.. (loopback).
+#      AMQP_LOAD_DIR (default ../shared/tools/amqp-load, else /work/shared/tools/amqp-load). Ports 5861.. (loopback).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-LOAD=${AMQP_LOAD_DIR:-$(pwd)/../shared/tools/amqp-load}/target/release/amqp-load
+DEFAULT_LOAD_DIR=$(pwd)/../shared/tools/amqp-load
+[ -d "$DEFAULT_LOAD_DIR" ] || DEFAULT_LOAD_DIR=/work/shared/tools/amqp-load
+LOAD=${AMQP_LOAD_DIR:-$DEFAULT_LOAD_DIR}/target/release/amqp-load
 [ -x "$LOAD" ] || { echo "build amqp-load first (cargo build --release in its dir)" >&2; exit 1; }
 SCENARIOS=${SCENARIOS:-"b f"}; REPS=${REPS:-2}; DUR=${DUR:-15}; MESSAGES=${MESSAGES:-1000000}
 OUT=${OUT:-/tmp/bench-persistent-$(date +%Y%m%d-%H%M%S).jsonl}
