@@ -122,6 +122,12 @@ fn candidate(shared: &Shared) -> Option<(SegId, u64)> {
 }
 
 fn read(shared: &Shared, seg: SegId, offset: u64, len: u64) -> Option<Vec<u8>> {
+    // A record not written yet (a copy just appended to the active segment): in a
+    // preallocated or recycled file the bytes there are zeros or a stale record of the file's
+    // old segment, never to be copied forward (§2.5).
+    if !shared.is_written(seg, offset, len) {
+        return None;
+    }
     let file = shared.file(seg)?;
     let mut buf = vec![0u8; usize::try_from(len).ok()?];
     match file.read_exact_at(&mut buf, offset) {
@@ -239,11 +245,18 @@ fn compact_one(shared: &Shared) {
             let Ok(framed) = record::parse(rec) else {
                 continue;
             };
-            let (Payload::Publish { msg, .. }
-            | Payload::DeadLetter { msg, .. }
-            | Payload::Carry { msg, .. }) = framed.payload
-            else {
-                continue;
+            // The record must be this message's (its creating record, or a copy of it).
+            let msg = match framed.payload {
+                Payload::Publish { msg, .. } | Payload::DeadLetter { msg, .. }
+                    if framed.index == *id =>
+                {
+                    msg
+                }
+                Payload::Carry { msg_id, msg, .. } if msg_id == *id => msg,
+                _ => {
+                    tracing::error!(message = id, "compaction: record is not the message's");
+                    continue;
+                }
             };
             let members = st.index.members_of(*id);
             let Ok((payload, _)) = encode_carry(*id, &members, &msg) else {

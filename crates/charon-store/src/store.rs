@@ -151,7 +151,7 @@ impl Shared {
     }
 
     /// Whether `len` bytes at `offset` of segment `seg` have been written.
-    fn is_written(&self, seg: SegId, offset: u64, len: u64) -> bool {
+    pub(crate) fn is_written(&self, seg: SegId, offset: u64, len: u64) -> bool {
         let (wseg, wend) = *self.written.lock().unwrap_or_else(|e| e.into_inner());
         seg < wseg || (seg == wseg && offset.saturating_add(len) <= wend)
     }
