@@ -12,6 +12,7 @@ use crate::error::OpenError;
 use crate::index::{Index, Loc};
 use crate::record::{self, Payload};
 use crate::segment::{self, BadHeader, SEGMENT_HEADER_LEN, SegId};
+use crate::spare;
 use crate::storage::{Storage, StorageFile};
 use crate::types::{Recovered, RecoveredEntry};
 
@@ -21,6 +22,8 @@ pub(crate) struct RecoveryOutcome {
     pub(crate) recovered: Recovered,
     pub(crate) files: BTreeMap<SegId, Arc<dyn StorageFile>>,
     pub(crate) last_segment: SegId,
+    /// A deleted segment's file kept for reuse (`spare`).
+    pub(crate) spare: Option<Arc<dyn StorageFile>>,
 }
 
 fn io(op: &'static str, seg: SegId) -> impl FnOnce(std::io::Error) -> OpenError {
@@ -39,9 +42,17 @@ pub(crate) fn recover(storage: &dyn Storage) -> Result<RecoveryOutcome, OpenErro
         source,
     })?;
     let mut segs: Vec<SegId> = Vec::new();
+    let mut spare = None;
     for name in names {
         match segment::parse_name(&name) {
             Some(id) => segs.push(id),
+            None if name == spare::SPARE => {
+                spare = Some(storage.open(&name).map_err(|source| OpenError::Io {
+                    op: "open",
+                    name: name.clone(),
+                    source,
+                })?);
+            }
             None => tracing::warn!(file = %name, "ignoring file that is not a segment"),
         }
     }
@@ -84,12 +95,13 @@ pub(crate) fn recover(storage: &dyn Storage) -> Result<RecoveryOutcome, OpenErro
             // An empty older segment is one an earlier recovery emptied
             // (below) before this process created a newer one.
             Err(BadHeader::Torn) if is_last || len == 0 => {
-                // Torn while being created: nothing in it was ever durable.
-                if len > 0 {
+                // Torn while being created: nothing in it was ever durable. All zeros: a
+                // preallocated file whose header never reached the disk.
+                if !buf.iter().all(|b| *b == 0) {
                     tracing::warn!(segment = seg, len, "segment header torn; emptying it");
+                    truncated_bytes += len;
                 }
                 cut(&*file, seg, 0)?;
-                truncated_bytes += len;
                 index.add_segment(seg, 0);
                 files.insert(seg, file);
                 continue;
@@ -120,6 +132,12 @@ pub(crate) fn recover(storage: &dyn Storage) -> Result<RecoveryOutcome, OpenErro
                     index.apply(f.index, loc, &f.payload);
                     last_index = f.index;
                     pos += f.total_len;
+                }
+                Err(_) if is_last && spare::is_unused_space(rest, last_index) => {
+                    // Preallocated or recycled space after the last record (`spare`).
+                    tracing::debug!(segment = seg, offset = pos, "cutting unused segment space");
+                    cut(&*file, seg, pos as u64)?;
+                    break;
                 }
                 Err(reason) if is_last => {
                     tracing::warn!(
@@ -153,6 +171,7 @@ pub(crate) fn recover(storage: &dyn Storage) -> Result<RecoveryOutcome, OpenErro
         recovered,
         files,
         last_segment,
+        spare,
     })
 }
 
