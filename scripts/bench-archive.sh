@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The dead-letter archive benchmark (issue 9, docs/archive.md "Performance"): starts a broker
+# (release build) on SQLite or on a private PostgreSQL 15 cluster (initdb + pg_ctl in a temp dir,
+# default fsync), runs `charon bench --scenario archive`, and prints the load average and the CPU
+# seconds the broker and PostgreSQL used (from /proc/PID/stat) per archived record.
+#
+# Usage: scripts/bench-archive.sh sqlite|postgres [N] [extra bench args…]
+#   BIN=target/release/charon  PERF=1 (record the broker with perf into $W/perf.data)
+#   KEEP=1 (keep the work dir)
+set -euo pipefail
+BACKEND=${1:-sqlite}; N=${2:-100000}; shift $(( $# > 2 ? 2 : $# )) || true
+BIN=${BIN:-target/release/charon}
+W=$(mktemp -d /tmp/bench-archive.XXXXXX); chmod 755 "$W"
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+P=$(free_port); H=$(free_port)
+ticks() { awk '{print $14+$15+$16+$17}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+pg_ticks() { # the postmaster (with its reaped children) + live backends
+  local pm=$1 t; t=$(ticks "$pm")
+  for c in $(grep -l "^PPid:[[:space:]]*$pm\$" /proc/[0-9]*/status 2>/dev/null | cut -d/ -f3); do
+    t=$((t + $(awk '{print $14+$15}' "/proc/$c/stat" 2>/dev/null || echo 0)))
+  done; echo "$t"; }
+PGPID=""; URL=""
+cleanup() {
+  [ -n "${CPID:-}" ] && kill "$CPID" 2>/dev/null && wait "$CPID" 2>/dev/null || true
+  if [ -n "$PGPID" ]; then runuser -u postgres -- "$PGBIN/pg_ctl" -D "$W/pg/data" -m immediate stop >/dev/null 2>&1 || true; fi
+  [ -n "${KEEP:-}" ] || rm -rf "$W"
+}
+trap cleanup EXIT
+if [ "$BACKEND" = postgres ]; then
+  PGBIN=$(dirname "$(ls /usr/lib/postgresql/*/bin/initdb | sort | tail -1)")
+  PGP=$(free_port); mkdir -p "$W/pg"; chown postgres:postgres "$W/pg"
+  runuser -u postgres -- "$PGBIN/initdb" -D "$W/pg/data" -U postgres --auth=trust -E UTF8 >/dev/null
+  runuser -u postgres -- "$PGBIN/pg_ctl" -D "$W/pg/data" -o "-p $PGP -k $W/pg -c listen_addresses=127.0.0.1 -c max_wal_size=4GB" -l "$W/pg/log" -w start >/dev/null
+  PGPID=$(head -1 "$W/pg/data/postmaster.pid")
+  URL="postgresql://postgres@127.0.0.1:$PGP/postgres"
+fi
+printf 'heartbeat = 60\n%s\n[[users]]\nname = "guest"\npassword = "guest"\ntags = ["administrator"]\n' \
+  "${URL:+archive_url = \"$URL\"}" > "$W/charon.toml"
+"$BIN" server --amqp-listen 127.0.0.1:$P --http-listen 127.0.0.1:$H --data-dir "$W/data" \
+  --config "$W/charon.toml" --log-level warn > "$W/charon.log" 2>&1 &
+CPID=$!
+for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$P) 2>/dev/null && break; sleep 0.2; done
+if [ -n "${PERF:-}" ]; then perf record -F 499 -g -p "$CPID" -o "$W/perf.data" 2>/dev/null & PERFPID=$!; fi
+B0=$(ticks $CPID); G0=0; [ -n "$PGPID" ] && G0=$(pg_ticks "$PGPID")
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+"$BIN" bench --uri "amqp://guest:guest@127.0.0.1:$P/%2f" --http-url "http://127.0.0.1:$H" \
+  --scenario archive --pmessages "$N" --size 1024 "$@"
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+B1=$(ticks $CPID); G1=0; [ -n "$PGPID" ] && G1=$(pg_ticks "$PGPID")
+HZ=$(getconf CLK_TCK)
+awk -v b=$((B1-B0)) -v g=$((G1-G0)) -v hz=$HZ -v n=$N 'BEGIN{printf "CPU over the whole run (archive + replay + queries): broker %.1fs (%.0f us/record), postgres %.1fs (%.0f us/record)\n", b/hz, b/hz/n*1e6, g/hz, g/hz/n*1e6}'
+if [ -n "${PERF:-}" ]; then kill -INT "$PERFPID"; wait "$PERFPID" || true; perf report -i "$W/perf.data" --no-children --sort dso,symbol --stdio 2>/dev/null | grep -v '^#' | grep '%' | head -40; fi
