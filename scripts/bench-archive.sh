@@ -4,7 +4,7 @@
 # default fsync), runs `charon bench --scenario archive`, and prints the load average and the CPU
 # seconds the broker and PostgreSQL used (from /proc/PID/stat) per archived record.
 #
-# Usage: scripts/bench-archive.sh sqlite|postgres [N] [extra bench args…]
+# Usage: scripts/bench-archive.sh sqlite|postgres [N] [extra bench args…, e.g. --archive-preload 1000000]
 #   BIN=target/release/charon  PERF=1 (record the broker with perf into $W/perf.data)
 #   KEEP=1 (keep the work dir)
 set -euo pipefail
@@ -44,7 +44,7 @@ if [ -n "${PERF:-}" ]; then perf record -F 499 -g -p "$CPID" -o "$W/perf.data" 2
 B0=$(ticks $CPID); G0=0; [ -n "$PGPID" ] && G0=$(pg_ticks "$PGPID")
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$BIN" bench --uri "amqp://guest:guest@127.0.0.1:$P/%2f" --http-url "http://127.0.0.1:$H" \
-  --scenario archive --pmessages "$N" --size 1024 "$@"
+  --scenario archive --pmessages "$N" --size 1024 --broker-pid "$CPID" ${PGPID:+--db-pid "$PGPID"} "$@"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 B1=$(ticks $CPID); G1=0; [ -n "$PGPID" ] && G1=$(pg_ticks "$PGPID")
 HZ=$(getconf CLK_TCK)

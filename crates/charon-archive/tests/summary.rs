@@ -22,15 +22,15 @@ fn rec(i: usize, at: i64) -> NewRecord {
         _ => Some("a".to_string()),
     };
     let queue = if i % 4 == 3 { "b|dlq" } else { "dlq" };
-    let err = (i % 3 != 0).then(|| format!("Order {i} failed: kind {}", i % 5));
+    let err = (!i.is_multiple_of(3)).then(|| format!("Order {i} failed: kind {}", i % 5));
     NewRecord {
         stable_key: format!("k{i}"),
-        vhost: if i % 7 == 0 { "other" } else { "/" }.into(),
+        vhost: if i.is_multiple_of(7) { "other" } else { "/" }.into(),
         queue: queue.into(),
         original_queue: oq,
         original_exchange: Some("x".into()),
         original_routing_keys: vec!["rk".into()],
-        reason: (i % 6 != 0).then(|| "rejected".to_string()),
+        reason: (!i.is_multiple_of(6)).then(|| "rejected".to_string()),
         death_count: 1,
         message_id: Some(format!("m{i}")),
         correlation_id: None,
