@@ -83,7 +83,7 @@ fn insert_params(r: &NewRecord, p: &mut Vec<Param>) {
         r.key.clone().into(),
         r.content_type.clone().into(),
         r.properties.to_string().into(),
-        r.headers.to_string().into(),
+        r.headers.as_str().into(),
         Param::Shared(r.amqp_properties.clone()),
         Param::Shared(r.payload.clone()),
         (r.payload.len() as i64).into(),

@@ -37,7 +37,7 @@ fn rec(i: usize, at: i64) -> NewRecord {
         key: None,
         content_type: None,
         properties: json!({}),
-        headers: json!({}),
+        headers: "{}".into(),
         amqp_properties: Bytes::new(),
         payload: Bytes::from(vec![b'x'; 10 + i % 13]),
         error_fingerprint: charon_archive::extract::fingerprint(err.as_deref(), None),
