@@ -7,6 +7,8 @@
 # Usage: scripts/bench-archive.sh sqlite|postgres [N] [extra bench args…, e.g. --archive-preload 1000000]
 #   BIN=target/release/charon  PERF=1 (record the broker with perf into $W/perf.data)
 #   KEEP=1 (keep the work dir)
+#   FILL=N (postgres: insert N dead-letter rows with SQL (generate_series, 100k per transaction)
+#   before the run, so that the queries run over a big archive quickly; the summary triggers fire)
 set -euo pipefail
 BACKEND=${1:-sqlite}; N=${2:-100000}; shift $(( $# > 2 ? 2 : $# )) || true
 BIN=${BIN:-target/release/charon}
@@ -34,13 +36,35 @@ if [ "$BACKEND" = postgres ]; then
   PGPID=$(head -1 "$W/pg/data/postmaster.pid")
   URL="postgresql://postgres@127.0.0.1:$PGP/postgres"
 fi
-printf 'heartbeat = 60\n%s\n[[users]]\nname = "guest"\npassword = "guest"\ntags = ["administrator"]\n' \
+printf 'heartbeat = 60\narchive_max_bytes = 0\n%s\n[[users]]\nname = "guest"\npassword = "guest"\ntags = ["administrator"]\n' \
   "${URL:+archive_url = \"$URL\"}" > "$W/charon.toml"
 "$BIN" server --amqp-listen 127.0.0.1:$P --http-listen 127.0.0.1:$H --data-dir "$W/data" \
   --config "$W/charon.toml" --log-level warn > "$W/charon.log" 2>&1 &
 CPID=$!
 for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$P) 2>/dev/null && break; sleep 0.2; done
 if [ -n "${PERF:-}" ]; then perf record -F 499 -g -p "$CPID" -o "$W/perf.data" 2>/dev/null & PERFPID=$!; fi
+if [ -n "${FILL:-}" ] && [ -n "$PGPID" ]; then
+  for _ in $(seq 100); do runuser -u postgres -- "$PGBIN/psql" -qAt -h 127.0.0.1 -p "$PGP" -U postgres -c "SELECT 1 FROM archive_migrations WHERE version = 3" 2>/dev/null | grep -q 1 && break; sleep 0.5; done
+  T0=$(date +%s.%N); done_=0
+  while [ "$done_" -lt "$FILL" ]; do
+    k=$(( FILL - done_ < 100000 ? FILL - done_ : 100000 ))
+    runuser -u postgres -- "$PGBIN/psql" -q -h 127.0.0.1 -p "$PGP" -U postgres -v ON_ERROR_STOP=1 -c "
+      INSERT INTO dead_letters (stable_key, vhost, queue, original_queue, original_exchange, original_routing_keys, reason, death_count,
+        message_id, correlation_id, message_key, content_type, properties, headers, amqp_properties, payload, payload_bytes,
+        error_message, error_stacktrace, error_fingerprint, status, created_at, updated_at)
+      SELECT 'fill:' || g, '/', 'fill', 'orders-' || (g % 20), 'orders', '[\"orders-' || (g % 20) || '\"]', 'rejected', 1,
+        'f-' || g, NULL, 'f-' || g, 'application/json', '{\"content_type\":\"application/json\",\"delivery_mode\":2}',
+        '{\"x-exception-message\":\"Order ' || g || ' could not be processed: cause ' || (g % 10) || '\",\"x-first-death-queue\":\"orders-' || (g % 20) || '\",\"x-first-death-reason\":\"rejected\"}',
+        ''::bytea, convert_to(repeat('x', 1024), 'UTF8'), 1024,
+        'Order ' || g || ' could not be processed: cause ' || (g % 10), NULL, lpad(to_hex(g % 10), 16, '0'),
+        (ARRAY['PENDING','PENDING','PENDING','REPLAYED','SKIPPED'])[1 + g % 5],
+        (extract(epoch from now()) * 1000)::bigint - 86400000 + g, (extract(epoch from now()) * 1000)::bigint - 86400000 + g
+      FROM generate_series($((done_ + 1)), $((done_ + k))) AS g"
+    done_=$((done_ + k))
+  done
+  runuser -u postgres -- "$PGBIN/psql" -q -h 127.0.0.1 -p "$PGP" -U postgres -c "VACUUM ANALYZE dead_letters" >/dev/null
+  echo "filled $FILL rows with SQL in $(echo "$(date +%s.%N) - $T0" | bc)s"
+fi
 B0=$(ticks $CPID); G0=0; [ -n "$PGPID" ] && G0=$(pg_ticks "$PGPID")
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$BIN" bench --uri "amqp://guest:guest@127.0.0.1:$P/%2f" --http-url "http://127.0.0.1:$H" \
