@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use crate::error::ArchiveError;
 use crate::ops::{Selection, audit};
 use crate::record::{RECORD_COLUMNS, Record, status};
-use crate::sql::{Cell, Conn, Param, transaction};
+use crate::sql::{Conn, Param, transaction};
 use crate::time::{format_ms, now_ms};
 
 /// Job states.
