@@ -7,8 +7,9 @@
 # Usage: scripts/bench-archive.sh sqlite|postgres [N] [extra bench args…, e.g. --archive-preload 1000000]
 #   BIN=target/release/charon  PERF=1 (record the broker with perf into $W/perf.data)
 #   KEEP=1 (keep the work dir)
-#   FILL=N (postgres: insert N dead-letter rows with SQL (generate_series, 100k per transaction)
-#   before the run, so that the queries run over a big archive quickly; the summary triggers fire)
+#   FILL=N insert N dead-letter rows with SQL before the run (PostgreSQL: generate_series, SQLite:
+#   a recursive CTE; 100k per transaction), so that the queries run over a big archive quickly;
+#   the summary triggers fire as for any insert
 set -euo pipefail
 BACKEND=${1:-sqlite}; N=${2:-100000}; shift $(( $# > 2 ? 2 : $# )) || true
 BIN=${BIN:-target/release/charon}
@@ -63,6 +64,33 @@ if [ -n "${FILL:-}" ] && [ -n "$PGPID" ]; then
     done_=$((done_ + k))
   done
   runuser -u postgres -- "$PGBIN/psql" -q -h 127.0.0.1 -p "$PGP" -U postgres -c "VACUUM ANALYZE dead_letters" >/dev/null
+  echo "filled $FILL rows with SQL in $(echo "$(date +%s.%N) - $T0" | bc)s"
+fi
+if [ -n "${FILL:-}" ] && [ -z "$PGPID" ]; then
+  # The broker creates and migrates archive.db once an archive queue exists: the bench's own.
+  "$BIN" bench --uri "amqp://guest:guest@127.0.0.1:$P/%2f" --http-url "http://127.0.0.1:$H" \
+    --scenario archive --pmessages 1 --size 16 --quiet --queue-prefix fill-init >/dev/null
+  T0=$(date +%s.%N)
+  python3 - "$W/data/archive.db" "$FILL" <<'PY'
+import sqlite3, sys, time
+c = sqlite3.connect(sys.argv[1], timeout=60)
+n, done = int(sys.argv[2]), 0
+now = int(time.time() * 1000) - 86400000
+while done < n:
+    k = min(100000, n - done)
+    c.execute("""WITH RECURSIVE g(i) AS (SELECT ? UNION ALL SELECT i + 1 FROM g WHERE i < ?)
+      INSERT INTO dead_letters (stable_key, vhost, queue, original_queue, original_exchange, original_routing_keys, reason, death_count,
+        message_id, correlation_id, message_key, content_type, properties, headers, amqp_properties, payload, payload_bytes,
+        error_message, error_stacktrace, error_fingerprint, status, created_at, updated_at)
+      SELECT 'fill:' || i, '/', 'fill', 'orders-' || (i % 20), 'orders', '["orders-' || (i % 20) || '"]', 'rejected', 1,
+        'f-' || i, NULL, 'f-' || i, 'application/json', '{"content_type":"application/json","delivery_mode":2}',
+        '{"x-exception-message":"Order ' || i || ' could not be processed: cause ' || (i % 10) || '","x-first-death-queue":"orders-' || (i % 20) || '"}',
+        x'', zeroblob(1024), 1024, 'Order ' || i || ' could not be processed: cause ' || (i % 10), NULL, printf('%016x', i % 10),
+        CASE i % 5 WHEN 3 THEN 'REPLAYED' WHEN 4 THEN 'SKIPPED' ELSE 'PENDING' END, ? + i, ? + i
+      FROM g""", (done + 1, done + k, now, now))
+    c.commit()
+    done += k
+PY
   echo "filled $FILL rows with SQL in $(echo "$(date +%s.%N) - $T0" | bc)s"
 fi
 B0=$(ticks $CPID); G0=0; [ -n "$PGPID" ] && G0=$(pg_ticks "$PGPID")

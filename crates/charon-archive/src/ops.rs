@@ -155,9 +155,19 @@ pub fn list(
         )?
     };
     let offset = page.saturating_sub(1).saturating_mul(page_size);
-    let sql = format!(
-        "SELECT {RECORD_COLUMNS} FROM dead_letters WHERE {cond} ORDER BY {order} LIMIT {page_size} OFFSET {offset}"
-    );
+    // A deep page skips its offset over ids only (an index-only scan: `dead_letters_id` on
+    // SQLite, the primary key on PostgreSQL), then reads the page's records.
+    let sql = if offset == 0 {
+        format!(
+            "SELECT {RECORD_COLUMNS} FROM dead_letters WHERE {cond} ORDER BY {order} LIMIT {page_size}"
+        )
+    } else {
+        format!(
+            "SELECT {RECORD_COLUMNS} FROM dead_letters WHERE id IN \
+             (SELECT id FROM dead_letters WHERE {cond} ORDER BY {order} LIMIT {page_size} OFFSET {offset}) \
+             ORDER BY {order}"
+        )
+    };
     let rows = c.query(&sql, &params)?;
     Ok((
         rows.iter().filter_map(|r| Record::from_row(r)).collect(),
