@@ -8,7 +8,7 @@ use bytes::Bytes;
 use charon_protocol::{AMQPValue, BasicProperties, FieldTable, RawProperties};
 use serde_json::Value;
 
-use crate::json::{properties_to_json, table_to_json};
+use crate::json::{properties_to_json, table_to_json_text};
 
 /// Which headers carry what (configurable).
 #[derive(Debug, Clone)]
@@ -60,8 +60,8 @@ pub struct NewRecord {
     pub content_type: Option<String>,
     /// Properties but headers, JSON.
     pub properties: Value,
-    /// Headers, JSON.
-    pub headers: Value,
+    /// Headers, JSON text (written once, stored as is).
+    pub headers: String,
     /// Raw property bytes (exact types).
     pub amqp_properties: Bytes,
     /// Body.
@@ -180,7 +180,7 @@ pub fn extract(
             .as_ref()
             .map(|s| s.as_str().to_string()),
         properties: properties_to_json(&props),
-        headers: table_to_json(headers),
+        headers: table_to_json_text(headers),
         amqp_properties: properties.0.clone(),
         payload: body,
         error_message,
@@ -317,7 +317,8 @@ mod tests {
         assert_eq!(r.content_type.as_deref(), Some("application/json"));
         assert_eq!(r.error_message.as_deref(), Some("Order 17 not found"));
         assert_eq!(r.payload, body);
-        assert_eq!(r.headers["tenant"], "acme");
+        let headers: Value = serde_json::from_str(&r.headers).expect("headers JSON");
+        assert_eq!(headers["tenant"], "acme");
         let keyed = ExtractConfig {
             key_header: Some("tenant".into()),
             ..ExtractConfig::default()

@@ -7,6 +7,7 @@
 //! - [`sql`]: the connection interface both backends implement ([`sqlite`], [`postgres`]).
 //! - [`ops`]: list, get, groups, edit, skip, delete, audit, retention, stats.
 //! - [`jobs`]: replay jobs and what a restart interrupted.
+//! - [`summary`]: the maintained per-group counts (groups and totals without counting rows).
 //! - [`filter`], [`record`], [`time`]: the API's filters, record JSON and times.
 //!
 //! [`Archive`] is the handle: one connection behind a mutex, used from blocking threads.
@@ -22,6 +23,7 @@ pub mod record;
 pub mod schema;
 pub mod sql;
 pub mod sqlite;
+pub mod summary;
 pub mod time;
 
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -24,7 +24,7 @@ fn rec(key: &str, oq: &str, err: &str, body: &[u8], at: i64) -> NewRecord {
         key: Some(key.into()),
         content_type: Some("text/plain".into()),
         properties: json!({"message_id": key}),
-        headers: json!({"tenant": oq, "n": 7, "x-exception-message": err}),
+        headers: json!({"tenant": oq, "n": 7, "x-exception-message": err}).to_string(),
         amqp_properties: Bytes::new(),
         payload: Bytes::copy_from_slice(body),
         error_message: Some(err.into()),

@@ -103,6 +103,14 @@ pub struct BenchArgs {
     /// Management API user:password ("archive" scenario).
     #[arg(long, default_value = "guest:guest")]
     pub http_auth: String,
+    /// "archive": first archive this many dead letters (transient, same headers and body size)
+    /// through a second archive queue, so that the queries run over a big archive (1,000,000).
+    #[arg(long, default_value_t = 0)]
+    pub archive_preload: u64,
+    /// "archive": PID of the database server (PostgreSQL's postmaster): its CPU time (and that
+    /// of its live backends and reaped children) per record is reported.
+    #[arg(long)]
+    pub db_pid: Option<u32>,
 }
 
 impl Default for BenchArgs {
@@ -130,6 +138,8 @@ impl Default for BenchArgs {
             delay_base_ms: 10_000,
             delay_spread_ms: 10_000,
             broker_pid: None,
+            archive_preload: 0,
+            db_pid: None,
             api: None,
             json: false,
             quiet: false,

@@ -117,7 +117,7 @@ async fn rpc_ok(c: &mut Connection, class: AMQPClass) -> Result<(), BenchError> 
 }
 
 /// Appends one publish with `props` and `body` to `out`.
-fn publish(
+pub(crate) fn publish(
     out: &mut Vec<u8>,
     exchange: &str,
     key: &str,

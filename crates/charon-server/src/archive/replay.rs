@@ -169,8 +169,9 @@ pub(super) async fn run_job(svc: &Arc<ArchiveService>, spec: JobSpec) {
         .get("rate")
         .and_then(Value::as_f64)
         .filter(|r| *r > 0.0);
-    // A batch is at most 1/5 s of publishes at the rate (so cancel and progress stay timely).
-    let batch = rate.map_or(200, |r| (r / 5.0).clamp(1.0, 200.0) as u64);
+    // A batch is at most 1/5 s of publishes at the rate (so cancel and progress stay timely);
+    // without a rate, 1000 records (a few set-based statements per batch).
+    let batch = rate.map_or(1000, |r| (r / 5.0).clamp(1.0, 200.0) as u64);
     let gap = rate.map(|r| Duration::from_secs_f64(1.0 / r));
     let mut next_at = Instant::now();
     tracing::info!(job = id, "replay job running");
