@@ -9,7 +9,7 @@
 
 mod cycles;
 mod headers;
-mod raw;
+pub(crate) mod raw;
 
 #[cfg(test)]
 mod raw_tests;

@@ -13,7 +13,7 @@
 
 use charon_protocol::RawProperties;
 use charon_protocol::raw_table::{
-    self as rt, RawField, put_i64, put_key, put_long, put_longstr, put_timestamp,
+    self as rt, HeadersSplit, RawField, put_i64, put_key, put_long, put_longstr, put_timestamp,
 };
 
 use super::headers::Death;
@@ -80,13 +80,11 @@ fn short_strings_ok(before: &[u8], after: &[u8], flags: u16) -> bool {
     r.is_empty()
 }
 
-/// `raw` with the death recorded, or `None` when the decoding path must do it.
-pub(super) fn update(raw: &RawProperties, d: &Death<'_>, drop_cc: bool) -> Option<RawProperties> {
+/// The headers of `raw` as encoded entries, when its bytes can be edited in place with the
+/// meaning a decode/edit/encode would give: well formed, short strings UTF-8, headers canonical
+/// ([`rt::is_canonical`]). `None`: take the decoding path.
+pub(crate) fn editable(raw: &RawProperties) -> Option<(HeadersSplit<'_>, Vec<RawField<'_>>)> {
     let split = raw.split_headers()?;
-    // The expiration moves into the x-death entry: left to the decoding path.
-    if split.flags & (1 << 8) != 0 {
-        return None;
-    }
     if !short_strings_ok(split.before, split.after, split.flags) {
         return None;
     }
@@ -95,6 +93,17 @@ pub(super) fn update(raw: &RawProperties, d: &Death<'_>, drop_cc: bool) -> Optio
         return None;
     }
     let fields = rt::fields(body)?;
+    Some((split, fields))
+}
+
+/// `raw` with the death recorded, or `None` when the decoding path must do it.
+pub(super) fn update(raw: &RawProperties, d: &Death<'_>, drop_cc: bool) -> Option<RawProperties> {
+    let (split, fields) = editable(raw)?;
+    // The expiration moves into the x-death entry: left to the decoding path.
+    if split.flags & (1 << 8) != 0 {
+        return None;
+    }
+    let body = split.headers.unwrap_or_default();
     // CC/BCC change the routing keys and are removed: the decoding path handles them.
     let _ = drop_cc;
     if fields.iter().any(|f| f.key == b"CC" || f.key == b"BCC") {

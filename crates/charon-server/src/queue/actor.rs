@@ -115,12 +115,18 @@ async fn run(
     let mut batch = Vec::with_capacity(BATCH);
     loop {
         let timer = actor.next_wake(now_ms());
+        let slept = std::time::Instant::now();
         tokio::select! {
             n = rx.recv_many(&mut batch, BATCH) => if n == 0 { return },
             () = tokio::time::sleep(timer.unwrap_or_default()), if timer.is_some() => {}
         }
         let now = now_ms();
         let t0 = std::time::Instant::now();
+        if let Some(late) = timer.and_then(|t| (t0 - slept).checked_sub(t))
+            && late >= SLOW_LOOP
+        {
+            tracing::debug!(queue = %actor.me.name(), late_us = late.as_micros() as u64, "late queue wake");
+        }
         let commands = batch.len();
         for cmd in batch.drain(..) {
             if actor.handle(cmd, now) == Next::Stop {
