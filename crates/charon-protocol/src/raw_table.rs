@@ -132,8 +132,9 @@ fn canonical_value(v: &RawValue<'_>, depth: usize) -> bool {
 
 /// Appends a short string key.
 pub fn put_key(out: &mut Vec<u8>, key: &str) {
-    let k = &key.as_bytes()[..key.len().min(255)];
-    out.push(k.len() as u8);
+    let k = key.as_bytes();
+    let k = k.get(..k.len().min(255)).unwrap_or_default();
+    out.push(u8::try_from(k.len()).unwrap_or(u8::MAX));
     out.extend_from_slice(k);
 }
 
@@ -249,7 +250,7 @@ mod tests {
         assert_eq!(fs.len(), 2);
         assert_eq!(last(&fs, "a").and_then(|f| f.value.int()), Some(7));
         let arr = elements(last(&fs, "b").expect("b").value.body).expect("elements");
-        assert_eq!(arr[0].body, b"x");
+        assert_eq!(arr.first().map(|v| v.body), Some(&b"x"[..]));
         assert_eq!(RawProperties::with_headers_body(&split, body), raw);
         // No headers: the flag is set when they are added.
         let raw = RawProperties::encode(&BasicProperties::default().with_delivery_mode(1));
