@@ -110,11 +110,21 @@ fn canonical_table(body: &[u8], depth: usize) -> bool {
     if depth > MAX_TABLE_NESTING {
         return false;
     }
-    let Some(fs) = fields(body) else {
-        return false;
-    };
-    fs.iter()
-        .all(|f| std::str::from_utf8(f.key).is_ok() && canonical_value(&f.value, depth))
+    // Walked in place (no allocation): this runs for every message whose headers are edited.
+    let mut r = Reader::new(body);
+    while r.remaining() > 0 {
+        let Some(key) = r.short_str() else {
+            return false;
+        };
+        if std::str::from_utf8(key).is_err() {
+            return false;
+        }
+        match value(&mut r) {
+            Some(v) if canonical_value(&v, depth) => {}
+            _ => return false,
+        }
+    }
+    true
 }
 
 fn canonical_value(v: &RawValue<'_>, depth: usize) -> bool {
@@ -122,9 +132,17 @@ fn canonical_value(v: &RawValue<'_>, depth: usize) -> bool {
         b'U' | b'L' => false,
         b'F' => canonical_table(v.body, depth + 1),
         b'A' => {
-            depth < MAX_TABLE_NESTING
-                && elements(v.body)
-                    .is_some_and(|es| es.iter().all(|e| canonical_value(e, depth + 1)))
+            if depth >= MAX_TABLE_NESTING {
+                return false;
+            }
+            let mut r = Reader::new(v.body);
+            while r.remaining() > 0 {
+                match value(&mut r) {
+                    Some(e) if canonical_value(&e, depth + 1) => {}
+                    _ => return false,
+                }
+            }
+            true
         }
         _ => true,
     }
