@@ -221,7 +221,10 @@ impl Broker {
         self.restore_access(&rec);
         for v in self.vhosts() {
             if let Some(data) = persist::policies_of(&rec, &v.name) {
-                self.restore_policies(&v, data);
+                self.restore_policies(&v, crate::policies::PolicyKind::User, data);
+            }
+            if let Some(data) = persist::operator_policies_of(&rec, &v.name) {
+                self.restore_policies(&v, crate::policies::PolicyKind::Operator, data);
             }
             if let Some(data) = persist::topology_of(&rec, &v.name) {
                 let name = v.name.clone();

@@ -9,6 +9,7 @@
 
 mod cycles;
 mod headers;
+mod origin;
 pub(crate) mod raw;
 
 #[cfg(test)]
@@ -23,6 +24,7 @@ use charon_protocol::{BasicProperties, RawProperties};
 use crate::message::Message;
 use crate::routing::header_strings;
 pub use cycles::{is_cycle, is_cycle_raw};
+pub use origin::original_target;
 
 /// Why a message left its queue other than by acknowledgement (the `reason` of `x-death`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -48,6 +48,8 @@ const INERT_KEYS: &[&str] = &[
     "stream-max-segment-size-bytes",
     "initial-cluster-size",
     "dead-letter-strategy",
+    "queue-version",
+    "target-group-size",
 ];
 
 /// A validated policy definition.

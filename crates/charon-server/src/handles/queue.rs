@@ -73,6 +73,40 @@ pub struct QueueStats {
     pub release_lateness: Option<crate::lateness::LatenessSummary>,
 }
 
+/// What [`QueueCmd::Take`] asks of a message: the message to publish in its place and the
+/// queues it goes to, or why it stays.
+pub type TakeRouteFn =
+    Box<dyn FnOnce(&Arc<Message>) -> Result<(Arc<Message>, Vec<QueueHandle>), String> + Send>;
+
+/// A [`TakeRouteFn`] in a command.
+pub struct TakeRoute(pub TakeRouteFn);
+
+impl std::fmt::Debug for TakeRoute {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TakeRoute")
+    }
+}
+
+/// The answer to [`QueueCmd::Take`].
+#[derive(Debug)]
+pub enum Taken {
+    /// No ready message with that id.
+    Missing,
+    /// The route refused it (the reason); it stays in the queue.
+    Refused(String),
+    /// Taken out.
+    Out {
+        /// What to publish (from the route).
+        message: Arc<Message>,
+        /// Where (from the route).
+        targets: Vec<QueueHandle>,
+        /// Its member in the store, when stored (to move it).
+        source: Option<(u64, u64)>,
+        /// Its store message id, when stored.
+        store_msg: Option<u64>,
+    },
+}
+
 /// Commands a queue actor accepts.
 #[derive(Debug)]
 pub enum QueueCmd {
@@ -143,6 +177,17 @@ pub enum QueueCmd {
         ids: Vec<MsgId>,
         /// The ids found ready and removed.
         reply: oneshot::Sender<Vec<MsgId>>,
+    },
+    /// Takes ready message `id` out of the queue if `route` finds it somewhere to go (the
+    /// management API's replay, `queue_replay.rs`). A taken message is not settled in the store:
+    /// the caller moves its stored copy (one `Route` record). Replies what happened.
+    Take {
+        /// Message id.
+        id: MsgId,
+        /// Decides, with the message (body loaded), what to publish and where.
+        route: TakeRoute,
+        /// The outcome.
+        reply: oneshot::Sender<Taken>,
     },
     /// The ready messages (bodies possibly paged out), in queue order: the dead-letter archive
     /// looks for replays a restart interrupted.
