@@ -27,6 +27,7 @@ pub mod dlq;
 pub mod error;
 pub mod exchanges;
 pub mod listing;
+pub mod memory;
 pub mod metrics;
 pub mod msgjson;
 pub mod overview;
@@ -69,6 +70,7 @@ pub fn router(broker: Arc<Broker>) -> Router {
         .route("/api/extensions", get(o::extensions))
         .route("/api/nodes", get(o::nodes))
         .route("/api/nodes/{name}", get(o::node))
+        .route("/api/nodes/{name}/memory", get(memory::node_memory))
         .route("/api/whoami", get(o::whoami))
         .route("/api/charon/environment", get(o::environment))
         .route("/api/health/checks/alarms", get(o::alarms))

@@ -159,6 +159,7 @@ fn reapply(vhost: &VHostState) {
     for entry in topo.queues() {
         let args = vhost.effective_args(&entry.meta);
         let handle = entry.handle.clone();
+        handle.set_consumer_timeout(args.consumer_timeout);
         if let Err(Some(cmd)) = handle.try_send(QueueCmd::SetArgs {
             args: Box::new(args),
         }) {

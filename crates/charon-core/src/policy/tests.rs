@@ -248,6 +248,37 @@ fn delivery_limit_smaller_unless_one_is_negative_and_quorum_overflow_policy_wins
     );
 }
 
+#[test]
+fn consumer_timeout_smaller_of_argument_and_policy_as_rabbitmq() {
+    let declared = QueueArgs {
+        consumer_timeout: Some(5000),
+        ..QueueArgs::default()
+    };
+    let p = def(&[("consumer-timeout", DefValue::Int(1500))]);
+    assert_eq!(
+        effective_args(&declared, false, Some(&p)).consumer_timeout,
+        Some(1500)
+    );
+    let p = def(&[("consumer-timeout", DefValue::Int(90000))]);
+    assert_eq!(
+        effective_args(&declared, false, Some(&p)).consumer_timeout,
+        Some(5000)
+    );
+    let none = QueueArgs::default();
+    assert_eq!(
+        effective_args(&none, false, Some(&p)).consumer_timeout,
+        Some(90000)
+    );
+    assert_eq!(
+        effective_args(&declared, false, None).consumer_timeout,
+        Some(5000)
+    );
+    let bad = PolicyDefinition::parse(vec![("consumer-timeout".into(), DefValue::Int(-1))]);
+    assert!(
+        matches!(bad, Err(PolicyError::Invalid(m)) if m.contains("is not a valid consumer timeout"))
+    );
+}
+
 fn op_def(entries: &[(&str, DefValue)]) -> PolicyDefinition {
     match PolicyDefinition::parse_operator(
         entries

@@ -254,7 +254,14 @@ struct Shared {
     /// Next message id in this queue: ids are handed out here so that senders can name a
     /// message's place before the actor sees it.
     next_msg: AtomicU64,
+    /// The queue's own consumer timeout, ms (`x-consumer-timeout` / `consumer-timeout`
+    /// policy; [`NO_QUEUE_TIMEOUT`]: the broker's `consumer_timeout` applies). Read by the
+    /// channels holding its deliveries.
+    consumer_timeout: AtomicU64,
 }
+
+/// [`QueueHandle::consumer_timeout`] when the queue sets none.
+const NO_QUEUE_TIMEOUT: u64 = u64::MAX;
 
 /// A cheap, clonable reference to one queue actor.
 #[derive(Debug, Clone)]
@@ -289,6 +296,7 @@ impl QueueHandle {
                     quorum,
                     store_id,
                     next_msg: AtomicU64::new(first_id),
+                    consumer_timeout: AtomicU64::new(NO_QUEUE_TIMEOUT),
                 }),
             },
             rx,
@@ -308,6 +316,18 @@ impl QueueHandle {
     /// Allocates the id the next message sent to this queue will have there.
     pub fn alloc_id(&self) -> MsgId {
         self.shared.next_msg.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The queue's own consumer timeout (ms) from its effective arguments, if any.
+    pub fn consumer_timeout(&self) -> Option<u64> {
+        let ms = self.shared.consumer_timeout.load(Ordering::Relaxed);
+        (ms != NO_QUEUE_TIMEOUT).then_some(ms)
+    }
+
+    /// Records the queue's consumer timeout (at spawn and whenever a policy changes).
+    pub fn set_consumer_timeout(&self, ms: Option<u64>) {
+        let v = ms.map_or(NO_QUEUE_TIMEOUT, |m| m.min(NO_QUEUE_TIMEOUT - 1));
+        self.shared.consumer_timeout.store(v, Ordering::Relaxed);
     }
 
     /// The queue's name.

@@ -338,6 +338,11 @@ impl Persistence {
             });
     }
 
+    /// Body bytes held in memory now (counted against the budget).
+    pub(crate) fn held_bytes(&self) -> u64 {
+        self.resident.load(Ordering::Relaxed)
+    }
+
     /// Bytes held over the budget (0 when within it).
     pub(crate) fn excess(&self) -> u64 {
         self.resident

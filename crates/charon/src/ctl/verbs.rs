@@ -131,9 +131,13 @@ fn status(c: &Client, style: Style) -> anyhow::Result<()> {
         }
     }
     println!(
-        "\nMemory\n\nTotal memory used: {} bytes\nMemory high watermark: {} bytes",
+        "\nMemory\n\nTotal memory used: {} bytes\nCalculation strategy: {}\nMemory high watermark: {} bytes\nResident set (rss): {} bytes\nAllocator ({}): {} bytes",
         s(&n, "mem_used"),
-        s(&n, "mem_limit")
+        s(&n, "mem_calculation_strategy"),
+        s(&n, "mem_limit"),
+        s(&n, "mem_rss"),
+        s(&n, "mem_allocator"),
+        s(&n, "mem_allocated")
     );
     println!(
         "\nFile Descriptors\n\nTotal: {}, limit: {}",
