@@ -78,6 +78,13 @@ pub struct BenchArgs {
     /// "retry": delay before each retry (ms).
     #[arg(long, default_value_t = 0)]
     pub retry_delay_ms: u64,
+    /// "retry" (native, with --broker-pid): first measure the broker's RSS per parked message.
+    #[arg(long)]
+    pub retry_memory: bool,
+    /// "retry": give every message its own `message_id` (distinct properties, as real
+    /// messages have: the broker cannot share one dead-lettered copy between messages).
+    #[arg(long)]
+    pub message_ids: bool,
     /// "delayed": the smallest x-delay (ms).
     #[arg(long, default_value_t = 10_000)]
     pub delay_base_ms: u64,
@@ -135,6 +142,8 @@ impl Default for BenchArgs {
             retry_limit: 3,
             retry_mode: crate::retry_scenarios::RetryMode::Native,
             retry_delay_ms: 0,
+            retry_memory: false,
+            message_ids: false,
             delay_base_ms: 10_000,
             delay_spread_ms: 10_000,
             broker_pid: None,
