@@ -94,8 +94,17 @@ CREATE TABLE archive_counters (
 );
 ";
 
+/// Migration 2: the vhosts each audit row touched (what a user limited to some vhosts sees).
+const V2_AUDIT_VHOSTS: &str = "
+CREATE TABLE dead_letter_audit_vhosts (
+    audit_id BIGINT NOT NULL,
+    vhost TEXT NOT NULL,
+    PRIMARY KEY (audit_id, vhost)
+);
+";
+
 /// Every migration, in order (index + 1 = version).
-const MIGRATIONS: &[&str] = &[V1];
+const MIGRATIONS: &[&str] = &[V1, V2_AUDIT_VHOSTS];
 
 fn render(sql: &str, d: Dialect) -> String {
     let (id, blob) = match d {
