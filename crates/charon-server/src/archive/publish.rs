@@ -71,20 +71,28 @@ fn refused_name(queues: &[QueueHandle]) -> String {
         .unwrap_or_default()
 }
 
-/// Routes and hands `properties`/`body` to the queues `exchange`/`routing_key` reach in `vhost`.
+/// Routes and hands `properties`/`body` to the queues `exchange` reaches in `vhost` with any of
+/// `routing_keys` (the first is the message's routing key; the others are what `CC` added when
+/// it was first published, as its `x-death` entry kept them).
 pub async fn publish_message(
     vhost: &Arc<VHostState>,
     exchange: &str,
-    routing_key: &str,
+    routing_keys: &[&str],
     properties: RawProperties,
     body: Bytes,
 ) -> Result<Pending, PublishError> {
+    let routing_key = routing_keys.first().copied().unwrap_or("");
     let decoded = properties.decode().ok();
     let headers = decoded.as_ref().and_then(|d| d.headers().as_ref());
     let mut targets: Vec<QueueHandle> = Vec::new();
     {
         let topo = vhost.topology.read().unwrap_or_else(|p| p.into_inner());
-        topo.route(exchange, &[routing_key], headers, &mut targets)
+        let keys = if routing_keys.is_empty() {
+            &[""][..]
+        } else {
+            routing_keys
+        };
+        topo.route(exchange, keys, headers, &mut targets)
             .map_err(|e| PublishError::Route(e.to_string()))?;
     }
     if targets.is_empty() {

@@ -77,28 +77,34 @@ pub(super) fn replay_properties(r: &Record, strip: bool) -> RawProperties {
 }
 
 /// Where record `r` replays to per `request`: (exchange, routing key, properties).
+/// Where record `r` goes: the request's exchange and routing key, or by default its original
+/// exchange with every routing key of its `x-death` entry (the routing key and the `CC` keys it
+/// was first published with, BCC excluded, as RabbitMQ's dead-lettering kept them), so a replay
+/// reaches the queues the original publish reached.
 fn destination(
     r: &Record,
     request: &Value,
-) -> Result<(String, String, RawProperties), PublishError> {
+) -> Result<(String, Vec<String>, RawProperties), PublishError> {
     let exchange = request
         .get("exchange")
         .and_then(Value::as_str)
         .map(str::to_string)
         .or_else(|| r.original_exchange.clone())
         .ok_or_else(|| PublishError::Route("no original exchange: give one".into()))?;
-    let routing_key = request
-        .get("routing_key")
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .or_else(|| r.original_routing_keys.first().cloned())
-        .or_else(|| r.original_queue.clone())
-        .unwrap_or_default();
+    let routing_keys = match request.get("routing_key").and_then(Value::as_str) {
+        Some(k) => vec![k.to_string()],
+        None if !r.original_routing_keys.is_empty() => r.original_routing_keys.clone(),
+        None => vec![r.original_queue.clone().unwrap_or_default()],
+    };
     let strip = request
         .get("strip_death_headers")
         .and_then(Value::as_bool)
         .unwrap_or(false);
-    Ok((exchange, routing_key, replay_properties(r, strip)))
+    Ok((exchange, routing_keys, replay_properties(r, strip)))
+}
+
+fn keys(k: &[String]) -> Vec<&str> {
+    k.iter().map(String::as_str).collect()
 }
 
 /// Whether record `r`'s replay (per `request`) sits in one of the queues it routes to: decides
@@ -111,7 +117,7 @@ pub(super) async fn in_target_queues(
     let Some(vhost) = svc.broker().and_then(|b| b.vhost(&r.vhost)) else {
         return false;
     };
-    let Ok((exchange, routing_key, props)) = destination(r, request) else {
+    let Ok((exchange, routing_keys, props)) = destination(r, request) else {
         return false;
     };
     let decoded = props.decode().ok();
@@ -120,7 +126,7 @@ pub(super) async fn in_target_queues(
     {
         let topo = vhost.topology.read().unwrap_or_else(|p| p.into_inner());
         if topo
-            .route(&exchange, &[routing_key.as_str()], headers, &mut targets)
+            .route(&exchange, &keys(&routing_keys), headers, &mut targets)
             .is_err()
         {
             return false;
@@ -150,11 +156,11 @@ async fn start(
         .broker()
         .and_then(|b| b.vhost(&r.vhost))
         .ok_or_else(|| PublishError::Route(format!("NOT_FOUND - no vhost '{}'", r.vhost)))?;
-    let (exchange, routing_key, props) = destination(r, request)?;
+    let (exchange, routing_keys, props) = destination(r, request)?;
     publish_message(
         &vhost,
         &exchange,
-        &routing_key,
+        &keys(&routing_keys),
         props,
         Bytes::from(r.payload.clone()),
     )
