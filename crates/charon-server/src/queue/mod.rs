@@ -8,6 +8,7 @@
 mod actor;
 pub(crate) mod admin;
 mod dead_letters;
+pub(crate) mod dl_errors;
 mod place;
 mod retry;
 mod spawn;
