@@ -16,6 +16,6 @@ mod stored;
 
 pub(crate) use crate::persist::Durable;
 pub(crate) use actor::now_ms;
-pub(crate) use place::{allocate, place, placed};
+pub(crate) use place::{Places, allocate, place, placed};
 pub(crate) use spawn::{spawn_queue, spawn_queue_with};
 pub(crate) use stored::PagedShapes;
