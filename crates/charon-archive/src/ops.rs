@@ -590,7 +590,7 @@ pub fn retention(
                     )?;
                     let n = c.exec("DELETE FROM dead_letters WHERE id <= ?", &[upto.into()])?;
                     bump_counter(c, "size_cap_deleted", n)?;
-                    audit(
+                    audit_row(
                         c,
                         "charon",
                         "size-cap",
@@ -598,6 +598,7 @@ pub fn retention(
                         None,
                         &json!({"deleted": n, "up_to_id": upto}),
                         None,
+                        Some(&[]),
                     )?;
                     Ok(n)
                 })?;
