@@ -10,7 +10,7 @@ Two vhosts (`/` and `other`), one dead letter archived in each; `pa` (policymake
 import pytest
 
 import conftest
-from archive_helpers import Api
+from archive_helpers import Api, config_for, stop_pg_cluster
 
 pytestmark = pytest.mark.charon_only
 
@@ -53,9 +53,15 @@ read = ".*"
 """
 
 
-@pytest.fixture
-def broker(tmp_path):
-    b = conftest.start_charon(tmp_path, config_text=conftest.CONFIG_TOML + USERS)
+@pytest.fixture(scope="module", autouse=True)
+def _pg_cleanup():
+    yield
+    stop_pg_cluster()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def broker(tmp_path, request):
+    b = conftest.start_charon(tmp_path, config_text=config_for(request.param) + USERS)
     yield b
     conftest.stop_charon(b)
 
