@@ -28,8 +28,8 @@ pub(crate) const OTHER: &str = "other";
 #[derive(Debug)]
 struct Probe {
     cfg: ExtractConfig,
-    /// Each header name as a field-table key (length byte + name).
-    needles: Vec<Vec<u8>>,
+    /// Each header name as a field-table key (length byte + name), its searcher built once.
+    needles: Vec<memchr::memmem::Finder<'static>>,
 }
 
 static PROBE: LazyLock<RwLock<Arc<Probe>>> =
@@ -54,7 +54,7 @@ fn probe_of(cfg: ExtractConfig) -> Probe {
         .map(|n| {
             let mut v = vec![n.len() as u8];
             v.extend_from_slice(n.as_bytes());
-            v
+            memchr::memmem::Finder::new(&v).into_owned()
         })
         .collect();
     Probe { cfg, needles }
@@ -74,11 +74,7 @@ pub(crate) fn error_of(props: &RawProperties) -> Option<(String, Option<String>)
     }
     let p = probe();
     let bytes = props.0.as_ref();
-    if !p
-        .needles
-        .iter()
-        .any(|n| memchr::memmem::find(bytes, n).is_some())
-    {
+    if !p.needles.iter().any(|n| n.find(bytes).is_some()) {
         return None;
     }
     let decoded = props.decode().ok()?;
