@@ -258,6 +258,19 @@ pub fn fingerprint(message: Option<&str>, stacktrace: Option<&str>) -> Option<St
     Some(format!("{h:016x}"))
 }
 
+/// The failure reason in `headers` per `cfg`: (error message, stack trace, fingerprint), as a
+/// record would carry it. The broker's per-queue error counters use it for every dead letter.
+pub fn error_of(
+    cfg: &ExtractConfig,
+    headers: &FieldTable,
+) -> (Option<String>, Option<String>, Option<String>) {
+    let first = |names: &[String]| names.iter().find_map(|n| get(headers, n).and_then(text));
+    let message = first(&cfg.error_message_headers);
+    let stacktrace = first(&cfg.error_stacktrace_headers);
+    let fp = fingerprint(message.as_deref(), stacktrace.as_deref());
+    (message, stacktrace, fp)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

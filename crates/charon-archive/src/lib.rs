@@ -8,6 +8,7 @@
 //! - [`ops`]: list, get, groups, edit, skip, delete, audit, retention, stats.
 //! - [`jobs`]: replay jobs and what a restart interrupted.
 //! - [`summary`]: the maintained per-group counts (groups and totals without counting rows).
+//! - [`scope`]: what an API user limited to some vhosts sees.
 //! - [`filter`], [`record`], [`time`]: the API's filters, record JSON and times.
 //!
 //! [`Archive`] is the handle: one connection behind a mutex, used from blocking threads.
@@ -21,6 +22,7 @@ pub mod ops;
 pub mod postgres;
 pub mod record;
 pub mod schema;
+pub mod scope;
 pub mod sql;
 pub mod sqlite;
 pub mod summary;

@@ -8,6 +8,7 @@ use crate::extract::NewRecord;
 use crate::filter::{Filter, group_by, order_by};
 use crate::json::{json_to_table, table_to_json};
 use crate::record::{RECORD_COLUMNS, Record, payload_json, status};
+use crate::scope;
 use crate::sql::{Cell, Conn, Param, transaction};
 use crate::summary;
 use crate::time::{format_ms, now_ms};
@@ -381,7 +382,8 @@ pub fn edit(
     get(c, id)
 }
 
-/// Writes an audit row.
+/// Writes an audit row, with the vhosts it touched (those of the selected records, or of the
+/// job's records).
 pub fn audit(
     c: &mut dyn Conn,
     actor: &str,
@@ -391,8 +393,23 @@ pub fn audit(
     result: &Value,
     job: Option<i64>,
 ) -> Result<(), ArchiveError> {
+    audit_row(c, actor, action, sel, note, result, job, None)
+}
+
+/// [`audit`] with the touched vhosts given (read before the records went away).
+#[allow(clippy::too_many_arguments)]
+fn audit_row(
+    c: &mut dyn Conn,
+    actor: &str,
+    action: &str,
+    sel: &Selection,
+    note: Option<&str>,
+    result: &Value,
+    job: Option<i64>,
+    vhosts: Option<&[String]>,
+) -> Result<(), ArchiveError> {
     let (ids, filter) = sel.audit_parts();
-    c.exec(
+    let id = c.insert_id(
         "INSERT INTO dead_letter_audit (at, actor, action, record_ids, filter, note, result, job_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         &[
             now_ms().into(),
@@ -405,6 +422,20 @@ pub fn audit(
             job.into(),
         ],
     )?;
+    match vhosts {
+        Some(vs) => {
+            for v in vs {
+                c.exec(
+                    "INSERT INTO dead_letter_audit_vhosts (audit_id, vhost) VALUES (?, ?)",
+                    &[id.into(), v.as_str().into()],
+                )?;
+            }
+        }
+        None => {
+            let (cond, p) = sel.to_sql(c)?;
+            scope::record_audit_vhosts(c, id, &cond, &p, job)?;
+        }
+    }
     Ok(())
 }
 
@@ -452,6 +483,14 @@ pub fn delete(
 ) -> Result<u64, ArchiveError> {
     let (cond, p) = sel.to_sql(c)?;
     transaction(c, |c| {
+        let vhosts: Vec<String> = c
+            .query(
+                &format!("SELECT DISTINCT vhost FROM dead_letters WHERE {cond}"),
+                &p,
+            )?
+            .iter()
+            .map(|r| r[0].text())
+            .collect();
         c.exec(
             &format!(
                 "DELETE FROM dead_letter_history WHERE record_id IN (SELECT id FROM dead_letters WHERE {cond})"
@@ -459,20 +498,38 @@ pub fn delete(
             &p,
         )?;
         let n = c.exec(&format!("DELETE FROM dead_letters WHERE {cond}"), &p)?;
-        audit(c, actor, "delete", sel, note, &json!({"deleted": n}), None)?;
+        audit_row(
+            c,
+            actor,
+            "delete",
+            sel,
+            note,
+            &json!({"deleted": n}),
+            None,
+            Some(&vhosts),
+        )?;
         Ok(n)
     })
 }
 
 /// Audit rows, newest first, filtered by `record_id`, `action`, `actor`, `since`, `until`.
+///
+/// `visible_to`: a user limited to some vhosts sees their own actions and those that touched
+/// only records of those vhosts (`scope::audit_visible`); `None`: every row.
 pub fn list_audit(
     c: &mut dyn Conn,
     terms: &std::collections::BTreeMap<String, String>,
     page: u64,
     page_size: u64,
+    visible_to: Option<(&str, &[String])>,
 ) -> Result<(Vec<Value>, i64), ArchiveError> {
     let mut conds = vec!["1 = 1".to_string()];
     let mut p: Vec<Param> = Vec::new();
+    if let Some((user, vhosts)) = visible_to {
+        let (cond, mut vp) = scope::audit_visible(user, vhosts);
+        conds.push(cond);
+        p.append(&mut vp);
+    }
     for (k, v) in terms {
         match k.as_str() {
             "action" | "actor" => {
@@ -573,6 +630,7 @@ pub fn retention(
             if n > 0 {
                 let f = Filter {
                     terms: [("until".to_string(), t.to_string())].into(),
+                    vhosts: None,
                 };
                 audit(
                     c,
@@ -619,7 +677,7 @@ pub fn retention(
                     )?;
                     let n = c.exec("DELETE FROM dead_letters WHERE id <= ?", &[upto.into()])?;
                     bump_counter(c, "size_cap_deleted", n)?;
-                    audit(
+                    audit_row(
                         c,
                         "charon",
                         "size-cap",
@@ -627,6 +685,7 @@ pub fn retention(
                         None,
                         &json!({"deleted": n, "up_to_id": upto}),
                         None,
+                        Some(&[]),
                     )?;
                     Ok(n)
                 })?;

@@ -103,6 +103,8 @@ struct Actor {
     retry: RetrySide,
     /// Message counters for management and metrics (this actor is their only writer).
     counters: super::admin::QueueCounters,
+    /// Dead-lettered counts by error fingerprint.
+    errors: super::dl_errors::DlErrors,
 }
 
 async fn run(
@@ -169,6 +171,7 @@ impl Actor {
             out: Vec::new(),
             delivered: Vec::new(),
             counters: Default::default(),
+            errors: Default::default(),
         }
     }
 
@@ -418,6 +421,9 @@ impl Actor {
             rounds += 1;
             let dead = self.state.take_dead_letters();
             self.counters.note_dead(&dead, self.target.is_some());
+            if self.target.is_some() {
+                self.errors.note(&dead);
+            }
             let local = self.dl.dispatch(
                 &self.me,
                 self.target.as_ref(),
@@ -489,6 +495,7 @@ impl Actor {
                     head_timestamp,
                     head_death_time,
                     dropped_no_route: self.dl.dropped_no_route,
+                    errors: self.errors.snapshot(),
                 });
             }
         }
