@@ -63,7 +63,7 @@ fn rec(key: &str, oq: &str, err: &str, age_days: i64) -> NewRecord {
         key: Some(key.into()),
         content_type: None,
         properties: json!({}),
-        headers: json!({}),
+        headers: json!({}).to_string(),
         amqp_properties: Bytes::new(),
         payload: Bytes::from_static(b"x"),
         error_message: Some(err.into()),
