@@ -467,6 +467,11 @@ impl QueueState {
 
     fn settle(&mut self, id: MsgId) -> Option<Unacked> {
         let u = self.unacked.remove(&id)?;
+        // Memory back after a burst of unacked deliveries (amortised: see the ring's `trim`).
+        let cap = self.unacked.capacity();
+        if cap > 1024 && self.unacked.len() * 4 < cap {
+            self.unacked.shrink_to(self.unacked.len() * 2);
+        }
         if let Some(c) = u.consumer {
             self.consumers.settled(c);
         }
