@@ -67,6 +67,7 @@ mod segment;
 pub mod storage;
 mod store;
 mod types;
+mod window;
 mod writer;
 
 pub use error::{AppendError, CommitError, OpenError, ReadError};
