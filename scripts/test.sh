@@ -67,10 +67,18 @@ if [ -z "${CHARON_TEST_URL:-}" ]; then
     [ -x "$CHARON_BIN" ] || { echo "missing $CHARON_BIN"; exit 1; }
 fi
 
-# TLS tests make their CA with the openssl CLI.
+# TLS tests make their CA with the openssl CLI; the php-amqplib TLS case runs a php script with
+# Debian's php-cli and php-amqplib.
 if ! command -v openssl >/dev/null 2>&1; then
     echo "==> apt-get install openssl"
     apt-get update -q && apt-get install -y -q openssl
+fi
+if { ! dpkg -s php-cli >/dev/null 2>&1 || ! dpkg -s php-amqplib >/dev/null 2>&1; } \
+    && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "==> apt-get install php-cli php-amqplib"
+    { DEBIAN_FRONTEND=noninteractive apt-get install -y -q php-cli php-amqplib >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q php-cli php-amqplib >/dev/null; }; } \
+      || echo "!! could not install php-cli php-amqplib: the php-amqplib TLS test will skip"
 fi
 
 echo "==> pytest tests/python"

@@ -45,6 +45,7 @@ def start_tls(tmp_path, fail_if_no_peer_cert=False):
     amqps, https = conftest.free_port(), conftest.free_port()
     cfg = conftest.CONFIG_TOML.replace("heartbeat = 60\n", f"""heartbeat = 60
 amqps_listen = "127.0.0.1:{amqps}"
+auth_mechanisms = ["PLAIN", "AMQPLAIN", "EXTERNAL"]
 https_listen = "127.0.0.1:{https}"
 """, 1) + f"""
 [tls]

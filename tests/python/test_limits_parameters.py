@@ -190,3 +190,21 @@ def test_deleting_a_vhost_forgets_its_limits_and_parameters(node):
     admin(b, "declare", "permission", "vhost=gone-v", "user=guest", "configure=.*", "write=.*", "read=.*")
     admin(b, "declare", "queue", "name=q1", vhost="gone-v")
     admin(b, "declare", "queue", "name=q2", vhost="gone-v")
+
+
+def test_management_queue_declare_respects_max_queues(node):
+    api = Api(node)
+    assert api.put("/vhosts/mq-v").status_code in (201, 204)
+    assert api.put("/vhost-limits/mq-v/max-queues", {"value": 1}).status_code in (201, 204)
+    assert api.put("/queues/mq-v/first", {"durable": True}).status_code == 201
+    r = api.put("/queues/mq-v/second", {"durable": True})
+    assert r.status_code == 400, r.text
+    assert r.json()["reason"] == "cannot declare queue 'second': queue limit in vhost 'mq-v' (1) is reached"
+    # Redeclaring the existing queue is not a new queue.
+    assert api.put("/queues/mq-v/first", {"durable": True}).status_code == 204
+    assert [q["name"] for q in api.ok("/queues/mq-v")] == ["first"]
+    # rabbitmqadmin goes through the same endpoint.
+    r = subprocess.run(["rabbitmqadmin", "-H", "127.0.0.1", "-P", str(node.http_port), "-u", "guest",
+                        "-p", "guest", "-V", "mq-v", "declare", "queue", "name=third"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "queue limit" in (r.stdout + r.stderr)

@@ -5,6 +5,7 @@ shown, filter, replay the rejected ones and check with pika that they arrive in 
 queue. A screenshot of each page goes to tests/python/ui-screenshots/ (or $CHARON_UI_SCREENSHOTS).
 """
 
+import datetime
 import os
 import shutil
 import tempfile
@@ -207,6 +208,10 @@ def test_ui_login_pages_dlq_peek_and_replay(broker, browser, uniq):
     assert sorted(bodies) == ["order-0", "order-1", "order-2"]
     assert bodies["order-1"].headers["attempt"] == 1
     assert bodies["order-1"].headers["x-death"][0]["reason"] == "rejected"
+    # Moved inside the broker (POST .../messages/replay), not re-published from JSON: the x-death
+    # time is still an AMQP timestamp (pika: a datetime), and each message is in one place only.
+    assert all(isinstance(p.headers["x-death"][0]["time"], datetime.datetime) for p in bodies.values())
+    assert ch.queue_declare(work_q, passive=True).method.message_count == 0
     assert ch.queue_declare(dlq, passive=True).method.message_count == 1
 
     # Move the expired one elsewhere: to a parking queue through the default exchange.
@@ -220,6 +225,7 @@ def test_ui_login_pages_dlq_peek_and_replay(broker, browser, uniq):
     wait_for(lambda: not by_css(d, "#messages-table tr.message"), "the DLQ shown empty")
     _method, props, body = _get(ch, parking)
     assert body == b"too-late" and props.headers["x-death"][0]["reason"] == "expired"
+    assert isinstance(props.headers["x-death"][0]["time"], datetime.datetime)
     assert ch.queue_declare(dlq, passive=True).method.message_count == 0
     shot(d, "15-dlq-empty")
     conn.close()

@@ -67,6 +67,10 @@ pub struct QueueArgs {
     pub retry_declared: crate::retry::RetryKeys,
     /// Retry settings in force (`crate::retry`), `None`: rejected messages are dead-lettered.
     pub retry: Option<crate::retry::RetrySettings>,
+    /// `x-consumer-timeout` in ms (RabbitMQ 3.12+): overrides the broker's `consumer_timeout`
+    /// for deliveries from this queue. Not validated at declare, as RabbitMQ: a value that is
+    /// not a non-negative integer is ignored.
+    pub consumer_timeout: Option<u64>,
 }
 
 /// The arguments RabbitMQ validates (and compares on redeclare), in its order.
@@ -355,6 +359,7 @@ impl QueueArgs {
             ),
             retry: retry_declared.resolve(None),
             retry_declared,
+            consumer_timeout: u64_arg(args, "x-consumer-timeout"),
         })
     }
 }

@@ -26,6 +26,12 @@ fn sees(user: &AuthUser, c: &ConnEntry) -> bool {
 fn conn_json(broker: &Broker, c: &ConnEntry) -> Value {
     let chans = c.channels(&broker.admin().connections.retired).len();
     let l = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    let (recv, send) = (l(&c.recv_oct), l(&c.send_oct));
+    let rates =
+        broker
+            .admin()
+            .rates
+            .rates(&format!("connection:{}", c.id), &[recv, send], now_ms());
     json!({
         "name": c.name,
         "node": charon_server::admin::node_name(),
@@ -38,8 +44,8 @@ fn conn_json(broker: &Broker, c: &ConnEntry) -> Value {
         "port": c.local.port(),
         "peer_host": c.peer.ip().to_string(),
         "peer_port": c.peer.port(),
-        "ssl": false,
-        "auth_mechanism": "PLAIN",
+        "ssl": c.ssl,
+        "auth_mechanism": c.auth_mechanism,
         "state": if c.blocked.load(Ordering::Relaxed) { "blocked" } else { "running" },
         "channels": chans,
         "channel_max": c.channel_max,
@@ -47,8 +53,8 @@ fn conn_json(broker: &Broker, c: &ConnEntry) -> Value {
         "timeout": c.heartbeat,
         "connected_at": c.connected_at,
         "client_properties": c.client_properties,
-        "recv_oct": l(&c.recv_oct), "recv_oct_details": details(0.0),
-        "send_oct": l(&c.send_oct), "send_oct_details": details(0.0),
+        "recv_oct": recv, "recv_oct_details": details(rates[0]),
+        "send_oct": send, "send_oct_details": details(rates[1]),
         "recv_cnt": l(&c.recv_cnt), "send_cnt": l(&c.send_cnt),
     })
 }

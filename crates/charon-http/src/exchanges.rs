@@ -12,13 +12,14 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use charon_core::ExchangeDeclare;
 use charon_server::admin::json::{json_to_table_opt, table_to_json};
-use charon_server::admin::topology::{BindingView, DestKind, ExchangeView};
+use charon_server::admin::now_ms;
+use charon_server::admin::topology::{BindingSpec, BindingView, DestKind, ExchangeView};
 use charon_server::broker::Broker;
 use serde_json::{Value, json};
 
 use crate::auth::AuthUser;
 use crate::error::ApiError;
-use crate::listing::{Query, body_object, flag, respond, respond_one, string};
+use crate::listing::{Query, body_object, details, flag, respond, respond_one, string};
 use crate::msgjson::properties_from_json;
 
 /// The exchange a path names (`amq.default` is the default exchange).
@@ -26,12 +27,22 @@ fn exchange_name(n: &str) -> &str {
     if n == "amq.default" { "" } else { n }
 }
 
-fn exchange_json(x: &ExchangeView) -> Value {
+fn exchange_json(broker: &Broker, x: &ExchangeView) -> Value {
+    let (publish_in, publish_out) = x.publish_in_out;
+    let rates = broker.admin().rates.rates(
+        &format!("exchange:{}\u{0}{}", x.vhost, x.name),
+        &[publish_in, publish_out],
+        now_ms(),
+    );
     let mut v = json!({
         "name": x.name, "vhost": x.vhost, "type": x.kind, "durable": x.durable,
         "auto_delete": x.auto_delete, "internal": x.internal,
         "arguments": table_to_json(&x.arguments),
         "user_who_performed_action": "rmq-internal", "policy": null,
+        "message_stats": {
+            "publish_in": publish_in, "publish_in_details": details(rates[0]),
+            "publish_out": publish_out, "publish_out_details": details(rates[1]),
+        },
     });
     // The delayed-message plugin's `messages_delayed`, for x-delayed-message exchanges.
     if let (Some(n), Some(o)) = (x.messages_delayed, v.as_object_mut()) {
@@ -80,21 +91,23 @@ pub fn binding_json(b: &BindingView) -> Value {
     })
 }
 
+/// The exchanges of `vhost` (or of every vhost `user` sees) as RabbitMQ's API shows them.
+fn visible_exchanges(broker: &Broker, user: &AuthUser, vhost: Option<&str>) -> Vec<Value> {
+    broker
+        .list_exchanges(vhost)
+        .iter()
+        .filter(|x| user.sees_vhost(broker, &x.vhost))
+        .map(|x| exchange_json(broker, x))
+        .collect()
+}
+
 /// `GET /api/exchanges`.
 pub async fn list_all(
     user: AuthUser,
     State(broker): State<Arc<Broker>>,
     q: Query,
 ) -> Result<Json<Value>, ApiError> {
-    respond(
-        broker
-            .list_exchanges(None)
-            .iter()
-            .filter(|x| user.sees_vhost(&broker, &x.vhost))
-            .map(exchange_json)
-            .collect(),
-        &q,
-    )
+    respond(visible_exchanges(&broker, &user, None), &q)
 }
 
 /// `GET /api/exchanges/{vhost}`.
@@ -105,14 +118,7 @@ pub async fn list_vhost(
     q: Query,
 ) -> Result<Json<Value>, ApiError> {
     user.check_vhost(&broker, &vhost)?;
-    respond(
-        broker
-            .list_exchanges(Some(&vhost))
-            .iter()
-            .map(exchange_json)
-            .collect(),
-        &q,
-    )
+    respond(visible_exchanges(&broker, &user, Some(&vhost)), &q)
 }
 
 /// `GET /api/exchanges/{vhost}/{name}`.
@@ -128,7 +134,7 @@ pub async fn get_one(
         .list_exchanges(Some(&vhost))
         .iter()
         .find(|x| x.name == name)
-        .map(|x| respond_one(exchange_json(x), &q))
+        .map(|x| respond_one(exchange_json(&broker, x), &q))
         .ok_or(ApiError::NotFound)
 }
 
@@ -406,11 +412,13 @@ pub async fn create(
         .bind(
             &user.name,
             &vhost,
-            &source,
-            kind,
-            &dest,
-            &routing_key,
-            &arguments,
+            BindingSpec {
+                source: &source,
+                kind,
+                dest: &dest,
+                routing_key: &routing_key,
+                arguments: &arguments,
+            },
         )
         .await?;
     let key = properties_key(&BindingView {
@@ -469,11 +477,13 @@ pub async fn delete_binding(
         .unbind(
             &user.name,
             &vhost,
-            source,
-            kind,
-            &dest,
-            &b.routing_key,
-            &b.arguments,
+            BindingSpec {
+                source,
+                kind,
+                dest: &dest,
+                routing_key: &b.routing_key,
+                arguments: &b.arguments,
+            },
         )
         .await?;
     Ok(StatusCode::NO_CONTENT)

@@ -12,10 +12,11 @@
 //! - [`queues`]: queues, purge, get, peek, actions.
 //! - [`connections`]: connections (close), channels, consumers.
 //! - [`definitions`]: definitions export/import.
-//! - [`policies`]: the `/api/policies` endpoints.
+//! - [`policies`]: the `/api/policies` and `/api/operator-policies` endpoints.
+//! - [`topic_permissions`]: the `/api/topic-permissions` endpoints.
 //! - [`metrics`]: the Prometheus exposition.
 //! - [`msgjson`]: messages and properties as JSON.
-//! - [`dlq`]: removing messages by id (replaying dead letters from the UI).
+//! - [`dlq`]: removing and replaying messages by id (the UI's DLQ browser).
 //! - [`ui`]: the web UI's embedded files, served at `/`.
 
 pub mod auth;
@@ -26,12 +27,14 @@ pub mod dlq;
 pub mod error;
 pub mod exchanges;
 pub mod listing;
+pub mod memory;
 pub mod metrics;
 pub mod msgjson;
 pub mod overview;
 pub mod params;
 pub mod policies;
 pub mod queues;
+pub mod topic_permissions;
 pub mod ui;
 pub mod users;
 
@@ -42,6 +45,8 @@ use axum::{Json, Router};
 use charon_server::broker::Broker;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+
+use topic_permissions as tp;
 
 async fn not_found() -> error::ApiError {
     error::ApiError::NotFound
@@ -65,6 +70,7 @@ pub fn router(broker: Arc<Broker>) -> Router {
         .route("/api/extensions", get(o::extensions))
         .route("/api/nodes", get(o::nodes))
         .route("/api/nodes/{name}", get(o::node))
+        .route("/api/nodes/{name}/memory", get(memory::node_memory))
         .route("/api/whoami", get(o::whoami))
         .route("/api/charon/environment", get(o::environment))
         .route("/api/health/checks/alarms", get(o::alarms))
@@ -177,11 +183,24 @@ pub fn router(broker: Arc<Broker>) -> Router {
             "/api/queues/{vhost}/{name}/messages/remove",
             post(dlq::remove),
         )
+        .route(
+            "/api/queues/{vhost}/{name}/messages/replay",
+            post(dlq::replay),
+        )
         .route("/", get(ui::index))
         .route("/ui/{file}", get(ui::asset))
         .merge(dead_letters::routes())
-        .route("/api/operator-policies", get(o::extensions))
-        .route("/api/operator-policies/{vhost}", get(o::extensions))
+        .route("/api/operator-policies", get(policies::op_list_all))
+        .route(
+            "/api/operator-policies/{vhost}",
+            get(policies::op_list_vhost),
+        )
+        .route(
+            "/api/operator-policies/{vhost}/{name}",
+            get(policies::op_get_one)
+                .put(policies::op_put)
+                .delete(policies::op_delete),
+        )
         .route("/api/parameters", get(pm::list_parameters))
         .route("/api/parameters/{component}", get(pm::component_parameters))
         .route(
@@ -213,7 +232,13 @@ pub fn router(broker: Arc<Broker>) -> Router {
             "/api/user-limits/{user}/{name}",
             axum::routing::put(pm::put_user_limit).delete(pm::delete_user_limit),
         )
-        .route("/api/topic-permissions", get(o::extensions))
+        .route("/api/topic-permissions", get(tp::list_all))
+        .route(
+            "/api/topic-permissions/{vhost}/{user}",
+            get(tp::get_pair).put(tp::put_pair).delete(tp::delete_pair),
+        )
+        .route("/api/users/{name}/topic-permissions", get(tp::of_user))
+        .route("/api/vhosts/{vhost}/topic-permissions", get(tp::of_vhost))
         .route("/api/feature-flags", get(o::extensions))
         .route("/api/{*rest}", axum::routing::any(not_found))
         .with_state(broker)

@@ -349,7 +349,37 @@ pub async fn render(broker: &Broker) -> String {
         "rabbitmq_process_resident_memory_bytes",
         "gauge",
         "Memory used in bytes",
+        f.memory.rss as f64,
+    );
+    o.one(
+        "charon_memory_used_bytes",
+        "gauge",
+        "Memory use the memory alarm compares with its mark (vm_memory_calculation_strategy: resident set or allocator)",
         f.mem_used as f64,
+    );
+    o.one(
+        "charon_allocated_bytes",
+        "gauge",
+        "Bytes allocated and not freed (live heap), as the global allocator counts them",
+        f.memory.allocated() as f64,
+    );
+    o.one(
+        "charon_allocator_committed_bytes",
+        "gauge",
+        "mimalloc's committed bytes (on Linux, pages it returned to the OS stay counted)",
+        f.memory.allocator.map_or(0, |a| a.committed) as f64,
+    );
+    o.one(
+        "charon_allocator_reserved_bytes",
+        "gauge",
+        "Address space the allocator (mimalloc) has reserved",
+        f.memory.allocator.map_or(0, |a| a.reserved) as f64,
+    );
+    o.one(
+        "charon_message_bodies_memory_bytes",
+        "gauge",
+        "Message body bytes queues hold in memory (counted against message_memory_budget)",
+        f.mem_message_bodies as f64,
     );
     o.one(
         "rabbitmq_resident_memory_limit_bytes",

@@ -145,11 +145,18 @@ pub async fn overview(
 }
 
 /// One node's JSON.
-fn node_json(broker: &Broker) -> Value {
+fn node_json(broker: &Broker, with_memory: bool) -> Value {
     let f = broker.node_facts();
     let alarms = broker.alarms();
     let c = &broker.admin().connections;
-    json!({
+    let auth_mechanisms: Vec<Value> = ["PLAIN", "AMQPLAIN", "EXTERNAL"]
+        .iter()
+        .map(|m| {
+            let enabled = broker.config().auth_mechanisms.iter().any(|a| a == m);
+            json!({"name": m, "enabled": enabled})
+        })
+        .collect();
+    let mut v = json!({
         "name": charon_server::admin::node_name(),
         "type": "disc",
         "running": true,
@@ -157,7 +164,6 @@ fn node_json(broker: &Broker) -> Value {
         "mem_used": f.mem_used, "mem_used_details": details(0.0),
         "mem_limit": f.mem_limit,
         "mem_alarm": alarms.contains(&AlarmKind::Memory),
-        "mem_calculation_strategy": "rss",
         "disk_free": f.disk_free.unwrap_or(0), "disk_free_details": details(0.0),
         "disk_free_limit": f.disk_free_limit,
         "disk_free_alarm": alarms.contains(&AlarmKind::Disk),
@@ -174,12 +180,19 @@ fn node_json(broker: &Broker) -> Value {
         "applications": [{"name": "charon", "description": "Charon", "version": env!("CARGO_PKG_VERSION")}],
         "enabled_plugins": ["rabbitmq_management", "rabbitmq_prometheus"],
         "exchange_types": [],
-        "auth_mechanisms": [{"name": "PLAIN", "enabled": true}, {"name": "AMQPLAIN", "enabled": true}],
+        "auth_mechanisms": auth_mechanisms,
         "connection_created": c.opened_total.load(std::sync::atomic::Ordering::Relaxed),
         "connection_closed": c.closed_total.load(std::sync::atomic::Ordering::Relaxed),
         "alarms": alarms.iter().map(|a| a.resource()).collect::<Vec<_>>(),
         "db_dir": broker.config().data_dir,
-    })
+    });
+    if let (Some(o), Value::Object(m)) = (v.as_object_mut(), crate::memory::node_fields(&f)) {
+        o.extend(m);
+        if with_memory {
+            o.insert("memory".into(), crate::memory::breakdown(&f));
+        }
+    }
+    v
 }
 
 /// `GET /api/nodes`.
@@ -189,7 +202,7 @@ pub async fn nodes(
     q: Query,
 ) -> Result<Json<Value>, ApiError> {
     user.require_monitor()?;
-    respond(vec![node_json(&broker)], &q)
+    respond(vec![node_json(&broker, false)], &q)
 }
 
 /// `GET /api/nodes/{name}`.
@@ -203,7 +216,8 @@ pub async fn node(
     if name != charon_server::admin::node_name() {
         return Err(ApiError::NotFound);
     }
-    Ok(respond_one(node_json(&broker), &q))
+    let with_memory = q.get("memory").is_some_and(|m| m == "true");
+    Ok(respond_one(node_json(&broker, with_memory), &q))
 }
 
 /// `GET /api/whoami`.

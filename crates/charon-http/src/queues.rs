@@ -57,7 +57,7 @@ pub fn queue_json(broker: &Broker, q: &QueueInfo) -> Value {
         "exclusive": q.exclusive,
         "arguments": table_to_json(&q.arguments),
         "policy": q.policy,
-        "operator_policy": null,
+        "operator_policy": q.operator_policy,
         "effective_policy_definition": definition_to_json(&q.effective_policy_definition),
         "state": "running",
         "type": q.queue_type,

@@ -1,15 +1,15 @@
 // The dead-letter queue browser: peeks messages without consuming them
 // (`GET /api/queues/{vhost}/{name}/messages?offset=&count=`, Charon's extension), shows each
 // message's x-death history, filters by reason and original queue, and replays a selection to
-// its original exchange and routing keys (publish, then remove by id with
-// `POST .../messages/remove`), moves it elsewhere, discards it, or purges the queue.
+// its original exchange and routing keys or moves it elsewhere — inside the broker, with
+// `POST .../messages/replay` (properties and headers unchanged) — discards it
+// (`POST .../messages/remove`), or purges the queue.
 
 import {
   act, api, deadLetterTarget, field, fmtNum, fmtTime, get, h, kv, link, mount, section, seg, table,
   toast,
 } from "./lib.js";
 
-const exSeg = (name) => seg(name === "" ? "amq.default" : name);
 const exName = (name) => (name === "" ? "(AMQP default)" : name);
 
 /** What the UI needs to know of a message's dead-lettering, from its headers. */
@@ -229,7 +229,12 @@ export async function render(ctx) {
 
   const chosen = () => state.messages.filter((r) => state.selected.has(r.key));
 
-  /** Publishes each chosen message to `target(r)` = {exchange, keys}, then removes it from the DLQ. */
+  /**
+   * Moves the chosen messages inside the broker (`POST .../messages/replay`): to their original
+   * exchange and routing keys (`target` undefined) or to `target` = {exchange, routing_key}.
+   * A message leaves this queue only once routed (and stored, when persistent); its properties
+   * and headers are kept as they are.
+   */
   const republish = async (what, target) => {
     const rows = chosen();
     if (!rows.length) return toast("Select messages first.", "error");
@@ -237,34 +242,23 @@ export async function render(ctx) {
     const failed = [];
     for (const r of rows) {
       const id = msgId(r.m);
-      const t = target(r);
-      try {
-        if (id === undefined) throw new Error("no message id in the peek output");
-        if (!t || t.exchange === undefined || t.exchange === null) throw new Error("not dead-lettered: no original exchange");
-        if (r.m.payload_encoding !== "base64" && typeof r.m.payload_bytes === "number"
-            && new TextEncoder().encode(r.m.payload).length !== r.m.payload_bytes) {
-          throw new Error("payload was truncated by the broker");
-        }
-        const props = structuredClone(r.m.properties || {});
-        const keys = t.keys.length ? t.keys : [""];
-        if (keys.length > 1) props.headers = { ...(props.headers || {}), CC: keys.slice(1) };
-        const res = await api("POST", `/api/exchanges/${seg(vhost)}/${exSeg(t.exchange)}/publish`, {
-          properties: props, routing_key: keys[0], payload: r.m.payload, payload_encoding: r.m.payload_encoding || "string",
-        });
-        if (res && res.routed === false) throw new Error(`exchange ${exName(t.exchange)} routed it to no queue`);
-        ids.push(id);
-      } catch (e) {
-        failed.push(`#${r.pos}: ${e.message}`);
-      }
+      if (id === undefined) failed.push(`#${r.pos}: no message id in the peek output`);
+      else if (!target && !r.info.dead) failed.push(`#${r.pos}: not dead-lettered: no original exchange`);
+      else ids.push(id);
     }
     if (ids.length) {
       try {
-        const res = await api("POST", `${qpath}/messages/remove`, { ids });
+        const res = await api("POST", `${qpath}/messages/replay`, { ids, ...(target || {}) });
+        const pos = Object.fromEntries(rows.map((r) => [msgId(r.m), r.pos]));
+        for (const f of res?.failed || []) failed.push(`#${pos[f.id] ?? f.id}: ${f.reason}`);
         const missing = res?.missing || [];
-        toast(`${what}: ${ids.length - missing.length} message(s)`
-          + (missing.length ? `; ${missing.length} had already left the queue (now duplicated)` : ""), missing.length ? "error" : "ok");
+        const done = (res?.replayed || []).length;
+        if (done || missing.length) {
+          toast(`${what}: ${done} message(s)`
+            + (missing.length ? `; ${missing.length} had already left the queue` : ""), missing.length ? "error" : "ok");
+        }
       } catch (e) {
-        failed.push(`published but not removed from ${name}: ${e.message}`);
+        failed.push(e.message);
       }
     }
     if (failed.length) toast(`${failed.length} message(s) not ${what.toLowerCase()}: ${failed.join("; ")}`, "error");
@@ -272,10 +266,10 @@ export async function render(ctx) {
     await peek();
   };
 
-  const replay = () => republish("Replayed", (r) => ({ exchange: r.info.origExchange, keys: r.info.keys }));
+  const replay = () => republish("Replayed");
   const move = () => {
     if (!moveEx.value && !moveKey.value) return toast("Give an exchange and/or a routing key to move to.", "error");
-    return republish("Moved", () => ({ exchange: moveEx.value, keys: [moveKey.value] }));
+    return republish("Moved", { exchange: moveEx.value || "amq.default", routing_key: moveKey.value });
   };
   const discard = async () => {
     const rows = chosen();
@@ -298,7 +292,7 @@ export async function render(ctx) {
   mount(ctx.main,
     h("h1", {}, `Dead letters in ${name}`, h("span", { class: "muted" }, ` · vhost ${vhost}`)),
     h("p", { class: "muted" }, "Messages are shown without being consumed (their order, redelivered flag and delivery counts do not change). ",
-      "Replay publishes a copy to the exchange and routing keys it was first published with (from its x-death header) and then removes it here. ",
+      "Replay moves a message back to the exchange and routing keys it was first published with (from its x-death header), headers unchanged; it leaves this queue only once routed there. ",
       link(`/queue/${seg(vhost)}/${seg(name)}`, "Queue details")),
     section("Queue", summary),
     section("Messages",

@@ -257,6 +257,8 @@ pub enum ConfigError {
 pub struct AccessControl {
     /// Users by name; changed at run time by [`crate::admin`] (management API, definitions).
     pub(crate) users: RwLock<HashMap<String, User>>,
+    /// Topic permissions (`crate::topic_access`).
+    pub topics: crate::topic_access::TopicPermissions,
 }
 
 impl AccessControl {
@@ -303,6 +305,7 @@ impl AccessControl {
         }
         Ok(Self {
             users: RwLock::new(users),
+            topics: Default::default(),
         })
     }
 

@@ -171,16 +171,20 @@ impl Broker {
     }
 
     /// Sets or clears the memory alarm (logged on change).
-    pub fn set_memory_alarm(&self, on: bool, used: u64, limit: u64) {
+    pub fn set_memory_alarm(&self, on: bool, sample: &crate::memory::MemorySample, limit: u64) {
+        let strategy = self.config.vm_memory_calculation_strategy;
+        let used = sample.used(strategy);
+        let (rss, allocated) = (sample.rss, sample.allocated());
+        let strategy = strategy.as_str();
         self.alarm.send_if_modified(|v| {
             if v.memory == on {
                 return false;
             }
             v.memory = on;
             if on {
-                tracing::warn!(used, limit, "memory alarm set: memory use is over vm_memory_high_watermark; publishers are blocked");
+                tracing::warn!(used, limit, strategy, rss, allocated, "memory alarm set: memory use is over vm_memory_high_watermark; publishers are blocked");
             } else {
-                tracing::info!(used, limit, "memory alarm cleared: publishers may go on");
+                tracing::info!(used, limit, strategy, rss, allocated, "memory alarm cleared: publishers may go on");
             }
             true
         });
@@ -221,7 +225,10 @@ impl Broker {
         self.restore_access(&rec);
         for v in self.vhosts() {
             if let Some(data) = persist::policies_of(&rec, &v.name) {
-                self.restore_policies(&v, data);
+                self.restore_policies(&v, crate::policies::PolicyKind::User, data);
+            }
+            if let Some(data) = persist::operator_policies_of(&rec, &v.name) {
+                self.restore_policies(&v, crate::policies::PolicyKind::Operator, data);
             }
             if let Some(data) = persist::topology_of(&rec, &v.name) {
                 let name = v.name.clone();
@@ -263,16 +270,22 @@ impl Broker {
         p.barrier().wait().await;
     }
 
-    /// Watches the broker's resident memory every 500 ms against `vm_memory_high_watermark`
-    /// and sets or clears the memory alarm; asks the allocator to return freed memory every 5 s,
-    /// whenever memory use dropped (queues drained or deleted) and on every check above 70 % of
-    /// the mark.
+    /// Measures the broker's memory (resident set and the allocator's live heap,
+    /// `crate::memory::MemorySample`) every 500 ms and compares the figure
+    /// `vm_memory_calculation_strategy` names with `vm_memory_high_watermark`, setting or
+    /// clearing the memory alarm (a resident set over the mark with the live heap under it must
+    /// stay over after a purge); asks the allocator to return freed memory every 5 s, whenever
+    /// memory use dropped (queues drained or deleted) and on every check above 70 % of the mark.
     pub fn spawn_memory_monitor(self: &Arc<Self>) {
         let available = crate::memory::available_bytes().unwrap_or(u64::MAX);
         let limit = self.memory_limit();
+        let strategy = self.config.vm_memory_calculation_strategy;
+        let allocator = crate::memory::allocator_stats().map_or("none", |a| a.name);
         tracing::info!(
             limit,
             available,
+            strategy = strategy.as_str(),
+            allocator,
             "memory high watermark set (vm_memory_high_watermark)"
         );
         let broker = Arc::downgrade(self);
@@ -280,20 +293,34 @@ impl Broker {
             let mut tick = tokio::time::interval(std::time::Duration::from_millis(500));
             let mut ticks = 0u64;
             let mut last = 0u64;
+            let mut over_checks = 0u32;
             loop {
                 tick.tick().await;
                 ticks += 1;
                 let Some(b) = broker.upgrade() else { return };
-                let Some(used) = crate::memory::resident_bytes() else {
+                let sample = crate::memory::MemorySample::now();
+                let used = sample.used(strategy);
+                if used == 0 {
                     continue;
-                };
+                }
                 // Near the mark, freed memory must go back before it counts against us.
                 let near = used > limit / 10 * 7;
                 if ticks.is_multiple_of(10) || used.saturating_add(used / 8) < last || near {
                     crate::memory::request_purge();
                 }
                 last = used;
-                b.set_memory_alarm(used > limit, used, limit);
+                // A resident set over the mark while the live heap is under it may be freed
+                // pages the allocator has not returned yet: the purge asked for above runs
+                // first, and the alarm is raised only if the next check is over the mark too.
+                let over = used > limit;
+                over_checks = if over { over_checks + 1 } else { 0 };
+                let heap_under = strategy == crate::memory::Strategy::Rss
+                    && sample.allocator.is_some()
+                    && sample.allocated() <= limit;
+                let on = b.alarm_state().memory;
+                if !over || on || !heap_under || over_checks >= 2 {
+                    b.set_memory_alarm(over, &sample, limit);
+                }
             }
         });
     }

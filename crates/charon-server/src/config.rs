@@ -76,6 +76,17 @@ pub struct Config {
     pub https_listen: Option<String>,
     /// Certificates for the TLS listeners.
     pub tls: Option<TlsConfig>,
+    /// SASL mechanisms offered, in order (RabbitMQ's `auth_mechanisms`): `PLAIN`, `AMQPLAIN`
+    /// (the default, as RabbitMQ) and `EXTERNAL` (client certificates, TLS listener only;
+    /// RabbitMQ's `rabbitmq_auth_mechanism_ssl`).
+    pub auth_mechanisms: Vec<String>,
+    /// What names the user of an `EXTERNAL` login in a client certificate (RabbitMQ's
+    /// `ssl_cert_login_from`): `common_name` (Charon's default) or `distinguished_name`
+    /// (RabbitMQ's default, RFC 4514 as RabbitMQ formats it: `CN=alice,O=example`).
+    pub ssl_cert_login_from: crate::tls::CertLoginFrom,
+    /// What the memory alarm measures (RabbitMQ's `vm_memory_calculation_strategy`): `rss`
+    /// (default, the process's resident set) or `allocated` (what the allocator holds).
+    pub vm_memory_calculation_strategy: crate::memory::Strategy,
 }
 
 /// PEM files and peer verification for the TLS listeners (RabbitMQ's `ssl_options`).
@@ -129,6 +140,9 @@ impl Default for Config {
             amqps_listen: None,
             https_listen: None,
             tls: None,
+            auth_mechanisms: vec!["PLAIN".into(), "AMQPLAIN".into()],
+            ssl_cert_login_from: crate::tls::CertLoginFrom::default(),
+            vm_memory_calculation_strategy: crate::memory::Strategy::default(),
         }
     }
 }
@@ -211,6 +225,18 @@ impl Config {
             return Err(format!(
                 "max_message_size {} is above the largest allowed, {MAX_MSG_SIZE}",
                 self.max_message_size
+            ));
+        }
+        if self.auth_mechanisms.is_empty() {
+            return Err("auth_mechanisms must name at least one mechanism".into());
+        }
+        if let Some(m) = self
+            .auth_mechanisms
+            .iter()
+            .find(|m| !["PLAIN", "AMQPLAIN", "EXTERNAL"].contains(&m.as_str()))
+        {
+            return Err(format!(
+                "auth_mechanisms: unknown mechanism '{m}' (PLAIN, AMQPLAIN, EXTERNAL)"
             ));
         }
         if (self.amqps_listen.is_some() || self.https_listen.is_some()) && self.tls.is_none() {

@@ -16,6 +16,8 @@
 //! - [`vhost`]: one virtual host's topology, policies and saved durable topology.
 //! - [`queues_info`]: listing queues with counts (management API, CLI).
 //! - [`queue_remove`]: removing ready messages by id (management: replaying dead letters).
+//! - [`queue_replay`]: moving ready messages to an exchange inside the broker (DLQ replay).
+//! - [`topic_access`]: topic permissions (routing keys on topic exchanges).
 //! - [`persist`]: what goes to `charon-store` and how it comes back at start.
 //! - [`policies`]: setting/clearing/listing policies and applying them to existing queues.
 //!
@@ -42,9 +44,11 @@ pub(crate) mod persist;
 pub mod policies;
 pub(crate) mod queue;
 pub mod queue_remove;
+pub mod queue_replay;
 pub mod queues_info;
 pub mod server;
 pub mod tls;
+pub mod topic_access;
 pub mod vhost;
 
 pub use config::Config;

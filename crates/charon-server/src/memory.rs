@@ -1,8 +1,16 @@
 //! The memory alarm (RabbitMQ's `vm_memory_high_watermark`) and returning freed memory.
 //!
-//! Owns the watermark setting, the measurement (the process's resident set from
-//! `/proc/self/status`, against RAM from `/proc/meminfo` or the cgroup limit, whichever is
-//! lower) and the purge request the allocator's owner (the binary) answers. The monitor task
+//! Owns the watermark setting, the measurement and the purge request the allocator's owner
+//! (the binary) answers. Memory is measured from two sources ([`MemorySample`]): the process's
+//! resident set (`/proc/self/status`: `VmRSS` and its anonymous/file/shared parts) and the
+//! allocator (the binary's global allocator registers a probe with [`set_allocator_probe`]:
+//! bytes allocated and not freed, plus mimalloc's own committed/reserved figures). Which one
+//! the alarm compares with the mark is RabbitMQ's `vm_memory_calculation_strategy`
+//! ([`Strategy`]: `rss` by default, or `allocated`); the mark is relative to RAM from
+//! `/proc/meminfo` or the cgroup limit, whichever is lower. With `rss`, the allocator's figure
+//! decides whether a resident set over the mark is freed memory the allocator has not returned
+//! yet: then the monitor asks for a purge and looks again before raising the alarm. The
+//! monitor task
 //! ([`crate::broker::Broker::spawn_memory_monitor`]) sets the `memory` alarm above the mark and
 //! clears it below; connections treat it like the disk alarm (publishers blocked).
 
@@ -45,6 +53,110 @@ impl Watermark {
         match self {
             Self::Relative(f) => (available as f64 * f) as u64,
             Self::Absolute(s) => parse_size(s).unwrap_or(u64::MAX),
+        }
+    }
+}
+
+/// What the memory alarm compares with the mark (RabbitMQ's `vm_memory_calculation_strategy`;
+/// its `erlang` and `legacy` have no meaning here).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    /// The process's resident set size (RabbitMQ's default): everything the process holds in
+    /// RAM, including memory outside the allocator (code, thread stacks, SQLite's heap).
+    #[default]
+    Rss,
+    /// Bytes the broker has allocated and not freed (live heap), as the global allocator counts
+    /// them: not the allocator's free pages, thread stacks, code or SQLite's own heap.
+    Allocated,
+}
+
+impl Strategy {
+    /// RabbitMQ's name (`/api/nodes` `mem_calculation_strategy`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::Rss => "rss",
+            Strategy::Allocated => "allocated",
+        }
+    }
+}
+
+/// What the allocator reports about itself (bytes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AllocatorStats {
+    /// Allocator name and version (`mimalloc 3.1.5`).
+    pub name: &'static str,
+    /// Bytes allocated and not freed yet (live heap).
+    pub live: u64,
+    /// mimalloc's `committed`: memory it has committed from the OS. On Linux freed pages it
+    /// returns (`MADV_DONTNEED`) stay counted, so this is closer to a high-water mark.
+    pub committed: u64,
+    /// Highest `committed` so far.
+    pub committed_peak: u64,
+    /// Address space reserved (not necessarily backed by RAM).
+    pub reserved: u64,
+}
+
+static ALLOCATOR_PROBE: std::sync::OnceLock<fn() -> Option<AllocatorStats>> =
+    std::sync::OnceLock::new();
+
+/// Registers how to read the global allocator's statistics (the binary owns the allocator;
+/// first registration wins).
+pub fn set_allocator_probe(probe: fn() -> Option<AllocatorStats>) {
+    let _ = ALLOCATOR_PROBE.set(probe);
+}
+
+/// The allocator's statistics now, when a probe is registered and answers.
+pub fn allocator_stats() -> Option<AllocatorStats> {
+    ALLOCATOR_PROBE.get().and_then(|probe| probe())
+}
+
+/// One measurement of the process's memory (bytes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemorySample {
+    /// Resident set size (`VmRSS`).
+    pub rss: u64,
+    /// Anonymous resident memory (`RssAnon`: heap, stacks).
+    pub rss_anon: u64,
+    /// File-backed resident memory (`RssFile`: the binary's code, mapped files).
+    pub rss_file: u64,
+    /// Shared resident memory (`RssShmem`).
+    pub rss_shmem: u64,
+    /// The allocator's statistics (None without a probe).
+    pub allocator: Option<AllocatorStats>,
+}
+
+impl MemorySample {
+    /// Measures now.
+    pub fn now() -> Self {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let field = |k: &str| kib_field(&status, k).unwrap_or(0);
+        Self {
+            rss: field("VmRSS:"),
+            rss_anon: field("RssAnon:"),
+            rss_file: field("RssFile:"),
+            rss_shmem: field("RssShmem:"),
+            allocator: allocator_stats(),
+        }
+    }
+
+    /// Live heap bytes (0 without a probe).
+    pub fn allocated(&self) -> u64 {
+        self.allocator.map_or(0, |a| a.live)
+    }
+
+    /// Resident memory that is not live heap: freed pages the allocator still holds, thread
+    /// stacks, code, SQLite's heap (RabbitMQ's `reserved_unallocated` is the like of it).
+    pub fn unallocated(&self) -> u64 {
+        self.rss.saturating_sub(self.allocated())
+    }
+
+    /// The figure the alarm compares with the mark (RabbitMQ's `mem_used`). `allocated`
+    /// without an allocator probe falls back to the resident set.
+    pub fn used(&self, strategy: Strategy) -> u64 {
+        match (strategy, self.allocator) {
+            (Strategy::Allocated, Some(a)) => a.live,
+            _ => self.rss,
         }
     }
 }
@@ -142,5 +254,38 @@ mod tests {
     fn this_process_has_a_resident_size() {
         assert!(resident_bytes().is_some_and(|b| b > 0));
         assert!(available_bytes().is_some_and(|b| b > 0));
+        let s = MemorySample::now();
+        assert!(
+            s.rss > 0 && s.rss_anon + s.rss_file + s.rss_shmem > 0,
+            "{s:?}"
+        );
+        // No allocator probe in this test binary: `allocated` falls back to the RSS.
+        assert_eq!(s.used(Strategy::Allocated), s.rss);
+    }
+
+    #[test]
+    fn strategy_parses_as_rabbitmq_names() {
+        let c: crate::Config =
+            toml::from_str("vm_memory_calculation_strategy = \"allocated\"").expect("toml");
+        assert_eq!(c.vm_memory_calculation_strategy, Strategy::Allocated);
+        assert_eq!(
+            crate::Config::default().vm_memory_calculation_strategy,
+            Strategy::Rss
+        );
+        assert!(
+            toml::from_str::<crate::Config>("vm_memory_calculation_strategy = \"erlang\"").is_err()
+        );
+        let s = MemorySample {
+            rss: 100,
+            allocator: Some(AllocatorStats {
+                live: 70,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(
+            (s.used(Strategy::Rss), s.used(Strategy::Allocated)),
+            (100, 70)
+        );
     }
 }

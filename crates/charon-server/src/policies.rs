@@ -1,6 +1,6 @@
-//! Setting, clearing and listing policies of a vhost, and applying them at once to its existing
-//! queues (each queue actor gets its new effective settings). The management API and `charon
-//! ctl` go through these functions; nothing else changes policies.
+//! Setting, clearing and listing policies and operator policies of a vhost, and applying them at
+//! once to its existing queues (each queue actor gets its new effective settings). The management
+//! API and `charon ctl` go through these functions; nothing else changes policies.
 
 use charon_core::{ApplyTo, DefValue, Policy, PolicyDefinition, PolicyError};
 
@@ -48,6 +48,25 @@ pub struct PolicyView {
     pub definition: Vec<(String, DefValue)>,
     /// Priority.
     pub priority: i64,
+}
+
+/// Which of a vhost's two policy sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicyKind {
+    /// Users' policies (`/api/policies`).
+    User,
+    /// Operator policies (`/api/operator-policies`): only operator keys, merged over the user
+    /// policy (charon-core's `merge_operator`).
+    Operator,
+}
+
+impl VHostState {
+    fn policy_set(&self, kind: PolicyKind) -> &std::sync::RwLock<charon_core::Policies> {
+        match kind {
+            PolicyKind::User => &self.policies,
+            PolicyKind::Operator => &self.operator_policies,
+        }
+    }
 }
 
 /// Why a policy change was refused.
@@ -106,13 +125,13 @@ fn definition_from_json(text: &str) -> Vec<(String, DefValue)> {
     }
 }
 
-/// Saves a vhost's policies to the store (no-op without one).
-fn save(vhost: &VHostState) {
+/// Saves a vhost's policies of `kind` to the store (no-op without one).
+fn save(vhost: &VHostState, kind: PolicyKind) {
     let Some(p) = vhost.persistence() else {
         return;
     };
     let rows: Vec<_> = {
-        let ps = vhost.policies.read_recover();
+        let ps = vhost.policy_set(kind).read_recover();
         ps.iter()
             .map(|p| {
                 (
@@ -127,7 +146,11 @@ fn save(vhost: &VHostState) {
     };
     // Durable with the next group commit; the management API waits for it
     // (`Broker::wait_durable`) before it replies.
-    drop(p.save_policies(&vhost.name, crate::persist::encode_policies(&rows)));
+    let encoded = crate::persist::encode_policies(&rows);
+    drop(match kind {
+        PolicyKind::User => p.save_policies(&vhost.name, encoded),
+        PolicyKind::Operator => p.save_operator_policies(&vhost.name, encoded),
+    });
 }
 
 /// Sends every queue of `vhost` its current effective settings.
@@ -136,6 +159,7 @@ fn reapply(vhost: &VHostState) {
     for entry in topo.queues() {
         let args = vhost.effective_args(&entry.meta);
         let handle = entry.handle.clone();
+        handle.set_consumer_timeout(args.consumer_timeout);
         if let Err(Some(cmd)) = handle.try_send(QueueCmd::SetArgs {
             args: Box::new(args),
         }) {
@@ -151,9 +175,32 @@ impl Broker {
         vhost: &str,
         input: PolicyInput,
     ) -> Result<PolicySetOutcome, PolicyChangeError> {
+        self.set_policy_of(PolicyKind::User, vhost, input)
+    }
+
+    /// Clears a policy; false when the vhost or policy does not exist.
+    pub fn clear_policy(&self, vhost: &str, name: &str) -> bool {
+        self.clear_policy_of(PolicyKind::User, vhost, name)
+    }
+
+    /// Policies of one vhost, or of all vhosts.
+    pub fn list_policies(&self, vhost: Option<&str>) -> Vec<PolicyView> {
+        self.list_policies_of(PolicyKind::User, vhost)
+    }
+
+    /// Sets (creates or replaces) a policy of `kind` and applies it to existing queues at once.
+    pub fn set_policy_of(
+        &self,
+        kind: PolicyKind,
+        vhost: &str,
+        input: PolicyInput,
+    ) -> Result<PolicySetOutcome, PolicyChangeError> {
         let v = self.vhost(vhost).ok_or(PolicyChangeError::NoVHost)?;
         let apply_to = ApplyTo::parse(&input.apply_to)?;
-        let definition = PolicyDefinition::parse(input.definition)?;
+        let definition = match kind {
+            PolicyKind::User => PolicyDefinition::parse(input.definition)?,
+            PolicyKind::Operator => PolicyDefinition::parse_operator(input.definition)?,
+        };
         let policy = Policy::new(
             &input.name,
             &input.pattern,
@@ -162,10 +209,10 @@ impl Broker {
             definition,
         )?;
         let created = {
-            let mut ps = v.policies.write_recover();
+            let mut ps = v.policy_set(kind).write_recover();
             ps.set(policy)
         };
-        save(&v);
+        save(&v, kind);
         reapply(&v);
         Ok(if created {
             PolicySetOutcome::Created
@@ -174,46 +221,55 @@ impl Broker {
         })
     }
 
-    /// Clears a policy; false when the vhost or policy does not exist.
-    pub fn clear_policy(&self, vhost: &str, name: &str) -> bool {
+    /// Clears a policy of `kind`; false when the vhost or policy does not exist.
+    pub fn clear_policy_of(&self, kind: PolicyKind, vhost: &str, name: &str) -> bool {
         let Some(v) = self.vhost(vhost) else {
             return false;
         };
         let removed = {
-            let mut ps = v.policies.write_recover();
+            let mut ps = v.policy_set(kind).write_recover();
             ps.clear(name)
         };
         if removed {
-            save(&v);
+            save(&v, kind);
             reapply(&v);
         }
         removed
     }
 
-    /// Restores a vhost's saved policies (at start, before its queues).
-    pub(crate) fn restore_policies(&self, vhost: &VHostState, data: bytes::Bytes) {
+    /// Restores a vhost's saved policies of `kind` (at start, before its queues).
+    pub(crate) fn restore_policies(
+        &self,
+        vhost: &VHostState,
+        kind: PolicyKind,
+        data: bytes::Bytes,
+    ) {
         for (name, pattern, apply_to, priority, def) in crate::persist::decode_policies(data) {
             let policy = ApplyTo::parse(&apply_to).and_then(|a| {
-                let d = PolicyDefinition::parse(definition_from_json(&def))?;
+                let entries = definition_from_json(&def);
+                let d = match kind {
+                    PolicyKind::User => PolicyDefinition::parse(entries)?,
+                    PolicyKind::Operator => PolicyDefinition::parse_operator(entries)?,
+                };
                 Policy::new(&name, &pattern, a, priority, d)
             });
             match policy {
                 Ok(p) => {
-                    vhost.policies.write_recover().set(p);
+                    vhost.policy_set(kind).write_recover().set(p);
                 }
                 Err(e) => tracing::warn!(policy = %name, error = %e, "could not restore a policy"),
             }
         }
     }
 
-    /// Policies of one vhost, or of all vhosts.
-    pub fn list_policies(&self, vhost: Option<&str>) -> Vec<PolicyView> {
+    /// Policies of `kind` of one vhost, or of all vhosts.
+    pub fn list_policies_of(&self, kind: PolicyKind, vhost: Option<&str>) -> Vec<PolicyView> {
         let mut out = Vec::new();
         for v in self.vhosts() {
             if vhost.is_some_and(|n| n != &*v.name) {
                 continue;
             }
-            let ps = v.policies.read_recover();
+            let ps = v.policy_set(kind).read_recover();
             for p in ps.iter() {
                 out.push(PolicyView {
                     vhost: v.name.to_string(),

@@ -1,7 +1,6 @@
 //! Listing queues with their counts for the management API and the CLI (the same interface for
 //! both). Counts come from each queue actor (`QueueCmd::Stats`), asked without holding any lock.
 
-use charon_core::policy::Policy;
 use tokio::sync::oneshot;
 
 use crate::broker::Broker;
@@ -24,13 +23,15 @@ pub struct QueueInfo {
     pub exclusive: bool,
     /// The policy that applies, if any.
     pub policy: Option<String>,
+    /// The operator policy that applies, if any.
+    pub operator_policy: Option<String>,
     /// Effective dead-letter exchange (argument or policy).
     pub dead_letter_exchange: Option<String>,
     /// Counts (ready, unacked, consumers, dead letters dropped for a missing DLX).
     pub stats: QueueStats,
     /// Arguments as declared.
     pub arguments: charon_protocol::FieldTable,
-    /// The applying policy's definition entries.
+    /// The applying policy's definition entries, merged with the operator policy's.
     pub effective_policy_definition: Vec<(String, charon_core::DefValue)>,
     /// `classic` or `quorum`.
     pub queue_type: &'static str,
@@ -52,10 +53,8 @@ impl Broker {
                 let topo = v.topology.read_recover();
                 topo.queues().cloned().collect()
             };
-            let policies = v.policies.read_recover().clone();
             for e in entries {
-                let policy: Option<&Policy> =
-                    policies.for_queue_of(&e.meta.name, e.meta.args.queue_type);
+                let applied = v.policy_for(&e.meta);
                 let effective = v.effective_args(&e.meta);
                 pending.push((
                     QueueInfo {
@@ -64,12 +63,14 @@ impl Broker {
                         durable: e.meta.durable,
                         auto_delete: e.meta.auto_delete,
                         exclusive: e.meta.exclusive_owner.is_some(),
-                        policy: policy.map(|p| p.name.clone()),
+                        policy: applied.policy,
+                        operator_policy: applied.operator_policy,
                         dead_letter_exchange: effective.dead_letter_exchange,
                         stats: QueueStats::default(),
                         arguments: e.meta.arguments.clone(),
-                        effective_policy_definition: policy
-                            .map(|p| p.definition.raw.clone())
+                        effective_policy_definition: applied
+                            .definition
+                            .map(|d| d.raw)
                             .unwrap_or_default(),
                         queue_type: if e.handle.is_quorum() {
                             "quorum"

@@ -42,7 +42,8 @@ pub async fn run(listener: TcpListener, broker: Arc<Broker>, shutdown: Cancellat
 }
 
 /// Serves AMQP over TLS (`amqps_listen`) until `shutdown` is cancelled, like [`run`]. A client
-/// certificate verified against `ca_file` offers the `EXTERNAL` mechanism with its CN.
+/// certificate verified against `ca_file` offers the `EXTERNAL` mechanism with its CN or DN
+/// (`ssl_cert_login_from`).
 pub async fn run_tls(
     listener: TcpListener,
     acceptor: crate::tls::TlsAcceptor,
@@ -58,7 +59,7 @@ pub async fn run_tls(
             accepted = sessions.recv() => {
                 let Some((stream, peer)) = accepted else { break };
                 let Ok(permit) = limit.clone().acquire_owned().await else { break };
-                let external = crate::tls::peer_login(stream.get_ref().1);
+                let external = crate::tls::peer_login(stream.get_ref().1, broker.config().ssl_cert_login_from);
                 let broker = broker.clone();
                 let token = shutdown.clone();
                 tasks.spawn(async move {

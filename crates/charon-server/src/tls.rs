@@ -3,8 +3,9 @@
 //! Owns turning the `[tls]` table into a rustls `ServerConfig` (PEM certificate chain and key;
 //! with `verify_peer`, client certificates checked against `ca_file`, required when
 //! `fail_if_no_peer_cert`) and reading the login name the `EXTERNAL` mechanism uses from a
-//! verified client certificate: its subject's common name (CN), as RabbitMQ's
-//! `ssl_cert_login_from = common_name`.
+//! verified client certificate: its subject's common name (CN, Charon's default), or its whole
+//! subject distinguished name formatted as RabbitMQ does (RFC 4514, `ssl_cert_login_from =
+//! distinguished_name`, RabbitMQ's default).
 
 use std::sync::Arc;
 
@@ -94,17 +95,113 @@ pub fn server_config(tls: &TlsConfig, alpn: &[&[u8]]) -> Result<Arc<ServerConfig
     Ok(Arc::new(config))
 }
 
-/// The subject common name of a (verified) client certificate: the `EXTERNAL` login.
+/// Where the `EXTERNAL` login name comes from (RabbitMQ's `ssl_cert_login_from`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CertLoginFrom {
+    /// The subject's common name (`CN`): Charon's default.
+    #[default]
+    CommonName,
+    /// The whole subject distinguished name, RFC 4514 as RabbitMQ formats it (most
+    /// significant RDN last: `CN=alice,O=example,C=DE`): RabbitMQ's default.
+    DistinguishedName,
+}
+
+/// The subject common name of a (verified) client certificate.
 pub fn common_name(cert: &CertificateDer<'_>) -> Option<String> {
     let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
     let cn = parsed.subject().iter_common_name().next()?;
     cn.as_str().ok().map(str::to_string)
 }
 
-/// The `EXTERNAL` login of a TLS connection: the CN of the first certificate the client
-/// presented (rustls has verified it against `ca_file` by the time the handshake completes).
-pub fn peer_login(conn: &rustls::ServerConnection) -> Option<String> {
-    conn.peer_certificates()?.first().and_then(common_name)
+/// The subject distinguished name of a certificate as RabbitMQ's `rabbit_cert_info` formats
+/// it: RDNs in reverse order joined by `,`, multi-valued RDNs by `+`, RabbitMQ's short names
+/// for known attribute types (dotted OID otherwise), values escaped per RFC 4514.
+pub fn distinguished_name(cert: &CertificateDer<'_>) -> Option<String> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
+    let rdns: Vec<String> = parsed
+        .subject()
+        .iter()
+        .map(|rdn| {
+            rdn.iter()
+                .map(|atv| {
+                    let value = match atv.as_str() {
+                        Ok(s) => s.to_string(),
+                        Err(_) => String::from_utf8_lossy(atv.attr_value().data).into_owned(),
+                    };
+                    format!(
+                        "{}={}",
+                        attribute_name(atv.attr_type()),
+                        escape_rdn_value(&value)
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("+")
+        })
+        .collect();
+    Some(rdns.into_iter().rev().collect::<Vec<_>>().join(","))
+}
+
+/// RabbitMQ's names for attribute types (`rabbit_cert_info:format_rdn/1`).
+fn attribute_name(oid: &x509_parser::der_parser::oid::Oid<'_>) -> String {
+    let dotted = oid.to_id_string();
+    let short = match dotted.as_str() {
+        "2.5.4.4" => "SN",
+        "2.5.4.42" => "GIVENNAME",
+        "2.5.4.43" => "INITIALS",
+        "2.5.4.44" => "GENERATIONQUALIFIER",
+        "2.5.4.3" => "CN",
+        "2.5.4.7" => "L",
+        "2.5.4.8" => "ST",
+        "2.5.4.10" => "O",
+        "2.5.4.11" => "OU",
+        "2.5.4.12" => "TITLE",
+        "2.5.4.6" => "C",
+        "2.5.4.5" => "SERIALNUMBER",
+        "2.5.4.65" => "PSEUDONYM",
+        "0.9.2342.19200300.100.1.25" => "DC",
+        "1.2.840.113549.1.9.1" => "EMAILADDRESS",
+        "2.5.4.9" => "STREET",
+        "0.9.2342.19200300.100.1.1" => "UID",
+        _ => return dotted,
+    };
+    short.to_string()
+}
+
+/// RFC 4514 escaping as RabbitMQ does it: a leading space or `#`, a trailing space and
+/// `" + , ; < > \` get a backslash; bytes below 32 or from 126 up (UTF-8 included) become
+/// `\XX`.
+fn escape_rdn_value(v: &str) -> String {
+    let bytes = v.as_bytes();
+    let mut out = String::with_capacity(v.len());
+    for (i, &c) in bytes.iter().enumerate() {
+        let first = i == 0;
+        let last = i + 1 == bytes.len();
+        match c {
+            b' ' | b'#' if first => {
+                out.push('\\');
+                out.push(c as char);
+            }
+            b' ' if last => out.push_str("\\ "),
+            b'"' | b'+' | b',' | b';' | b'<' | b'>' | b'\\' => {
+                out.push('\\');
+                out.push(c as char);
+            }
+            c if !(32..126).contains(&c) => out.push_str(&format!("\\{c:02X}")),
+            c => out.push(c as char),
+        }
+    }
+    out
+}
+
+/// The `EXTERNAL` login of a TLS connection: from the first certificate the client presented
+/// (rustls has verified it against `ca_file` by the time the handshake completes).
+pub fn peer_login(conn: &rustls::ServerConnection, from: CertLoginFrom) -> Option<String> {
+    let cert = conn.peer_certificates()?.first()?;
+    match from {
+        CertLoginFrom::CommonName => common_name(cert),
+        CertLoginFrom::DistinguishedName => distinguished_name(cert),
+    }
 }
 
 pub use tokio_rustls::TlsAcceptor;
@@ -155,4 +252,19 @@ pub fn accept_loop(
         }
     });
     rx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escape_rdn_value;
+
+    #[test]
+    fn rdn_values_escape_as_rabbitmq() {
+        assert_eq!(escape_rdn_value("team, one"), "team\\, one");
+        assert_eq!(escape_rdn_value("#lead"), "\\#lead");
+        assert_eq!(escape_rdn_value(" pad "), "\\ pad\\ ");
+        assert_eq!(escape_rdn_value("a+b\"c;<>\\"), "a\\+b\\\"c\\;\\<\\>\\\\");
+        assert_eq!(escape_rdn_value("Zoë~"), "Zo\\C3\\AB\\7E");
+        assert_eq!(escape_rdn_value("in#side"), "in#side");
+    }
 }

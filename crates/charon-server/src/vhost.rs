@@ -6,7 +6,7 @@
 
 use std::sync::{Arc, RwLock};
 
-use charon_core::policy::effective_args;
+use charon_core::policy::{PolicyDefinition, effective_args, merge_operator};
 use charon_core::{Policies, QueueArgs, QueueMeta, VHost};
 
 use crate::handles::QueueHandle;
@@ -25,6 +25,8 @@ pub struct VHostState {
     pub topology: RwLock<VHost<QueueHandle>>,
     /// Policies (set through `Broker::set_policy`, policies.rs).
     pub policies: RwLock<Policies>,
+    /// Operator policies (`Broker::set_policy_of`, policies.rs), merged over `policies`.
+    pub operator_policies: RwLock<Policies>,
     /// The broker's store slot (empty without a store).
     store: StoreSlot,
     /// The durable topology as last saved: methods that change nothing durable (transient and
@@ -48,6 +50,7 @@ impl VHostState {
             name: Arc::from(name),
             topology: RwLock::new(v),
             policies: RwLock::new(Policies::default()),
+            operator_policies: RwLock::new(Policies::default()),
             store,
             saved_topology: std::sync::Mutex::new(bytes::Bytes::new()),
             delayed: std::sync::OnceLock::new(),
@@ -77,16 +80,37 @@ impl VHostState {
         p.save_topology(&self.name, encoded)
     }
 
-    /// The settings queue `meta` runs with: its arguments overlaid with the policy that applies.
+    /// The settings queue `meta` runs with: its arguments overlaid with the policy and the
+    /// operator policy that apply (merged by charon-core's `merge_operator`).
     pub fn effective_args(&self, meta: &QueueMeta) -> QueueArgs {
-        let policies = self.policies.read_recover();
         let declared_overflow = charon_core::value::lookup(&meta.arguments, "x-overflow").is_some();
-        effective_args(
-            &meta.args,
-            declared_overflow,
-            policies
-                .for_queue_of(&meta.name, meta.args.queue_type)
-                .map(|p| &p.definition),
-        )
+        let merged = self.policy_for(meta).definition;
+        effective_args(&meta.args, declared_overflow, merged.as_ref())
     }
+
+    /// The user policy and the operator policy that apply to queue `meta` (their names) and
+    /// the definition they make together (RabbitMQ's `effective_policy_definition`).
+    pub fn policy_for(&self, meta: &QueueMeta) -> AppliedPolicy {
+        let ty = meta.args.queue_type;
+        let policies = self.policies.read_recover();
+        let ops = self.operator_policies.read_recover();
+        let user = policies.for_queue_of(&meta.name, ty);
+        let op = ops.for_queue_of(&meta.name, ty);
+        AppliedPolicy {
+            policy: user.map(|p| p.name.clone()),
+            operator_policy: op.map(|p| p.name.clone()),
+            definition: merge_operator(user.map(|p| &p.definition), op.map(|p| &p.definition)),
+        }
+    }
+}
+
+/// The policies that apply to one queue.
+#[derive(Debug, Clone, Default)]
+pub struct AppliedPolicy {
+    /// The user policy's name.
+    pub policy: Option<String>,
+    /// The operator policy's name.
+    pub operator_policy: Option<String>,
+    /// Both definitions merged (`None`: no policy applies).
+    pub definition: Option<PolicyDefinition>,
 }

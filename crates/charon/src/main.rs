@@ -1,15 +1,18 @@
 //! The `charon` binary: `charon server` (the broker), `charon ctl` (the rabbitmqctl-style CLI, a
 //! client of the management API) and `charon bench` (the load tool).
 
+mod alloc_count;
+mod alloc_stats;
 mod ctl;
 mod dlq;
 mod purge;
 
 /// mimalloc: the broker allocates and frees many small objects per message (properties, queue
 /// entries, dead-lettered copies); glibc malloc spent over a quarter of the CPU of the mass-expiry
-/// benchmark in `malloc`/`free`/`unlink_chunk`.
+/// benchmark in `malloc`/`free`/`unlink_chunk`. Wrapped to count live heap bytes for the memory
+/// alarm (`alloc_count`).
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: alloc_count::CountingMiMalloc = alloc_count::CountingMiMalloc;
 
 use std::sync::Arc;
 
@@ -229,6 +232,7 @@ async fn spawn_tls(
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     purge::init();
+    alloc_stats::register();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .on_thread_park(purge::on_park)

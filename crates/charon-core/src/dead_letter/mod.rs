@@ -9,6 +9,7 @@
 
 mod cycles;
 mod headers;
+mod origin;
 
 #[cfg(test)]
 mod tests;
@@ -20,6 +21,7 @@ use charon_protocol::{BasicProperties, RawProperties};
 use crate::message::Message;
 use crate::routing::header_strings;
 pub use cycles::is_cycle;
+pub use origin::original_target;
 
 /// Why a message left its queue other than by acknowledgement (the `reason` of `x-death`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,6 +8,7 @@ pub mod delayed;
 pub mod direct;
 pub mod fanout;
 pub mod headers;
+mod stats;
 pub mod topic;
 
 use std::fmt;
@@ -17,6 +18,8 @@ use std::sync::Arc;
 use charon_protocol::FieldTable;
 
 use crate::error::CoreError;
+
+pub use stats::ExchangeStats;
 
 /// The four AMQP 0-9-1 exchange types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -190,6 +193,8 @@ pub struct Exchange {
     pub bindings: Box<dyn BindingTable>,
     /// Declared as `x-delayed-message` ([`delayed`]): `kind` is its `x-delayed-type`.
     pub delayed: bool,
+    /// Messages published into it and routed out of it (management rates).
+    pub stats: ExchangeStats,
 }
 
 impl Exchange {
@@ -211,6 +216,7 @@ impl Exchange {
             arguments,
             bindings: kind.new_table(),
             delayed: false,
+            stats: ExchangeStats::default(),
         }
     }
 

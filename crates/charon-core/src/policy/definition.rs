@@ -48,6 +48,8 @@ const INERT_KEYS: &[&str] = &[
     "stream-max-segment-size-bytes",
     "initial-cluster-size",
     "dead-letter-strategy",
+    "queue-version",
+    "target-group-size",
 ];
 
 /// A validated policy definition.
@@ -71,6 +73,8 @@ pub struct PolicyDefinition {
     pub delivery_limit: Option<i64>,
     /// `retry-*` keys (`crate::retry`).
     pub retry: crate::retry::RetryKeys,
+    /// `consumer-timeout` (ms, RabbitMQ 3.12+).
+    pub consumer_timeout: Option<u64>,
     /// Every key as given, in order, for listing.
     pub raw: Vec<(String, DefValue)>,
 }
@@ -124,6 +128,15 @@ impl PolicyDefinition {
                     d.expires = Some(e);
                 }
                 "max-length" => d.max_length = Some(non_neg(key, v, None)?),
+                "consumer-timeout" => match v {
+                    DefValue::Int(i) if *i >= 0 => d.consumer_timeout = Some(*i as u64),
+                    other => {
+                        return Err(invalid(format!(
+                            "{} is not a valid consumer timeout",
+                            other.describe()
+                        )));
+                    }
+                },
                 "max-length-bytes" => d.max_length_bytes = Some(non_neg(key, v, None)?),
                 "delivery-limit" => match v {
                     DefValue::Int(i) => d.delivery_limit = Some(*i),

@@ -6,7 +6,8 @@
 //! - `overflow`: the queue argument wins on classic queues, the policy on quorum queues
 //!   (`rabbit_quorum_queue`: `policy_has_precedence`), where `reject-publish-dlx` is not
 //!   supported and acts as the default, drop-head;
-//! - `message-ttl`, `max-length`, `max-length-bytes`, `expires`: the smaller of the two wins;
+//! - `message-ttl`, `max-length`, `max-length-bytes`, `expires`, `consumer-timeout`: the smaller
+//!   of the two wins (`consumer-timeout`: `rabbit_channel:get_queue_consumer_timeout/2`);
 //! - `delivery-limit`: the smaller, unless one is negative (unlimited): then the larger
 //!   (`rabbit_quorum_queue:resolve_delivery_limit/2`).
 //! - `retry-*` (Charon): see [`crate::retry::settings`] (`retry-limit` the smaller, the rest
@@ -73,6 +74,7 @@ fn overlay(
     e.max_length = min_of(declared.max_length, p.max_length);
     e.max_length_bytes = min_of(declared.max_length_bytes, p.max_length_bytes);
     e.expires = min_of(declared.expires, p.expires);
+    e.consumer_timeout = min_of(declared.consumer_timeout, p.consumer_timeout);
     e.delivery_limit = resolve_delivery_limit(declared.delivery_limit, p.delivery_limit);
     e.retry = declared.retry_declared.resolve(Some(&p.retry));
     e

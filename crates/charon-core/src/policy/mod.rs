@@ -4,6 +4,7 @@
 //! - [`definition`]: the keys a policy may set and their validation.
 //! - [`effective`]: combining a queue's declared arguments with its policy
 //!   (`rabbit_amqqueue_process:process_args_policy`).
+//! - [`operator`]: operator policies' keys and their merge with the user policy.
 //!
 //! This module owns the policy set of one vhost and the choice of the policy that applies to a
 //! name: the matching policy (pattern found anywhere in the name, `apply-to` fitting) with the
@@ -11,6 +12,7 @@
 
 mod definition;
 mod effective;
+mod operator;
 
 #[cfg(test)]
 mod tests;
@@ -21,6 +23,7 @@ use crate::arguments::QueueType;
 
 pub use definition::{DefValue, PolicyDefinition};
 pub use effective::effective_args;
+pub use operator::{OPERATOR_KEYS, merge_operator};
 
 /// What a policy applies to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -247,3 +247,150 @@ fn delivery_limit_smaller_unless_one_is_negative_and_quorum_overflow_policy_wins
         Overflow::RejectPublish
     );
 }
+
+#[test]
+fn consumer_timeout_smaller_of_argument_and_policy_as_rabbitmq() {
+    let declared = QueueArgs {
+        consumer_timeout: Some(5000),
+        ..QueueArgs::default()
+    };
+    let p = def(&[("consumer-timeout", DefValue::Int(1500))]);
+    assert_eq!(
+        effective_args(&declared, false, Some(&p)).consumer_timeout,
+        Some(1500)
+    );
+    let p = def(&[("consumer-timeout", DefValue::Int(90000))]);
+    assert_eq!(
+        effective_args(&declared, false, Some(&p)).consumer_timeout,
+        Some(5000)
+    );
+    let none = QueueArgs::default();
+    assert_eq!(
+        effective_args(&none, false, Some(&p)).consumer_timeout,
+        Some(90000)
+    );
+    assert_eq!(
+        effective_args(&declared, false, None).consumer_timeout,
+        Some(5000)
+    );
+    let bad = PolicyDefinition::parse(vec![("consumer-timeout".into(), DefValue::Int(-1))]);
+    assert!(
+        matches!(bad, Err(PolicyError::Invalid(m)) if m.contains("is not a valid consumer timeout"))
+    );
+}
+
+fn op_def(entries: &[(&str, DefValue)]) -> PolicyDefinition {
+    match PolicyDefinition::parse_operator(
+        entries
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), v.clone()))
+            .collect(),
+    ) {
+        Ok(d) => d,
+        Err(e) => panic!("operator definition refused: {e}"),
+    }
+}
+
+#[test]
+fn operator_policies_take_only_operator_keys() {
+    let refused = PolicyDefinition::parse_operator(vec![
+        ("max-length".into(), DefValue::Int(2)),
+        ("dead-letter-exchange".into(), DefValue::Str("x".into())),
+    ]);
+    assert_eq!(
+        refused.map(|_| ()),
+        Err(PolicyError::Invalid(
+            "[<<\"dead-letter-exchange\">>] are not recognised policy settings".into()
+        ))
+    );
+    let bad_value =
+        PolicyDefinition::parse_operator(vec![("max-length".into(), DefValue::Int(-1))]);
+    assert!(bad_value.is_err());
+    let d = op_def(&[
+        ("max-length", DefValue::Int(2)),
+        ("overflow", DefValue::Str("reject-publish".into())),
+        ("delivery-limit", DefValue::Int(-1)),
+        ("queue-version", DefValue::Int(2)),
+    ]);
+    assert_eq!(d.max_length, Some(2));
+    assert_eq!(d.overflow, Some(Overflow::RejectPublish));
+}
+
+#[test]
+fn operator_policy_numeric_keys_the_smaller_wins() {
+    let user = def(&[
+        ("max-length", DefValue::Int(10)),
+        ("message-ttl", DefValue::Int(1000)),
+        ("dead-letter-exchange", DefValue::Str("dlx".into())),
+    ]);
+    let op = op_def(&[
+        ("max-length", DefValue::Int(2)),
+        ("message-ttl", DefValue::Int(60_000)),
+        ("expires", DefValue::Int(5000)),
+    ]);
+    let merged = merge_operator(Some(&user), Some(&op)).unwrap_or_default();
+    assert_eq!(merged.max_length, Some(2));
+    assert_eq!(merged.message_ttl, Some(1000));
+    assert_eq!(merged.expires, Some(5000));
+    assert_eq!(merged.dead_letter_exchange.as_deref(), Some("dlx"));
+    // Listed like RabbitMQ's effective_policy_definition: keys in order, merged values.
+    let keys: Vec<&str> = merged.raw.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        keys,
+        [
+            "dead-letter-exchange",
+            "expires",
+            "max-length",
+            "message-ttl"
+        ]
+    );
+    assert!(
+        merged
+            .raw
+            .contains(&("max-length".into(), DefValue::Int(2)))
+    );
+    // Against a queue argument the merged value is capped again: the smallest of the three.
+    let declared = QueueArgs {
+        max_length: Some(5),
+        message_ttl: Some(500),
+        ..QueueArgs::default()
+    };
+    let e = effective_args(&declared, false, Some(&merged));
+    assert_eq!((e.max_length, e.message_ttl), (Some(2), Some(500)));
+}
+
+#[test]
+fn operator_policy_alone_caps_queue_arguments() {
+    let op = op_def(&[("max-length", DefValue::Int(2))]);
+    let merged = merge_operator(None, Some(&op));
+    let declared = QueueArgs {
+        max_length: Some(100),
+        ..QueueArgs::default()
+    };
+    assert_eq!(
+        effective_args(&declared, false, merged.as_ref()).max_length,
+        Some(2)
+    );
+    assert_eq!(merge_operator(None, None), None);
+    let user = def(&[("max-length", DefValue::Int(7))]);
+    assert_eq!(merge_operator(Some(&user), None), Some(user));
+}
+
+#[test]
+fn operator_delivery_limit_negative_means_unlimited_and_the_larger_wins() {
+    let user = def(&[("delivery-limit", DefValue::Int(-1))]);
+    let op = op_def(&[("delivery-limit", DefValue::Int(5))]);
+    let m = merge_operator(Some(&user), Some(&op)).unwrap_or_default();
+    assert_eq!(m.delivery_limit, Some(5));
+    let user = def(&[("delivery-limit", DefValue::Int(3))]);
+    let m = merge_operator(Some(&user), Some(&op)).unwrap_or_default();
+    assert_eq!(m.delivery_limit, Some(3));
+}
+
+#[test]
+fn operator_overflow_wins_over_the_user_policy() {
+    let user = def(&[("overflow", DefValue::Str("drop-head".into()))]);
+    let op = op_def(&[("overflow", DefValue::Str("reject-publish".into()))]);
+    let m = merge_operator(Some(&user), Some(&op)).unwrap_or_default();
+    assert_eq!(m.overflow, Some(Overflow::RejectPublish));
+}

@@ -12,7 +12,7 @@ use crate::exchange::{Destination, Exchange};
 impl<Q: Clone> VHost<Q> {
     /// Route one message. `routing_keys` is the publish routing key
     /// followed by CC/BCC values. Pushes each destination queue's handle
-    /// once into `out`.
+    /// once into `out`, and counts the publish in the exchange's stats.
     pub fn route(
         &self,
         exchange: &str,
@@ -30,7 +30,9 @@ impl<Q: Clone> VHost<Q> {
                 vhost: self.name.clone(),
             });
         }
+        let before = out.len();
         self.route_via(x, routing_keys, headers, out);
+        x.stats.record(out.len().saturating_sub(before));
         Ok(())
     }
 

@@ -481,3 +481,22 @@ fn topic_and_headers_exchanges_route_through_vhost() {
         vec!["h"]
     );
 }
+
+#[test]
+fn routing_counts_publish_in_per_message_and_publish_out_per_queue_reached() {
+    let mut v = vh();
+    add_queue(&mut v, "q1");
+    add_queue(&mut v, "q2");
+    assert!(v.declare_exchange(&xd("fan", "fanout")).is_ok());
+    let none = FieldTable::default();
+    assert!(v.bind_queue("q1", "fan", "", &none).is_ok());
+    assert!(v.bind_queue("q2", "fan", "", &none).is_ok());
+    assert!(v.declare_exchange(&xd("empty", "direct")).is_ok());
+    for _ in 0..3 {
+        assert_eq!(routed(&v, "fan", &["k"], None), vec!["q1", "q2"]);
+    }
+    assert!(routed(&v, "empty", &["k"], None).is_empty());
+    let stats = |x: &str| v.exchange(x).map(|x| x.stats.get());
+    assert_eq!(stats("fan"), Some((3, 6)));
+    assert_eq!(stats("empty"), Some((1, 0)));
+}

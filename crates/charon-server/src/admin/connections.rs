@@ -182,6 +182,10 @@ pub struct ConnEntry {
     pub send_cnt: AtomicU64,
     /// Paused by a resource alarm.
     pub blocked: AtomicBool,
+    /// Over TLS.
+    pub ssl: bool,
+    /// The SASL mechanism used to log in.
+    pub auth_mechanism: String,
     channels: Mutex<BTreeMap<u16, Arc<ChannelStats>>>,
     close: Notify,
     close_reason: Mutex<Option<String>>,
@@ -208,6 +212,10 @@ pub struct ConnFacts {
     pub heartbeat: u16,
     /// Client properties as JSON.
     pub client_properties: serde_json::Value,
+    /// Over TLS.
+    pub ssl: bool,
+    /// The SASL mechanism used to log in.
+    pub auth_mechanism: String,
 }
 
 impl ConnEntry {
@@ -288,6 +296,8 @@ impl ConnRegistry {
             recv_cnt: AtomicU64::new(0),
             send_cnt: AtomicU64::new(0),
             blocked: AtomicBool::new(false),
+            ssl: f.ssl,
+            auth_mechanism: f.auth_mechanism,
             channels: Mutex::new(BTreeMap::new()),
             close: Notify::new(),
             close_reason: Mutex::new(None),

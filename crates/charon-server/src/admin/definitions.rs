@@ -6,18 +6,17 @@
 //! Export leaves out what RabbitMQ leaves out: the default and `amq.*` exchanges, exclusive
 //! queues, the default exchange's implicit bindings. It includes `parameters` (inert ones and
 //! vhost limits as component `vhost-limits`), `global_parameters` (inert; import keeps the
-//! node's own `internal_cluster_id`) and user `limits`. `topic_permissions` are exported empty
-//! and ignored. Import runs as the broker itself (no permission checks on the objects, as
+//! node's own `internal_cluster_id`), user `limits` and `topic_permissions`. Import runs as the broker itself (no permission checks on the objects, as
 //! RabbitMQ's import), stops at the first invalid object and reports it.
 
 use charon_core::{DefValue, ExchangeDeclare, QueueDeclare};
 use serde_json::{Map, Value, json};
 
 use super::json::{json_to_table_opt, table_to_json};
-use super::topology::DestKind;
+use super::topology::{BindingSpec, DestKind};
 use super::users::{AdminError, PasswordInput};
 use crate::broker::Broker;
-use crate::policies::{PolicyInput, def_value_from_json, definition_to_json};
+use crate::policies::{PolicyInput, PolicyKind, def_value_from_json, definition_to_json};
 
 /// The user import acts as: no permission checks.
 pub const INTERNAL_USER: &str = "\u{0}charon-internal";
@@ -68,17 +67,20 @@ impl Broker {
             }
             o
         };
-        let policies: Vec<Value> = self
-            .list_policies(vhost)
-            .iter()
-            .map(|p| {
-                strip(json!({
-                    "vhost": p.vhost, "name": p.name, "pattern": p.pattern,
-                    "apply-to": p.apply_to, "definition": definition_to_json(&p.definition),
-                    "priority": p.priority,
-                }))
-            })
-            .collect();
+        let policies_of = |kind: PolicyKind| -> Vec<Value> {
+            self.list_policies_of(kind, vhost)
+                .iter()
+                .map(|p| {
+                    strip(json!({
+                        "vhost": p.vhost, "name": p.name, "pattern": p.pattern,
+                        "apply-to": p.apply_to, "definition": definition_to_json(&p.definition),
+                        "priority": p.priority,
+                    }))
+                })
+                .collect()
+        };
+        let policies = policies_of(PolicyKind::User);
+        let operator_policies = policies_of(PolicyKind::Operator);
         let mut queues = Vec::new();
         for v in self.vhosts() {
             if !keep(&v.name) {
@@ -167,7 +169,16 @@ impl Broker {
                     })
                     .collect(),
             );
-            m.insert("topic_permissions".into(), json!([]));
+            m.insert(
+                "topic_permissions".into(),
+                self.list_topic_permissions()
+                    .into_iter()
+                    .map(|t| {
+                        json!({"user": t.user, "vhost": t.vhost, "exchange": t.exchange,
+                               "write": t.write, "read": t.read})
+                    })
+                    .collect(),
+            );
         }
         m.insert(
             "parameters".into(),
@@ -186,6 +197,9 @@ impl Broker {
             );
         }
         m.insert("policies".into(), Value::Array(policies));
+        // Charon also exports operator policies (RabbitMQ 4.x leaves them out; its import
+        // ignores the key).
+        m.insert("operator_policies".into(), Value::Array(operator_policies));
         m.insert("queues".into(), Value::Array(queues));
         m.insert("exchanges".into(), Value::Array(exchanges));
         m.insert("bindings".into(), Value::Array(bindings));
@@ -263,6 +277,24 @@ impl Broker {
                 )
                 .await?;
             }
+            for t in list("topic_permissions") {
+                self.set_topic_permission(crate::topic_access::TopicPermission {
+                    user: str_field(&t, "user").to_string(),
+                    vhost: str_field(&t, "vhost").to_string(),
+                    exchange: str_field(&t, "exchange").to_string(),
+                    write: str_field(&t, "write").to_string(),
+                    read: str_field(&t, "read").to_string(),
+                })
+                .await
+                .map_err(|e| match e {
+                    AdminError::BadRequest(r) => AdminError::BadRequest(format!(
+                        "topic permission of {} on {}: {r}",
+                        str_field(&t, "user"),
+                        str_field(&t, "vhost")
+                    )),
+                    other => other,
+                })?;
+            }
         } else if let Some(v) = vhost
             && self.vhost(v).is_none()
         {
@@ -278,7 +310,12 @@ impl Broker {
             )
             .await?;
         }
-        for p in list("policies") {
+        let policies = (list("policies").into_iter().map(|p| (PolicyKind::User, p))).chain(
+            list("operator_policies")
+                .into_iter()
+                .map(|p| (PolicyKind::Operator, p)),
+        );
+        for (kind, p) in policies {
             let definition: Vec<(String, DefValue)> = p
                 .get("definition")
                 .and_then(Value::as_object)
@@ -299,9 +336,10 @@ impl Broker {
                     .unwrap_or("all")
                     .to_string(),
             };
-            self.set_policy(&vhost_of(&p), input).map_err(|e| {
-                AdminError::BadRequest(format!("policy {}: {e}", str_field(&p, "name")))
-            })?;
+            self.set_policy_of(kind, &vhost_of(&p), input)
+                .map_err(|e| {
+                    AdminError::BadRequest(format!("policy {}: {e}", str_field(&p, "name")))
+                })?;
         }
         for x in list("exchanges") {
             let arguments =
@@ -349,11 +387,13 @@ impl Broker {
             self.bind(
                 INTERNAL_USER,
                 &vhost_of(&b),
-                str_field(&b, "source"),
-                kind,
-                str_field(&b, "destination"),
-                str_field(&b, "routing_key"),
-                &arguments,
+                BindingSpec {
+                    source: str_field(&b, "source"),
+                    kind,
+                    dest: str_field(&b, "destination"),
+                    routing_key: str_field(&b, "routing_key"),
+                    arguments: &arguments,
+                },
             )
             .await?;
         }

@@ -97,6 +97,7 @@ impl Broker {
             if topo.exchange(exchange).is_none() {
                 return Err(AdminError::NotFound);
             }
+            crate::topic_access::check_publish(self, &topo, user, exchange, &keys)?;
             topo.route(exchange, &keys, properties.headers().as_ref(), &mut targets)?;
         }
         let raw =

@@ -24,6 +24,7 @@ pub mod params;
 pub mod password;
 pub mod rates;
 pub mod store;
+pub mod topic;
 pub mod topology;
 pub mod users;
 

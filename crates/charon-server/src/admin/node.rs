@@ -31,8 +31,16 @@ impl AlarmKind {
 /// Node facts.
 #[derive(Debug, Clone, Default)]
 pub struct NodeFacts {
-    /// Resident memory (bytes).
+    /// Memory use the alarm compares with the mark (bytes; RabbitMQ's `mem_used`: the resident
+    /// set or the allocator's figure, per `vm_memory_calculation_strategy`).
     pub mem_used: u64,
+    /// `vm_memory_calculation_strategy`.
+    pub mem_strategy: crate::memory::Strategy,
+    /// Both measurements behind `mem_used`: resident set and the allocator's statistics.
+    pub memory: crate::memory::MemorySample,
+    /// Message body bytes the store-backed queues hold in memory (tracked against
+    /// `message_memory_budget`; 0 without a store).
+    pub mem_message_bodies: u64,
     /// Memory limit (bytes; 0 = none known).
     pub mem_limit: u64,
     /// Open file descriptors.
@@ -49,13 +57,6 @@ pub struct NodeFacts {
     pub processors: u64,
     /// Process id.
     pub os_pid: u32,
-}
-
-fn rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
-        .map_or(0, |pages| pages * 4096)
 }
 
 fn fd_used() -> u64 {
@@ -89,8 +90,13 @@ impl Broker {
 
     /// Node facts now.
     pub fn node_facts(&self) -> NodeFacts {
+        let memory = crate::memory::MemorySample::now();
+        let mem_strategy = self.config().vm_memory_calculation_strategy;
         NodeFacts {
-            mem_used: rss_bytes(),
+            mem_used: memory.used(mem_strategy),
+            mem_strategy,
+            memory,
+            mem_message_bodies: self.persistence().map_or(0, |p| p.held_bytes()),
             mem_limit: self.memory_limit(),
             fd_used: fd_used(),
             fd_total: fd_total(),

@@ -52,6 +52,18 @@ struct StoredAccess {
     /// Global parameters by name.
     #[serde(default)]
     global_parameters: serde_json::Map<String, serde_json::Value>,
+    /// Topic permissions (`user`, `vhost`, `exchange`, `write`, `read`).
+    #[serde(default)]
+    topic_permissions: Vec<StoredTopicPermission>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct StoredTopicPermission {
+    user: String,
+    vhost: String,
+    exchange: String,
+    write: String,
+    read: String,
 }
 
 impl Broker {
@@ -82,6 +94,17 @@ impl Broker {
             user_limits: self.list_user_limits().into_iter().collect(),
             parameters,
             global_parameters,
+            topic_permissions: self
+                .list_topic_permissions()
+                .into_iter()
+                .map(|t| StoredTopicPermission {
+                    user: t.user,
+                    vhost: t.vhost,
+                    exchange: t.exchange,
+                    write: t.write,
+                    read: t.read,
+                })
+                .collect(),
             users: self
                 .list_users()
                 .into_iter()
@@ -138,6 +161,18 @@ impl Broker {
             self.limits().set_user_limits(u, *l);
         }
         self.restore_parameters(&stored.parameters, &stored.global_parameters);
+        for t in stored.topic_permissions {
+            let p = crate::topic_access::TopicPermission {
+                user: t.user,
+                vhost: t.vhost,
+                exchange: t.exchange,
+                write: t.write,
+                read: t.read,
+            };
+            if let Err(e) = self.access().topics.set(p) {
+                tracing::error!(error = %e, "a saved topic permission cannot be used");
+            }
+        }
         let mut users = self.access().write();
         for u in stored.users {
             let alg = HashAlg::from_name(&u.hashing_algorithm).unwrap_or(HashAlg::Sha256);

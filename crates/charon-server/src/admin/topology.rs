@@ -41,6 +41,8 @@ pub struct ExchangeView {
     pub messages_delayed: Option<u64>,
     /// A delayed exchange's release lateness (`crate::lateness`).
     pub release_lateness: Option<crate::lateness::LatenessSummary>,
+    /// Messages published into it (`publish_in`) and routed out of it to queues (`publish_out`).
+    pub publish_in_out: (u64, u64),
 }
 
 /// A binding as listed.
@@ -67,6 +69,21 @@ pub enum DestKind {
     Queue,
     /// An exchange.
     Exchange,
+}
+
+/// A binding to add or remove: exchange `source` → `dest` (a queue or an exchange).
+#[derive(Debug, Clone, Copy)]
+pub struct BindingSpec<'a> {
+    /// The source exchange (`""`: the default exchange).
+    pub source: &'a str,
+    /// What `dest` is.
+    pub kind: DestKind,
+    /// The destination queue or exchange.
+    pub dest: &'a str,
+    /// Routing (binding) key.
+    pub routing_key: &'a str,
+    /// Binding arguments.
+    pub arguments: &'a FieldTable,
 }
 
 impl Broker {
@@ -117,6 +134,7 @@ impl Broker {
                         .delayed
                         .then(|| v.delayed.get().map_or(0, |h| h.waiting(&x.name))),
                     release_lateness: v.delayed.get().and_then(|h| h.lateness(&x.name)),
+                    publish_in_out: x.stats.get(),
                 }
             }));
         }
@@ -247,16 +265,27 @@ impl Broker {
     ) -> Result<bool, AdminError> {
         let v = self.vhost_or_missing(vhost)?;
         let access = self.user_access(user, vhost)?;
+        let limits = self.limits().clone();
         let (handle, created) = {
             let mut topo = v.topology.write().unwrap_or_else(|p| p.into_inner());
             let vname = v.name.clone();
+            // The vhost's `max-queues`, as for queue.declare (counted only when a limit is set).
+            let existing = if limits.vhost_limits(&vname).max_queues.is_some() {
+                topo.queues().count() as u64
+            } else {
+                0
+            };
             let (_, entry, created) = topo.declare_queue_with(
                 &d,
                 API_CONNECTION,
                 |name, new_args| {
                     access
                         .check_queue_declare(name, new_args)
-                        .map_err(crate::error::AmqpError::from)
+                        .map_err(crate::error::AmqpError::from)?;
+                    if new_args.is_some() {
+                        limits.check_new_queue(&vname, name, existing)?;
+                    }
+                    Ok::<(), crate::error::AmqpError>(())
                 },
                 |meta| spawn_queue(meta, &v, &vname),
             )?;
@@ -330,69 +359,41 @@ impl Broker {
         Ok(count)
     }
 
-    /// Binds `dest` to exchange `source` as `user` (write on the destination, read on the
+    /// Binds `b.dest` to exchange `b.source` as `user` (write on the destination, read on the
     /// source).
-    #[allow(clippy::too_many_arguments)]
     pub async fn bind(
         &self,
         user: &str,
         vhost: &str,
-        source: &str,
-        kind: DestKind,
-        dest: &str,
-        routing_key: &str,
-        arguments: &FieldTable,
+        b: BindingSpec<'_>,
     ) -> Result<(), AdminError> {
-        self.change_binding(
-            user,
-            vhost,
-            source,
-            kind,
-            dest,
-            routing_key,
-            arguments,
-            true,
-        )
-        .await
+        self.change_binding(user, vhost, b, true).await
     }
 
     /// Removes a binding as `user`.
-    #[allow(clippy::too_many_arguments)]
     pub async fn unbind(
         &self,
         user: &str,
         vhost: &str,
-        source: &str,
-        kind: DestKind,
-        dest: &str,
-        routing_key: &str,
-        arguments: &FieldTable,
+        b: BindingSpec<'_>,
     ) -> Result<(), AdminError> {
-        self.change_binding(
-            user,
-            vhost,
+        self.change_binding(user, vhost, b, false).await
+    }
+
+    async fn change_binding(
+        &self,
+        user: &str,
+        vhost: &str,
+        b: BindingSpec<'_>,
+        add: bool,
+    ) -> Result<(), AdminError> {
+        let BindingSpec {
             source,
             kind,
             dest,
             routing_key,
             arguments,
-            false,
-        )
-        .await
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    async fn change_binding(
-        &self,
-        user: &str,
-        vhost: &str,
-        source: &str,
-        kind: DestKind,
-        dest: &str,
-        routing_key: &str,
-        arguments: &FieldTable,
-        add: bool,
-    ) -> Result<(), AdminError> {
+        } = b;
         let v = self.vhost_or_missing(vhost)?;
         let access = self.user_access(user, vhost)?;
         let rk = match kind {
@@ -402,6 +403,7 @@ impl Broker {
         access.check_bind(source, rk, dest)?;
         {
             let mut topo = v.topology.write().unwrap_or_else(|p| p.into_inner());
+            crate::topic_access::check_bind(self, &topo, user, source, routing_key)?;
             match (kind, add) {
                 (DestKind::Queue, true) => topo.bind_queue(dest, source, routing_key, arguments)?,
                 (DestKind::Queue, false) => {

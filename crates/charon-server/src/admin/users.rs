@@ -186,6 +186,7 @@ impl Broker {
     pub async fn delete_user(&self, name: &str) -> bool {
         let removed = self.access().write().remove(name).is_some();
         if removed {
+            self.access().topics.forget_user(name);
             for c in self.admin().connections.list() {
                 if c.user == name {
                     c.request_close("user deleted".into());
@@ -330,6 +331,7 @@ impl Broker {
         // As RabbitMQ: a vhost's limits and runtime parameters go with it (a vhost created again
         // under the same name starts without them).
         self.forget_vhost_settings(name);
+        self.access().topics.forget_vhost(name);
         self.save_access().await;
         true
     }

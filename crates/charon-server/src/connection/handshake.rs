@@ -33,6 +33,8 @@ pub(crate) struct Opened {
     pub(crate) slot: crate::limits::ConnectionSlot,
     /// The client's properties (listed by the management API).
     pub(crate) client_properties: charon_protocol::FieldTable,
+    /// The SASL mechanism the client logged in with (`PLAIN`, `AMQPLAIN`, `EXTERNAL`).
+    pub(crate) mechanism: String,
 }
 
 /// Whether the client's properties announce `capabilities.<name> = true`.
@@ -199,18 +201,22 @@ pub(crate) async fn open<S: AsyncRead + AsyncWrite + Unpin + Send>(
         return Err(HandshakeEnd::Drop);
     }
     let _ = buf.split_to(8);
+    // RabbitMQ's `auth_mechanisms`, in order; EXTERNAL only where a verified client certificate
+    // names the user.
+    let offered: Vec<&str> = broker
+        .config()
+        .auth_mechanisms
+        .iter()
+        .map(String::as_str)
+        .filter(|m| *m != "EXTERNAL" || external.is_some())
+        .collect();
     send(
         stream,
         AMQPClass::Connection(connection::AMQPMethod::Start(connection::Start {
             version_major: 0,
             version_minor: 9,
             server_properties: server_properties(),
-            // EXTERNAL only where a verified client certificate names the user.
-            mechanisms: LongString::from(if external.is_some() {
-                "PLAIN AMQPLAIN EXTERNAL"
-            } else {
-                "PLAIN AMQPLAIN"
-            }),
+            mechanisms: LongString::from(offered.join(" ")),
             locales: LongString::from("en_US"),
         })),
     )
@@ -222,10 +228,10 @@ pub(crate) async fn open<S: AsyncRead + AsyncWrite + Unpin + Send>(
     };
     let blocked_capable = has_capability(&start_ok.client_properties, "connection.blocked");
     let mechanism = start_ok.mechanism.as_str().to_string();
-    let external_ok = mechanism == "EXTERNAL" && external.is_some();
-    if mechanism != "PLAIN" && mechanism != "AMQPLAIN" && !external_ok {
+    if !offered.contains(&mechanism.as_str()) {
         return Err(HandshakeEnd::Drop);
     }
+    let external_ok = mechanism == "EXTERNAL";
     let login = if external_ok {
         // RabbitMQ's EXTERNAL: the response is ignored, the certificate names the user.
         external.map(|user| (user, String::new()))
@@ -317,5 +323,6 @@ pub(crate) async fn open<S: AsyncRead + AsyncWrite + Unpin + Send>(
         blocked_capable,
         slot,
         client_properties: start_ok.client_properties,
+        mechanism,
     })
 }

@@ -60,6 +60,7 @@ pub(crate) async fn serve_on<S: Transport>(
     external: Option<String>,
 ) {
     let local = stream.local_addr_or(peer);
+    let ssl = stream.is_tls();
     let mut stream = stream;
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let opened = tokio::time::timeout(
@@ -94,6 +95,8 @@ pub(crate) async fn serve_on<S: Transport>(
             channel_max: opened.channel_max,
             heartbeat: opened.heartbeat,
             client_properties: crate::admin::json::table_to_json(&opened.client_properties),
+            ssl,
+            auth_mechanism: opened.mechanism.clone(),
         });
     let mut conn = Connection {
         id,

@@ -16,6 +16,10 @@ pub(crate) trait Transport: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     fn split_io(self) -> (Self::Read, Self::Write);
     /// The local address of the connection (`fallback` when unknown).
     fn local_addr_or(&self, fallback: std::net::SocketAddr) -> std::net::SocketAddr;
+    /// Whether the connection is TLS (the management API's `ssl`).
+    fn is_tls(&self) -> bool {
+        false
+    }
 }
 
 impl Transport for TcpStream {
@@ -37,5 +41,8 @@ impl Transport for TlsStream<TcpStream> {
     }
     fn local_addr_or(&self, fallback: std::net::SocketAddr) -> std::net::SocketAddr {
         self.get_ref().0.local_addr().unwrap_or(fallback)
+    }
+    fn is_tls(&self) -> bool {
+        true
     }
 }

@@ -12,4 +12,7 @@ mod queue;
 
 pub use conn::{ConnEvent, ConnHandle};
 pub use flow::{ChannelLimit, ConnFlow, MAX_PENDING_DELIVERIES};
-pub use queue::{ConfirmTo, ConsumerTarget, Placed, QueueCmd, QueueHandle, QueueStats, Stored};
+pub use queue::{
+    ConfirmTo, ConsumerTarget, Placed, QueueCmd, QueueHandle, QueueStats, Stored, TakeRoute,
+    TakeRouteFn, Taken,
+};

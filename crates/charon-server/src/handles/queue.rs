@@ -73,6 +73,40 @@ pub struct QueueStats {
     pub release_lateness: Option<crate::lateness::LatenessSummary>,
 }
 
+/// What [`QueueCmd::Take`] asks of a message: the message to publish in its place and the
+/// queues it goes to, or why it stays.
+pub type TakeRouteFn =
+    Box<dyn FnOnce(&Arc<Message>) -> Result<(Arc<Message>, Vec<QueueHandle>), String> + Send>;
+
+/// A [`TakeRouteFn`] in a command.
+pub struct TakeRoute(pub TakeRouteFn);
+
+impl std::fmt::Debug for TakeRoute {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TakeRoute")
+    }
+}
+
+/// The answer to [`QueueCmd::Take`].
+#[derive(Debug)]
+pub enum Taken {
+    /// No ready message with that id.
+    Missing,
+    /// The route refused it (the reason); it stays in the queue.
+    Refused(String),
+    /// Taken out.
+    Out {
+        /// What to publish (from the route).
+        message: Arc<Message>,
+        /// Where (from the route).
+        targets: Vec<QueueHandle>,
+        /// Its member in the store, when stored (to move it).
+        source: Option<(u64, u64)>,
+        /// Its store message id, when stored.
+        store_msg: Option<u64>,
+    },
+}
+
 /// Commands a queue actor accepts.
 #[derive(Debug)]
 pub enum QueueCmd {
@@ -144,6 +178,17 @@ pub enum QueueCmd {
         /// The ids found ready and removed.
         reply: oneshot::Sender<Vec<MsgId>>,
     },
+    /// Takes ready message `id` out of the queue if `route` finds it somewhere to go (the
+    /// management API's replay, `queue_replay.rs`). A taken message is not settled in the store:
+    /// the caller moves its stored copy (one `Route` record). Replies what happened.
+    Take {
+        /// Message id.
+        id: MsgId,
+        /// Decides, with the message (body loaded), what to publish and where.
+        route: TakeRoute,
+        /// The outcome.
+        reply: oneshot::Sender<Taken>,
+    },
     /// The ready messages (bodies possibly paged out), in queue order: the dead-letter archive
     /// looks for replays a restart interrupted.
     Browse {
@@ -209,7 +254,14 @@ struct Shared {
     /// Next message id in this queue: ids are handed out here so that senders can name a
     /// message's place before the actor sees it.
     next_msg: AtomicU64,
+    /// The queue's own consumer timeout, ms (`x-consumer-timeout` / `consumer-timeout`
+    /// policy; [`NO_QUEUE_TIMEOUT`]: the broker's `consumer_timeout` applies). Read by the
+    /// channels holding its deliveries.
+    consumer_timeout: AtomicU64,
 }
+
+/// [`QueueHandle::consumer_timeout`] when the queue sets none.
+const NO_QUEUE_TIMEOUT: u64 = u64::MAX;
 
 /// A cheap, clonable reference to one queue actor.
 #[derive(Debug, Clone)]
@@ -244,6 +296,7 @@ impl QueueHandle {
                     quorum,
                     store_id,
                     next_msg: AtomicU64::new(first_id),
+                    consumer_timeout: AtomicU64::new(NO_QUEUE_TIMEOUT),
                 }),
             },
             rx,
@@ -263,6 +316,18 @@ impl QueueHandle {
     /// Allocates the id the next message sent to this queue will have there.
     pub fn alloc_id(&self) -> MsgId {
         self.shared.next_msg.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The queue's own consumer timeout (ms) from its effective arguments, if any.
+    pub fn consumer_timeout(&self) -> Option<u64> {
+        let ms = self.shared.consumer_timeout.load(Ordering::Relaxed);
+        (ms != NO_QUEUE_TIMEOUT).then_some(ms)
+    }
+
+    /// Records the queue's consumer timeout (at spawn and whenever a policy changes).
+    pub fn set_consumer_timeout(&self, ms: Option<u64>) {
+        let v = ms.map_or(NO_QUEUE_TIMEOUT, |m| m.min(NO_QUEUE_TIMEOUT - 1));
+        self.shared.consumer_timeout.store(v, Ordering::Relaxed);
     }
 
     /// The queue's name.

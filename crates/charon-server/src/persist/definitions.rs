@@ -367,4 +367,28 @@ mod tests {
         assert_eq!(decode_policies(encoded.clone()), rows);
         assert_eq!(decode_policies(encoded.slice(5..)), rows);
     }
+
+    /// Operator policies (kind 4) use the policies body: one operator policy (`cap`, `.*`,
+    /// queues, priority 0, `{"max-length":2}`).
+    const OPERATOR_POLICIES_V1: &[&str] = &[
+        "ffffffff010100000003000000636170020000002e2a060000007175657565730000000000000000",
+        "100000007b226d61782d6c656e677468223a327d",
+    ];
+
+    #[test]
+    fn operator_policies_record_v1_is_pinned_and_round_trips() {
+        let rows = vec![(
+            "cap".to_string(),
+            ".*".to_string(),
+            "queues".to_string(),
+            0i64,
+            "{\"max-length\":2}".to_string(),
+        )];
+        let encoded = encode_policies(&rows);
+        if std::env::var_os("PRINT_FIXTURES").is_some() {
+            println!("operator policies {}", hex(&encoded));
+        }
+        assert_eq!(hex(&encoded), hex(&pinned(OPERATOR_POLICIES_V1)));
+        assert_eq!(decode_policies(encoded), rows);
+    }
 }

@@ -51,6 +51,8 @@ const KIND_TOPOLOGY: u8 = 1;
 const KIND_POLICIES: u8 = 2;
 /// Users, vhosts and permissions (JSON, see `admin::store`), key "".
 const KIND_ACCESS: u8 = 3;
+/// A vhost's operator policies (same body as [`KIND_POLICIES`]).
+const KIND_OPERATOR_POLICIES: u8 = 4;
 
 /// The broker's handle on its store.
 #[derive(Debug)]
@@ -165,10 +167,10 @@ impl Persistence {
         self.put(KIND_ACCESS, "", data)
     }
 
-    /// Forgets a deleted vhost's topology and policies.
+    /// Forgets a deleted vhost's topology, policies and operator policies.
     pub(crate) fn forget_vhost(&self, vhost: &str) -> Option<Durable> {
         let mut last = None;
-        for kind in [KIND_TOPOLOGY, KIND_POLICIES] {
+        for kind in [KIND_TOPOLOGY, KIND_POLICIES, KIND_OPERATOR_POLICIES] {
             let cmd = Command::DeleteDefinition {
                 kind,
                 key: Bytes::copy_from_slice(vhost.as_bytes()),
@@ -184,6 +186,11 @@ impl Persistence {
     /// Saves a vhost's policies; the commit completes when they are on disk.
     pub(crate) fn save_policies(&self, vhost: &str, data: Bytes) -> Option<Durable> {
         self.put(KIND_POLICIES, vhost, data)
+    }
+
+    /// Saves a vhost's operator policies; the commit completes when they are on disk.
+    pub(crate) fn save_operator_policies(&self, vhost: &str, data: Bytes) -> Option<Durable> {
+        self.put(KIND_OPERATOR_POLICIES, vhost, data)
     }
 
     /// Stores a persistent message once for its places `members` (queue store id, id there);
@@ -331,6 +338,11 @@ impl Persistence {
             });
     }
 
+    /// Body bytes held in memory now (counted against the budget).
+    pub(crate) fn held_bytes(&self) -> u64 {
+        self.resident.load(Ordering::Relaxed)
+    }
+
     /// Bytes held over the budget (0 when within it).
     pub(crate) fn excess(&self) -> u64 {
         self.resident
@@ -365,5 +377,15 @@ pub(crate) fn access_of(rec: &Recovered) -> Option<Bytes> {
 pub(crate) fn policies_of(rec: &Recovered, vhost: &str) -> Option<Bytes> {
     rec.definitions
         .get(&(KIND_POLICIES, Bytes::copy_from_slice(vhost.as_bytes())))
+        .cloned()
+}
+
+/// A vhost's operator policies record.
+pub(crate) fn operator_policies_of(rec: &Recovered, vhost: &str) -> Option<Bytes> {
+    rec.definitions
+        .get(&(
+            KIND_OPERATOR_POLICIES,
+            Bytes::copy_from_slice(vhost.as_bytes()),
+        ))
         .cloned()
 }

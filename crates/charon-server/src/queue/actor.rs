@@ -273,6 +273,14 @@ impl Actor {
                     .filter(|id| self.state.remove(*id).is_some());
                 let _ = reply.send(removed.collect());
             }
+            QueueCmd::Take { id, route, reply } => {
+                let _ = reply.send(super::take::take(
+                    &mut self.state,
+                    self.ctx.store.as_mut(),
+                    id,
+                    route,
+                ));
+            }
             QueueCmd::Stats { reply } => {
                 let mut s = stats_of(&self.state);
                 s.dead_letters_dropped_no_dlx = self.dl.dropped_no_dlx;

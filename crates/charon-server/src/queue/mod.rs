@@ -12,6 +12,7 @@ mod place;
 mod retry;
 mod spawn;
 mod stored;
+mod take;
 
 pub(crate) use crate::persist::Durable;
 pub(crate) use actor::now_ms;

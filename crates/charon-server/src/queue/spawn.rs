@@ -41,7 +41,9 @@ pub(crate) fn spawn_queue_with(
     let first_id = recovered.last().map_or(0, |e| e.id + 1);
     let any_recovered = !recovered.is_empty();
     let (handle, rx) = QueueHandle::with_type(meta.name.clone(), quorum, store_id, first_id);
-    let mut state = QueueState::new(meta.name.clone(), vhost.effective_args(meta));
+    let effective = vhost.effective_args(meta);
+    handle.set_consumer_timeout(effective.consumer_timeout);
+    let mut state = QueueState::new(meta.name.clone(), effective);
     state.set_vhost(vhost_name);
     // Every queue of a broker with a store has a store side: durable queues for their stored
     // messages, all queues to page transient bodies out under memory pressure.

@@ -174,6 +174,50 @@ pub(crate) enum CtlCommand {
     /// Clears a policy.
     #[command(name = "clear_policy")]
     ClearPolicy { name: String },
+    /// Sets an operator policy: `set_operator_policy NAME PATTERN DEFINITION [--apply-to queues]
+    /// [--priority 7]` (only the keys RabbitMQ allows there: max-length, message-ttl, ...).
+    #[command(name = "set_operator_policy")]
+    SetOperatorPolicy {
+        /// What the policy applies to: queues, exchanges or all.
+        #[arg(long = "apply-to", default_value = "all")]
+        apply_to: String,
+        /// Priority; the highest-priority matching operator policy applies.
+        #[arg(long, default_value_t = 0)]
+        priority: i64,
+        /// Operator policy name.
+        name: String,
+        /// Regular expression matched against queue names.
+        pattern: String,
+        /// Definition, a JSON object such as '{"max-length":1000}'.
+        definition: String,
+    },
+    /// Clears an operator policy.
+    #[command(name = "clear_operator_policy")]
+    ClearOperatorPolicy { name: String },
+    /// Sets a user's topic permission on a topic exchange:
+    /// `set_topic_permissions [-p vh] USER EXCHANGE WRITE READ`.
+    #[command(name = "set_topic_permissions")]
+    SetTopicPermissions {
+        user: String,
+        exchange: String,
+        write: String,
+        read: String,
+    },
+    /// Clears a user's topic permissions on the vhost (on one exchange when given).
+    #[command(name = "clear_topic_permissions")]
+    ClearTopicPermissions {
+        user: String,
+        exchange: Option<String>,
+    },
+    /// Lists the topic permissions of a vhost.
+    #[command(name = "list_topic_permissions")]
+    ListTopicPermissions,
+    /// Lists a user's topic permissions.
+    #[command(name = "list_user_topic_permissions")]
+    ListUserTopicPermissions { user: String },
+    /// Lists the operator policies of a vhost.
+    #[command(name = "list_operator_policies")]
+    ListOperatorPolicies,
     /// Vhost and user limits.
     #[command(flatten)]
     Limits(limits::LimitsCommand),

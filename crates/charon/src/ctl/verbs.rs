@@ -69,6 +69,32 @@ fn list(
     Ok(())
 }
 
+/// `set_policy` / `set_operator_policy`: PUT under `/api/{path}`.
+fn set_policy(
+    c: &Client,
+    style: Style,
+    vhost: &str,
+    path: &str,
+    what: &str,
+    [apply_to, name, pattern, definition]: [String; 4],
+    priority: i64,
+) -> anyhow::Result<()> {
+    let def: Value = serde_json::from_str(&definition)
+        .with_context(|| format!("the definition is not valid JSON: {definition}"))?;
+    style.info(&format!(
+        "Setting {what} \"{name}\" for pattern \"{pattern}\" to \"{definition}\" with priority \"{priority}\" for vhost \"{vhost}\" ..."
+    ));
+    let body =
+        json!({"pattern": pattern, "definition": def, "priority": priority, "apply-to": apply_to});
+    c.call(
+        "PUT",
+        &format!("/api/{path}/{}/{}", enc(vhost), enc(&name)),
+        Some(&body),
+        &[],
+    )?;
+    Ok(())
+}
+
 fn status(c: &Client, style: Style) -> anyhow::Result<()> {
     let nodes = c.get("/api/nodes")?;
     let n = nodes.get(0).cloned().unwrap_or(Value::Null);
@@ -105,9 +131,13 @@ fn status(c: &Client, style: Style) -> anyhow::Result<()> {
         }
     }
     println!(
-        "\nMemory\n\nTotal memory used: {} bytes\nMemory high watermark: {} bytes",
+        "\nMemory\n\nTotal memory used: {} bytes\nCalculation strategy: {}\nMemory high watermark: {} bytes\nResident set (rss): {} bytes\nAllocator ({}): {} bytes",
         s(&n, "mem_used"),
-        s(&n, "mem_limit")
+        s(&n, "mem_calculation_strategy"),
+        s(&n, "mem_limit"),
+        s(&n, "mem_rss"),
+        s(&n, "mem_allocator"),
+        s(&n, "mem_allocated")
     );
     println!(
         "\nFile Descriptors\n\nTotal: {}, limit: {}",
@@ -294,22 +324,29 @@ pub(super) fn run(c: &Client, style: Style, vhost: &str, cmd: CtlCommand) -> any
             &["vhost", "configure", "write", "read"],
             &format!("Listing permissions for user \"{user}\" ..."),
         )?,
-        CtlCommand::ListPolicies => list(
-            c,
-            style,
-            "policies",
-            &format!("/api/policies/{v}"),
-            Vec::new(),
-            &[
-                "vhost",
-                "name",
-                "pattern",
-                "apply-to",
-                "definition",
-                "priority",
-            ],
-            &format!("Listing policies for vhost \"{vhost}\" ..."),
-        )?,
+        CtlCommand::ListPolicies | CtlCommand::ListOperatorPolicies => {
+            let (path, what) = if matches!(cmd, CtlCommand::ListOperatorPolicies) {
+                ("operator-policies", "operator policy overrides")
+            } else {
+                ("policies", "policies")
+            };
+            list(
+                c,
+                style,
+                "policies",
+                &format!("/api/{path}/{v}"),
+                Vec::new(),
+                &[
+                    "vhost",
+                    "name",
+                    "pattern",
+                    "apply-to",
+                    "definition",
+                    "priority",
+                ],
+                &format!("Listing {what} for vhost \"{vhost}\" ..."),
+            )?
+        }
         CtlCommand::AddUser { name, password } => {
             style.info(&format!("Adding user \"{name}\" ..."));
             if c.get(&format!("/api/users/{}", enc(&name))).is_ok() {
@@ -460,17 +497,87 @@ pub(super) fn run(c: &Client, style: Style, vhost: &str, cmd: CtlCommand) -> any
             name,
             pattern,
             definition,
+        } => set_policy(
+            c,
+            style,
+            vhost,
+            "policies",
+            "policy",
+            [apply_to, name, pattern, definition],
+            priority,
+        )?,
+        CtlCommand::SetOperatorPolicy {
+            apply_to,
+            priority,
+            name,
+            pattern,
+            definition,
+        } => set_policy(
+            c,
+            style,
+            vhost,
+            "operator-policies",
+            "operator policy override",
+            [apply_to, name, pattern, definition],
+            priority,
+        )?,
+        CtlCommand::SetTopicPermissions {
+            user,
+            exchange,
+            write,
+            read,
         } => {
-            let def: Value = serde_json::from_str(&definition)
-                .with_context(|| format!("the definition is not valid JSON: {definition}"))?;
             style.info(&format!(
-                "Setting policy \"{name}\" for pattern \"{pattern}\" to \"{definition}\" with priority \"{priority}\" for vhost \"{vhost}\" ..."
+                "Setting topic permissions on \"{exchange}\" for user \"{user}\" in vhost \"{vhost}\" ..."
             ));
-            let body = json!({"pattern": pattern, "definition": def, "priority": priority, "apply-to": apply_to});
+            let body = json!({"exchange": exchange, "write": write, "read": read});
             c.call(
                 "PUT",
-                &format!("/api/policies/{v}/{}", enc(&name)),
+                &format!("/api/topic-permissions/{v}/{}", enc(&user)),
                 Some(&body),
+                &[],
+            )?;
+        }
+        CtlCommand::ClearTopicPermissions { user, exchange } => {
+            style.info(&format!(
+                "Clearing topic permissions for user \"{user}\" in vhost \"{vhost}\" ..."
+            ));
+            let path = match &exchange {
+                Some(x) => format!(
+                    "/api/topic-permissions/{v}/{}?exchange={}",
+                    enc(&user),
+                    enc(x)
+                ),
+                None => format!("/api/topic-permissions/{v}/{}", enc(&user)),
+            };
+            c.call("DELETE", &path, None, &[])?;
+        }
+        CtlCommand::ListTopicPermissions => list(
+            c,
+            style,
+            "topic_permissions",
+            &format!("/api/vhosts/{v}/topic-permissions"),
+            Vec::new(),
+            &["user", "exchange", "write", "read"],
+            &format!("Listing topic permissions for vhost \"{vhost}\" ..."),
+        )?,
+        CtlCommand::ListUserTopicPermissions { user } => list(
+            c,
+            style,
+            "topic_permissions",
+            &format!("/api/users/{}/topic-permissions", enc(&user)),
+            Vec::new(),
+            &["vhost", "exchange", "write", "read"],
+            &format!("Listing topic permissions for user \"{user}\" ..."),
+        )?,
+        CtlCommand::ClearOperatorPolicy { name } => {
+            style.info(&format!(
+                "Clearing operator policy \"{name}\" on vhost \"{vhost}\" ..."
+            ));
+            c.call(
+                "DELETE",
+                &format!("/api/operator-policies/{v}/{}", enc(&name)),
+                None,
                 &[],
             )?;
         }

@@ -60,6 +60,13 @@ impl Connection {
                     ResourceKind::Exchange,
                     b.destination.as_str(),
                 )?;
+                crate::topic_access::check_bind(
+                    &self.broker,
+                    &topo,
+                    &self.user,
+                    b.source.as_str(),
+                    b.routing_key.as_str(),
+                )?;
                 topo.bind_exchange(
                     b.destination.as_str(),
                     b.source.as_str(),
@@ -73,6 +80,13 @@ impl Connection {
                     b.source.as_str(),
                     ResourceKind::Exchange,
                     b.destination.as_str(),
+                )?;
+                crate::topic_access::check_bind(
+                    &self.broker,
+                    &topo,
+                    &self.user,
+                    b.source.as_str(),
+                    b.routing_key.as_str(),
                 )?;
                 topo.unbind_exchange(
                     b.destination.as_str(),

@@ -209,6 +209,7 @@ impl Connection {
         let delay = {
             let topo = self.vhost.topology.read_recover();
             let delay = crate::exchange_delay::delay_of(&topo, exchange, headers);
+            crate::topic_access::check_publish(&self.broker, &topo, &self.user, exchange, &keys)?;
             if delay.is_none() {
                 topo.route(exchange, &keys, headers, &mut targets)?;
             }

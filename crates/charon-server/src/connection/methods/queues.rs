@@ -135,6 +135,13 @@ impl Connection {
             if topo.queue(b.queue.as_str()).is_some() {
                 topo.check_queue_access(b.queue.as_str(), self.id)?;
             }
+            crate::topic_access::check_bind(
+                &self.broker,
+                &topo,
+                &self.user,
+                b.exchange.as_str(),
+                b.routing_key.as_str(),
+            )?;
             topo.bind_queue(
                 b.queue.as_str(),
                 b.exchange.as_str(),
@@ -156,6 +163,13 @@ impl Connection {
             .check_bind(b.exchange.as_str(), ResourceKind::Queue, b.queue.as_str())?;
         {
             let mut topo = self.vhost.topology.write_recover();
+            crate::topic_access::check_bind(
+                &self.broker,
+                &topo,
+                &self.user,
+                b.exchange.as_str(),
+                b.routing_key.as_str(),
+            )?;
             topo.unbind_queue(
                 b.queue.as_str(),
                 b.exchange.as_str(),
