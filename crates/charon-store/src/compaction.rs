@@ -17,6 +17,7 @@ use bytes::Bytes;
 use crate::index::Loc;
 use crate::record::{self, Kind, Payload, encode_carry, encode_command};
 use crate::segment::{self, SEGMENT_HEADER_LEN, SegId};
+use crate::spare;
 use crate::store::{Shared, State};
 use crate::types::{Command, Member, MessageId};
 
@@ -44,8 +45,27 @@ fn reclaim(shared: &Shared) -> io::Result<()> {
             return Ok(());
         }
         let mut removed = Vec::new();
+        let mut recycled = None;
         for seg in victims {
-            match shared.storage.remove(&segment::file_name(seg)) {
+            let name = segment::file_name(seg);
+            // The first deleted segment's file becomes the spare when there is none (a whole
+            // segment's worth of blocks the next segment writes into without growing a file).
+            if recycled.is_none()
+                && spare::wanted(shared)
+                && let Some(file) = shared.file(seg)
+            {
+                match shared.storage.rename(&name, spare::SPARE) {
+                    Ok(()) => {
+                        recycled = Some(file);
+                        removed.push(seg);
+                        continue;
+                    }
+                    Err(e) => {
+                        tracing::warn!(segment = seg, error = %e, "could not recycle segment");
+                    }
+                }
+            }
+            match shared.storage.remove(&name) {
                 Ok(()) => removed.push(seg),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => removed.push(seg),
                 Err(e) => {
@@ -66,6 +86,12 @@ fn reclaim(shared: &Shared) -> io::Result<()> {
             st.stats.segments_deleted += 1;
             st.stats.syncs += 1;
             tracing::debug!(segment = seg, "segment deleted");
+        }
+        drop(files);
+        drop(st);
+        // A spare only once no reader can reach it as its old segment (removed from `files`).
+        if let Some(file) = recycled {
+            spare::keep(shared, file);
         }
     }
 }
@@ -96,6 +122,12 @@ fn candidate(shared: &Shared) -> Option<(SegId, u64)> {
 }
 
 fn read(shared: &Shared, seg: SegId, offset: u64, len: u64) -> Option<Vec<u8>> {
+    // A record not written yet (a copy just appended to the active segment): in a
+    // preallocated or recycled file the bytes there are zeros or a stale record of the file's
+    // old segment, never to be copied forward (§2.5).
+    if !shared.is_written(seg, offset, len) {
+        return None;
+    }
     let file = shared.file(seg)?;
     let mut buf = vec![0u8; usize::try_from(len).ok()?];
     match file.read_exact_at(&mut buf, offset) {
@@ -146,6 +178,10 @@ fn scan(seg: SegId, buf: &[u8]) -> Refs {
                 },
             )),
             Payload::DeliveryCount { member, .. } => refs.counted.push(member),
+            Payload::DeliveryCounts { queue, counts } => {
+                refs.counted
+                    .extend(counts.iter().map(|(id, _)| (queue, *id)));
+            }
             Payload::PutDefinition { kind, key, .. } => refs.defs.push((
                 kind,
                 Bytes::copy_from_slice(key),
@@ -209,11 +245,18 @@ fn compact_one(shared: &Shared) {
             let Ok(framed) = record::parse(rec) else {
                 continue;
             };
-            let (Payload::Publish { msg, .. }
-            | Payload::DeadLetter { msg, .. }
-            | Payload::Carry { msg, .. }) = framed.payload
-            else {
-                continue;
+            // The record must be this message's (its creating record, or a copy of it).
+            let msg = match framed.payload {
+                Payload::Publish { msg, .. } | Payload::DeadLetter { msg, .. }
+                    if framed.index == *id =>
+                {
+                    msg
+                }
+                Payload::Carry { msg_id, msg, .. } if msg_id == *id => msg,
+                _ => {
+                    tracing::error!(message = id, "compaction: record is not the message's");
+                    continue;
+                }
             };
             let members = st.index.members_of(*id);
             let Ok((payload, _)) = encode_carry(*id, &members, &msg) else {

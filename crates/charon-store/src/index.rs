@@ -237,24 +237,13 @@ impl Index {
                 self.create(index, index, loc, msg, members.iter().map(|m| (*m, 0)));
             }
             Payload::DeliveryCount { member, count } => {
-                let old = match self
-                    .queues
-                    .get_mut(&member.0)
-                    .and_then(|q| q.get_mut(&member.1))
-                {
-                    Some(e) => {
-                        e.count = *count;
-                        self.member_items
-                            .entry(*member)
-                            .or_default()
-                            .counted
-                            .replace((seg, u64::from(loc.len)))
-                    }
-                    None => return,
-                };
-                self.add_item((seg, u64::from(loc.len)));
-                if let Some(old) = old {
-                    self.kill(old, seg, index);
+                self.set_count(*member, *count, (seg, u64::from(loc.len)), index);
+            }
+            Payload::DeliveryCounts { queue, counts } => {
+                // Like `Enqueue`, the record's bytes are shared among the counts it holds.
+                let share = u64::from(loc.len) / counts.len().max(1) as u64;
+                for (id, count) in counts {
+                    self.set_count((*queue, *id), *count, (seg, share), index);
                 }
             }
             Payload::Carry {
@@ -305,6 +294,30 @@ impl Index {
                     self.remove_member((*queue, id), seg, index);
                 }
             }
+        }
+    }
+
+    /// A member's delivery count is now `count`, held by `item` (a `DeliveryCount` record or
+    /// a share of a `DeliveryCounts` one); the record that held it before dies. No-op for a
+    /// member that does not exist.
+    fn set_count(&mut self, member: Member, count: u32, item: Item, index: u64) {
+        let Some(e) = self
+            .queues
+            .get_mut(&member.0)
+            .and_then(|q| q.get_mut(&member.1))
+        else {
+            return;
+        };
+        e.count = count;
+        let old = self
+            .member_items
+            .entry(member)
+            .or_default()
+            .counted
+            .replace(item);
+        self.add_item(item);
+        if let Some(old) = old {
+            self.kill(old, item.0, index);
         }
     }
 

@@ -58,18 +58,21 @@
 #![deny(clippy::indexing_slicing)]
 
 mod compaction;
+mod durable;
 mod error;
 mod index;
 mod members;
 mod record;
 mod recovery;
 mod segment;
+mod spare;
 pub mod storage;
 mod store;
 mod types;
 mod window;
 mod writer;
 
+pub use durable::DurableWatch;
 pub use error::{AppendError, CommitError, OpenError, ReadError};
 pub use storage::{DiskStorage, MemStorage, Storage, StorageFile};
 pub use store::{Commit, Store, StoreConfig, StoreStats};

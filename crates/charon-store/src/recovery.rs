@@ -12,6 +12,7 @@ use crate::error::OpenError;
 use crate::index::{Index, Loc};
 use crate::record::{self, Payload};
 use crate::segment::{self, BadHeader, SEGMENT_HEADER_LEN, SegId};
+use crate::spare;
 use crate::storage::{Storage, StorageFile};
 use crate::types::{Recovered, RecoveredEntry};
 use crate::window::Window;
@@ -22,6 +23,8 @@ pub(crate) struct RecoveryOutcome {
     pub(crate) recovered: Recovered,
     pub(crate) files: BTreeMap<SegId, Arc<dyn StorageFile>>,
     pub(crate) last_segment: SegId,
+    /// A deleted segment's file kept for reuse (`spare`).
+    pub(crate) spare: Option<Arc<dyn StorageFile>>,
 }
 
 fn io(op: &'static str, seg: SegId) -> impl FnOnce(std::io::Error) -> OpenError {
@@ -40,9 +43,17 @@ pub(crate) fn recover(storage: &dyn Storage) -> Result<RecoveryOutcome, OpenErro
         source,
     })?;
     let mut segs: Vec<SegId> = Vec::new();
+    let mut spare = None;
     for name in names {
         match segment::parse_name(&name) {
             Some(id) => segs.push(id),
+            None if name == spare::SPARE => {
+                spare = Some(storage.open(&name).map_err(|source| OpenError::Io {
+                    op: "open",
+                    name: name.clone(),
+                    source,
+                })?);
+            }
             None => tracing::warn!(file = %name, "ignoring file that is not a segment"),
         }
     }
@@ -83,12 +94,13 @@ pub(crate) fn recover(storage: &dyn Storage) -> Result<RecoveryOutcome, OpenErro
             // An empty older segment is one an earlier recovery emptied
             // (below) before this process created a newer one.
             Err(BadHeader::Torn) if is_last || len == 0 => {
-                // Torn while being created: nothing in it was ever durable.
-                if len > 0 {
+                // Torn while being created: nothing in it was ever durable. All zeros: a
+                // preallocated file whose header never reached the disk.
+                if !all_zero(&*file, &mut win, ulen).map_err(io("read", seg))? {
                     tracing::warn!(segment = seg, len, "segment header torn; emptying it");
+                    truncated_bytes += len;
                 }
                 cut(&*file, seg, 0)?;
-                truncated_bytes += len;
                 index.add_segment(seg, 0);
                 files.insert(seg, file);
                 continue;
@@ -125,6 +137,12 @@ pub(crate) fn recover(storage: &dyn Storage) -> Result<RecoveryOutcome, OpenErro
                     let at_least = win.held_from(pos).saturating_mul(2);
                     win.load(&*file, pos, at_least).map_err(io("read", seg))?;
                 }
+                Err(_) if is_last && spare::is_unused_space(rest, last_index) => {
+                    // Preallocated or recycled space after the last record (`spare`).
+                    tracing::debug!(segment = seg, offset = pos, "cutting unused segment space");
+                    cut(&*file, seg, pos as u64)?;
+                    break;
+                }
                 Err(reason) if is_last => {
                     tracing::warn!(
                         segment = seg,
@@ -157,7 +175,25 @@ pub(crate) fn recover(storage: &dyn Storage) -> Result<RecoveryOutcome, OpenErro
         recovered,
         files,
         last_segment,
+        spare,
     })
+}
+
+/// Whether the whole file is zeros (read through the window).
+fn all_zero(file: &dyn StorageFile, win: &mut Window, len: usize) -> std::io::Result<bool> {
+    let mut at = 0;
+    while at < len {
+        win.load(file, at, 0)?;
+        let held = win.rest(at);
+        if held.is_empty() {
+            break;
+        }
+        if !held.iter().all(|b| *b == 0) {
+            return Ok(false);
+        }
+        at += held.len();
+    }
+    Ok(true)
 }
 
 fn corrupt(segment: SegId, offset: u64, reason: &str) -> OpenError {

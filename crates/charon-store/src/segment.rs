@@ -7,9 +7,9 @@ pub(crate) type SegId = u64;
 /// Bytes of the segment header.
 pub(crate) const SEGMENT_HEADER_LEN: u64 = 24;
 const MAGIC: &[u8; 8] = b"CHARONWL";
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 /// Versions read (`docs/storage-format.md` §2.4).
-const READS: [u32; 2] = [1, 2];
+const READS: [u32; 3] = [1, 2, 3];
 
 /// File name of segment `id`.
 pub(crate) fn file_name(id: SegId) -> String {

@@ -14,11 +14,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
+use crate::durable::{Durability, DurableWatch};
 use crate::error::{AppendError, CommitError, OpenError, ReadError};
 use crate::index::{Index, Loc};
 use crate::record::{self, HEADER_LEN, Kind, Payload};
 use crate::recovery;
 use crate::segment::{self, SEGMENT_HEADER_LEN, SegId};
+use crate::spare;
 use crate::storage::{DiskStorage, Storage, StorageFile};
 use crate::types::{Appended, BodyRef, Command, Recovered};
 use crate::writer;
@@ -33,6 +35,10 @@ pub struct StoreConfig {
     pub compact_ratio: f64,
     /// How often an idle writer looks for segments to delete or compact.
     pub idle_tick: Duration,
+    /// Preallocate new segment files to `segment_size` and recycle the file of a deleted
+    /// segment as the next one (default on), so a group commit's `fdatasync` does not also
+    /// journal a size change (`docs/storage-format.md` §2.5).
+    pub preallocate: bool,
 }
 
 impl Default for StoreConfig {
@@ -41,6 +47,7 @@ impl Default for StoreConfig {
             segment_size: 64 << 20,
             compact_ratio: 0.3,
             idle_tick: Duration::from_millis(200),
+            preallocate: true,
         }
     }
 }
@@ -123,12 +130,30 @@ pub(crate) struct Shared {
     /// Open segment files, for reads; the writer adds and removes entries.
     pub(crate) files: RwLock<HashMap<SegId, Arc<dyn StorageFile>>>,
     pub(crate) config: StoreConfig,
+    /// Where the written bytes of the log end: (active segment, end offset). Past it a
+    /// preallocated or recycled file holds zeros or stale records, never a body to serve.
+    pub(crate) written: Mutex<(SegId, u64)>,
+    /// A deleted segment's file kept for the next segment (`spare`).
+    pub(crate) spare: Mutex<Option<Arc<dyn StorageFile>>>,
+    /// The durable index (and poisoning), published by the writer once per batch.
+    pub(crate) durable_tx: tokio::sync::watch::Sender<Durability>,
 }
 
 impl Shared {
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         // The state is only mutated in short, non-panicking sections.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The writer wrote up to `end` in segment `seg`.
+    pub(crate) fn set_written(&self, seg: SegId, end: u64) {
+        *self.written.lock().unwrap_or_else(|e| e.into_inner()) = (seg, end);
+    }
+
+    /// Whether `len` bytes at `offset` of segment `seg` have been written.
+    pub(crate) fn is_written(&self, seg: SegId, offset: u64, len: u64) -> bool {
+        let (wseg, wend) = *self.written.lock().unwrap_or_else(|e| e.into_inner());
+        seg < wseg || (seg == wseg && offset.saturating_add(len) <= wend)
     }
 
     pub(crate) fn file(&self, seg: SegId) -> Option<Arc<dyn StorageFile>> {
@@ -253,9 +278,27 @@ impl Store {
             let name = name.clone();
             move |source| OpenError::Io { op, name, source }
         };
-        let file = storage.create(&name).map_err(io("create"))?;
-        file.write_all_at(&segment::header(last + 1), 0)
-            .map_err(io("write"))?;
+        let file = match out.spare {
+            // The spare's header is rewritten and synced before it takes the name (`spare`).
+            Some(spare) => {
+                spare
+                    .write_all_at(&segment::header(last + 1), 0)
+                    .map_err(io("write"))?;
+                spare.sync().map_err(io("sync"))?;
+                storage.rename(spare::SPARE, &name).map_err(io("rename"))?;
+                spare
+            }
+            None => {
+                let file = storage.create(&name).map_err(io("create"))?;
+                if config.preallocate {
+                    file.preallocate(config.segment_size)
+                        .map_err(io("preallocate"))?;
+                }
+                file.write_all_at(&segment::header(last + 1), 0)
+                    .map_err(io("write"))?;
+                file
+            }
+        };
         file.sync().map_err(io("sync"))?;
         storage.sync_dir().map_err(io("sync dir"))?;
         index.add_segment(active, SEGMENT_HEADER_LEN);
@@ -282,11 +325,17 @@ impl Store {
             storage,
             files: RwLock::new(files),
             config,
+            written: Mutex::new((active, SEGMENT_HEADER_LEN)),
+            spare: Mutex::new(None),
+            durable_tx: tokio::sync::watch::Sender::new(Durability {
+                index: last,
+                ..Durability::default()
+            }),
         });
         let thread_shared = shared.clone();
         let writer = std::thread::Builder::new()
             .name("charon-store-writer".into())
-            .spawn(move || writer::run(thread_shared, file))
+            .spawn(move || writer::run(thread_shared, file, SEGMENT_HEADER_LEN))
             .map_err(OpenError::Spawn)?;
         Ok((
             Store {
@@ -308,6 +357,12 @@ impl Store {
     /// durable once any later commit completes.
     pub fn append_nowait(&self, cmd: Command) -> Result<Appended, AppendError> {
         self.push(&cmd, None)
+    }
+
+    /// A watch on the durable index: wait for the index of an [`Store::append_nowait`] with
+    /// it instead of a [`Commit`] per record.
+    pub fn durable_watch(&self) -> DurableWatch {
+        DurableWatch(self.shared.durable_tx.subscribe())
     }
 
     /// A barrier: completes once everything appended before it is durable.
@@ -398,6 +453,12 @@ impl Store {
     }
 
     fn read_body_once(&self, body: &BodyRef) -> Result<Bytes, ReadError> {
+        // Not written yet (a copy compaction just made): past the written end a preallocated
+        // or recycled file holds zeros or stale records. Retried by `read_body`.
+        let unwritten = |at: &BodyRef| ReadError::Io {
+            segment: at.segment,
+            source: std::io::ErrorKind::UnexpectedEof.into(),
+        };
         let (file, at) = match self.shared.file(body.segment) {
             Some(f) => (f, *body),
             None => {
@@ -411,12 +472,24 @@ impl Store {
                 (f, at)
             }
         };
+        if !self
+            .shared
+            .is_written(at.segment, at.offset, u64::from(at.len))
+        {
+            return Err(unwritten(&at));
+        }
         let mut buf = vec![0u8; at.len as usize];
         file.read_exact_at(&mut buf, at.offset)
             .map_err(|source| ReadError::Io {
                 segment: at.segment,
                 source,
             })?;
+        // A segment deleted meanwhile may have become the spare and been rewritten: only a
+        // read that finished while the segment still existed is its bytes. Retried by
+        // `read_body` at the message's current place.
+        if self.shared.file(at.segment).is_none() {
+            return Err(unwritten(&at));
+        }
         Ok(Bytes::from(buf))
     }
 

@@ -79,6 +79,14 @@ pub enum Command {
         /// Deliveries so far.
         count: u32,
     },
+    /// Set the delivery counts of several members of one queue in one record (format v3;
+    /// lazy like [`Command::DeliveryCount`]). A member named twice gets its last count.
+    DeliveryCounts {
+        /// The queue.
+        queue: QueueId,
+        /// (queue-local id, deliveries so far).
+        counts: Vec<(u64, u32)>,
+    },
     /// Park a member until `due_ms` with retry `attempt` (format v2).
     Park {
         /// The member.

@@ -8,23 +8,30 @@ use std::sync::Arc;
 
 use crate::compaction;
 use crate::error::CommitError;
-use crate::segment;
+use crate::segment::SEGMENT_HEADER_LEN;
+use crate::spare;
 use crate::storage::StorageFile;
 use crate::store::{Batch, Chunk, Shared};
 
 /// Thread body; returns when the store is closed and nothing is pending.
-pub(crate) fn run(shared: Arc<Shared>, mut active: Arc<dyn StorageFile>) {
+/// `end` is where the written bytes of `active` end.
+pub(crate) fn run(shared: Arc<Shared>, mut active: Arc<dyn StorageFile>, mut end: u64) {
     loop {
         let Some(batch) = next_batch(&shared) else {
+            shared.durable_tx.send_modify(|d| d.closed = true);
             return;
         };
         if !batch.is_empty() {
             let written: u64 = batch.chunks.iter().map(|c| c.bytes.len() as u64).sum();
-            match write(&shared, &mut active, &batch.chunks) {
+            match write(&shared, &mut active, &mut end, &batch.chunks) {
                 Ok(syncs) => {
                     {
                         let mut st = shared.lock();
                         st.durable_index = st.durable_index.max(batch.last_index);
+                        let index = st.durable_index;
+                        shared
+                            .durable_tx
+                            .send_modify(|d| d.index = d.index.max(index));
                         if let Some(c) = batch.chunks.last() {
                             st.durable_seg = st.durable_seg.max(c.seg);
                         }
@@ -86,20 +93,34 @@ fn next_batch(shared: &Shared) -> Option<Batch> {
     Some(mem::take(&mut st.batch))
 }
 
-/// Write the chunks and sync; returns the number of syncs.
+/// Write the chunks and sync; returns the number of syncs. `end` tracks where
+/// the written bytes of the active segment end.
 ///
 /// A new segment's directory entry is made durable before the first byte
 /// goes into it, so segment files appear on disk in id order: after a crash
-/// no segment can be missing below one that exists (§3).
-fn write(shared: &Shared, active: &mut Arc<dyn StorageFile>, chunks: &[Chunk]) -> io::Result<u64> {
+/// no segment can be missing below one that exists (§3). A segment is sealed
+/// at its last record: the preallocated or recycled space after it is cut
+/// off before the final sync (§2.5).
+fn write(
+    shared: &Shared,
+    active: &mut Arc<dyn StorageFile>,
+    end: &mut u64,
+    chunks: &[Chunk],
+) -> io::Result<u64> {
     let mut syncs = 0;
     for chunk in chunks {
         if chunk.create {
             // Seal the old segment completely before the new one gets a byte.
+            if active.size()? > *end {
+                active.truncate(*end)?;
+            }
             active.sync()?;
-            let file = shared.storage.create(&segment::file_name(chunk.seg))?;
-            shared.storage.sync_dir()?;
-            syncs += 2;
+            let header = chunk
+                .bytes
+                .get(..SEGMENT_HEADER_LEN as usize)
+                .unwrap_or(&[]);
+            let (file, n) = spare::new_segment(shared, chunk.seg, header)?;
+            syncs += 1 + n;
             shared
                 .files
                 .write()
@@ -108,6 +129,8 @@ fn write(shared: &Shared, active: &mut Arc<dyn StorageFile>, chunks: &[Chunk]) -
             *active = file;
         }
         active.write_all_at(&chunk.bytes, chunk.offset)?;
+        *end = chunk.offset + chunk.bytes.len() as u64;
+        shared.set_written(chunk.seg, *end);
     }
     if !chunks.is_empty() {
         active.sync()?;
@@ -117,6 +140,7 @@ fn write(shared: &Shared, active: &mut Arc<dyn StorageFile>, chunks: &[Chunk]) -
 }
 
 fn poison(shared: &Shared, msg: &str) {
+    shared.durable_tx.send_modify(|d| d.poisoned = true);
     let batch = {
         let mut st = shared.lock();
         if st.poisoned.is_none() {

@@ -1,10 +1,11 @@
 //! Format fixtures: `fixtures/v1-segment.wal` is a segment written by format
 //! version 1 (every v1 record kind once), `fixtures/v2-segment.wal` one written
-//! by version 2 (the same commands plus `Park` and `Route`). The store must
-//! still load both, must write the v1 commands' records byte for byte as v1 did
-//! (only the segment header's version and CRC differ), and must write exactly
-//! the v2 bytes: a change to either means a new format version
-//! (`docs/storage-format.md` §2.4).
+//! by version 2 (the same commands plus `Park` and `Route`),
+//! `fixtures/v3-segment.wal` one written by version 3 (plus `DeliveryCounts`).
+//! The store must still load all three, must write the v1 and v2 commands'
+//! records byte for byte as they did (only the segment header's version and
+//! CRC differ), and must write exactly the v3 bytes: a change to any means a
+//! new format version (`docs/storage-format.md` §2.4).
 //!
 //! Regenerate the newest fixture (only together with a format version bump):
 //! `UPDATE_FIXTURES=1 cargo test -p charon-store --test fixture`.
@@ -13,11 +14,22 @@ mod common;
 
 use bytes::Bytes;
 use charon_store::{Command, MemStorage, NewMessage};
-use common::{config, contents, open};
+use common::{contents, open};
+
+/// The tests' configuration without preallocation: the written file is exactly the records.
+fn config() -> charon_store::StoreConfig {
+    charon_store::StoreConfig {
+        preallocate: false,
+        ..common::config()
+    }
+}
 
 const SEG1: &str = "0000000000000001.wal";
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/v1-segment.wal");
 const FIXTURE_V2: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/v2-segment.wal");
+const FIXTURE_V3: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/v3-segment.wal");
+/// The version new segments are written with.
+const CURRENT: u32 = 3;
 /// Segment header bytes (version and CRC differ between versions).
 const HEADER: usize = 24;
 
@@ -110,7 +122,7 @@ fn v1_fixture_still_loads_and_its_records_are_written_unchanged() {
     let written = mem.read_file(SEG1).expect("segment 1");
     let fixture = std::fs::read(FIXTURE).expect("fixture");
     assert_eq!(fixture.get(8..12), Some(&1u32.to_le_bytes()[..]));
-    assert_eq!(written.get(8..12), Some(&2u32.to_le_bytes()[..]));
+    assert_eq!(written.get(8..12), Some(&CURRENT.to_le_bytes()[..]));
     assert!(
         written.get(HEADER..) == fixture.get(HEADER..),
         "format v1 record bytes changed"
@@ -141,7 +153,7 @@ fn commands_v2() -> Vec<Command> {
 }
 
 #[test]
-fn v2_fixture_is_written_and_read_unchanged() {
+fn v2_fixture_still_loads_and_its_records_are_written_unchanged() {
     let mem = MemStorage::new();
     let (store, _) = open(&mem, config());
     for cmd in commands_v2() {
@@ -149,17 +161,24 @@ fn v2_fixture_is_written_and_read_unchanged() {
     }
     drop(store);
     let written = mem.read_file(SEG1).expect("segment 1");
-    if std::env::var_os("UPDATE_FIXTURES").is_some() {
-        std::fs::write(FIXTURE_V2, &written).expect("write fixture");
-    }
     let fixture = std::fs::read(FIXTURE_V2).expect("fixture");
-    assert!(written == fixture, "format v2 bytes changed");
+    assert_eq!(fixture.get(8..12), Some(&2u32.to_le_bytes()[..]));
+    assert_eq!(written.get(8..12), Some(&CURRENT.to_le_bytes()[..]));
+    assert!(
+        written.get(HEADER..) == fixture.get(HEADER..),
+        "format v2 record bytes changed"
+    );
 
     let loaded = MemStorage::new();
     loaded.write_file(SEG1, fixture);
     let (store, rec) = open(&loaded, config());
+    expected_v2(&store, &rec);
+    assert_eq!(rec.last_index, 14);
+}
+
+fn expected_v2(store: &charon_store::Store, rec: &charon_store::Recovered) {
     assert_eq!(
-        contents(&store, &rec),
+        contents(store, rec),
         vec![
             (1, vec![(2, b"second".to_vec())]),
             (3, vec![(1, b"second".to_vec())]),
@@ -175,5 +194,51 @@ fn v2_fixture_is_written_and_read_unchanged() {
     );
     let q1 = rec.queues.get(&1).and_then(|v| v.first()).expect("q1");
     assert_eq!(q1.parked, Some((1_700_000_090_000, 2)));
-    assert_eq!(rec.last_index, 14);
+}
+
+fn commands_v3() -> Vec<Command> {
+    let mut c = commands_v2();
+    // Counts for three members of queue 4 in one record: one that exists twice (the last
+    // count wins), one that exists once, one that never existed (a no-op).
+    c.push(Command::DeliveryCounts {
+        queue: 4,
+        counts: vec![(1, 1), (2, 1), (9, 4), (1, 3)],
+    });
+    // The old one-member record still works beside it.
+    c.push(Command::DeliveryCount {
+        member: (3, 1),
+        count: 2,
+    });
+    c
+}
+
+#[test]
+fn v3_fixture_is_written_and_read_unchanged() {
+    let mem = MemStorage::new();
+    let (store, _) = open(&mem, config());
+    for cmd in commands_v3() {
+        store.append_nowait(cmd).expect("append");
+    }
+    drop(store);
+    let written = mem.read_file(SEG1).expect("segment 1");
+    if std::env::var_os("UPDATE_FIXTURES").is_some() {
+        std::fs::write(FIXTURE_V3, &written).expect("write fixture");
+    }
+    let fixture = std::fs::read(FIXTURE_V3).expect("fixture");
+    assert!(written == fixture, "format v3 bytes changed");
+
+    let loaded = MemStorage::new();
+    loaded.write_file(SEG1, fixture);
+    let (store, rec) = open(&loaded, config());
+    expected_v2(&store, &rec);
+    let counts = |q: u64| -> Vec<(u64, u32)> {
+        rec.queues
+            .get(&q)
+            .map(|v| v.iter().map(|e| (e.id, e.delivery_count)).collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(counts(4), vec![(1, 3), (2, 1)]);
+    assert_eq!(counts(3), vec![(1, 2)]);
+    assert_eq!(counts(7), vec![(1, 0)]);
+    assert_eq!(rec.last_index, 16);
 }

@@ -22,18 +22,51 @@ use proptest::sample::Index;
 
 #[derive(Debug, Clone)]
 enum Op {
-    Publish { queues: Vec<u64>, size: usize },
-    Settle { pick: Vec<Index> },
-    DeadLetter { pick: Index, targets: Vec<u64> },
-    Count { pick: Index, count: u32 },
-    Park { pick: Index, due: u64, attempt: u32 },
-    Route { pick: Index, targets: Vec<u64> },
-    Purge { queue: u64 },
-    PutDef { key: u8, value: u8 },
-    DelDef { key: u8 },
+    Publish {
+        queues: Vec<u64>,
+        size: usize,
+    },
+    Settle {
+        pick: Vec<Index>,
+    },
+    DeadLetter {
+        pick: Index,
+        targets: Vec<u64>,
+    },
+    Count {
+        pick: Index,
+        count: u32,
+    },
+    /// `DeliveryCounts` for up to three members of the first picked member's queue.
+    Counts {
+        pick: Vec<Index>,
+        count: u32,
+    },
+    Park {
+        pick: Index,
+        due: u64,
+        attempt: u32,
+    },
+    Route {
+        pick: Index,
+        targets: Vec<u64>,
+    },
+    Purge {
+        queue: u64,
+    },
+    PutDef {
+        key: u8,
+        value: u8,
+    },
+    DelDef {
+        key: u8,
+    },
     Sync,
     Restart,
-    Crash { keep: Index, garbage: bool },
+    Crash {
+        keep: Index,
+        garbage: bool,
+    },
 }
 
 fn op(parks: bool) -> impl Strategy<Value = Op> {
@@ -51,6 +84,8 @@ fn all_ops() -> impl Strategy<Value = Op> {
         3 => (any::<Index>(), prop::collection::vec(queue.clone(), 0..3))
             .prop_map(|(pick, targets)| Op::DeadLetter { pick, targets }),
         2 => (any::<Index>(), 1u32..5).prop_map(|(pick, count)| Op::Count { pick, count }),
+        2 => (prop::collection::vec(any::<Index>(), 1..4), 1u32..5)
+            .prop_map(|(pick, count)| Op::Counts { pick, count }),
         3 => (any::<Index>(), 0u64..1_000_000, 1u32..6)
             .prop_map(|(pick, due, attempt)| Op::Park { pick, due, attempt }),
         3 => (any::<Index>(), prop::collection::vec(queue.clone(), 0..3))
@@ -136,6 +171,8 @@ fn with_compaction(compact_ratio: f64) -> StoreConfig {
         segment_size: 1024,
         compact_ratio,
         idle_tick: Duration::from_millis(1),
+        // Crashes then hit preallocated and recycled segment files too.
+        preallocate: true,
     }
 }
 
@@ -272,6 +309,31 @@ impl Run {
                     },
                     m,
                 );
+            }
+            Op::Counts { pick, count } => {
+                let all = self.current().members();
+                if all.is_empty() {
+                    return Ok(());
+                }
+                let Some(first) = pick.first().map(|p| *p.get(&all)) else {
+                    return Ok(());
+                };
+                let queue = first.0;
+                let in_queue: Vec<(u64, u64)> =
+                    all.iter().copied().filter(|m| m.0 == queue).collect();
+                // Each picked member gets a different count (`count`, `count + 1`, ...); a
+                // member picked twice keeps its last.
+                let counts: Vec<(u64, u32)> = pick
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| (p.get(&in_queue).1, *count + i as u32))
+                    .collect();
+                for (id, c) in &counts {
+                    if let Some(e) = m.queues.get_mut(&queue).and_then(|q| q.get_mut(id)) {
+                        e.1 = *c;
+                    }
+                }
+                self.append(Command::DeliveryCounts { queue, counts }, m);
             }
             Op::Park { pick, due, attempt } => {
                 let all = self.current().members();

@@ -16,6 +16,7 @@ fn config() -> StoreConfig {
         segment_size: 8192,
         compact_ratio: 0.3,
         idle_tick: Duration::from_millis(1),
+        preallocate: true,
     }
 }
 

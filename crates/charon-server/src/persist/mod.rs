@@ -7,7 +7,8 @@
 //! (delivery_mode 2) routed to durable queues is one `Publish` record naming its place in each
 //! of them (the body is stored once); removal from a queue is a `Settle`; dead-lettering is one
 //! `DeadLetter` record (source out, copy into every durable target, atomically); the first
-//! delivery of a message is a `DeliveryCount` (recovered messages come back redelivered).
+//! deliveries of a queue's batch are one `DeliveryCounts` record (recovered messages come back
+//! redelivered).
 //!
 //! Memory: the bodies of stored messages count against a broker-wide budget
 //! (`message_memory_budget`); past it, queues keep newly stored bodies on disk only and read
@@ -22,7 +23,8 @@ use std::sync::OnceLock;
 use bytes::Bytes;
 use charon_core::Message;
 use charon_store::{
-    AppendError, Command, Commit, NewMessage, OpenError, Recovered, Store, StoreConfig,
+    AppendError, Command, Commit, DurableWatch, NewMessage, OpenError, Recovered, Store,
+    StoreConfig,
 };
 
 mod definitions;
@@ -35,13 +37,30 @@ pub(crate) type StoreSlot = Arc<OnceLock<Arc<Persistence>>>;
 
 /// A write the store has taken (or refused): [`Durable::wait`] tells once it is on disk.
 #[derive(Debug)]
-pub(crate) struct Durable(Result<Commit, AppendError>);
+pub(crate) struct Durable(Result<Pending, AppendError>);
+
+/// How a taken write is waited for.
+#[derive(Debug)]
+enum Pending {
+    /// Its own completion.
+    Commit(Commit),
+    /// Its log index on the store's durable watch (a persistent publish: no completion per
+    /// message, docs/performance.md).
+    At(u64, DurableWatch),
+}
 
 impl Durable {
+    fn commit(commit: Commit) -> Self {
+        Durable(Ok(Pending::Commit(commit)))
+    }
+
     /// Whether the write is on disk (false: the store refused it or failed writing).
     pub(crate) async fn wait(self) -> bool {
         match self.0 {
-            Ok(commit) => commit.await.is_ok(),
+            Ok(Pending::Commit(commit)) => commit.await.is_ok(),
+            Ok(Pending::At(index, mut watch)) => {
+                watch.is_durable(index) || watch.reached(index).await.is_ok()
+            }
             Err(_) => false,
         }
     }
@@ -64,6 +83,8 @@ pub(crate) struct Persistence {
     budget: u64,
     /// Next queue store id (ids never repeat, even across restarts).
     next_queue: AtomicU64,
+    /// The store's durable index, for publishes' confirms.
+    durable: DurableWatch,
 }
 
 /// The absolute expiry a message carries itself (its `expiration` property), from `now`.
@@ -101,6 +122,7 @@ impl Persistence {
             );
         }
         let p = Persistence {
+            durable: store.durable_watch(),
             store,
             resident: AtomicU64::new(0),
             budget,
@@ -147,7 +169,7 @@ impl Persistence {
             value,
         };
         match self.store.append(cmd) {
-            Ok((_, commit)) => Some(Durable(Ok(commit))),
+            Ok((_, commit)) => Some(Durable::commit(commit)),
             Err(e) => {
                 tracing::error!(error = %e, "could not save definitions");
                 None
@@ -176,7 +198,7 @@ impl Persistence {
                 key: Bytes::copy_from_slice(vhost.as_bytes()),
             };
             match self.store.append(cmd) {
-                Ok((_, commit)) => last = Some(Durable(Ok(commit))),
+                Ok((_, commit)) => last = Some(Durable::commit(commit)),
                 Err(e) => tracing::error!(error = %e, "could not delete definitions"),
             }
         }
@@ -201,11 +223,14 @@ impl Persistence {
         members: Vec<(u64, u64)>,
         now: u64,
     ) -> (Option<u64>, Durable) {
-        match self.store.append(Command::Publish {
+        match self.store.append_nowait(Command::Publish {
             message: new_message(message, now),
             members,
         }) {
-            Ok((appended, commit)) => (Some(appended.index), Durable(Ok(commit))),
+            Ok(appended) => (
+                Some(appended.index),
+                Durable(Ok(Pending::At(appended.index, self.durable.clone()))),
+            ),
             Err(e) => {
                 tracing::warn!(error = %e, "a persistent message could not be stored");
                 (None, Durable(Err(e)))
@@ -262,16 +287,18 @@ impl Persistence {
         }
     }
 
-    /// Records deliveries of messages of queue `queue`: (id, deliveries so far).
+    /// Records deliveries of messages of queue `queue`: (id, deliveries so far), as one
+    /// `DeliveryCounts` record for the whole batch (goes with the next group commit).
     pub(crate) fn delivered(&self, queue: u64, ids: &[(u64, u32)]) {
-        for &(id, count) in ids {
-            let cmd = Command::DeliveryCount {
-                member: (queue, id),
-                count,
-            };
-            if self.store.append_nowait(cmd).is_err() {
-                return;
-            }
+        if ids.is_empty() {
+            return;
+        }
+        let cmd = Command::DeliveryCounts {
+            queue,
+            counts: ids.to_vec(),
+        };
+        if let Err(e) = self.store.append_nowait(cmd) {
+            tracing::error!(error = %e, "could not record deliveries");
         }
     }
 
@@ -304,7 +331,7 @@ impl Persistence {
 
     /// A barrier: completes once everything appended before it is durable.
     pub(crate) fn barrier(&self) -> Durable {
-        Durable(self.store.sync())
+        Durable(self.store.sync().map(Pending::Commit))
     }
 
     /// Reads stored message `msg`'s body back.

@@ -20,6 +20,7 @@ pub(crate) enum Kind {
     Purge = 9,
     Park = 10,
     Route = 11,
+    DeliveryCounts = 12,
 }
 
 const NO_EXPIRY: u64 = u64::MAX;
@@ -86,6 +87,10 @@ pub(crate) enum Payload<'a> {
     Route {
         source: Member,
         members: Vec<Member>,
+    },
+    DeliveryCounts {
+        queue: u64,
+        counts: Vec<(u64, u32)>,
     },
 }
 
@@ -188,6 +193,21 @@ pub(crate) fn encode_command(cmd: &Command) -> Result<(Kind, Vec<u8>, Option<usi
             out.extend_from_slice(&member.1.to_le_bytes());
             out.extend_from_slice(&count.to_le_bytes());
             (Kind::DeliveryCount, None)
+        }
+        Command::DeliveryCounts { queue, counts } => {
+            if counts.is_empty() {
+                return Err(AppendError::Invalid("delivery counts without members"));
+            }
+            let n =
+                u32::try_from(counts.len()).map_err(|_| AppendError::Invalid("too many counts"))?;
+            out.reserve(12 + 12 * counts.len());
+            out.extend_from_slice(&queue.to_le_bytes());
+            out.extend_from_slice(&n.to_le_bytes());
+            for (id, count) in counts {
+                out.extend_from_slice(&id.to_le_bytes());
+                out.extend_from_slice(&count.to_le_bytes());
+            }
+            (Kind::DeliveryCounts, None)
         }
         Command::Purge { queue } => {
             out.extend_from_slice(&queue.to_le_bytes());
@@ -402,6 +422,12 @@ impl<'a> Payload<'a> {
                 source: (r.u64()?, r.u64()?),
                 members: r.members()?,
             },
+            12 => {
+                let queue = r.u64()?;
+                let n = r.count(12)?;
+                let counts = (0..n).map(|_| Ok((r.u64()?, r.u32()?))).collect::<R<_>>()?;
+                Payload::DeliveryCounts { queue, counts }
+            }
             _ => return Err("unknown record kind"),
         };
         r.finish(p)

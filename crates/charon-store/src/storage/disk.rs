@@ -60,6 +60,10 @@ impl Storage for DiskStorage {
         std::fs::remove_file(self.dir.join(name))
     }
 
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        std::fs::rename(self.dir.join(from), self.dir.join(to))
+    }
+
     fn sync_dir(&self) -> io::Result<()> {
         File::open(&self.dir)?.sync_all()
     }
@@ -89,5 +93,24 @@ impl StorageFile for DiskFile {
 
     fn truncate(&self, len: u64) -> io::Result<()> {
         self.0.set_len(len)
+    }
+
+    fn preallocate(&self, len: u64) -> io::Result<()> {
+        if self.size()? >= len {
+            return Ok(());
+        }
+        match rustix::fs::fallocate(&self.0, rustix::fs::FallocateFlags::empty(), 0, len) {
+            Ok(()) => Ok(()),
+            // A file system without fallocate, or too little room to reserve a whole segment
+            // ahead: the file simply grows as it is written (a full disk fails the write).
+            Err(e)
+                if e == rustix::io::Errno::OPNOTSUPP
+                    || e == rustix::io::Errno::NOSYS
+                    || e == rustix::io::Errno::NOSPC =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 }

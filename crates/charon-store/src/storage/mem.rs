@@ -1,14 +1,16 @@
 //! [`MemStorage`]: an in-memory directory that remembers what was synced,
 //! so tests can crash it at any instant.
 //!
-//! Model (`docs/storage-format.md` §6): a file's bytes up to its last
-//! `sync` survive a crash; bytes written after it survive only as the torn
-//! prefix the crash function chooses. A file exists after a crash only if
-//! the directory was synced after it was created, and a removed file comes
-//! back unless the directory was synced after the removal. A truncation
-//! below the synced length counts as durable at once (the store syncs right
-//! after truncating anyway). Writes inside the synced region are durable at
-//! once (the store never does them).
+//! Model (`docs/storage-format.md` §6): a file's bytes as of its last
+//! `sync` survive a crash; bytes written after it (from the lowest offset
+//! written since, which may lie inside the synced region: preallocated and
+//! recycled segments are written in place) survive only as the torn prefix
+//! the crash function chooses, laid over the synced bytes. A file exists
+//! after a crash only if the directory was synced after it was created, a
+//! removed file comes back unless the directory was synced after the
+//! removal, and a rename counts only once the directory is synced. A
+//! truncation below the synced length counts as durable at once (the store
+//! syncs right after truncating anyway).
 
 use std::collections::HashMap;
 use std::io;
@@ -42,8 +44,22 @@ struct MemFile {
 
 #[derive(Debug, Default, Clone)]
 struct FileState {
+    /// The bytes as the running process sees them.
     data: Vec<u8>,
-    synced_len: usize,
+    /// The bytes as of the last sync.
+    durable: Vec<u8>,
+    /// Lowest offset written since the last sync (`data.len()` when none).
+    dirty_from: usize,
+}
+
+impl FileState {
+    fn synced(data: Vec<u8>) -> Self {
+        FileState {
+            dirty_from: data.len(),
+            durable: data.clone(),
+            data,
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -92,15 +108,18 @@ impl MemStorage {
                 continue;
             };
             let st = lock(&file.state);
-            let synced = st.data.get(..st.synced_len).unwrap_or(&st.data);
-            let unsynced = st.data.get(st.synced_len..).unwrap_or(&[]);
-            let mut data = synced.to_vec();
-            data.extend(torn(name, unsynced));
+            let unsynced = st.data.get(st.dirty_from..).unwrap_or(&[]);
+            let mut data = st.durable.clone();
+            let survived = torn(name, unsynced);
+            let end = st.dirty_from + survived.len();
+            if data.len() < end {
+                data.resize(end, 0);
+            }
+            if let Some(dst) = data.get_mut(st.dirty_from..end) {
+                dst.copy_from_slice(&survived);
+            }
             let file = Arc::new(MemFile {
-                state: Mutex::new(FileState {
-                    synced_len: data.len(),
-                    data,
-                }),
+                state: Mutex::new(FileState::synced(data)),
                 dir: Arc::downgrade(&out.dir),
             });
             dst.files.insert(name.clone(), file.clone());
@@ -121,10 +140,7 @@ impl MemStorage {
     pub fn write_file(&self, name: &str, data: Vec<u8>) {
         let mut dir = lock(&self.dir);
         let file = Arc::new(MemFile {
-            state: Mutex::new(FileState {
-                synced_len: data.len(),
-                data,
-            }),
+            state: Mutex::new(FileState::synced(data)),
             dir: Arc::downgrade(&self.dir),
         });
         dir.files.insert(name.to_string(), file.clone());
@@ -165,6 +181,13 @@ impl Storage for MemStorage {
             .remove(name)
             .map(|_| ())
             .ok_or_else(|| not_found(name))
+    }
+
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        let mut dir = lock(&self.dir);
+        let file = dir.files.remove(from).ok_or_else(|| not_found(from))?;
+        dir.files.insert(to.to_string(), file);
+        Ok(())
     }
 
     fn sync_dir(&self) -> io::Result<()> {
@@ -213,6 +236,7 @@ impl StorageFile for MemFile {
         if st.data.len() < end {
             st.data.resize(end, 0);
         }
+        st.dirty_from = st.dirty_from.min(start);
         if let Some(dst) = st.data.get_mut(start..end) {
             dst.copy_from_slice(data);
         }
@@ -224,15 +248,34 @@ impl StorageFile for MemFile {
             take_sync(&mut lock(&dir))?;
         }
         let mut st = lock(&self.state);
-        st.synced_len = st.data.len();
+        let from = st.dirty_from.min(st.data.len()).min(st.durable.len());
+        let st = &mut *st;
+        st.durable.truncate(from);
+        st.durable
+            .extend_from_slice(st.data.get(from..).unwrap_or(&[]));
+        st.dirty_from = st.data.len();
         Ok(())
     }
 
     fn truncate(&self, len: u64) -> io::Result<()> {
         let mut st = lock(&self.state);
         let len = usize::try_from(len).map_err(io::Error::other)?;
+        let old = st.data.len();
         st.data.resize(len, 0);
-        st.synced_len = st.synced_len.min(len);
+        if st.durable.len() > len {
+            st.durable.truncate(len);
+        }
+        st.dirty_from = st.dirty_from.min(len.min(old));
+        Ok(())
+    }
+
+    fn preallocate(&self, len: u64) -> io::Result<()> {
+        let mut st = lock(&self.state);
+        let len = usize::try_from(len).map_err(io::Error::other)?;
+        if st.data.len() < len {
+            st.dirty_from = st.dirty_from.min(st.data.len());
+            st.data.resize(len, 0);
+        }
         Ok(())
     }
 }

@@ -5,7 +5,9 @@
 //!
 //! Contract (what [`MemStorage`] models, `docs/storage-format.md` §6):
 //! file contents are durable only up to the last [`StorageFile::sync`];
-//! creations and removals only after [`Storage::sync_dir`].
+//! creations, renames and removals only after [`Storage::sync_dir`]. Rewriting bytes below the
+//! synced length is not durable either until the next sync (preallocated and recycled segment
+//! files are written in place).
 
 use std::io;
 use std::sync::Arc;
@@ -26,6 +28,8 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     fn open(&self, name: &str) -> io::Result<Arc<dyn StorageFile>>;
     /// Remove a file.
     fn remove(&self, name: &str) -> io::Result<()>;
+    /// Rename a file (replacing `to` if it exists); durable after [`Storage::sync_dir`].
+    fn rename(&self, from: &str, to: &str) -> io::Result<()>;
     /// Make creations and removals durable.
     fn sync_dir(&self) -> io::Result<()>;
     /// Free bytes on the file system (for the disk alarm).
@@ -45,4 +49,7 @@ pub trait StorageFile: Send + Sync + std::fmt::Debug {
     fn sync(&self) -> io::Result<()>;
     /// Cut the file to `len` bytes.
     fn truncate(&self, len: u64) -> io::Result<()>;
+    /// Reserve space so the file is at least `len` bytes long (zeros past the old end; on
+    /// the real disk `fallocate`). The new length is durable after the next [`Self::sync`].
+    fn preallocate(&self, len: u64) -> io::Result<()>;
 }

@@ -23,6 +23,7 @@ pub fn config() -> StoreConfig {
         segment_size: 4096,
         compact_ratio: 0.3,
         idle_tick: Duration::from_millis(5),
+        preallocate: true,
     }
 }
 
