@@ -214,7 +214,7 @@ impl Broker {
     /// Opens the store under the data directory, restores durable definitions, policies and
     /// persistent messages, and keeps the store for what follows. Call once, inside the runtime.
     pub fn open_store(&self) -> Result<(), charon_store::OpenError> {
-        let (p, rec) = Persistence::open(
+        let (p, mut rec) = Persistence::open(
             std::path::Path::new(&self.config.data_dir),
             self.config.message_memory_budget,
         )?;
@@ -236,7 +236,8 @@ impl Broker {
                 let restored_ok = persist::restore_topology(&mut topo, data, |meta, sid| {
                     p.note_queue_id(sid);
                     known.insert(sid);
-                    let msgs = rec.queues.get(&sid).map_or(&[][..], |m| m.as_slice());
+                    // Taken out, so each queue's recovered metadata goes as the queue fills.
+                    let msgs = rec.queues.remove(&sid).unwrap_or_default();
                     restored += msgs.len();
                     queue::spawn_queue_with(meta, &v, &name, Some(sid), msgs)
                 });

@@ -69,6 +69,7 @@ mod spare;
 pub mod storage;
 mod store;
 mod types;
+mod window;
 mod writer;
 
 pub use durable::DurableWatch;

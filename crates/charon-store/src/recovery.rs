@@ -15,6 +15,7 @@ use crate::segment::{self, BadHeader, SEGMENT_HEADER_LEN, SegId};
 use crate::spare;
 use crate::storage::{Storage, StorageFile};
 use crate::types::{Recovered, RecoveredEntry};
+use crate::window::Window;
 
 /// What the store needs to go on writing after recovery.
 pub(crate) struct RecoveryOutcome {
@@ -66,7 +67,6 @@ pub(crate) fn recover(storage: &dyn Storage) -> Result<RecoveryOutcome, OpenErro
     let mut files = BTreeMap::new();
     let mut last_index = 0u64;
     let mut truncated_bytes = 0u64;
-    let mut buf = Vec::new();
 
     for (i, &seg) in segs.iter().enumerate() {
         let is_last = i + 1 == segs.len();
@@ -75,11 +75,10 @@ pub(crate) fn recover(storage: &dyn Storage) -> Result<RecoveryOutcome, OpenErro
             .map_err(io("open", seg))?;
         let len = file.size().map_err(io("stat", seg))?;
         let ulen = usize::try_from(len).map_err(|_| corrupt(seg, 0, "segment too large"))?;
-        buf.clear();
-        buf.resize(ulen, 0);
-        file.read_exact_at(&mut buf, 0).map_err(io("read", seg))?;
+        let mut win = Window::new(ulen);
+        win.load(&*file, 0, 0).map_err(io("read", seg))?;
 
-        let mut pos = match segment::check_header(&buf) {
+        let mut pos = match segment::check_header(win.rest(0)) {
             Ok(first) => {
                 if first <= last_index {
                     return Err(corrupt(
@@ -97,7 +96,7 @@ pub(crate) fn recover(storage: &dyn Storage) -> Result<RecoveryOutcome, OpenErro
             Err(BadHeader::Torn) if is_last || len == 0 => {
                 // Torn while being created: nothing in it was ever durable. All zeros: a
                 // preallocated file whose header never reached the disk.
-                if !buf.iter().all(|b| *b == 0) {
+                if !all_zero(&*file, &mut win, ulen).map_err(io("read", seg))? {
                     tracing::warn!(segment = seg, len, "segment header torn; emptying it");
                     truncated_bytes += len;
                 }
@@ -110,8 +109,8 @@ pub(crate) fn recover(storage: &dyn Storage) -> Result<RecoveryOutcome, OpenErro
             Err(BadHeader::Foreign(r)) => return Err(corrupt(seg, 0, r)),
         };
         index.add_segment(seg, 0);
-        while pos < buf.len() {
-            let rest = buf.get(pos..).unwrap_or(&[]);
+        while pos < ulen {
+            let rest = win.rest(pos);
             let framed = record::parse(rest)
                 .map_err(|e| e.to_string())
                 .and_then(|f| {
@@ -132,6 +131,11 @@ pub(crate) fn recover(storage: &dyn Storage) -> Result<RecoveryOutcome, OpenErro
                     index.apply(f.index, loc, &f.payload);
                     last_index = f.index;
                     pos += f.total_len;
+                }
+                // Cut by the window, not by the file: read on from here.
+                Err(_) if !win.at_end() => {
+                    let at_least = win.held_from(pos).saturating_mul(2);
+                    win.load(&*file, pos, at_least).map_err(io("read", seg))?;
                 }
                 Err(_) if is_last && spare::is_unused_space(rest, last_index) => {
                     // Preallocated or recycled space after the last record (`spare`).
@@ -173,6 +177,23 @@ pub(crate) fn recover(storage: &dyn Storage) -> Result<RecoveryOutcome, OpenErro
         last_segment,
         spare,
     })
+}
+
+/// Whether the whole file is zeros (read through the window).
+fn all_zero(file: &dyn StorageFile, win: &mut Window, len: usize) -> std::io::Result<bool> {
+    let mut at = 0;
+    while at < len {
+        win.load(file, at, 0)?;
+        let held = win.rest(at);
+        if held.is_empty() {
+            break;
+        }
+        if !held.iter().all(|b| *b == 0) {
+            return Ok(false);
+        }
+        at += held.len();
+    }
+    Ok(true)
 }
 
 fn corrupt(segment: SegId, offset: u64, reason: &str) -> OpenError {

@@ -434,6 +434,19 @@ impl Store {
                         .current_body(body.msg)
                         .ok_or(ReadError::NotFound(body.msg))?;
                 }
+                // Copied forward into a segment the writer has not created yet (the index
+                // knows the new place at once, the file comes with the next write): the same
+                // wait. Without it a read racing compaction lost the body (seen under load:
+                // thousands of paged-out messages delivered empty, docs/performance.md).
+                Err(ReadError::NotFound(_))
+                    if tries < 5000 && self.current_body(body.msg).is_some() =>
+                {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(1));
+                    at = self
+                        .current_body(body.msg)
+                        .ok_or(ReadError::NotFound(body.msg))?;
+                }
                 other => return other,
             }
         }

@@ -11,7 +11,7 @@
 //! "the head" (delivery, basic.get, drop-head, browse) follows that order, so a requeued
 //! message goes back to its place within its priority.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::consumers::Consumers;
@@ -23,16 +23,9 @@ use crate::error::CoreError;
 use crate::message::Message;
 
 mod park;
+mod ready;
 
-#[derive(Debug, Clone)]
-struct Ready {
-    message: Arc<Message>,
-    redelivered: bool,
-    /// Absolute expiry time (ms), from x-message-ttl / expiration.
-    expires_at: Option<u64>,
-    /// Times the message was returned to the queue (for x-delivery-limit).
-    returns: u32,
-}
+use ready::{Ready, ReadyRing};
 
 /// A ready message as [`QueueState::browse_detailed`] shows it.
 #[derive(Debug, Clone)]
@@ -64,10 +57,9 @@ pub struct QueueState {
     vhost: Arc<str>,
     args: QueueArgs,
     next_id: MsgId,
-    ready: BTreeMap<MsgId, Ready>,
+    /// Ready messages in id order, with their expiry order (`state/ready.rs`).
+    ready: ReadyRing,
     ready_bytes: u64,
-    /// Ready messages with an expiry, by expiry time.
-    expiry: BTreeSet<(u64, MsgId)>,
     /// By id (a fast hash: several lookups per delivered message).
     unacked: foldhash::HashMap<MsgId, Unacked>,
     /// Priority queues only: ready messages in delivery order, (max - priority, id).
@@ -110,9 +102,8 @@ impl QueueState {
             vhost: Arc::from("/"),
             args,
             next_id: 0,
-            ready: BTreeMap::new(),
+            ready: ReadyRing::default(),
             ready_bytes: 0,
-            expiry: BTreeSet::new(),
             unacked: foldhash::HashMap::default(),
             order,
             consumers: Consumers::default(),
@@ -172,8 +163,7 @@ impl QueueState {
     /// The absolute expiry of ready or unacked message `id`, if it has one.
     pub fn expiry_of(&self, id: MsgId) -> Option<u64> {
         self.ready
-            .get(&id)
-            .and_then(|r| r.expires_at)
+            .expires_at(id)
             .or_else(|| self.unacked.get(&id).and_then(|u| u.expires_at))
     }
 
@@ -204,7 +194,7 @@ impl QueueState {
             self.order = levels.map(|max| {
                 self.ready
                     .iter()
-                    .map(|(id, r)| Self::rank(max, *id, &r.message))
+                    .map(|(id, r)| Self::rank(max, id, r.message))
                     .collect()
             });
         }
@@ -254,28 +244,26 @@ impl QueueState {
             order.insert(Self::rank(max, id, &r.message));
         }
         self.ready_bytes += r.message.body_size();
-        if let Some(t) = r.expires_at {
-            self.expiry.insert((t, id));
-        }
         self.ready.insert(id, r);
     }
 
     fn remove_ready(&mut self, id: MsgId) -> Option<Ready> {
-        let r = self.ready.remove(&id)?;
+        let r = self.ready.remove(id)?;
         if let (Some(order), Some(max)) = (self.order.as_mut(), priority_levels(&self.args)) {
             order.remove(&Self::rank(max, id, &r.message));
         }
         self.ready_bytes -= r.message.body_size();
-        if let Some(t) = r.expires_at {
-            self.expiry.remove(&(t, id));
-        }
         Some(r)
     }
 
     fn pop_ready(&mut self) -> Option<(MsgId, Ready)> {
         let id = match &self.order {
             Some(order) => order.first()?.1,
-            None => *self.ready.keys().next()?,
+            None => {
+                let (id, r) = self.ready.pop_first()?;
+                self.ready_bytes -= r.message.body_size();
+                return Some((id, r));
+            }
         };
         self.remove_ready(id).map(|r| (id, r))
     }
@@ -338,7 +326,7 @@ impl QueueState {
     /// are due.
     pub fn expire_at_most(&mut self, now_ms: u64, max: usize) -> bool {
         let mut n = 0;
-        while let Some(&(t, id)) = self.expiry.first() {
+        while let Some((t, id)) = self.ready.next_expiry() {
             if t > now_ms {
                 return false;
             }
@@ -353,8 +341,6 @@ impl QueueState {
                     reason: Reason::Expired,
                     id: Some(id),
                 });
-            } else {
-                self.expiry.remove(&(t, id));
             }
         }
         false
@@ -362,7 +348,7 @@ impl QueueState {
 
     /// The earliest expiry among ready messages (for the owner's timer).
     pub fn next_expiry(&self) -> Option<u64> {
-        self.expiry.first().map(|(t, _)| *t)
+        self.ready.next_expiry().map(|(t, _)| t)
     }
 
     /// Messages that left the queue by TTL, max-length, rejection or delivery limit since the
@@ -481,6 +467,11 @@ impl QueueState {
 
     fn settle(&mut self, id: MsgId) -> Option<Unacked> {
         let u = self.unacked.remove(&id)?;
+        // Memory back after a burst of unacked deliveries (amortised: see the ring's `trim`).
+        let cap = self.unacked.capacity();
+        if cap > 1024 && self.unacked.len() * 4 < cap {
+            self.unacked.shrink_to(self.unacked.len() * 2);
+        }
         if let Some(c) = u.consumer {
             self.consumers.settled(c);
         }
@@ -576,17 +567,15 @@ impl QueueState {
     /// Remove all ready messages (not dead-lettered); returns how many.
     pub fn purge(&mut self) -> u32 {
         let n = self.message_count();
+        let ids = self.ready.clear();
         if self.gone.is_some() {
-            let ids: Vec<MsgId> = self.ready.keys().copied().collect();
             for id in ids {
                 self.mark_gone(id);
             }
         }
-        self.ready.clear();
         if let Some(order) = self.order.as_mut() {
             order.clear();
         }
-        self.expiry.clear();
         self.ready_bytes = 0;
         n
     }
@@ -598,14 +587,14 @@ impl QueueState {
                 .iter()
                 .skip(from)
                 .take(limit)
-                .filter_map(|(_, id)| self.ready.get(id).map(|r| (*id, r.message.clone())))
+                .filter_map(|(_, id)| self.ready.get(*id).map(|m| (*id, m.clone())))
                 .collect(),
             None => self
                 .ready
                 .iter()
                 .skip(from)
                 .take(limit)
-                .map(|(id, r)| (*id, r.message.clone()))
+                .map(|(id, r)| (id, r.message.clone()))
                 .collect(),
         }
     }
@@ -618,7 +607,7 @@ impl QueueState {
             .skip(from)
             .take(limit)
             .map(|(id, r)| Browsed {
-                id: *id,
+                id,
                 message: r.message.clone(),
                 redelivered: r.redelivered,
                 returns: r.returns,
@@ -638,10 +627,13 @@ impl QueueState {
     /// [`Message::body_size`] (a paged-out copy, or the body read back). Returns whether `id`
     /// was found.
     pub fn swap_message(&mut self, id: MsgId, message: Arc<Message>) -> bool {
-        if let Some(r) = self.ready.get_mut(&id) {
-            debug_assert_eq!(r.message.body_size(), message.body_size());
-            r.message = message;
-            true
+        debug_assert!(
+            self.ready
+                .get(id)
+                .is_none_or(|m| m.body_size() == message.body_size())
+        );
+        if self.ready.get(id).is_some() {
+            self.ready.swap(id, message)
         } else if let Some(u) = self.unacked.get_mut(&id) {
             u.message = message;
             true
@@ -652,7 +644,7 @@ impl QueueState {
 
     /// Ready message `id`, if it is ready.
     pub fn ready_message(&self, id: MsgId) -> Option<&Arc<Message>> {
-        self.ready.get(&id).map(|r| &r.message)
+        self.ready.get(id)
     }
 
     /// Ready messages.

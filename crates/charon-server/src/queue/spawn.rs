@@ -22,21 +22,24 @@ pub(crate) fn spawn_queue(
         Some(p) if meta.durable => Some(p.new_queue_id()),
         _ => None,
     };
-    spawn_queue_with(meta, vhost, vhost_name, store_id, &[])
+    spawn_queue_with(meta, vhost, vhost_name, store_id, Vec::new())
 }
 
 /// [`spawn_queue`] with its store id and the messages recovered from the store for it. They
 /// come back with their bodies on disk (read when delivered), redelivered if they had been
-/// delivered, expiring by the wall clock from their enqueue time.
+/// delivered, expiring by the wall clock from their enqueue time. The entries are consumed one
+/// by one, so each recovered record's metadata is freed as its message enters the queue (recovery
+/// never holds two full copies of a backlog's metadata).
 pub(crate) fn spawn_queue_with(
     meta: &QueueMeta,
     vhost: &Arc<VHostState>,
     vhost_name: &str,
     store_id: Option<u64>,
-    recovered: &[charon_store::RecoveredEntry],
+    recovered: Vec<charon_store::RecoveredEntry>,
 ) -> QueueHandle {
     let quorum = meta.args.queue_type == charon_core::QueueType::Quorum;
     let first_id = recovered.last().map_or(0, |e| e.id + 1);
+    let any_recovered = !recovered.is_empty();
     let (handle, rx) = QueueHandle::with_type(meta.name.clone(), quorum, store_id, first_id);
     let effective = vhost.effective_args(meta);
     handle.set_consumer_timeout(effective.consumer_timeout);
@@ -53,7 +56,7 @@ pub(crate) fn spawn_queue_with(
     let mut shapes = PagedShapes::default();
     let mut parked = Vec::new();
     for e in recovered {
-        let sm = &e.message;
+        let sm = &*e.message;
         let message = shapes.get(
             &sm.exchange,
             &sm.routing_key,
@@ -74,7 +77,7 @@ pub(crate) fn spawn_queue_with(
         // The store keeps failed deliveries + 1 (`DeliveryCount`, docs/storage-format.md).
         state.set_returns(e.id, e.delivery_count.saturating_sub(1));
     }
-    if !recovered.is_empty() {
+    if any_recovered {
         // Length limits hold after recovery too (a policy may have lowered them).
         let args = state.args().clone();
         state.set_args(args);

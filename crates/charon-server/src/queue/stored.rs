@@ -238,6 +238,7 @@ impl StoreSide {
             self.p.release(u64::from(e.held));
             self.stored = self.stored.saturating_sub(usize::from(!e.transient));
         }
+        self.shrink();
     }
 
     /// Messages left the queue (acked, expired, dropped, purged, ...): settle the stored ones.
@@ -260,6 +261,7 @@ impl StoreSide {
                 }
             }
         }
+        self.shrink();
         if !settled.is_empty() {
             self.p.settle(self.sid, settled);
         }
@@ -268,13 +270,26 @@ impl StoreSide {
         }
     }
 
+    /// Gives the tables' memory back once they are mostly empty (a drained backlog would keep
+    /// them at their largest). Amortised O(1), as `charon_store`'s index.
+    fn shrink(&mut self) {
+        let cap = self.entries.capacity();
+        if cap > 1024 && self.entries.len() * 4 < cap {
+            self.entries.shrink_to(self.entries.len() * 2);
+        }
+        let cap = self.held.capacity();
+        if cap > 1024 && self.held.len() * 4 < cap {
+            self.held.shrink_to(self.held.len() * 2);
+        }
+    }
+
     /// The queue is deleted: all its stored messages go.
     pub(crate) fn purge(&mut self) {
         let held: u64 = self.entries.values().map(|e| u64::from(e.held)).sum();
         self.p.release(held);
-        self.entries.clear();
+        self.entries = foldhash::HashMap::default();
         self.stored = 0;
-        self.held.clear();
+        self.held = VecDeque::new();
         self.alias.clear();
         self.alias_back.clear();
         self.p.purge(self.sid);

@@ -42,14 +42,12 @@ impl QueueState {
     /// Sets how often ready message `id` was returned before (recovered: its stored delivery
     /// count), for `x-delivery-count` and the delivery limit.
     pub fn set_returns(&mut self, id: MsgId, returns: u32) {
-        if let Some(r) = self.ready.get_mut(&id) {
-            r.returns = returns;
-        }
+        self.ready.set_returns(id, returns);
     }
 
     /// How often ready message `id` was returned after a failed delivery, if it is ready.
     pub fn returns_of(&self, id: MsgId) -> Option<u32> {
-        self.ready.get(&id).map(|r| r.returns)
+        self.ready.returns_of(id)
     }
 
     /// Takes every ready message after `after` for which `hold` is true out of the queue (not
@@ -61,9 +59,9 @@ impl QueueState {
     ) -> Vec<(MsgId, Arc<Message>)> {
         let ids: Vec<MsgId> = self
             .ready
-            .range(after.saturating_add(1)..)
-            .filter(|(_, r)| hold(&r.message))
-            .map(|(id, _)| *id)
+            .iter_from(after.saturating_add(1))
+            .filter(|(_, r)| hold(r.message))
+            .map(|(id, _)| id)
             .collect();
         ids.into_iter()
             .filter_map(|id| self.remove_ready(id).map(|r| (id, r.message)))
