@@ -123,12 +123,28 @@ def test_retries_dead_lettering_and_dlq_max_length_hold_under_the_disk_alarm(tmp
     connection gets one publish in before it is paused (how the alarm works); a consumer (never
     publishing) keeps working, retries come back, dead letters still flow (as RabbitMQ lets
     dead-lettering run past its disk alarm) and the DLQ's max-length still drops heads."""
+    limits_hold_under_an_alarm(tmp_path, uniq, "disk_free_limit = 18000000000000000000",
+                               "disk alarm set")
+
+
+def test_retries_dead_lettering_and_dlq_max_length_hold_under_the_memory_alarm(tmp_path, uniq):
+    """The same with the memory alarm on (a 1 MiB watermark, below any broker's memory use)."""
+    limits_hold_under_an_alarm(tmp_path, uniq, 'vm_memory_high_watermark = "1MiB"',
+                               "memory alarm set")
+
+
+def limits_hold_under_an_alarm(tmp_path, uniq, config_line, alarm_log):
     from amqp_raw import RawClient
 
-    cfg = conftest.CONFIG_TOML.replace("heartbeat = 60\n",
-                                       "heartbeat = 60\ndisk_free_limit = 18000000000000000000\n", 1)
+    cfg = conftest.CONFIG_TOML.replace("heartbeat = 60\n", f"heartbeat = 60\n{config_line}\n", 1)
     b = conftest.start_charon(tmp_path, config_text=cfg)
     try:
+        # The alarm is on before anything is published.
+        deadline = time.monotonic() + UPPER_SLACK_S
+        while alarm_log not in b.log_path.read_text(errors="replace") \
+                and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert alarm_log in b.log_path.read_text(errors="replace")
         q, x, dlq = uniq("main"), uniq("dlx"), uniq("dlq")
         with b.connect() as c:
             ch = c.channel()
@@ -158,6 +174,5 @@ def test_retries_dead_lettering_and_dlq_max_length_hold_under_the_disk_alarm(tmp
                 time.sleep(0.05)
             time.sleep(0.3)
             assert ch.queue_declare(dlq, passive=True).method.message_count == 2
-        assert "disk alarm set" in b.log_path.read_text(errors="replace")
     finally:
         conftest.stop_charon(b)

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use charon_protocol::{AMQPValue, BasicProperties, FieldTable, RawProperties};
 use serde_json::Value;
 
-use crate::json::{properties_to_json, table_to_json};
+use crate::json::{properties_to_json, table_to_json_text};
 
 /// Which headers carry what (configurable).
 #[derive(Debug, Clone)]
@@ -60,8 +60,8 @@ pub struct NewRecord {
     pub content_type: Option<String>,
     /// Properties but headers, JSON.
     pub properties: Value,
-    /// Headers, JSON.
-    pub headers: Value,
+    /// Headers, JSON text (written once, stored as is).
+    pub headers: String,
     /// Raw property bytes (exact types).
     pub amqp_properties: Bytes,
     /// Body.
@@ -180,7 +180,7 @@ pub fn extract(
             .as_ref()
             .map(|s| s.as_str().to_string()),
         properties: properties_to_json(&props),
-        headers: table_to_json(headers),
+        headers: table_to_json_text(headers),
         amqp_properties: properties.0.clone(),
         payload: body,
         error_message,
@@ -258,6 +258,19 @@ pub fn fingerprint(message: Option<&str>, stacktrace: Option<&str>) -> Option<St
     Some(format!("{h:016x}"))
 }
 
+/// The failure reason in `headers` per `cfg`: (error message, stack trace, fingerprint), as a
+/// record would carry it. The broker's per-queue error counters use it for every dead letter.
+pub fn error_of(
+    cfg: &ExtractConfig,
+    headers: &FieldTable,
+) -> (Option<String>, Option<String>, Option<String>) {
+    let first = |names: &[String]| names.iter().find_map(|n| get(headers, n).and_then(text));
+    let message = first(&cfg.error_message_headers);
+    let stacktrace = first(&cfg.error_stacktrace_headers);
+    let fp = fingerprint(message.as_deref(), stacktrace.as_deref());
+    (message, stacktrace, fp)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -317,7 +330,8 @@ mod tests {
         assert_eq!(r.content_type.as_deref(), Some("application/json"));
         assert_eq!(r.error_message.as_deref(), Some("Order 17 not found"));
         assert_eq!(r.payload, body);
-        assert_eq!(r.headers["tenant"], "acme");
+        let headers: Value = serde_json::from_str(&r.headers).expect("headers JSON");
+        assert_eq!(headers["tenant"], "acme");
         let keyed = ExtractConfig {
             key_header: Some("tenant".into()),
             ..ExtractConfig::default()

@@ -58,6 +58,8 @@ pub const GROUPABLE: &[&str] = &[
 pub struct Filter {
     /// The conditions.
     pub terms: BTreeMap<String, String>,
+    /// Only records of these vhosts (the vhosts an API user may see); `None`: every vhost.
+    pub vhosts: Option<Vec<String>>,
 }
 
 impl Filter {
@@ -73,7 +75,10 @@ impl Filter {
             check_key(k)?;
             terms.insert(k.to_string(), v.to_string());
         }
-        Ok(Filter { terms })
+        Ok(Filter {
+            terms,
+            vhosts: None,
+        })
     }
 
     /// From a JSON object (`"filter": {...}` of replay/skip/delete).
@@ -93,12 +98,21 @@ impl Filter {
             };
             terms.insert(k.clone(), s);
         }
-        Ok(Filter { terms })
+        Ok(Filter {
+            terms,
+            vhosts: None,
+        })
     }
 
-    /// Whether it selects everything.
+    /// Whether it selects everything (the user may see).
     pub fn is_empty(&self) -> bool {
         self.terms.is_empty()
+    }
+
+    /// The same filter limited to `vhosts` (`None`: no limit).
+    pub fn within(mut self, vhosts: Option<Vec<String>>) -> Filter {
+        self.vhosts = vhosts;
+        self
     }
 
     /// The SQL condition (`TRUE` when empty) and its parameters.
@@ -139,6 +153,11 @@ impl Filter {
                 conds.push("id = ?".into());
                 params.push(Param::from(id));
             }
+        }
+        if let Some(vs) = &self.vhosts {
+            let (cond, mut p) = crate::scope::vhost_in("vhost", vs);
+            conds.push(cond);
+            params.append(&mut p);
         }
         if conds.is_empty() {
             return Ok(("1 = 1".into(), params));

@@ -7,6 +7,8 @@
 //! - [`sql`]: the connection interface both backends implement ([`sqlite`], [`postgres`]).
 //! - [`ops`]: list, get, groups, edit, skip, delete, audit, retention, stats.
 //! - [`jobs`]: replay jobs and what a restart interrupted.
+//! - [`summary`]: the maintained per-group counts (groups and totals without counting rows).
+//! - [`scope`]: what an API user limited to some vhosts sees.
 //! - [`filter`], [`record`], [`time`]: the API's filters, record JSON and times.
 //!
 //! [`Archive`] is the handle: one connection behind a mutex, used from blocking threads.
@@ -20,8 +22,10 @@ pub mod ops;
 pub mod postgres;
 pub mod record;
 pub mod schema;
+pub mod scope;
 pub mod sql;
 pub mod sqlite;
+pub mod summary;
 pub mod time;
 
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -8,7 +8,9 @@ use crate::extract::NewRecord;
 use crate::filter::{Filter, group_by, order_by};
 use crate::json::{json_to_table, table_to_json};
 use crate::record::{RECORD_COLUMNS, Record, payload_json, status};
+use crate::scope;
 use crate::sql::{Cell, Conn, Param, transaction};
+use crate::summary;
 use crate::time::{format_ms, now_ms};
 
 /// Which records an operation applies to.
@@ -45,53 +47,77 @@ impl Selection {
     }
 }
 
-/// Rows per multi-row INSERT.
-const INSERT_CHUNK: usize = 100;
+/// Rows per multi-row INSERT on PostgreSQL (one round trip each); SQLite runs one prepared
+/// single-row INSERT per record (no round trips to save, and the statement is reused).
+const INSERT_CHUNK: usize = 250;
+/// Columns per inserted row.
+const INSERT_WIDTH: usize = 23;
 const INSERT_COLS: &str = "stable_key, vhost, queue, original_queue, original_exchange, \
     original_routing_keys, reason, death_count, message_id, correlation_id, message_key, \
     content_type, properties, headers, amqp_properties, payload, payload_bytes, error_message, \
     error_stacktrace, error_fingerprint, status, created_at, updated_at";
 
+/// The INSERT of `rows` records.
+fn insert_sql(rows: usize) -> String {
+    let row = format!("({})", vec!["?"; INSERT_WIDTH].join(", "));
+    format!(
+        "INSERT INTO dead_letters ({INSERT_COLS}) VALUES {} ON CONFLICT (stable_key) DO NOTHING",
+        vec![row; rows].join(", ")
+    )
+}
+
+/// A record's parameters, in [`INSERT_COLS`] order (the body is shared, not copied).
+fn insert_params(r: &NewRecord, p: &mut Vec<Param>) {
+    p.extend([
+        Param::from(r.stable_key.clone()),
+        r.vhost.clone().into(),
+        r.queue.clone().into(),
+        r.original_queue.clone().into(),
+        r.original_exchange.clone().into(),
+        serde_json::to_string(&r.original_routing_keys)
+            .unwrap_or_else(|_| "[]".into())
+            .into(),
+        r.reason.clone().into(),
+        r.death_count.into(),
+        r.message_id.clone().into(),
+        r.correlation_id.clone().into(),
+        r.key.clone().into(),
+        r.content_type.clone().into(),
+        r.properties.to_string().into(),
+        r.headers.as_str().into(),
+        Param::Shared(r.amqp_properties.clone()),
+        Param::Shared(r.payload.clone()),
+        (r.payload.len() as i64).into(),
+        r.error_message.clone().into(),
+        r.error_stacktrace.clone().into(),
+        r.error_fingerprint.clone().into(),
+        status::PENDING.into(),
+        r.created_at.into(),
+        r.created_at.into(),
+    ]);
+}
+
 /// Inserts records in one transaction; a record whose `stable_key` exists is left alone.
 /// Returns how many were new.
 pub fn insert_batch(c: &mut dyn Conn, recs: &[NewRecord]) -> Result<u64, ArchiveError> {
+    let chunk = match c.dialect() {
+        crate::sql::Dialect::Sqlite => 1,
+        crate::sql::Dialect::Postgres => INSERT_CHUNK,
+    };
+    let full = insert_sql(chunk);
     transaction(c, |c| {
         let mut n = 0;
-        for chunk in recs.chunks(INSERT_CHUNK) {
-            let row = format!("({})", vec!["?"; 23].join(", "));
-            let sql = format!(
-                "INSERT INTO dead_letters ({INSERT_COLS}) VALUES {} ON CONFLICT (stable_key) DO NOTHING",
-                vec![row; chunk.len()].join(", ")
-            );
-            let mut p = Vec::with_capacity(chunk.len() * 23);
-            for r in chunk {
-                p.extend([
-                    Param::from(r.stable_key.clone()),
-                    r.vhost.clone().into(),
-                    r.queue.clone().into(),
-                    r.original_queue.clone().into(),
-                    r.original_exchange.clone().into(),
-                    json!(r.original_routing_keys).to_string().into(),
-                    r.reason.clone().into(),
-                    r.death_count.into(),
-                    r.message_id.clone().into(),
-                    r.correlation_id.clone().into(),
-                    r.key.clone().into(),
-                    r.content_type.clone().into(),
-                    r.properties.to_string().into(),
-                    r.headers.to_string().into(),
-                    Param::Bytes(r.amqp_properties.to_vec()),
-                    Param::Bytes(r.payload.to_vec()),
-                    (r.payload.len() as i64).into(),
-                    r.error_message.clone().into(),
-                    r.error_stacktrace.clone().into(),
-                    r.error_fingerprint.clone().into(),
-                    status::PENDING.into(),
-                    r.created_at.into(),
-                    r.created_at.into(),
-                ]);
+        let mut p = Vec::with_capacity(chunk * INSERT_WIDTH);
+        for rows in recs.chunks(chunk) {
+            p.clear();
+            for r in rows {
+                insert_params(r, &mut p);
             }
-            n += c.exec(&sql, &p)?;
+            n += if rows.len() == chunk {
+                c.exec(&full, &p)?
+            } else {
+                c.exec(&insert_sql(rows.len()), &p)?
+            };
         }
         Ok(n)
     })
@@ -114,15 +140,35 @@ pub fn list(
 ) -> Result<(Vec<Record>, i64), ArchiveError> {
     let (cond, params) = f.to_sql(c.dialect())?;
     let order = order_by(sort)?;
-    let total = count(
-        c,
-        &format!("SELECT COUNT(*) FROM dead_letters WHERE {cond}"),
-        &params,
-    )?;
+    let total = if summary::answers(f) {
+        count(
+            c,
+            &format!(
+                "SELECT CAST(COALESCE(SUM(records), 0) AS BIGINT) FROM dead_letter_groups WHERE {cond}"
+            ),
+            &params,
+        )?
+    } else {
+        count(
+            c,
+            &format!("SELECT COUNT(*) FROM dead_letters WHERE {cond}"),
+            &params,
+        )?
+    };
     let offset = page.saturating_sub(1).saturating_mul(page_size);
-    let sql = format!(
-        "SELECT {RECORD_COLUMNS} FROM dead_letters WHERE {cond} ORDER BY {order} LIMIT {page_size} OFFSET {offset}"
-    );
+    // A deep page skips its offset over ids only (an index-only scan: `dead_letters_id` on
+    // SQLite, the primary key on PostgreSQL), then reads the page's records.
+    let sql = if offset == 0 {
+        format!(
+            "SELECT {RECORD_COLUMNS} FROM dead_letters WHERE {cond} ORDER BY {order} LIMIT {page_size}"
+        )
+    } else {
+        format!(
+            "SELECT {RECORD_COLUMNS} FROM dead_letters WHERE id IN \
+             (SELECT id FROM dead_letters WHERE {cond} ORDER BY {order} LIMIT {page_size} OFFSET {offset}) \
+             ORDER BY {order}"
+        )
+    };
     let rows = c.query(&sql, &params)?;
     Ok((
         rows.iter().filter_map(|r| Record::from_row(r)).collect(),
@@ -166,6 +212,9 @@ pub fn groups(c: &mut dyn Conn, by: Option<&str>, f: &Filter) -> Result<Vec<Valu
     let cols = group_by(by)?;
     let (cond, params) = f.to_sql(c.dialect())?;
     let list = cols.join(", ");
+    if summary::answers(f) && summary::groups_by(&cols) {
+        return groups_from_summary(c, &cols, &cond, &params);
+    }
     let sql = format!(
         "SELECT {list}, COUNT(*), MIN(created_at), MAX(created_at) \
          FROM dead_letters WHERE {cond} GROUP BY {list} ORDER BY COUNT(*) DESC"
@@ -216,6 +265,45 @@ pub fn groups(c: &mut dyn Conn, by: Option<&str>, f: &Filter) -> Result<Vec<Valu
         out.push(Value::Object(m));
     }
     Ok(out)
+}
+
+/// [`groups`] read from `dead_letter_groups` (its columns are named as the records' ones, so the
+/// filter's condition applies as is).
+fn groups_from_summary(
+    c: &mut dyn Conn,
+    cols: &[String],
+    cond: &str,
+    params: &[Param],
+) -> Result<Vec<Value>, ArchiveError> {
+    let list = cols.join(", ");
+    let rows = c.query(
+        &format!(
+            "SELECT {list}, CAST(SUM(records) AS BIGINT), MIN(oldest), MAX(newest), MIN(error_message) \
+             FROM dead_letter_groups WHERE {cond} GROUP BY {list} ORDER BY SUM(records) DESC"
+        ),
+        params,
+    )?;
+    let n = cols.len();
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let mut m = serde_json::Map::new();
+            for (i, col) in cols.iter().enumerate() {
+                m.insert(
+                    col.clone(),
+                    r[i].opt_text().map_or(Value::Null, Value::from),
+                );
+            }
+            m.insert("count".into(), json!(r[n].int()));
+            m.insert("oldest".into(), json!(format_ms(r[n + 1].int())));
+            m.insert("newest".into(), json!(format_ms(r[n + 2].int())));
+            m.insert(
+                "error_message".into(),
+                r[n + 3].opt_text().map_or(Value::Null, Value::from),
+            );
+            Value::Object(m)
+        })
+        .collect())
 }
 
 /// An edit of a record before a replay.
@@ -294,7 +382,8 @@ pub fn edit(
     get(c, id)
 }
 
-/// Writes an audit row.
+/// Writes an audit row, with the vhosts it touched (those of the selected records, or of the
+/// job's records).
 pub fn audit(
     c: &mut dyn Conn,
     actor: &str,
@@ -304,8 +393,23 @@ pub fn audit(
     result: &Value,
     job: Option<i64>,
 ) -> Result<(), ArchiveError> {
+    audit_row(c, actor, action, sel, note, result, job, None)
+}
+
+/// [`audit`] with the touched vhosts given (read before the records went away).
+#[allow(clippy::too_many_arguments)]
+fn audit_row(
+    c: &mut dyn Conn,
+    actor: &str,
+    action: &str,
+    sel: &Selection,
+    note: Option<&str>,
+    result: &Value,
+    job: Option<i64>,
+    vhosts: Option<&[String]>,
+) -> Result<(), ArchiveError> {
     let (ids, filter) = sel.audit_parts();
-    c.exec(
+    let id = c.insert_id(
         "INSERT INTO dead_letter_audit (at, actor, action, record_ids, filter, note, result, job_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         &[
             now_ms().into(),
@@ -318,6 +422,20 @@ pub fn audit(
             job.into(),
         ],
     )?;
+    match vhosts {
+        Some(vs) => {
+            for v in vs {
+                c.exec(
+                    "INSERT INTO dead_letter_audit_vhosts (audit_id, vhost) VALUES (?, ?)",
+                    &[id.into(), v.as_str().into()],
+                )?;
+            }
+        }
+        None => {
+            let (cond, p) = sel.to_sql(c)?;
+            scope::record_audit_vhosts(c, id, &cond, &p, job)?;
+        }
+    }
     Ok(())
 }
 
@@ -365,6 +483,14 @@ pub fn delete(
 ) -> Result<u64, ArchiveError> {
     let (cond, p) = sel.to_sql(c)?;
     transaction(c, |c| {
+        let vhosts: Vec<String> = c
+            .query(
+                &format!("SELECT DISTINCT vhost FROM dead_letters WHERE {cond}"),
+                &p,
+            )?
+            .iter()
+            .map(|r| r[0].text())
+            .collect();
         c.exec(
             &format!(
                 "DELETE FROM dead_letter_history WHERE record_id IN (SELECT id FROM dead_letters WHERE {cond})"
@@ -372,20 +498,38 @@ pub fn delete(
             &p,
         )?;
         let n = c.exec(&format!("DELETE FROM dead_letters WHERE {cond}"), &p)?;
-        audit(c, actor, "delete", sel, note, &json!({"deleted": n}), None)?;
+        audit_row(
+            c,
+            actor,
+            "delete",
+            sel,
+            note,
+            &json!({"deleted": n}),
+            None,
+            Some(&vhosts),
+        )?;
         Ok(n)
     })
 }
 
 /// Audit rows, newest first, filtered by `record_id`, `action`, `actor`, `since`, `until`.
+///
+/// `visible_to`: a user limited to some vhosts sees their own actions and those that touched
+/// only records of those vhosts (`scope::audit_visible`); `None`: every row.
 pub fn list_audit(
     c: &mut dyn Conn,
     terms: &std::collections::BTreeMap<String, String>,
     page: u64,
     page_size: u64,
+    visible_to: Option<(&str, &[String])>,
 ) -> Result<(Vec<Value>, i64), ArchiveError> {
     let mut conds = vec!["1 = 1".to_string()];
     let mut p: Vec<Param> = Vec::new();
+    if let Some((user, vhosts)) = visible_to {
+        let (cond, mut vp) = scope::audit_visible(user, vhosts);
+        conds.push(cond);
+        p.append(&mut vp);
+    }
     for (k, v) in terms {
         match k.as_str() {
             "action" | "actor" => {
@@ -486,6 +630,7 @@ pub fn retention(
             if n > 0 {
                 let f = Filter {
                     terms: [("until".to_string(), t.to_string())].into(),
+                    vhosts: None,
                 };
                 audit(
                     c,
@@ -505,7 +650,7 @@ pub fn retention(
     if let Some(max) = max_bytes.filter(|m| *m > 0) {
         let total = count(
             c,
-            "SELECT CAST(COALESCE(SUM(payload_bytes), 0) AS BIGINT) FROM dead_letters",
+            "SELECT CAST(COALESCE(SUM(payload_bytes), 0) AS BIGINT) FROM dead_letter_groups",
             &[],
         )?;
         if total > max {
@@ -532,7 +677,7 @@ pub fn retention(
                     )?;
                     let n = c.exec("DELETE FROM dead_letters WHERE id <= ?", &[upto.into()])?;
                     bump_counter(c, "size_cap_deleted", n)?;
-                    audit(
+                    audit_row(
                         c,
                         "charon",
                         "size-cap",
@@ -540,6 +685,7 @@ pub fn retention(
                         None,
                         &json!({"deleted": n, "up_to_id": upto}),
                         None,
+                        Some(&[]),
                     )?;
                     Ok(n)
                 })?;
@@ -552,13 +698,13 @@ pub fn retention(
 /// Totals: records, payload bytes, counts by status, counters.
 pub fn stats(c: &mut dyn Conn) -> Result<Value, ArchiveError> {
     let rows = c.query(
-        "SELECT COUNT(*), CAST(COALESCE(SUM(payload_bytes), 0) AS BIGINT) FROM dead_letters",
+        "SELECT CAST(COALESCE(SUM(records), 0) AS BIGINT), CAST(COALESCE(SUM(payload_bytes), 0) AS BIGINT) FROM dead_letter_groups",
         &[],
     )?;
     let (records, bytes) = rows.first().map_or((0, 0), |r| (r[0].int(), r[1].int()));
     let mut by_status = serde_json::Map::new();
     for r in c.query(
-        "SELECT status, COUNT(*) FROM dead_letters GROUP BY status",
+        "SELECT status, CAST(SUM(records) AS BIGINT) FROM dead_letter_groups GROUP BY status",
         &[],
     )? {
         by_status.insert(r[0].text(), json!(r[1].int()));

@@ -1,7 +1,9 @@
 //! The server backend: PostgreSQL through `postgres` (the blocking face of `tokio-postgres`),
 //! used only from the archive's own blocking threads.
 
-use postgres::types::{ToSql, Type};
+use std::collections::HashMap;
+
+use postgres::types::{IsNull, ToSql, Type};
 
 use crate::error::ArchiveError;
 use crate::sql::{Cell, Conn, Dialect, Param};
@@ -10,7 +12,12 @@ use crate::sql::{Cell, Conn, Dialect, Param};
 pub struct Postgres {
     /// Always `Some` but while dropping.
     client: Option<postgres::Client>,
+    /// Prepared statements by SQL text (one parse per distinct statement and connection).
+    statements: HashMap<String, postgres::Statement>,
 }
+
+/// At most this many prepared statements are kept (filters make SQL texts vary).
+const STATEMENTS: usize = 256;
 
 impl Drop for Postgres {
     fn drop(&mut self) {
@@ -36,6 +43,7 @@ impl Postgres {
         let client = postgres::Client::connect(url, postgres::NoTls)?;
         Ok(Postgres {
             client: Some(client),
+            statements: HashMap::new(),
         })
     }
 
@@ -62,16 +70,57 @@ fn renumber(sql: &str) -> String {
     out
 }
 
-fn params(p: &[Param]) -> Vec<Box<dyn ToSql + Sync>> {
-    p.iter()
-        .map(|p| -> Box<dyn ToSql + Sync> {
-            match p {
-                Param::Text(s) => Box::new(s.clone()),
-                Param::Int(i) => Box::new(*i),
-                Param::Bytes(b) => Box::new(b.clone()),
-            }
-        })
-        .collect()
+/// Parameters are bound by reference, checked against the statement's types as their Rust
+/// types would be (`Option<String>`, `Option<i64>`, bytes).
+impl ToSql for Param {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        match self {
+            Param::Text(s) => s.as_deref().to_sql(ty, out),
+            Param::Int(i) => i.to_sql(ty, out),
+            Param::Bytes(b) => b.as_slice().to_sql(ty, out),
+            Param::Shared(b) => (&b[..]).to_sql(ty, out),
+        }
+    }
+
+    fn accepts(_ty: &Type) -> bool {
+        true
+    }
+
+    fn to_sql_checked(
+        &self,
+        ty: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        match self {
+            Param::Text(s) => s.as_deref().to_sql_checked(ty, out),
+            Param::Int(i) => i.to_sql_checked(ty, out),
+            Param::Bytes(b) => b.as_slice().to_sql_checked(ty, out),
+            Param::Shared(b) => (&b[..]).to_sql_checked(ty, out),
+        }
+    }
+}
+
+impl Postgres {
+    /// The prepared statement of `sql` (`?` placeholders), prepared once per connection.
+    fn statement(&mut self, sql: &str) -> Result<postgres::Statement, ArchiveError> {
+        if let Some(st) = self.statements.get(sql) {
+            return Ok(st.clone());
+        }
+        let st = self.client()?.prepare(&renumber(sql))?;
+        if self.statements.len() >= STATEMENTS {
+            self.statements.clear();
+        }
+        self.statements.insert(sql.to_string(), st.clone());
+        Ok(st)
+    }
+}
+
+fn refs(p: &[Param]) -> Vec<&(dyn ToSql + Sync)> {
+    p.iter().map(|p| p as &(dyn ToSql + Sync)).collect()
 }
 
 fn cell(row: &postgres::Row, i: usize) -> Result<Cell, ArchiveError> {
@@ -107,15 +156,13 @@ impl Conn for Postgres {
     }
 
     fn exec(&mut self, sql: &str, p: &[Param]) -> Result<u64, ArchiveError> {
-        let boxed = params(p);
-        let refs: Vec<&(dyn ToSql + Sync)> = boxed.iter().map(|b| b.as_ref()).collect();
-        Ok(self.client()?.execute(renumber(sql).as_str(), &refs)?)
+        let st = self.statement(sql)?;
+        Ok(self.client()?.execute(&st, &refs(p))?)
     }
 
     fn query(&mut self, sql: &str, p: &[Param]) -> Result<Vec<Vec<Cell>>, ArchiveError> {
-        let boxed = params(p);
-        let refs: Vec<&(dyn ToSql + Sync)> = boxed.iter().map(|b| b.as_ref()).collect();
-        let rows = self.client()?.query(renumber(sql).as_str(), &refs)?;
+        let st = self.statement(sql)?;
+        let rows = self.client()?.query(&st, &refs(p))?;
         rows.iter()
             .map(|r| (0..r.len()).map(|i| cell(r, i)).collect())
             .collect()

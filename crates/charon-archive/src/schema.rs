@@ -94,15 +94,24 @@ CREATE TABLE archive_counters (
 );
 ";
 
+/// Migration 2: the vhosts each audit row touched (what a user limited to some vhosts sees).
+const V2_AUDIT_VHOSTS: &str = "
+CREATE TABLE dead_letter_audit_vhosts (
+    audit_id BIGINT NOT NULL,
+    vhost TEXT NOT NULL,
+    PRIMARY KEY (audit_id, vhost)
+);
+";
+
 /// Every migration, in order (index + 1 = version).
-const MIGRATIONS: &[&str] = &[V1];
+const MIGRATIONS: &[&str] = &[V1, V2_AUDIT_VHOSTS, crate::summary::V3_GROUPS];
 
 fn render(sql: &str, d: Dialect) -> String {
     let (id, blob) = match d {
         Dialect::Sqlite => ("INTEGER PRIMARY KEY AUTOINCREMENT", "BLOB"),
         Dialect::Postgres => ("BIGSERIAL PRIMARY KEY", "BYTEA"),
     };
-    sql.replace("{ID}", id).replace("{BLOB}", blob)
+    crate::summary::render(&sql.replace("{ID}", id).replace("{BLOB}", blob), d)
 }
 
 /// The advisory lock key of the archive's migrations on PostgreSQL ("charon" in ASCII).

@@ -12,6 +12,19 @@ pub enum Param {
     Int(Option<i64>),
     /// Bytes.
     Bytes(Vec<u8>),
+    /// Bytes shared with the caller (a message body: bound without a copy).
+    Shared(bytes::Bytes),
+}
+
+impl Param {
+    /// The bytes of a `Bytes` or `Shared` parameter.
+    pub fn as_bytes(&self) -> Option<&[u8]> {
+        match self {
+            Param::Bytes(b) => Some(b),
+            Param::Shared(b) => Some(b),
+            _ => None,
+        }
+    }
 }
 
 impl From<&str> for Param {

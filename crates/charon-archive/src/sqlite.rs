@@ -1,6 +1,7 @@
 //! The embedded backend: SQLite (bundled), WAL, `synchronous=NORMAL`.
 
-use rusqlite::types::{Value as SqlValue, ValueRef};
+use rusqlite::ToSql;
+use rusqlite::types::{ToSqlOutput, ValueRef};
 
 use crate::error::ArchiveError;
 use crate::sql::{Cell, Conn, Dialect, Param};
@@ -25,18 +26,27 @@ impl Sqlite {
         let conn = rusqlite::Connection::open(path)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
+        // A page cache of 64 MiB and reads through a memory map (the default 2 MiB cache made the
+        // group and list queries read pages with pread over and over).
+        conn.pragma_update(None, "cache_size", -65536)?;
+        conn.pragma_update(None, "mmap_size", 256i64 << 20)?;
+        conn.pragma_update(None, "temp_store", "MEMORY")?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
-        conn.set_prepared_statement_cache_capacity(64);
+        conn.set_prepared_statement_cache_capacity(128);
         Ok(Sqlite { conn })
     }
 }
 
-fn value(p: &Param) -> SqlValue {
-    match p {
-        Param::Text(Some(s)) => SqlValue::Text(s.clone()),
-        Param::Int(Some(i)) => SqlValue::Integer(*i),
-        Param::Bytes(b) => SqlValue::Blob(b.clone()),
-        Param::Text(None) | Param::Int(None) => SqlValue::Null,
+/// Parameters are bound by reference (no copy of text or bodies).
+impl ToSql for Param {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::Borrowed(match self {
+            Param::Text(Some(s)) => ValueRef::Text(s.as_bytes()),
+            Param::Int(Some(i)) => ValueRef::Integer(*i),
+            Param::Bytes(b) => ValueRef::Blob(b),
+            Param::Shared(b) => ValueRef::Blob(b),
+            Param::Text(None) | Param::Int(None) => ValueRef::Null,
+        }))
     }
 }
 
@@ -47,14 +57,14 @@ impl Conn for Sqlite {
 
     fn exec(&mut self, sql: &str, params: &[Param]) -> Result<u64, ArchiveError> {
         let mut st = self.conn.prepare_cached(sql)?;
-        let n = st.execute(rusqlite::params_from_iter(params.iter().map(value)))?;
+        let n = st.execute(rusqlite::params_from_iter(params.iter()))?;
         Ok(n as u64)
     }
 
     fn query(&mut self, sql: &str, params: &[Param]) -> Result<Vec<Vec<Cell>>, ArchiveError> {
         let mut st = self.conn.prepare_cached(sql)?;
         let cols = st.column_count();
-        let mut rows = st.query(rusqlite::params_from_iter(params.iter().map(value)))?;
+        let mut rows = st.query(rusqlite::params_from_iter(params.iter()))?;
         let mut out = Vec::new();
         while let Some(r) = rows.next()? {
             let mut row = Vec::with_capacity(cols);

@@ -24,7 +24,7 @@ fn rec(key: &str, oq: &str, err: &str, body: &[u8], at: i64) -> NewRecord {
         key: Some(key.into()),
         content_type: Some("text/plain".into()),
         properties: json!({"message_id": key}),
-        headers: json!({"tenant": oq, "n": 7, "x-exception-message": err}),
+        headers: json!({"tenant": oq, "n": 7, "x-exception-message": err}).to_string(),
         amqp_properties: Bytes::new(),
         payload: Bytes::copy_from_slice(body),
         error_message: Some(err.into()),
@@ -209,14 +209,14 @@ fn exercise(a: &Archive) {
         let n =
             ops::delete(c, &Selection::Ids(vec![b_id]), "dave", Some("obsolete")).expect("delete");
         assert_eq!(n, 1);
-        let (audit, _) = ops::list_audit(c, &Default::default(), 1, 100).expect("audit");
+        let (audit, _) = ops::list_audit(c, &Default::default(), 1, 100, None).expect("audit");
         let actions: Vec<&str> = audit.iter().filter_map(|r| r["action"].as_str()).collect();
         assert_eq!(actions, vec!["delete", "replay", "skip", "edit"]);
         assert_eq!(audit[0]["actor"], "dave");
         assert_eq!(audit[0]["result"]["deleted"], 1);
         let by_rec: std::collections::BTreeMap<String, String> =
             [("record_id".to_string(), id1.to_string())].into();
-        let (ra, _) = ops::list_audit(c, &by_rec, 1, 100).expect("audit");
+        let (ra, _) = ops::list_audit(c, &by_rec, 1, 100, None).expect("audit");
         assert_eq!(ra.len(), 1, "{ra:?}");
 
         // Retention: older than 7 s goes (k1); then a cap of 6 bytes removes the oldest left.

@@ -4,16 +4,22 @@
 //! - archived/s: from the first publish until the management API counts every record;
 //! - replay/s: one replay job of all of them to another queue, until the job is done;
 //! - the API's latency for a filtered list page, a sorted page, a group query and one record,
-//!   over every record the archive holds (run it repeatedly to grow the archive to 1,000,000).
+//!   over every record the archive holds (`--archive-preload 1000000` fills it first);
+//! - the CPU time per record of the broker (`--broker-pid`) and of the database server
+//!   (`--db-pid`) while archiving and while replaying.
+//!
+//! The messages look like dead letters: `x-death`, `x-first-death-*`, `x-exception-message` and
+//! a stack trace (20 original queues, 10 error causes), a unique `message_id`.
 
 use std::time::{Duration, Instant};
 
-use amq_protocol::types::{AMQPValue, FieldTable};
+use amq_protocol::protocol::basic::AMQPProperties;
+use amq_protocol::types::{AMQPValue, FieldArray, FieldTable, LongString};
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
 use crate::client::Connection;
-use crate::client::wire::PublishTemplate;
+use crate::proc_stats;
 use crate::uri::AmqpUri;
 use crate::{BenchArgs, BenchError};
 
@@ -75,6 +81,134 @@ async fn records_in(args: &BenchArgs, queue: &str) -> Result<u64, BenchError> {
     Ok(v["total"].as_u64().unwrap_or(0))
 }
 
+fn ls(s: &str) -> AMQPValue {
+    AMQPValue::LongString(LongString::from(s))
+}
+
+/// The properties of dead letter `i`: as a queue's dead-lettering and a Spring consumer leave
+/// them (original queue one of 20, error cause one of 10).
+fn dead_letter_props(i: u64, persistent: bool) -> AMQPProperties {
+    let q = format!("orders-{}", i % 20);
+    let mut death = FieldTable::default();
+    death.insert("count".into(), AMQPValue::LongLongInt(1));
+    death.insert("reason".into(), ls("rejected"));
+    death.insert("queue".into(), ls(&q));
+    death.insert("time".into(), AMQPValue::Timestamp(1_764_000_000));
+    death.insert("exchange".into(), ls("orders"));
+    death.insert(
+        "routing-keys".into(),
+        AMQPValue::FieldArray(FieldArray::from(vec![ls(&q)])),
+    );
+    let mut h = FieldTable::default();
+    h.insert(
+        "x-death".into(),
+        AMQPValue::FieldArray(FieldArray::from(vec![AMQPValue::FieldTable(death)])),
+    );
+    for (k, v) in [
+        ("x-first-death-queue", q.as_str()),
+        ("x-first-death-reason", "rejected"),
+        ("x-first-death-exchange", "orders"),
+        ("x-last-death-queue", q.as_str()),
+        ("x-last-death-reason", "rejected"),
+        ("x-last-death-exchange", "orders"),
+    ] {
+        h.insert(k.into(), ls(v));
+    }
+    let cause = i % 10;
+    h.insert(
+        "x-exception-message".into(),
+        ls(&format!("Order {i} could not be processed: cause {cause}")),
+    );
+    h.insert(
+        "x-exception-stacktrace".into(),
+        ls(&format!(
+            "com.example.OrderException: Order {i} could not be processed: cause {cause}\n\tat com.example.Orders.handle{cause}(Orders.java:{})\n\tat org.springframework.amqp.rabbit.listener.AbstractMessageListenerContainer.doInvokeListener(AbstractMessageListenerContainer.java:1651)\n\tat org.springframework.amqp.rabbit.listener.AbstractMessageListenerContainer.actualInvokeListener(AbstractMessageListenerContainer.java:1574)",
+            100 + cause
+        )),
+    );
+    let p = AMQPProperties::default()
+        .with_message_id(format!("m-{i}").into())
+        .with_content_type("application/json".into())
+        .with_headers(h);
+    if persistent {
+        p.with_delivery_mode(2)
+    } else {
+        p
+    }
+}
+
+/// Publishes `n` dead letters of `size` bytes to `queue` (ids from `first`).
+async fn publish_dead_letters(
+    c: &mut Connection,
+    queue: &str,
+    n: u64,
+    first: u64,
+    size: usize,
+    persistent: bool,
+) -> Result<(), BenchError> {
+    let mut sent = 0u64;
+    let mut buf = Vec::new();
+    while sent < n {
+        buf.clear();
+        let k = PUBLISH_BATCH.min(n - sent);
+        for j in 0..k {
+            let i = first + sent + j;
+            crate::retry_scenarios::publish(
+                &mut buf,
+                "",
+                queue,
+                dead_letter_props(i, persistent),
+                vec![b'x'; size],
+            )?;
+        }
+        c.writer.write_all(&buf).await.map_err(BenchError::Io)?;
+        sent += k;
+    }
+    Ok(())
+}
+
+/// Waits until archive queue `queue` has `n` records.
+async fn wait_records(
+    args: &BenchArgs,
+    queue: &str,
+    n: u64,
+    start: Instant,
+) -> Result<(), BenchError> {
+    let mut last_print = Instant::now();
+    loop {
+        let have = records_in(args, queue).await?;
+        if have >= n {
+            return Ok(());
+        }
+        if !args.quiet && last_print.elapsed() >= Duration::from_secs(1) {
+            eprintln!(
+                "archive {queue}: {have}/{n} records after {:.1}s",
+                start.elapsed().as_secs_f64()
+            );
+            last_print = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// CPU µs of (broker, database server) now.
+fn cpu(args: &BenchArgs) -> (Option<u64>, Option<u64>) {
+    (
+        args.broker_pid
+            .and_then(|p| proc_stats::sample(Some(p)))
+            .map(|s| s.cpu_us),
+        args.db_pid.and_then(proc_stats::tree_cpu_us),
+    )
+}
+
+/// µs per record between two [`cpu`] samples.
+fn per_record(a: Option<u64>, b: Option<u64>, n: u64) -> Value {
+    match (a, b) {
+        (Some(a), Some(b)) if n > 0 => json!(((b.saturating_sub(a)) as f64 / n as f64).round()),
+        _ => Value::Null,
+    }
+}
+
 /// Median of `runs` timings of GET `path`, in ms.
 async fn latency(args: &BenchArgs, path: &str, runs: usize) -> Result<f64, BenchError> {
     let mut t = Vec::with_capacity(runs);
@@ -116,42 +250,44 @@ pub async fn run_archive(args: BenchArgs) -> Result<Value, BenchError> {
             .as_u64()
             .unwrap_or(0);
 
+    // A big archive first (transient dead letters through a second archive queue).
+    if args.archive_preload > 0 {
+        let pre = format!("{}-archive-preload", args.queue_prefix);
+        let mut a = FieldTable::default();
+        a.insert("x-dead-letter-archive".into(), AMQPValue::Boolean(true));
+        admin.declare_queue_with(&pre, false, a).await?;
+        let have = records_in(&args, &pre).await?;
+        let mut p = Connection::open(&uri).await?;
+        let t = Instant::now();
+        publish_dead_letters(
+            &mut p,
+            &pre,
+            args.archive_preload,
+            1_000_000_000 + have,
+            args.size,
+            false,
+        )
+        .await?;
+        wait_records(&args, &pre, have + args.archive_preload, t).await?;
+        p.close().await;
+        if !args.quiet {
+            eprintln!(
+                "preloaded {} records in {:.1}s",
+                args.archive_preload,
+                t.elapsed().as_secs_f64()
+            );
+        }
+    }
+
     // Archive: publish everything, wait for every record.
     let mut publisher = Connection::open(&uri).await?;
-    let tpl = PublishTemplate::new(1, "", &queue, args.size, true, publisher.frame_max);
+    let cpu0 = cpu(&args);
     let start = Instant::now();
-    let mut sent = 0u64;
-    let mut buf = Vec::with_capacity(tpl.bytes.len() * PUBLISH_BATCH as usize);
-    while sent < n {
-        buf.clear();
-        let k = PUBLISH_BATCH.min(n - sent);
-        for _ in 0..k {
-            tpl.append(&mut buf, sent);
-        }
-        publisher
-            .writer
-            .write_all(&buf)
-            .await
-            .map_err(BenchError::Io)?;
-        sent += k;
-    }
+    publish_dead_letters(&mut publisher, &queue, n, 0, args.size, true).await?;
     let published = start.elapsed();
-    let mut last_print = Instant::now();
-    loop {
-        let have = records_in(&args, &queue).await?;
-        if have >= n {
-            break;
-        }
-        if !args.quiet && last_print.elapsed() >= Duration::from_secs(1) {
-            eprintln!(
-                "archive: {have}/{n} records after {:.1}s",
-                start.elapsed().as_secs_f64()
-            );
-            last_print = Instant::now();
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_records(&args, &queue, n, start).await?;
     let archived = start.elapsed();
+    let cpu1 = cpu(&args);
     publisher.close().await;
 
     // Replay all of them to `target`.
@@ -178,6 +314,7 @@ pub async fn run_archive(args: BenchArgs) -> Result<Value, BenchError> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let replayed_in = rstart.elapsed();
+    let cpu2 = cpu(&args);
     let replayed = info["replayed"].as_u64().unwrap_or(0);
     admin.delete_queue(&target).await?;
 
@@ -233,6 +370,12 @@ pub async fn run_archive(args: BenchArgs) -> Result<Value, BenchError> {
         "replay_seconds": secs(replayed_in),
         "replayed_per_sec": (replayed as f64 / secs(replayed_in)).round(),
         "records_before": before_total,
+        "cpu_us_per_record": {
+            "archive_broker": per_record(cpu0.0, cpu1.0, n),
+            "archive_db": per_record(cpu0.1, cpu1.1, n),
+            "replay_broker": per_record(cpu1.0, cpu2.0, replayed),
+            "replay_db": per_record(cpu1.1, cpu2.1, replayed),
+        },
         "records_queried": total,
         "latency_ms": {
             "list_filtered_page": list_filtered,
@@ -259,6 +402,13 @@ pub async fn run_archive(args: BenchArgs) -> Result<Value, BenchError> {
             "  replayed:  {:.0}/s ({replayed} in {:.2}s)",
             replayed as f64 / secs(replayed_in),
             secs(replayed_in)
+        );
+        println!(
+            "  CPU µs per record: archive broker {} db {}, replay broker {} db {}",
+            report["cpu_us_per_record"]["archive_broker"],
+            report["cpu_us_per_record"]["archive_db"],
+            report["cpu_us_per_record"]["replay_broker"],
+            report["cpu_us_per_record"]["replay_db"]
         );
         println!(
             "  API latency over {total} records (median of {runs}, ms): list filtered {list_filtered:.1}, list sorted {list_sorted:.1}, page 1000 {list_deep:.1}, groups {groups:.1}, get {get_one:.1}"

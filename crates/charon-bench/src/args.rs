@@ -78,6 +78,13 @@ pub struct BenchArgs {
     /// "retry": delay before each retry (ms).
     #[arg(long, default_value_t = 0)]
     pub retry_delay_ms: u64,
+    /// "retry" (native, with --broker-pid): first measure the broker's RSS per parked message.
+    #[arg(long)]
+    pub retry_memory: bool,
+    /// "retry": give every message its own `message_id` (distinct properties, as real
+    /// messages have: the broker cannot share one dead-lettered copy between messages).
+    #[arg(long)]
+    pub message_ids: bool,
     /// "delayed": the smallest x-delay (ms).
     #[arg(long, default_value_t = 10_000)]
     pub delay_base_ms: u64,
@@ -103,6 +110,14 @@ pub struct BenchArgs {
     /// Management API user:password ("archive" scenario).
     #[arg(long, default_value = "guest:guest")]
     pub http_auth: String,
+    /// "archive": first archive this many dead letters (transient, same headers and body size)
+    /// through a second archive queue, so that the queries run over a big archive (1,000,000).
+    #[arg(long, default_value_t = 0)]
+    pub archive_preload: u64,
+    /// "archive": PID of the database server (PostgreSQL's postmaster): its CPU time (and that
+    /// of its live backends and reaped children) per record is reported.
+    #[arg(long)]
+    pub db_pid: Option<u32>,
 }
 
 impl Default for BenchArgs {
@@ -127,9 +142,13 @@ impl Default for BenchArgs {
             retry_limit: 3,
             retry_mode: crate::retry_scenarios::RetryMode::Native,
             retry_delay_ms: 0,
+            retry_memory: false,
+            message_ids: false,
             delay_base_ms: 10_000,
             delay_spread_ms: 10_000,
             broker_pid: None,
+            archive_preload: 0,
+            db_pid: None,
             api: None,
             json: false,
             quiet: false,

@@ -57,6 +57,33 @@ pub(crate) fn reset_peak_rss(pid: u32) -> bool {
     fs::write(format!("/proc/{pid}/clear_refs"), "5").is_ok()
 }
 
+/// CPU time (µs) of `pid` with its reaped children (cutime+cstime) and its live children: a
+/// database server's work for its clients (PostgreSQL runs a process per connection).
+pub(crate) fn tree_cpu_us(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    // rest[11..15]: utime, stime, cutime, cstime.
+    let mut ticks: u64 = f.get(11..15)?.iter().sum();
+    for e in fs::read_dir("/proc").ok()?.flatten() {
+        let Some(child) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(st) = fs::read_to_string(format!("/proc/{child}/stat")) else {
+            continue;
+        };
+        let Some(close) = st.rfind(')') else { continue };
+        let fields: Vec<&str> = st[close + 1..].split_whitespace().collect();
+        if fields.get(1).and_then(|p| p.parse::<u32>().ok()) == Some(pid) {
+            ticks += stat_cpu_ticks(&st).unwrap_or(0);
+        }
+    }
+    Some(ticks * (1_000_000 / CLK_TCK))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,9 +6,10 @@
 //! `--retry-mode manual` (any broker, seed 003's topology): main queue dead-letters into a retry
 //! queue with `x-message-ttl = --retry-delay-ms` that dead-letters back into main; attempts read
 //! from the retry queue's `x-death` count. Reports retry cycles per second (pmessages × limit /
-//! time from the first publish to the last ack). In native mode with `--broker-pid` it first
-//! parks every message (one rejection each, with a 10-minute delay) and reports the broker's RSS
-//! per parked message beyond the same messages queued (`park_extra_bytes_per_msg`).
+//! time from the first publish to the last ack) and, with `--broker-pid`, the broker's CPU time
+//! (utime + stime from /proc) per cycle. In native mode with `--broker-pid --retry-memory` it
+//! first parks every message (one rejection each, with a 10-minute delay) and reports the
+//! broker's RSS per parked message beyond the same messages queued (`park_extra_bytes_per_msg`).
 //!
 //! **delayed**: `--pmessages` messages (default 100,000) to an `x-delayed-message` exchange with
 //! distinct delays spread evenly over `--delay-spread-ms` after `--delay-base-ms`; reports the
@@ -82,6 +83,8 @@ pub struct RetryReport {
     pub rss_queued_kib: Option<u64>,
     /// Broker RSS with every message parked (KiB).
     pub rss_parked_kib: Option<u64>,
+    /// retry with --broker-pid: broker CPU time (utime + stime) per retry cycle (µs).
+    pub broker_cpu_us_per_cycle: Option<f64>,
 }
 
 fn s(v: &str) -> AMQPValue {
@@ -117,7 +120,7 @@ async fn rpc_ok(c: &mut Connection, class: AMQPClass) -> Result<(), BenchError> 
 }
 
 /// Appends one publish with `props` and `body` to `out`.
-fn publish(
+pub(crate) fn publish(
     out: &mut Vec<u8>,
     exchange: &str,
     key: &str,
@@ -305,8 +308,8 @@ async fn retry(args: &BenchArgs, uri: &AmqpUri) -> Result<RetryReport, BenchErro
     let mut report = RetryReport {
         scenario: "retry".into(),
         params: format!(
-            "mode={mode:?} messages={n} limit={limit} delay_ms={delay} persistent={} prefetch={}",
-            args.persistent, args.prefetch
+            "mode={mode:?} messages={n} limit={limit} delay_ms={delay} persistent={} prefetch={} message_ids={}",
+            args.persistent, args.prefetch, args.message_ids
         ),
         messages: n,
         ..RetryReport::default()
@@ -321,7 +324,7 @@ async fn retry(args: &BenchArgs, uri: &AmqpUri) -> Result<RetryReport, BenchErro
     };
     match mode {
         RetryMode::Native => {
-            if args.broker_pid.is_some() {
+            if args.broker_pid.is_some() && args.retry_memory {
                 // Memory: n queued, then n parked (10 minutes), same messages.
                 let park = format!("{}-retry-park", args.queue_prefix);
                 admin.delete_queue(&park).await?;
@@ -392,10 +395,16 @@ async fn retry(args: &BenchArgs, uri: &AmqpUri) -> Result<RetryReport, BenchErro
     }
     let mut c = open(uri, args.prefetch).await?;
     c.consume(&main, false).await?;
+    let cpu_before = args.broker_pid.and_then(|p| proc_stats::sample(Some(p)));
     let start = Instant::now();
     let mut out = Vec::new();
     for i in 0..n {
-        publish(&mut out, "", &main, props(), i.to_le_bytes().repeat(2))?;
+        let p = if args.message_ids {
+            props().with_message_id(ShortString::from(format!("m-{i}")))
+        } else {
+            props()
+        };
+        publish(&mut out, "", &main, p, i.to_le_bytes().repeat(2))?;
         if out.len() > 1 << 20 {
             admin.writer.write_all(&out).await?;
             out.clear();
@@ -414,6 +423,11 @@ async fn retry(args: &BenchArgs, uri: &AmqpUri) -> Result<RetryReport, BenchErro
     })
     .await?;
     let elapsed = start.elapsed().as_secs_f64();
+    let cpu_after = args.broker_pid.and_then(|p| proc_stats::sample(Some(p)));
+    if let (Some(b), Some(a)) = (cpu_before, cpu_after) {
+        let cycles = (n * u64::from(limit)).max(1) as f64;
+        report.broker_cpu_us_per_cycle = Some(a.cpu_us.saturating_sub(b.cpu_us) as f64 / cycles);
+    }
     c.close().await;
     if let (Some(api), RetryMode::Native) = (&args.api, mode) {
         broker_side(

@@ -15,7 +15,7 @@ use axum::routing::{get, post};
 use base64::Engine;
 use charon_archive::filter::Filter;
 use charon_archive::ops::{self, Edit, Selection};
-use charon_archive::{ArchiveError, jobs};
+use charon_archive::{ArchiveError, jobs, scope};
 use charon_server::archive::ArchiveService;
 use charon_server::broker::Broker;
 use serde_json::{Value, json};
@@ -93,6 +93,70 @@ fn may_change(u: &AuthUser) -> Result<(), DlError> {
     Ok(u.may_set_policies()?)
 }
 
+/// The vhosts whose records `u` sees, as RabbitMQ's management API shows queues: every vhost for
+/// monitoring and administrator users (`None`), else those the user has permissions on.
+fn read_scope(b: &Broker, u: &AuthUser) -> Option<Vec<String>> {
+    (!u.is_monitor()).then(|| permitted(b, u))
+}
+
+/// The vhosts whose records `u` may change: every vhost for administrators, else those the
+/// user has permissions on (a monitoring policymaker sees all but changes only its own).
+fn write_scope(b: &Broker, u: &AuthUser) -> Option<Vec<String>> {
+    (!u.is_admin()).then(|| permitted(b, u))
+}
+
+fn permitted(b: &Broker, u: &AuthUser) -> Vec<String> {
+    b.vhosts()
+        .iter()
+        .filter(|v| b.may_access(&u.name, &v.name))
+        .map(|v| v.name.to_string())
+        .collect()
+}
+
+/// Limits a selection to `scope`: a filter gains the vhost condition, ids of records outside it
+/// are left out (as if they did not exist).
+async fn scoped(
+    svc: &Arc<ArchiveService>,
+    sel: Selection,
+    scope: Option<Vec<String>>,
+) -> Result<Selection, DlError> {
+    Ok(match sel {
+        Selection::Filter(f) => Selection::Filter(f.within(scope)),
+        Selection::Ids(ids) if scope.is_some() => Selection::Ids(
+            svc.run(move |c| scope::visible_ids(c, &ids, scope.as_deref()))
+                .await?,
+        ),
+        ids @ Selection::Ids(_) => ids,
+    })
+}
+
+/// Record `id` may be changed by `u`: 404 when `u` does not see it, 401 when `u` sees but may
+/// not change it.
+async fn check_writable(
+    b: &Broker,
+    svc: &Arc<ArchiveService>,
+    u: &AuthUser,
+    id: i64,
+) -> Result<(), DlError> {
+    let (read, write) = (read_scope(b, u), write_scope(b, u));
+    if write.is_none() {
+        return Ok(());
+    }
+    let (r, w) = svc
+        .run(move |c| {
+            Ok((
+                !scope::visible_ids(c, &[id], read.as_deref())?.is_empty(),
+                !scope::visible_ids(c, &[id], write.as_deref())?.is_empty(),
+            ))
+        })
+        .await?;
+    match (r, w) {
+        (_, true) => Ok(()),
+        (true, false) => Err(ApiError::not_authorised("Access refused.").into()),
+        (false, false) => Err(ApiError::NotFound.into()),
+    }
+}
+
 fn paging(q: &[(String, String)]) -> Result<(u64, u64), DlError> {
     let get = |k: &str, d: u64| -> Result<u64, DlError> {
         match q.iter().find(|(key, _)| key == k) {
@@ -113,11 +177,12 @@ fn param<'a>(q: &'a [(String, String)], k: &str) -> Option<&'a str> {
 
 async fn list(
     State(b): State<Arc<Broker>>,
-    _u: AuthUser,
+    u: AuthUser,
     Query(q): Query<Vec<(String, String)>>,
 ) -> Res {
     let svc = service(&b)?;
-    let filter = Filter::from_pairs(q.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
+    let filter = Filter::from_pairs(q.iter().map(|(k, v)| (k.as_str(), v.as_str())))?
+        .within(read_scope(&b, &u));
     let (page, size) = paging(&q)?;
     let sort = param(&q, "sort").map(str::to_string);
     let (items, total) = svc
@@ -134,11 +199,17 @@ fn parse_id(id: &str) -> Result<i64, DlError> {
     id.parse().map_err(|_| DlError::Api(ApiError::NotFound))
 }
 
-async fn get_one(State(b): State<Arc<Broker>>, _u: AuthUser, Path(id): Path<String>) -> Res {
+async fn get_one(State(b): State<Arc<Broker>>, u: AuthUser, Path(id): Path<String>) -> Res {
     let svc = service(&b)?;
     let id = parse_id(&id)?;
+    let sees = read_scope(&b, &u);
     let (rec, hist) = svc
-        .run(move |c| Ok((ops::get(c, id)?, ops::history(c, id)?)))
+        .run(move |c| {
+            if scope::visible_ids(c, &[id], sees.as_deref())?.is_empty() {
+                return Ok((None, Vec::new()));
+            }
+            Ok((ops::get(c, id)?, ops::history(c, id)?))
+        })
         .await?;
     let rec = rec.ok_or(ApiError::NotFound)?;
     let mut j = rec.to_json();
@@ -148,11 +219,12 @@ async fn get_one(State(b): State<Arc<Broker>>, _u: AuthUser, Path(id): Path<Stri
 
 async fn groups(
     State(b): State<Arc<Broker>>,
-    _u: AuthUser,
+    u: AuthUser,
     Query(q): Query<Vec<(String, String)>>,
 ) -> Res {
     let svc = service(&b)?;
-    let filter = Filter::from_pairs(q.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
+    let filter = Filter::from_pairs(q.iter().map(|(k, v)| (k.as_str(), v.as_str())))?
+        .within(read_scope(&b, &u));
     let by = param(&q, "by").map(str::to_string);
     let g = svc
         .run(move |c| ops::groups(c, by.as_deref(), &filter))
@@ -169,6 +241,7 @@ async fn edit(
     may_change(&u)?;
     let svc = service(&b)?;
     let id = parse_id(&id)?;
+    check_writable(&b, &svc, &u, id).await?;
     let payload = match body.get("payload") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => {
@@ -239,7 +312,7 @@ fn selection(body: &Value) -> Result<Selection, DlError> {
 async fn replay(State(b): State<Arc<Broker>>, u: AuthUser, Json(body): Json<Value>) -> Res {
     may_change(&u)?;
     let svc = service(&b)?;
-    let sel = selection(&body)?;
+    let sel = scoped(&svc, selection(&body)?, write_scope(&b, &u)).await?;
     if let Some(r) = body.get("rate")
         && !r.is_null()
         && r.as_f64().is_none_or(|r| r <= 0.0)
@@ -268,16 +341,37 @@ async fn replay(State(b): State<Arc<Broker>>, u: AuthUser, Json(body): Json<Valu
         .into_response())
 }
 
-async fn list_jobs(State(b): State<Arc<Broker>>, _u: AuthUser) -> Res {
+async fn list_jobs(State(b): State<Arc<Broker>>, u: AuthUser) -> Res {
     let svc = service(&b)?;
-    Ok(Json(Value::Array(svc.run(jobs::list).await?)).into_response())
+    let sees = read_scope(&b, &u);
+    let user = u.name.clone();
+    let all = svc
+        .run(move |c| {
+            let mut out = Vec::new();
+            for j in jobs::list(c)? {
+                let id = j.get("id").and_then(Value::as_i64).unwrap_or(-1);
+                if scope::job_visible(c, id, &user, sees.as_deref())? {
+                    out.push(j);
+                }
+            }
+            Ok(out)
+        })
+        .await?;
+    Ok(Json(Value::Array(all)).into_response())
 }
 
-async fn get_job(State(b): State<Arc<Broker>>, _u: AuthUser, Path(id): Path<String>) -> Res {
+async fn get_job(State(b): State<Arc<Broker>>, u: AuthUser, Path(id): Path<String>) -> Res {
     let svc = service(&b)?;
     let id = parse_id(&id)?;
+    let sees = read_scope(&b, &u);
+    let user = u.name.clone();
     let j = svc
-        .run(move |c| jobs::info(c, id))
+        .run(move |c| {
+            if !scope::job_visible(c, id, &user, sees.as_deref())? {
+                return Ok(None);
+            }
+            jobs::info(c, id)
+        })
         .await?
         .ok_or(ApiError::NotFound)?;
     Ok(Json(j).into_response())
@@ -287,6 +381,21 @@ async fn cancel_job(State(b): State<Arc<Broker>>, u: AuthUser, Path(id): Path<St
     may_change(&u)?;
     let svc = service(&b)?;
     let id = parse_id(&id)?;
+    let (sees, changes, user) = (read_scope(&b, &u), write_scope(&b, &u), u.name.clone());
+    let (r, w) = svc
+        .run(move |c| {
+            Ok((
+                scope::job_visible(c, id, &user, sees.as_deref())?,
+                scope::job_visible(c, id, &user, changes.as_deref())?,
+            ))
+        })
+        .await?;
+    if !r {
+        return Err(ApiError::NotFound.into());
+    }
+    if !w {
+        return Err(ApiError::not_authorised("Access refused.").into());
+    }
     let actor = u.name.clone();
     let was = svc.run(move |c| jobs::cancel(c, id, &actor)).await?;
     Ok(Json(json!({"job": id, "cancelled": was})).into_response())
@@ -295,7 +404,7 @@ async fn cancel_job(State(b): State<Arc<Broker>>, u: AuthUser, Path(id): Path<St
 async fn skip(State(b): State<Arc<Broker>>, u: AuthUser, Json(body): Json<Value>) -> Res {
     may_change(&u)?;
     let svc = service(&b)?;
-    let sel = selection(&body)?;
+    let sel = scoped(&svc, selection(&body)?, write_scope(&b, &u)).await?;
     let reason = body
         .get("reason")
         .and_then(Value::as_str)
@@ -312,7 +421,7 @@ async fn skip(State(b): State<Arc<Broker>>, u: AuthUser, Json(body): Json<Value>
 async fn delete_many(State(b): State<Arc<Broker>>, u: AuthUser, Json(body): Json<Value>) -> Res {
     may_change(&u)?;
     let svc = service(&b)?;
-    let sel = selection(&body)?;
+    let sel = scoped(&svc, selection(&body)?, write_scope(&b, &u)).await?;
     let note = body.get("note").and_then(Value::as_str).map(str::to_string);
     let actor = u.name.clone();
     let n = svc
@@ -325,6 +434,7 @@ async fn delete_one(State(b): State<Arc<Broker>>, u: AuthUser, Path(id): Path<St
     may_change(&u)?;
     let svc = service(&b)?;
     let id = parse_id(&id)?;
+    check_writable(&b, &svc, &u, id).await?;
     let actor = u.name.clone();
     let n = svc
         .run(move |c| ops::delete(c, &Selection::Ids(vec![id]), &actor, None))
@@ -337,14 +447,19 @@ async fn delete_one(State(b): State<Arc<Broker>>, u: AuthUser, Path(id): Path<St
 
 async fn audit(
     State(b): State<Arc<Broker>>,
-    _u: AuthUser,
+    u: AuthUser,
     Query(q): Query<Vec<(String, String)>>,
 ) -> Res {
     let svc = service(&b)?;
     let (page, size) = paging(&q)?;
     let terms: BTreeMap<String, String> = q.into_iter().collect();
+    let sees = read_scope(&b, &u);
+    let user = u.name.clone();
     let (items, total) = svc
-        .run(move |c| ops::list_audit(c, &terms, page, size))
+        .run(move |c| {
+            let visible = sees.as_deref().map(|v| (user.as_str(), v));
+            ops::list_audit(c, &terms, page, size, visible)
+        })
         .await?;
     Ok(
         Json(json!({"items": items, "total": total, "page": page, "page_size": size}))
@@ -352,13 +467,17 @@ async fn audit(
     )
 }
 
-async fn stats(State(b): State<Arc<Broker>>, _u: AuthUser) -> Res {
+/// Archive-wide figures (every vhost): monitoring and administrator users, as RabbitMQ's node
+/// figures.
+async fn stats(State(b): State<Arc<Broker>>, u: AuthUser) -> Res {
+    u.require_monitor()?;
     let svc = service(&b)?;
     Ok(Json(svc.run(ops::stats).await?).into_response())
 }
 
+/// Runs retention over the whole archive (every vhost): administrators.
 async fn retention(State(b): State<Arc<Broker>>, u: AuthUser) -> Res {
-    may_change(&u)?;
+    u.require_admin()?;
     let svc = service(&b)?;
     let (aged, capped) = svc.retention_now().await?;
     Ok(Json(json!({"retention_deleted": aged, "size_cap_deleted": capped})).into_response())

@@ -23,6 +23,7 @@ pub mod auth;
 pub mod connections;
 pub mod dead_letters;
 pub mod definitions;
+pub mod dl_errors_json;
 pub mod dlq;
 pub mod error;
 pub mod exchanges;

@@ -287,6 +287,31 @@ pub async fn render(broker: &Broker) -> String {
             );
         }
     }
+    let name = "charon_queue_dead_lettered_errors_total";
+    o.family(
+        name,
+        "counter",
+        "Messages dead-lettered from a queue carrying an error header, by reason and error \
+         fingerprint (at most 100 fingerprints per queue, the rest as \"other\")",
+    );
+    for q in &queues {
+        for e in &q.details.errors {
+            for (i, r) in REASONS.iter().enumerate() {
+                if e.by_reason[i] > 0 {
+                    o.sample(
+                        name,
+                        &[
+                            ("vhost", &q.vhost),
+                            ("queue", &q.name),
+                            ("reason", r.as_str()),
+                            ("fingerprint", &e.fingerprint),
+                        ],
+                        e.by_reason[i] as f64,
+                    );
+                }
+            }
+        }
+    }
     let name = "charon_queue_discarded_total";
     o.family(
         name,

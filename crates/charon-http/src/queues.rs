@@ -85,6 +85,7 @@ pub fn queue_json(broker: &Broker, q: &QueueInfo) -> Value {
         },
         "dead_letter_exchange": q.dead_letter_exchange,
         "dead_lettered": dead_lettered,
+        "dead_lettered_errors": crate::dl_errors_json::errors_json(&q.details.errors),
         "discarded": discarded,
         "dead_letters_dropped": {
             "dlx_missing": s.dead_letters_dropped_no_dlx,

@@ -36,6 +36,7 @@ mod frame;
 mod header;
 mod method;
 mod properties;
+pub mod raw_table;
 mod reply_code;
 mod table;
 mod wire;

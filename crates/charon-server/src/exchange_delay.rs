@@ -32,8 +32,9 @@ const CAPACITY: usize = 4096;
 /// A delayed message waiting for its time.
 #[derive(Debug, Clone)]
 pub struct Delayed {
-    /// When it is routed (ms, wall clock).
-    pub due: u64,
+    /// When it is routed (µs, wall clock: distinct for messages published in the same ms; a
+    /// recovered one is due at its stored enqueue ms + `x-delay`).
+    pub due_us: u64,
     /// The delayed exchange it was published to.
     pub exchange: Arc<str>,
     /// The message (its body may be on disk only, after a restart).
@@ -68,9 +69,11 @@ impl Waiting {
         }
     }
 
-    fn released(&self, exchange: &Arc<str>, due_ms: u64, at_us: u64) {
+    fn released(&self, exchange: &Arc<str>, due_us: u64, at_us: u64) {
         let mut m = self.1.lock().unwrap_or_else(|p| p.into_inner());
-        m.entry(exchange.clone()).or_default().record(due_ms, at_us);
+        m.entry(exchange.clone())
+            .or_default()
+            .record_us(due_us, at_us);
     }
 
     fn lateness(&self, exchange: &str) -> Option<LatenessSummary> {
@@ -167,14 +170,14 @@ async fn run(
     let mut pending: BTreeMap<(u64, u64), Delayed> = BTreeMap::new();
     for d in recovered {
         order += 1;
-        pending.insert((d.due, order), d);
+        pending.insert((d.due_us, order), d);
     }
     let mut batch = Vec::with_capacity(256);
     loop {
-        let now = now_ms();
+        let now = now_us();
         let sleep = pending
             .first_key_value()
-            .map(|((t, _), _)| std::time::Duration::from_millis(t.saturating_sub(now)));
+            .map(|((t, _), _)| std::time::Duration::from_micros(t.saturating_sub(now)));
         tokio::select! {
             n = rx.recv_many(&mut batch, 256) => {
                 if n == 0 {
@@ -182,7 +185,7 @@ async fn run(
                 }
                 for d in batch.drain(..) {
                     order += 1;
-                    pending.insert((d.due, order), d);
+                    pending.insert((d.due_us, order), d);
                 }
             }
             () = tokio::time::sleep(sleep.unwrap_or_default()), if sleep.is_some() => {}
@@ -190,15 +193,15 @@ async fn run(
         let Some(v) = vhost.upgrade() else {
             return;
         };
-        let now = now_ms();
+        let now = now_us();
         while let Some(entry) = pending.first_entry() {
             if entry.key().0 > now {
                 break;
             }
             let d = entry.remove();
             waiting.add(&d.exchange, -1);
-            waiting.released(&d.exchange, d.due, now_us());
-            release(&v, d, now).await;
+            waiting.released(&d.exchange, d.due_us, now_us());
+            release(&v, d, now / 1000).await;
         }
     }
 }
@@ -290,7 +293,10 @@ pub fn recover(
             let delay = delayed::delay_of(props.as_ref().and_then(|p| p.headers().as_ref()));
             first_seq = first_seq.max(e.id + 1);
             out.push(Delayed {
-                due: sm.enqueue_ms.saturating_add(delay.unwrap_or(0)),
+                due_us: sm
+                    .enqueue_ms
+                    .saturating_add(delay.unwrap_or(0))
+                    .saturating_mul(1000),
                 exchange: x.clone(),
                 message,
                 stored: Some(((sid, e.id), sm.id)),

@@ -83,7 +83,12 @@ fn value(i: usize) -> u64 {
 impl Lateness {
     /// A message due at `due_ms` was released at `now_us` (early releases count as 0).
     pub fn record(&mut self, due_ms: u64, now_us: u64) {
-        let late = now_us.saturating_sub(due_ms.saturating_mul(1000));
+        self.record_us(due_ms.saturating_mul(1000), now_us);
+    }
+
+    /// A message due at `due_us` was released at `now_us` (early releases count as 0).
+    pub fn record_us(&mut self, due_us: u64, now_us: u64) {
+        let late = now_us.saturating_sub(due_us);
         let counts = self.counts.get_or_insert_with(|| Box::new([0; BUCKETS]));
         let c = &mut counts[bucket(late)];
         *c = c.saturating_add(1);

@@ -192,6 +192,8 @@ pub(crate) enum DlqCommand {
     },
     /// Totals, counts by status, what retention removed.
     Stats,
+    /// Runs retention (`archive_retention`) and the size cap (`archive_max_bytes`) now.
+    Retention,
 }
 
 struct Http {
@@ -517,6 +519,9 @@ pub(crate) fn run(url: &str, user: &str, password: &str, cmd: DlqCommand) -> any
             }
         }
         DlqCommand::Stats => print_json(&http.call("GET", "/api/dead-letters/stats", None)?)?,
+        DlqCommand::Retention => {
+            print_json(&http.call("POST", "/api/dead-letters/retention", Some(&json!({})))?)?
+        }
     }
     Ok(())
 }

@@ -10,7 +10,10 @@
 mod cycles;
 mod headers;
 mod origin;
+pub(crate) mod raw;
 
+#[cfg(test)]
+mod raw_tests;
 #[cfg(test)]
 mod tests;
 
@@ -20,7 +23,7 @@ use charon_protocol::{BasicProperties, RawProperties};
 
 use crate::message::Message;
 use crate::routing::header_strings;
-pub use cycles::is_cycle;
+pub use cycles::{is_cycle, is_cycle_raw};
 pub use origin::original_target;
 
 /// Why a message left its queue other than by acknowledgement (the `reason` of `x-death`).
@@ -63,9 +66,9 @@ pub struct DeadLetterCopy {
     /// The new message: exchange = the DLX, routing key = the dead-letter routing key or the
     /// original one, headers updated.
     pub message: Message,
-    /// Its properties, decoded (headers-exchange routing and cycle detection read them: a dead
-    /// letter's properties are decoded once).
-    pub properties: BasicProperties,
+    /// Its properties, decoded, when the copy was made by decoding; `None` when it was made on
+    /// the encoded properties (the usual case: decode `message.properties` if needed).
+    pub properties: Option<BasicProperties>,
     /// Routing keys: the dead-letter routing key alone, or the original routing key + CC + BCC.
     pub routing_keys: Vec<Arc<str>>,
 }
@@ -89,6 +92,36 @@ pub fn make_copy(
     target: &DlxSettings,
     now_ms: u64,
 ) -> DeadLetterCopy {
+    let routing_key = target
+        .routing_key
+        .clone()
+        .unwrap_or_else(|| original.routing_key.clone());
+    // On the encoded properties when it means the same (no CC/BCC headers, no expiration, ...).
+    let death = headers::Death {
+        queue,
+        reason,
+        exchange: &original.exchange,
+        routing_keys: std::slice::from_ref(&original.routing_key),
+        time_secs: now_ms / 1000,
+    };
+    if let Some(p) = raw::update(&original.properties, &death, target.routing_key.is_some()) {
+        let routing_keys = match &target.routing_key {
+            Some(k) => vec![k.clone()],
+            None => std::iter::once(original.routing_key.clone())
+                .chain(original.bcc.iter().cloned())
+                .collect(),
+        };
+        return DeadLetterCopy {
+            message: Message::new(
+                target.exchange.clone(),
+                routing_key,
+                p,
+                original.body.clone(),
+            ),
+            properties: None,
+            routing_keys,
+        };
+    }
     let props = original.properties.decode().unwrap_or_default();
     let old_headers = props.headers().as_ref();
     let cc = header_strings(old_headers, "CC");
@@ -114,10 +147,6 @@ pub fn make_copy(
         },
         target.routing_key.is_some(),
     );
-    let routing_key = target
-        .routing_key
-        .clone()
-        .unwrap_or_else(|| original.routing_key.clone());
     DeadLetterCopy {
         message: Message::new(
             target.exchange.clone(),
@@ -125,7 +154,7 @@ pub fn make_copy(
             RawProperties::encode(&new_props),
             original.body.clone(),
         ),
-        properties: new_props,
+        properties: Some(new_props),
         routing_keys,
     }
 }

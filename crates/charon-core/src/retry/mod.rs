@@ -21,7 +21,10 @@ mod tests;
 
 use std::sync::Arc;
 
+use charon_protocol::raw_table as rt;
 use charon_protocol::{AMQPValue, RawProperties, ShortString};
+
+use crate::dead_letter::raw::editable;
 
 use crate::message::Message;
 
@@ -156,8 +159,15 @@ impl RetrySettings {
     }
 }
 
-/// The message's `x-retry-count` (0 when absent or not an integer).
+/// The message's `x-retry-count` (0 when absent or not an integer). Read from the encoded
+/// headers when they are editable in place (no decode), else decoded.
 pub fn retry_count(message: &Message) -> u32 {
+    if let Some((_, fields)) = editable(&message.properties) {
+        return rt::last(&fields, RETRY_COUNT_HEADER)
+            .and_then(|f| f.value.int())
+            .and_then(|i| u32::try_from(i).ok())
+            .unwrap_or(0);
+    }
     let Ok(props) = message.properties.decode() else {
         return 0;
     };
@@ -170,15 +180,69 @@ pub fn retry_count(message: &Message) -> u32 {
         .unwrap_or(0)
 }
 
-/// `message` with `x-retry-count` = `count` (body shared, paged bodies stay paged).
+/// `message` with `x-retry-count` = `count` (body shared, paged bodies stay paged). The
+/// encoded headers are edited in place when they can be (the other entries copied byte for
+/// byte), else decoded and encoded again: the same meaning either way.
 pub fn with_retry_count(message: &Message, count: u32) -> Message {
-    let props = message.properties.decode().unwrap_or_default();
+    let mut m = message.clone();
+    if let Some((split, fields)) = editable(&message.properties) {
+        let body = split.headers.unwrap_or_default();
+        let mut out = Vec::with_capacity(body.len() + 24);
+        for f in fields
+            .iter()
+            .filter(|f| f.key != RETRY_COUNT_HEADER.as_bytes())
+        {
+            out.extend_from_slice(f.bytes);
+        }
+        rt::put_key(&mut out, RETRY_COUNT_HEADER);
+        rt::put_i64(&mut out, i64::from(count));
+        m.properties = RawProperties::with_headers_body(&split, &out);
+        return m;
+    }
+    m.properties = with_retry_count_decoded(&message.properties, count);
+    m
+}
+
+/// [`with_retry_count`]'s decoding path.
+fn with_retry_count_decoded(raw: &RawProperties, count: u32) -> RawProperties {
+    let props = raw.decode().unwrap_or_default();
     let mut headers = props.headers().clone().unwrap_or_default();
     headers.insert(
         ShortString::from(RETRY_COUNT_HEADER),
         AMQPValue::LongLongInt(i64::from(count)),
     );
-    let mut m = message.clone();
-    m.properties = RawProperties::encode(&props.with_headers(headers));
-    m
+    RawProperties::encode(&props.with_headers(headers))
+}
+
+#[cfg(test)]
+mod raw_count_tests {
+    use charon_protocol::{AMQPValue, BasicProperties, FieldTable, RawProperties, ShortString};
+    use proptest::prelude::*;
+
+    use super::{with_retry_count, with_retry_count_decoded};
+    use crate::message::Message;
+
+    proptest! {
+        #[test]
+        fn edited_in_place_means_what_the_decoding_path_makes(
+            keys in prop::collection::vec("[a-z]{1,3}|x-retry-count", 0..4),
+            ints in prop::collection::vec(any::<i32>(), 4),
+            count in 0u32..10,
+            with_id in any::<bool>(),
+        ) {
+            let mut t = FieldTable::default();
+            for (k, v) in keys.iter().zip(&ints) {
+                t.insert(ShortString::from(k.as_str()), AMQPValue::LongInt(*v));
+            }
+            let mut p = BasicProperties::default().with_headers(t);
+            if with_id {
+                p = p.with_message_id(ShortString::from("id"));
+            }
+            let raw = RawProperties::encode(&p);
+            let m = Message::new("x", "k", raw.clone(), bytes::Bytes::new());
+            let fast = with_retry_count(&m, count);
+            prop_assert_eq!(fast.properties.decode().ok(), with_retry_count_decoded(&raw, count).decode().ok());
+            prop_assert_eq!(super::retry_count(&fast), count);
+        }
+    }
 }

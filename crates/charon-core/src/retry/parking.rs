@@ -2,7 +2,12 @@
 //! then by their id in the queue) and, for `retry-order-key`, the keys that are retrying with
 //! the messages held back behind them.
 //!
-//! A parked message costs one B-tree entry: key `(due, id)` (16 bytes) and value
+//! Due times are microseconds (wall clock) in memory, so messages parked in the same
+//! millisecond still have distinct due times and come back in the order they failed; the store
+//! keeps milliseconds ([`ParkedAt::due`], rounded up: after a restart a message comes back at
+//! most 1 ms later than it would have, never earlier).
+//!
+//! A parked message costs one B-tree entry: key `(due µs, id)` (16 bytes) and value
 //! ([`Parked`]: the shared message pointer as delivered, an optional key pointer and the
 //! attempt, 32 bytes) — it leaves the queue's unacked table, so it costs no more than a queued
 //! message; its `x-retry-count` header is written when it comes back. Releasing is
@@ -30,6 +35,7 @@ struct Hold {
     /// Other messages of this key that failed while it was retrying (they were in flight when
     /// it first failed), in order: each is parked when the one before it is settled, with its
     /// due time (no earlier than that).
+    /// Due times in µs.
     waiting: VecDeque<(u64, MsgId, Arc<Message>, u32)>,
     /// Later messages of this key, by their id in the queue (their place when released).
     held: BTreeMap<MsgId, Arc<Message>>,
@@ -40,7 +46,7 @@ struct Hold {
 pub struct ParkedAt {
     /// Its id in the queue while parked.
     pub id: MsgId,
-    /// When it comes back (ms, wall clock).
+    /// When it comes back (ms, wall clock; the µs due time rounded up).
     pub due: u64,
     /// Its retry attempt (the `x-retry-count` it comes back with).
     pub attempt: u32,
@@ -53,13 +59,14 @@ pub struct RetryStats {
     pub parked: u64,
     /// Messages held behind a retrying message of the same key.
     pub held: u64,
-    /// The earliest due time of a parked message (ms).
+    /// The earliest due time of a parked message (ms, rounded up).
     pub next_due: Option<u64>,
 }
 
 /// The retry side of one queue.
 #[derive(Debug, Default)]
 pub struct Retrier {
+    /// By (due µs, id).
     parked: BTreeMap<(u64, MsgId), Parked>,
     holds: HashMap<Arc<[u8]>, Hold>,
     /// Retrying messages back in the queue (released, not yet settled), with their key.
@@ -89,6 +96,20 @@ impl Retrier {
         now_ms: u64,
         entropy: &mut dyn FnMut() -> u64,
     ) -> Vec<ParkedAt> {
+        let now_us = now_ms.saturating_mul(1000);
+        self.failed_us(state, settings, ids, requeue, now_us, entropy)
+    }
+
+    /// [`Self::failed`] at `now_us` (µs, wall clock): due times keep the µs.
+    pub fn failed_us(
+        &mut self,
+        state: &mut QueueState,
+        settings: Option<&RetrySettings>,
+        ids: &[MsgId],
+        requeue: bool,
+        now_us: u64,
+        entropy: &mut dyn FnMut() -> u64,
+    ) -> Vec<ParkedAt> {
         let Some(s) = settings.filter(|s| !requeue || s.on_requeue) else {
             if requeue {
                 state.requeue(ids);
@@ -112,10 +133,15 @@ impl Retrier {
                 continue;
             };
             let attempt = done + 1;
-            let due = now_ms.saturating_add(s.delay(attempt, entropy()));
+            let delay_us = s.delay(attempt, entropy()).saturating_mul(1000);
+            let due = now_us.saturating_add(delay_us);
             let key = s.order_key.as_ref().and_then(|k| k.of(&m));
             let message = m;
-            parked.push(ParkedAt { id, due, attempt });
+            parked.push(ParkedAt {
+                id,
+                due: ceil_ms(due),
+                attempt,
+            });
             if let Some(k) = &key
                 && !self.block(state, s, id, k)
             {
@@ -164,7 +190,7 @@ impl Retrier {
     }
 
     /// A parked message recovered after a restart (its retry `attempt` from the store): parked
-    /// until `due` (at once if that passed), holding its key again.
+    /// until `due` (ms; at once if that passed), holding its key again.
     pub fn restore(
         &mut self,
         state: &mut QueueState,
@@ -174,6 +200,7 @@ impl Retrier {
         message: Arc<Message>,
         attempt: u32,
     ) {
+        let due = due.saturating_mul(1000);
         let s = settings.filter(|s| s.order_key.is_some());
         let key = s
             .and_then(|s| s.order_key.as_ref())
@@ -230,23 +257,34 @@ impl Retrier {
         now_ms: u64,
         alloc: &mut dyn FnMut() -> MsgId,
     ) -> Vec<(MsgId, MsgId)> {
-        self.release_due_with(state, now_ms, alloc, &mut |_| {})
+        let mut moved = Vec::new();
+        let now_us = now_ms.saturating_mul(1000);
+        self.release_due_us(state, now_us, usize::MAX, alloc, &mut |_| {}, &mut moved);
+        moved
     }
 
-    /// [`Self::release_due`], telling `on_due` the due time of each released message (release
-    /// lateness is measured by the caller).
-    pub fn release_due_with(
+    /// [`Self::release_due`] at `now_us` (µs), releasing at most `max` messages (the rest stay
+    /// due: the caller comes back at once) and telling `on_due` the due time (µs) of each
+    /// released message (release lateness is measured by the caller). Appends `(parked id,
+    /// new id)` pairs to `moved`; returns how many were released.
+    pub fn release_due_us(
         &mut self,
         state: &mut QueueState,
-        now_ms: u64,
+        now_us: u64,
+        max: usize,
         alloc: &mut dyn FnMut() -> MsgId,
         on_due: &mut dyn FnMut(u64),
-    ) -> Vec<(MsgId, MsgId)> {
-        let mut moved = Vec::new();
-        while let Some(entry) = self.parked.first_entry() {
-            if entry.key().0 > now_ms {
+        moved: &mut Vec<(MsgId, MsgId)>,
+    ) -> usize {
+        let now_ms = now_us / 1000;
+        let mut n = 0;
+        while n < max
+            && let Some(entry) = self.parked.first_entry()
+        {
+            if entry.key().0 > now_us {
                 break;
             }
+            n += 1;
             let ((due, old), p) = entry.remove_entry();
             on_due(due);
             let new = alloc();
@@ -257,7 +295,7 @@ impl Retrier {
             state.enqueue_at(new, message, now_ms);
             moved.push((old, new));
         }
-        moved
+        n
     }
 
     /// Messages `ids` left the queue (acked, dead-lettered, expired, dropped, ...): a retrying
@@ -279,7 +317,7 @@ impl Retrier {
                 self.waiting -= 1;
                 let key = Some(k.clone());
                 self.parked.insert(
-                    (due.max(now_ms), wid),
+                    (due.max(now_ms.saturating_mul(1000)), wid),
                     Parked {
                         message,
                         key,
@@ -336,8 +374,13 @@ impl Retrier {
         ids
     }
 
-    /// The earliest due time of a parked message.
+    /// The earliest due time of a parked message (ms, rounded up).
     pub fn next_due(&self) -> Option<u64> {
+        self.next_due_us().map(ceil_ms)
+    }
+
+    /// The earliest due time of a parked message (µs).
+    pub fn next_due_us(&self) -> Option<u64> {
         self.parked.first_key_value().map(|((t, _), _)| *t)
     }
 
@@ -349,4 +392,9 @@ impl Retrier {
             next_due: self.next_due(),
         }
     }
+}
+
+/// µs to ms, rounded up (a due time never moves earlier).
+fn ceil_ms(us: u64) -> u64 {
+    us.div_ceil(1000)
 }

@@ -552,3 +552,88 @@ proptest! {
         let _: BTreeMap<u8, u8> = BTreeMap::new();
     }
 }
+
+#[test]
+fn due_times_are_microseconds_distinct_within_a_millisecond_and_bounded_per_release() {
+    let mut q = limit3();
+    let mut r = Retrier::default();
+    let mut next = 1000;
+    let mut alloc = || {
+        next += 1;
+        next
+    };
+    for i in 0..3 {
+        q.publish(keyed(i, None), 0);
+    }
+    let ids: Vec<crate::queue::MsgId> = deliver(&mut q, 0).iter().map(|d| d.id).collect();
+    assert_eq!(ids.len(), 3);
+    let s = q.args().retry.clone();
+    // Failed 300 µs apart within one millisecond: 100 ms delay each.
+    let t0 = 5_000_100;
+    let mut stored = Vec::new();
+    for (k, id) in ids.iter().rev().enumerate() {
+        let at = t0 + 300 * k as u64;
+        stored.extend(r.failed_us(&mut q, s.as_ref(), &[*id], false, at, &mut || 0));
+    }
+    // The store keeps ms, rounded up (never earlier than the µs due time).
+    assert_eq!(
+        stored.iter().map(|p| p.due).collect::<Vec<_>>(),
+        vec![5101, 5101, 5101]
+    );
+    assert_eq!(r.next_due_us(), Some(t0 + 100_000));
+    assert_eq!(r.next_due(), Some(5101));
+    let mut moved = Vec::new();
+    let mut dues = Vec::new();
+    // Nothing before its µs due time; then one by one, in the order they failed.
+    let due = t0 + 100_000;
+    assert_eq!(
+        r.release_due_us(
+            &mut q,
+            due - 1,
+            10,
+            &mut alloc,
+            &mut |d| dues.push(d),
+            &mut moved
+        ),
+        0
+    );
+    assert_eq!(
+        r.release_due_us(
+            &mut q,
+            due + 300,
+            10,
+            &mut alloc,
+            &mut |d| dues.push(d),
+            &mut moved
+        ),
+        2
+    );
+    assert_eq!(dues, vec![due, due + 300]);
+    // At most `max` per call: the rest stays due.
+    assert_eq!(
+        r.release_due_us(
+            &mut q,
+            due + 10_000,
+            0,
+            &mut alloc,
+            &mut |d| dues.push(d),
+            &mut moved
+        ),
+        0
+    );
+    assert_eq!(
+        r.release_due_us(
+            &mut q,
+            due + 10_000,
+            1,
+            &mut alloc,
+            &mut |d| dues.push(d),
+            &mut moved
+        ),
+        1
+    );
+    assert_eq!(dues, vec![due, due + 300, due + 600]);
+    let back: Vec<crate::queue::MsgId> = moved.iter().map(|(old, _)| *old).collect();
+    assert_eq!(back, ids.iter().rev().copied().collect::<Vec<_>>());
+    assert_eq!(r.stats(), RetryStats::default());
+}

@@ -31,6 +31,7 @@ pub mod users;
 use std::time::Instant;
 
 pub use crate::queue::admin::{Peeked, QueueCounters, QueueDetails, REASONS};
+pub use crate::queue::dl_errors::{ErrorCount, MAX_FINGERPRINTS};
 pub use connections::{ChannelStats, ConnEntry, ConnRegistry, Counters};
 
 /// Wall-clock milliseconds, the clock queue TTLs and rates use.

@@ -1,7 +1,8 @@
 //! One archive queue's internal consumer: takes deliveries like a client consumer with a
 //! prefetch, writes each batch to the archive in one transaction, and acks the batch only once
-//! that transaction committed. While the database fails, the batch stays unacked and is retried;
-//! the rest of the queue waits.
+//! that transaction committed. One batch is written while the next is taken and extracted (the
+//! broker's hand-over and the SQL overlap). While the database fails, the batch stays unacked
+//! and is retried; the rest of the queue waits.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,10 +14,11 @@ use tokio::sync::oneshot;
 use super::ArchiveService;
 use crate::handles::{ChannelLimit, ConnEvent, ConnHandle, ConsumerTarget, QueueCmd, QueueHandle};
 
-/// Unacked deliveries the archiver takes from its queue at once.
-const PREFETCH: u16 = 8000;
+/// Unacked deliveries the archiver takes from its queue at once (a batch being written, the
+/// next being taken, and some in flight).
+const PREFETCH: u16 = 12000;
 /// Most records written in one transaction.
-const MAX_BATCH: usize = 2000;
+const MAX_BATCH: usize = 4000;
 
 /// A message's key in the archive: the store's identity of the message in this queue when the
 /// store holds it (the same after a restart), else this run's identity (such a message does
@@ -57,26 +59,60 @@ pub(super) async fn run(svc: Arc<ArchiveService>, vhost: String, queue: QueueHan
     }
     tracing::info!(vhost = %vhost, queue = %queue.name(), "archiving dead letters");
     let mut batch: Vec<Delivery> = Vec::new();
+    // The batch being written: its task and the deliveries to ack once it committed.
+    let mut writing: Option<(tokio::task::JoinHandle<()>, Vec<u64>)> = None;
     let mut gone = false;
-    while !gone {
-        let Some(first) = rx.recv().await else { return };
-        let handle = |ev: ConnEvent, batch: &mut Vec<Delivery>| match ev {
-            ConnEvent::Deliver { deliveries, .. } => {
-                conn.flow().release(deliveries.len());
-                batch.extend(deliveries);
-                false
+    let handle = |ev: ConnEvent, batch: &mut Vec<Delivery>| match ev {
+        ConnEvent::Deliver { deliveries, .. } => {
+            conn.flow().release(deliveries.len());
+            batch.extend(deliveries);
+            false
+        }
+        ConnEvent::ConsumerCancelled { .. } => true,
+        ConnEvent::Confirm { .. } => false,
+    };
+    loop {
+        if gone && writing.is_none() && batch.is_empty() {
+            break;
+        }
+        let mut written = false;
+        match writing.as_mut() {
+            Some((task, _)) => {
+                tokio::select! {
+                    biased;
+                    r = task => {
+                        if r.is_err() {
+                            tracing::error!(queue = %queue.name(), "archive writer failed; its batch stays unacked");
+                            return;
+                        }
+                        written = true;
+                    }
+                    ev = rx.recv(), if !gone && batch.len() < MAX_BATCH => match ev {
+                        Some(ev) => gone |= handle(ev, &mut batch),
+                        None => return,
+                    },
+                }
             }
-            ConnEvent::ConsumerCancelled { .. } => true,
-            ConnEvent::Confirm { .. } => false,
-        };
-        gone |= handle(first, &mut batch);
+            None if !gone => match rx.recv().await {
+                Some(ev) => gone |= handle(ev, &mut batch),
+                None => return,
+            },
+            None => {}
+        }
         while batch.len() < MAX_BATCH {
             match rx.try_recv() {
                 Ok(ev) => gone |= handle(ev, &mut batch),
                 Err(_) => break,
             }
         }
-        if batch.is_empty() {
+        if written && let Some((_, ids)) = writing.take() {
+            let n = u32::try_from(ids.len()).unwrap_or(u32::MAX);
+            if !queue.send(QueueCmd::Ack { ids }).await {
+                return;
+            }
+            limit.settle(n);
+        }
+        if writing.is_some() || batch.is_empty() {
             continue;
         }
         let now = charon_archive::time::now_ms();
@@ -94,30 +130,31 @@ pub(super) async fn run(svc: Arc<ArchiveService>, vhost: String, queue: QueueHan
                 )
             })
             .collect();
-        let records = Arc::new(records);
-        let mut failures = 0u32;
-        loop {
-            let recs = records.clone();
-            match svc
-                .run(move |c| charon_archive::ops::insert_batch(c, &recs))
-                .await
-            {
-                Ok(_) => break,
-                Err(e) => {
-                    if failures.is_multiple_of(30) {
-                        tracing::error!(queue = %queue.name(), error = %e, pending = records.len(), "archiving failed; the messages stay in the queue, retrying");
-                    }
-                    failures += 1;
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-            }
-        }
         let ids: Vec<u64> = batch.drain(..).map(|d| d.id).collect();
-        let n = u32::try_from(ids.len()).unwrap_or(u32::MAX);
-        if !queue.send(QueueCmd::Ack { ids }).await {
-            return;
-        }
-        limit.settle(n);
+        let task = tokio::spawn(write(svc.clone(), queue.name().to_string(), records));
+        writing = Some((task, ids));
     }
     tracing::info!(queue = %queue.name(), "archive queue gone; its archiver stops");
+}
+
+/// Writes `records` in one transaction, retrying every second until the database takes them.
+async fn write(svc: Arc<ArchiveService>, queue: String, records: Vec<NewRecord>) {
+    let records = Arc::new(records);
+    let mut failures = 0u32;
+    loop {
+        let recs = records.clone();
+        match svc
+            .run(move |c| charon_archive::ops::insert_batch(c, &recs))
+            .await
+        {
+            Ok(_) => return,
+            Err(e) => {
+                if failures.is_multiple_of(30) {
+                    tracing::error!(queue = %queue, error = %e, pending = records.len(), "archiving failed; the messages stay in the queue, retrying");
+                }
+                failures += 1;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
 }

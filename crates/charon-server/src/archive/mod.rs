@@ -146,6 +146,10 @@ impl ArchiveService {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_micros() as u64)
             .unwrap_or(0);
+        crate::queue::dl_errors::configure(
+            &cfg.archive_error_message_headers,
+            &cfg.archive_error_stacktrace_headers,
+        );
         let svc = Arc::new(ArchiveService {
             broker: Arc::downgrade(broker),
             url,

@@ -71,20 +71,77 @@ fn refused_name(queues: &[QueueHandle]) -> String {
         .unwrap_or_default()
 }
 
-/// Routes and hands `properties`/`body` to the queues `exchange`/`routing_key` reach in `vhost`.
+/// A publish routed and appended to the store, not yet handed to its queues: no consumer can
+/// receive it before [`Prepared::hand_over`] (replays record its store index first).
+#[derive(Debug)]
+pub(super) struct Prepared {
+    /// The store's index of the message (`None`: not stored: transient, or no durable queue).
+    pub store_index: Option<u64>,
+    commit: Option<Durable>,
+    message: Arc<Message>,
+    places: crate::queue::Places,
+    targets: Vec<QueueHandle>,
+}
+
+impl Prepared {
+    /// Hands the message to its queues; the confirms follow in [`Pending::wait`].
+    pub(super) async fn hand_over(self) -> Result<Pending, PublishError> {
+        let (conn, confirms) = ConnHandle::new();
+        for (q, placed) in placed(self.places, &self.message, self.store_index) {
+            let confirm = Some(ConfirmTo {
+                conn: conn.clone(),
+                channel: 1,
+                seq: 1,
+            });
+            if !q.send(QueueCmd::Publish { placed, confirm }).await {
+                return Err(PublishError::Refused(q.name().to_string()));
+            }
+        }
+        Ok(Pending {
+            store_index: self.store_index,
+            commit: self.commit,
+            confirms,
+            queues: self.targets,
+        })
+    }
+}
+
+/// Routes and hands `properties`/`body` to the queues `exchange` reaches in `vhost` with any of
+/// `routing_keys` (see [`prepare`]).
 pub async fn publish_message(
     vhost: &Arc<VHostState>,
     exchange: &str,
-    routing_key: &str,
+    routing_keys: &[&str],
     properties: RawProperties,
     body: Bytes,
 ) -> Result<Pending, PublishError> {
+    prepare(vhost, exchange, routing_keys, properties, body)?
+        .hand_over()
+        .await
+}
+
+/// Routes `properties`/`body` in `vhost` through `exchange` with any of `routing_keys` (the first
+/// is the message's routing key; the others are what `CC` added when it was first published, as
+/// its `x-death` entry kept them) and appends it to the store for its durable queues.
+pub(super) fn prepare(
+    vhost: &Arc<VHostState>,
+    exchange: &str,
+    routing_keys: &[&str],
+    properties: RawProperties,
+    body: Bytes,
+) -> Result<Prepared, PublishError> {
+    let routing_key = routing_keys.first().copied().unwrap_or("");
     let decoded = properties.decode().ok();
     let headers = decoded.as_ref().and_then(|d| d.headers().as_ref());
     let mut targets: Vec<QueueHandle> = Vec::new();
     {
         let topo = vhost.topology.read().unwrap_or_else(|p| p.into_inner());
-        topo.route(exchange, &[routing_key], headers, &mut targets)
+        let keys = if routing_keys.is_empty() {
+            &[""][..]
+        } else {
+            routing_keys
+        };
+        topo.route(exchange, keys, headers, &mut targets)
             .map_err(|e| PublishError::Route(e.to_string()))?;
     }
     if targets.is_empty() {
@@ -105,21 +162,11 @@ pub async fn publish_message(
         },
         _ => (None, None),
     };
-    let (conn, confirms) = ConnHandle::new();
-    for (q, placed) in placed(places, &message, stored) {
-        let confirm = Some(ConfirmTo {
-            conn: conn.clone(),
-            channel: 1,
-            seq: 1,
-        });
-        if !q.send(QueueCmd::Publish { placed, confirm }).await {
-            return Err(PublishError::Refused(q.name().to_string()));
-        }
-    }
-    Ok(Pending {
+    Ok(Prepared {
         store_index: stored,
         commit,
-        confirms,
-        queues: targets,
+        message,
+        places,
+        targets,
     })
 }

@@ -13,7 +13,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::ArchiveService;
-use super::publish::{Pending, PublishError, publish_message};
+use super::publish::{Prepared, PublishError, prepare};
 
 /// Headers dead-lettering adds, removed by `strip_death_headers`.
 const DEATH_HEADERS: &[&str] = &[
@@ -77,28 +77,34 @@ pub(super) fn replay_properties(r: &Record, strip: bool) -> RawProperties {
 }
 
 /// Where record `r` replays to per `request`: (exchange, routing key, properties).
+/// Where record `r` goes: the request's exchange and routing key, or by default its original
+/// exchange with every routing key of its `x-death` entry (the routing key and the `CC` keys it
+/// was first published with, BCC excluded, as RabbitMQ's dead-lettering kept them), so a replay
+/// reaches the queues the original publish reached.
 fn destination(
     r: &Record,
     request: &Value,
-) -> Result<(String, String, RawProperties), PublishError> {
+) -> Result<(String, Vec<String>, RawProperties), PublishError> {
     let exchange = request
         .get("exchange")
         .and_then(Value::as_str)
         .map(str::to_string)
         .or_else(|| r.original_exchange.clone())
         .ok_or_else(|| PublishError::Route("no original exchange: give one".into()))?;
-    let routing_key = request
-        .get("routing_key")
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .or_else(|| r.original_routing_keys.first().cloned())
-        .or_else(|| r.original_queue.clone())
-        .unwrap_or_default();
+    let routing_keys = match request.get("routing_key").and_then(Value::as_str) {
+        Some(k) => vec![k.to_string()],
+        None if !r.original_routing_keys.is_empty() => r.original_routing_keys.clone(),
+        None => vec![r.original_queue.clone().unwrap_or_default()],
+    };
     let strip = request
         .get("strip_death_headers")
         .and_then(Value::as_bool)
         .unwrap_or(false);
-    Ok((exchange, routing_key, replay_properties(r, strip)))
+    Ok((exchange, routing_keys, replay_properties(r, strip)))
+}
+
+fn keys(k: &[String]) -> Vec<&str> {
+    k.iter().map(String::as_str).collect()
 }
 
 /// Whether record `r`'s replay (per `request`) sits in one of the queues it routes to: decides
@@ -111,7 +117,7 @@ pub(super) async fn in_target_queues(
     let Some(vhost) = svc.broker().and_then(|b| b.vhost(&r.vhost)) else {
         return false;
     };
-    let Ok((exchange, routing_key, props)) = destination(r, request) else {
+    let Ok((exchange, routing_keys, props)) = destination(r, request) else {
         return false;
     };
     let decoded = props.decode().ok();
@@ -120,7 +126,7 @@ pub(super) async fn in_target_queues(
     {
         let topo = vhost.topology.read().unwrap_or_else(|p| p.into_inner());
         if topo
-            .route(&exchange, &[routing_key.as_str()], headers, &mut targets)
+            .route(&exchange, &keys(&routing_keys), headers, &mut targets)
             .is_err()
         {
             return false;
@@ -140,25 +146,57 @@ pub(super) async fn in_target_queues(
     false
 }
 
-/// Starts publishing record `r` per the job's request.
-async fn start(
-    svc: &Arc<ArchiveService>,
-    r: &Record,
-    request: &Value,
-) -> Result<Pending, PublishError> {
+/// Routes record `r` per the job's request and appends it to the store (not yet in any queue).
+fn start(svc: &Arc<ArchiveService>, r: &Record, request: &Value) -> Result<Prepared, PublishError> {
     let vhost = svc
         .broker()
         .and_then(|b| b.vhost(&r.vhost))
         .ok_or_else(|| PublishError::Route(format!("NOT_FOUND - no vhost '{}'", r.vhost)))?;
-    let (exchange, routing_key, props) = destination(r, request)?;
-    publish_message(
+    let (exchange, routing_keys, props) = destination(r, request)?;
+    prepare(
         &vhost,
         &exchange,
-        &routing_key,
+        &keys(&routing_keys),
         props,
         Bytes::from(r.payload.clone()),
     )
-    .await
+}
+
+/// Tests only: `CHARON_TEST_REPLAY_HOLD_MS` holds a replay between its store append and the
+/// commit of its index, so a test can kill the broker in that window (tests/python).
+fn test_hold() -> Option<Duration> {
+    std::env::var("CHARON_TEST_REPLAY_HOLD_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(Duration::from_millis)
+}
+
+/// Commits the store indices of `prepared` (one SQL commit), then hands each to its queues.
+async fn record_and_hand_over(
+    svc: &Arc<ArchiveService>,
+    job: i64,
+    prepared: &mut Vec<(i64, Prepared, i64)>,
+    pending: &mut Vec<(i64, super::publish::Pending)>,
+    results: &mut Vec<(i64, Result<(), String>)>,
+) {
+    if prepared.is_empty() {
+        return;
+    }
+    if let Some(hold) = test_hold() {
+        tracing::warn!(
+            job,
+            "replay: holding between store append and index commit (test)"
+        );
+        tokio::time::sleep(hold).await;
+    }
+    let at: Vec<(i64, i64)> = prepared.iter().map(|(rid, _, at)| (*rid, *at)).collect();
+    retry(svc, "store indices", move |c| jobs::stored_at(c, job, &at)).await;
+    for (rid, p, _) in prepared.drain(..) {
+        match p.hand_over().await {
+            Ok(p) => pending.push((rid, p)),
+            Err(e) => results.push((rid, Err(e.to_string()))),
+        }
+    }
 }
 
 /// Replays the job's records until none is left or it is cancelled.
@@ -169,8 +207,9 @@ pub(super) async fn run_job(svc: &Arc<ArchiveService>, spec: JobSpec) {
         .get("rate")
         .and_then(Value::as_f64)
         .filter(|r| *r > 0.0);
-    // A batch is at most 1/5 s of publishes at the rate (so cancel and progress stay timely).
-    let batch = rate.map_or(200, |r| (r / 5.0).clamp(1.0, 200.0) as u64);
+    // A batch is at most 1/5 s of publishes at the rate (so cancel and progress stay timely);
+    // without a rate, 1000 records (a few set-based statements per batch).
+    let batch = rate.map_or(1000, |r| (r / 5.0).clamp(1.0, 200.0) as u64);
     let gap = rate.map(|r| Duration::from_secs_f64(1.0 / r));
     let mut next_at = Instant::now();
     tracing::info!(job = id, "replay job running");
@@ -199,6 +238,10 @@ pub(super) async fn run_job(svc: &Arc<ArchiveService>, spec: JobSpec) {
             jobs::inflight(c, id, &inflight_ids, watermark)
         })
         .await;
+        // Each message is appended to the store, its index committed to the archive, and only
+        // then handed to its queues: no consumer can take (and ack) a replayed message whose
+        // index a restart would not find (docs/archive.md, "Replay").
+        let mut prepared = Vec::new();
         let mut pending = Vec::new();
         let mut results: Vec<(i64, Result<(), String>)> = Vec::new();
         for r in &records {
@@ -206,28 +249,24 @@ pub(super) async fn run_job(svc: &Arc<ArchiveService>, spec: JobSpec) {
                 tokio::time::sleep_until(next_at).await;
                 next_at = next_at.max(Instant::now() - g) + g;
             }
-            match start(svc, r, &spec.request).await {
+            match start(svc, r, &spec.request) {
                 Ok(p) => {
                     let at = p
                         .store_index
                         .and_then(|i| i64::try_from(i).ok())
                         .unwrap_or(-1);
-                    pending.push((r.id, p, at));
-                    // At a rate, each index is recorded at once (the window a restart must
-                    // resolve by looking into the queues stays one commit long).
+                    prepared.push((r.id, p, at));
+                    // At a rate, each message is recorded and handed over at once.
                     if gap.is_some() {
-                        let one = [(r.id, at)];
-                        retry(svc, "store index", move |c| jobs::stored_at(c, id, &one)).await;
+                        record_and_hand_over(svc, id, &mut prepared, &mut pending, &mut results)
+                            .await;
                     }
                 }
                 Err(e) => results.push((r.id, Err(e.to_string()))),
             }
         }
-        if gap.is_none() {
-            let at: Vec<(i64, i64)> = pending.iter().map(|(rid, _, at)| (*rid, *at)).collect();
-            retry(svc, "store indices", move |c| jobs::stored_at(c, id, &at)).await;
-        }
-        for (rid, p, _) in pending {
+        record_and_hand_over(svc, id, &mut prepared, &mut pending, &mut results).await;
+        for (rid, p) in pending {
             results.push((rid, p.wait().await.map_err(|e| e.to_string())));
         }
         let results = Arc::new(results);

@@ -23,6 +23,8 @@ use crate::vhost::VHostState;
 
 /// Most commands handled between two runs of the delivery loop.
 const BATCH: usize = 512;
+/// A loop of the actor longer than this is logged (debug).
+const SLOW_LOOP: Duration = Duration::from_millis(5);
 /// How many expired messages are dead-lettered at a time (see `after_batch`).
 const EXPIRE_BATCH: usize = 4096;
 
@@ -101,6 +103,8 @@ struct Actor {
     retry: RetrySide,
     /// Message counters for management and metrics (this actor is their only writer).
     counters: super::admin::QueueCounters,
+    /// Dead-lettered counts by error fingerprint.
+    errors: super::dl_errors::DlErrors,
 }
 
 async fn run(
@@ -113,18 +117,40 @@ async fn run(
     let mut batch = Vec::with_capacity(BATCH);
     loop {
         let timer = actor.next_wake(now_ms());
+        let slept = std::time::Instant::now();
         tokio::select! {
             n = rx.recv_many(&mut batch, BATCH) => if n == 0 { return },
             () = tokio::time::sleep(timer.unwrap_or_default()), if timer.is_some() => {}
         }
         let now = now_ms();
+        let t0 = std::time::Instant::now();
+        if let Some(late) = timer.and_then(|t| (t0 - slept).checked_sub(t))
+            && late >= SLOW_LOOP
+        {
+            tracing::debug!(queue = %actor.me.name(), late_us = late.as_micros() as u64, "late queue wake");
+        }
+        let commands = batch.len();
         for cmd in batch.drain(..) {
             if actor.handle(cmd, now) == Next::Stop {
                 return;
             }
         }
+        let handled = t0.elapsed();
         if actor.after_batch(now) == Next::Stop {
             return;
+        }
+        let total = t0.elapsed();
+        if total >= SLOW_LOOP {
+            // A stall delays every timer of this queue (TTLs, parked messages): visible with
+            // `--log-level charon_server::queue::actor=debug`.
+            tracing::debug!(
+                queue = %actor.me.name(),
+                commands,
+                handle_us = handled.as_micros() as u64,
+                after_batch_us = (total - handled).as_micros() as u64,
+                ready_bytes = actor.state.ready_bytes(),
+                "slow queue loop"
+            );
         }
     }
 }
@@ -145,6 +171,7 @@ impl Actor {
             out: Vec::new(),
             delivered: Vec::new(),
             counters: Default::default(),
+            errors: Default::default(),
         }
     }
 
@@ -159,16 +186,17 @@ impl Actor {
         } else {
             None
         };
-        let wake = [
-            self.state.next_expiry(),
-            self.dl.next_retry(),
-            expires_at,
-            self.retry.next_due(),
-        ]
-        .into_iter()
-        .flatten()
-        .min();
-        wake.map(|t| Duration::from_millis(t.saturating_sub(now)))
+        let wake = [self.state.next_expiry(), self.dl.next_retry(), expires_at]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(|t| Duration::from_millis(t.saturating_sub(now)));
+        // Parked messages are due in µs.
+        let release = self
+            .retry
+            .next_due_us()
+            .map(|t| Duration::from_micros(t.saturating_sub(crate::lateness::now_us())));
+        wake.into_iter().chain(release).min()
     }
 
     /// Applies one command.
@@ -225,7 +253,7 @@ impl Actor {
             }
             QueueCmd::Requeue { ids } => {
                 let store = self.ctx.store.as_ref();
-                self.retry.failed(&mut self.state, &ids, true, now, store);
+                self.retry.failed(&mut self.state, &ids, true, store);
                 // The failed-delivery count changed: the store keeps it (count + 1).
                 for id in ids {
                     if let Some(r) = self.state.returns_of(id) {
@@ -236,7 +264,7 @@ impl Actor {
             QueueCmd::Return { ids } => self.state.release(&ids),
             QueueCmd::Reject { ids } => {
                 let store = self.ctx.store.as_ref();
-                self.retry.failed(&mut self.state, &ids, false, now, store);
+                self.retry.failed(&mut self.state, &ids, false, store);
             }
             QueueCmd::RestoreParked { parked } => self.retry.restore(&mut self.state, parked),
             QueueCmd::Get { no_ack, reply } => {
@@ -327,7 +355,7 @@ impl Actor {
     /// and end the queue when its `x-expires` ran out.
     fn after_batch(&mut self, now: u64) -> Next {
         self.retry
-            .release(&mut self.state, &self.me, now, self.ctx.store.as_mut());
+            .release(&mut self.state, &self.me, self.ctx.store.as_mut());
         self.counters.delivered += deliver(
             &mut self.state,
             &self.me,
@@ -393,6 +421,9 @@ impl Actor {
             rounds += 1;
             let dead = self.state.take_dead_letters();
             self.counters.note_dead(&dead, self.target.is_some());
+            if self.target.is_some() {
+                self.errors.note(&dead);
+            }
             let local = self.dl.dispatch(
                 &self.me,
                 self.target.as_ref(),
@@ -464,6 +495,7 @@ impl Actor {
                     head_timestamp,
                     head_death_time,
                     dropped_no_route: self.dl.dropped_no_route,
+                    errors: self.errors.snapshot(),
                 });
             }
         }

@@ -80,6 +80,8 @@ pub struct QueueDetails {
     pub head_death_time: Option<u64>,
     /// Dead letters dropped because the routing reached no queue.
     pub dropped_no_route: u64,
+    /// Dead-lettered counts by error fingerprint (`dl_errors`), most frequent first.
+    pub errors: Vec<super::dl_errors::ErrorCount>,
 }
 
 /// Management queries to a queue actor.

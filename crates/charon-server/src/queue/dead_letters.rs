@@ -197,7 +197,14 @@ impl DeadLetterDispatcher {
         now: u64,
     ) -> Copied {
         let copy = dead_letter::make_copy(original, me.name(), reason, target, now);
-        let headers = copy.properties.headers().as_ref();
+        // Headers are read only by headers exchanges: the default exchange needs none (a copy
+        // made on the encoded properties is not decoded then).
+        let decoded = match (&copy.properties, target.exchange.is_empty()) {
+            (_, true) => None,
+            (Some(p), false) => Some(p.clone()),
+            (None, false) => copy.message.properties.decode().ok(),
+        };
+        let headers = decoded.as_ref().and_then(|p| p.headers().as_ref());
         let keys: Vec<&str> = copy.routing_keys.iter().map(|k| k.as_ref()).collect();
         let mut queues: Vec<QueueHandle> = Vec::new();
         let routed = {
@@ -205,14 +212,15 @@ impl DeadLetterDispatcher {
             topo.route_dead_letter(&target.exchange, &keys, headers, &mut queues)
         };
         let no_route = routed && queues.is_empty();
-        queues.retain(|q| !dead_letter::is_cycle(reason, &copy.properties, q.name()));
+        let props = &copy.message.properties;
+        queues.retain(|q| !dead_letter::is_cycle_raw(reason, props, q.name()));
         Copied {
             from_properties: original.properties.clone(),
             from_exchange: original.exchange.clone(),
             from_routing_key: original.routing_key.clone(),
             from_bcc: original.bcc.clone(),
             reason,
-            persistent: *copy.properties.delivery_mode() == Some(2),
+            persistent: copy.message.properties.delivery_mode() == Some(2),
             properties: copy.message.properties,
             routing_key: copy.message.routing_key,
             queues: routed.then_some(queues),

@@ -8,6 +8,7 @@
 mod actor;
 pub(crate) mod admin;
 mod dead_letters;
+pub(crate) mod dl_errors;
 mod place;
 mod retry;
 mod spawn;
@@ -16,6 +17,6 @@ mod take;
 
 pub(crate) use crate::persist::Durable;
 pub(crate) use actor::now_ms;
-pub(crate) use place::{allocate, place, placed};
+pub(crate) use place::{Places, allocate, place, placed};
 pub(crate) use spawn::{spawn_queue, spawn_queue_with};
 pub(crate) use stored::PagedShapes;

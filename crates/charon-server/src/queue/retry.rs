@@ -20,7 +20,13 @@ pub(super) struct RetrySide {
     rng: StdRng,
     /// Release lateness (actual release − due), measured here at the release point.
     lateness: Lateness,
+    /// (parked id, new id) of the last release, reused.
+    moved: Vec<(MsgId, MsgId)>,
 }
+
+/// Most parked messages released per run of the actor's loop: a mass release goes out in
+/// bounded slices with commands (acks, publishes) handled in between.
+const RELEASE_BATCH: usize = 4096;
 
 impl Default for RetrySide {
     fn default() -> Self {
@@ -28,6 +34,7 @@ impl Default for RetrySide {
             r: Retrier::default(),
             rng: StdRng::from_os_rng(),
             lateness: Lateness::default(),
+            moved: Vec::new(),
         }
     }
 }
@@ -40,14 +47,15 @@ impl RetrySide {
         state: &mut QueueState,
         ids: &[MsgId],
         requeue: bool,
-        now: u64,
         store: Option<&StoreSide>,
     ) {
         let settings = state.args().retry.clone();
         let rng = &mut self.rng;
+        // Due times in µs: messages failing in the same millisecond keep distinct due times.
+        let now = now_us();
         let parked = self
             .r
-            .failed(state, settings.as_ref(), ids, requeue, now, &mut || {
+            .failed_us(state, settings.as_ref(), ids, requeue, now, &mut || {
                 rng.random()
             });
         if let Some(s) = store {
@@ -76,27 +84,33 @@ impl RetrySide {
         self.r.holds(state.args().retry.as_ref(), id, message)
     }
 
-    /// Releases parked messages whose time has come to the tail of the queue.
+    /// Releases parked messages whose time has come to the tail of the queue, at most
+    /// [`RELEASE_BATCH`] at a time (the actor comes back at once for the rest).
     pub(super) fn release(
         &mut self,
         state: &mut QueueState,
         me: &QueueHandle,
-        now: u64,
         store: Option<&mut StoreSide>,
     ) {
-        if self.r.next_due().is_none_or(|t| t > now) {
+        let Some(first) = self.r.next_due_us() else {
+            return;
+        };
+        let at = now_us();
+        if first > at {
             return;
         }
-        let at = now_us();
         let lateness = &mut self.lateness;
-        let moved = self.r.release_due_with(
+        self.moved.clear();
+        self.r.release_due_us(
             state,
-            now.max(at / 1000),
+            at,
+            RELEASE_BATCH,
             &mut || me.alloc_id(),
-            &mut |due| lateness.record(due, at),
+            &mut |due| lateness.record_us(due, at),
+            &mut self.moved,
         );
         if let Some(s) = store {
-            for (old, new) in moved {
+            for &(old, new) in &self.moved {
                 s.renamed(old, new);
             }
         }
@@ -121,9 +135,9 @@ impl RetrySide {
         self.r.purge()
     }
 
-    /// When the actor must wake to release.
-    pub(super) fn next_due(&self) -> Option<u64> {
-        self.r.next_due()
+    /// When the actor must wake to release (µs).
+    pub(super) fn next_due_us(&self) -> Option<u64> {
+        self.r.next_due_us()
     }
 
     /// Release lateness so far (`None` before the first release).

@@ -39,7 +39,9 @@ impl Connection {
         if commit.is_none() || stored.is_some() {
             handle
                 .add(Delayed {
-                    due: now.saturating_add(delay),
+                    due_us: crate::lateness::now_us()
+                        .max(now.saturating_mul(1000))
+                        .saturating_add(delay.saturating_mul(1000)),
                     exchange: message.exchange.clone(),
                     message,
                     stored,
