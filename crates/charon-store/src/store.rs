@@ -459,25 +459,25 @@ impl Store {
             segment: at.segment,
             source: std::io::ErrorKind::UnexpectedEof.into(),
         };
-        let (file, at) = match self.shared.file(body.segment) {
-            Some(f) => (f, *body),
-            None => {
-                let at = self
-                    .current_body(body.msg)
-                    .ok_or(ReadError::NotFound(body.msg))?;
-                let f = self
-                    .shared
-                    .file(at.segment)
-                    .ok_or(ReadError::NotFound(body.msg))?;
-                (f, at)
-            }
+        // Its segment deleted (compacted away): read it where it is now.
+        let at = match self.shared.file(body.segment) {
+            Some(_) => *body,
+            None => self
+                .current_body(body.msg)
+                .ok_or(ReadError::NotFound(body.msg))?,
         };
+        // Checked before looking the file up: a message compaction just copied into a segment
+        // the writer has not created yet has no file either, and is not lost (it was reported
+        // "not found" here, a block of live messages delivered without their bodies).
         if !self
             .shared
             .is_written(at.segment, at.offset, u64::from(at.len))
         {
             return Err(unwritten(&at));
         }
+        // Written means created (the writer registers a segment's file before writing to it);
+        // a file gone since is a segment deleted meanwhile: retried at the current place.
+        let file = self.shared.file(at.segment).ok_or_else(|| unwritten(&at))?;
         let mut buf = vec![0u8; at.len as usize];
         file.read_exact_at(&mut buf, at.offset)
             .map_err(|source| ReadError::Io {
