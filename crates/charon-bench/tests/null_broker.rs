@@ -62,14 +62,18 @@ fn assert_dead_letter_setup(events: &[Event]) -> FieldTable {
     arguments.clone()
 }
 
+/// The queues consumed from, sorted: the tool starts its consumers concurrently, so the order in
+/// which the broker sees them is not part of what it promises.
 fn consumed_queues(events: &[Event]) -> Vec<&str> {
-    events
+    let mut qs: Vec<&str> = events
         .iter()
         .filter_map(|e| match e {
             Event::Consume(q) => Some(q.as_str()),
             _ => None,
         })
-        .collect()
+        .collect();
+    qs.sort_unstable();
+    qs
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
