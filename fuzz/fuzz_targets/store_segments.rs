@@ -22,6 +22,8 @@ fuzz_target!(|data: &[u8]| {
     }
     let config = StoreConfig {
         compact_ratio: 0.0,
+        // Small segments: with preallocation a default 64 MiB segment costs every input 64 MiB.
+        segment_size: 1 << 20,
         ..StoreConfig::default()
     };
     if let Ok((store, recovered)) = Store::open(Arc::new(mem), config) {
