@@ -195,3 +195,26 @@ class RawClient:
         step = frame_max - 8
         for i in range(0, len(body), step):
             self.send_frame(pbody.ContentBody(body[i:i + step]), ch)
+
+
+def publish_until_blocked(pub, channel, routing_key, body, limit):
+    """Publishes `body` on `channel` until the broker sends connection.blocked (or `limit`
+    messages went out); returns (the Blocked method or None, messages sent). A publish that
+    times out means the broker stopped reading: the alarm is on, its frame is read next."""
+    from pamqp import commands as _commands
+    blocked = None
+    sent = 0
+    while blocked is None and sent < limit:
+        pub.sock.settimeout(10)
+        try:
+            pub.publish(channel, "", routing_key, body)
+            sent += 1
+        except socket.timeout:
+            pass
+        try:
+            f = pub.read_frame(timeout=0.01 if sent % 8 else 0.05)
+            if isinstance(f.method, _commands.Connection.Blocked):
+                blocked = f.method
+        except socket.timeout:
+            pass
+    return blocked, sent

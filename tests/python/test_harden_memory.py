@@ -12,7 +12,7 @@ import pytest
 from pamqp import commands
 
 import conftest
-from amqp_raw import RawClient
+from amqp_raw import RawClient, publish_until_blocked
 
 pytestmark = pytest.mark.charon_only
 
@@ -44,22 +44,8 @@ def test_memory_alarm_blocks_publisher_consumers_go_on_and_clears_after_delete(t
         with RawClient(b.host, b.port) as pub:
             pub.handshake(capabilities={"connection.blocked": True})
             pub.open_channel(1)
-            blocked = None
-            sent = 0
             # Up to 1 GiB: far past the mark; the alarm must come long before.
-            while blocked is None and sent < 4096:
-                pub.sock.settimeout(10)
-                try:
-                    pub.publish(1, "", "memq", body)
-                    sent += 1
-                except socket.timeout:
-                    pass  # the broker stopped reading: the alarm is on, read what it said
-                try:
-                    f = pub.read_frame(timeout=0.01 if sent % 8 else 0.05)
-                    if isinstance(f.method, commands.Connection.Blocked):
-                        blocked = f.method
-                except socket.timeout:
-                    pass
+            blocked, sent = publish_until_blocked(pub, 1, "memq", body, 4096)
             assert blocked is not None, f"no connection.blocked after {sent} x 256 KiB"
             assert blocked.reason == "low on memory"
             assert "memory alarm set" in b.log_path.read_text(errors="replace")

@@ -17,7 +17,7 @@ import pytest
 from pamqp import commands
 
 import conftest
-from amqp_raw import RawClient
+from amqp_raw import RawClient, publish_until_blocked
 from mgmt_helpers import wait_for
 
 pytestmark = pytest.mark.charon_only
@@ -109,21 +109,7 @@ def test_allocated_strategy_drives_the_memory_alarm(tmp_path):
         with RawClient(b.host, b.port) as pub:
             pub.handshake(capabilities={"connection.blocked": True})
             pub.open_channel(1)
-            blocked = None
-            sent = 0
-            while blocked is None and sent < 4096:
-                pub.sock.settimeout(10)
-                try:
-                    pub.publish(1, "", "memq", body)
-                    sent += 1
-                except socket.timeout:
-                    pass  # the broker stopped reading: the alarm is on
-                try:
-                    f = pub.read_frame(timeout=0.01 if sent % 8 else 0.05)
-                    if isinstance(f.method, commands.Connection.Blocked):
-                        blocked = f.method
-                except socket.timeout:
-                    pass
+            blocked, sent = publish_until_blocked(pub, 1, "memq", body, 4096)
             assert blocked is not None and blocked.reason == "low on memory", sent
             log = b.log_path.read_text(errors="replace")
             assert "memory alarm set" in log and 'strategy="allocated"' in log
