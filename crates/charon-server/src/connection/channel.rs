@@ -120,7 +120,9 @@ impl Channel {
         if !multiple {
             group(self.unacked.remove(&tag)?);
         } else if tag == 0 {
-            std::mem::take(&mut self.unacked).into_values().for_each(group);
+            std::mem::take(&mut self.unacked)
+                .into_values()
+                .for_each(group);
         } else {
             if self.unacked.range(..=tag).next().is_none() {
                 return None;

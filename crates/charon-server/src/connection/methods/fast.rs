@@ -172,7 +172,16 @@ pub(in crate::connection) enum PublishRest {
     /// Delayed exchange (or anything prepared but not placed).
     Prepared(Prepared),
     /// Placed with a store write: the commit waiter, then the queues.
-    Place(Option<u64>, Vec<(QueueHandle, Placed)>, Option<crate::persist::Durable>),
+    Place(
+        Option<u64>,
+        Vec<(QueueHandle, Placed)>,
+        Option<crate::persist::Durable>,
+    ),
     /// A queue's channel was full: this command, then the rest, in order.
-    Send(Option<u64>, QueueHandle, QueueCmd, Vec<(QueueHandle, Placed)>),
+    Send(
+        Option<u64>,
+        QueueHandle,
+        QueueCmd,
+        Vec<(QueueHandle, Placed)>,
+    ),
 }

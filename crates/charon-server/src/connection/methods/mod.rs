@@ -126,7 +126,10 @@ impl Connection {
             self.complete_publish(channel).await.map_err(|e| {
                 (
                     channel,
-                    e.on(charon_protocol::CLASS_BASIC, super::channel::PUBLISH_METHOD_ID),
+                    e.on(
+                        charon_protocol::CLASS_BASIC,
+                        super::channel::PUBLISH_METHOD_ID,
+                    ),
                 )
             })?;
         }
