@@ -124,9 +124,8 @@ impl Channel {
                 .into_values()
                 .for_each(group);
         } else {
-            if self.unacked.range(..=tag).next().is_none() {
-                return None;
-            }
+            // Nothing at or below `tag`: an unknown tag (406).
+            self.unacked.range(..=tag).next()?;
             let taken = match tag.checked_add(1) {
                 Some(above) => {
                     let rest = self.unacked.split_off(&above);

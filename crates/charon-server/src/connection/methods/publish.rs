@@ -307,7 +307,7 @@ impl Connection {
         message: &Arc<Message>,
     ) -> Result<Placements, AmqpError> {
         let n_targets = targets.len();
-        let (placed, stored) = queue::place(&self.vhost, targets, &message);
+        let (placed, stored) = queue::place(&self.vhost, targets, message);
         if let Some(seq) = seq {
             let ch = self.channel_mut(channel)?;
             if n_targets > 0 {
