@@ -103,8 +103,25 @@ CREATE TABLE dead_letter_audit_vhosts (
 );
 ";
 
+/// Migration 4: each job's finished items counted on the job (its progress without counting its
+/// items: a progress poll of a 100,000-record job counted 100,000 items each time).
+pub const V4_JOB_COUNTS: &str = "
+ALTER TABLE replay_jobs ADD COLUMN replayed BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE replay_jobs ADD COLUMN failed BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE replay_jobs ADD COLUMN cancelled BIGINT NOT NULL DEFAULT 0;
+UPDATE replay_jobs SET
+    replayed = (SELECT COUNT(*) FROM replay_items i WHERE i.job_id = replay_jobs.id AND i.state = 'REPLAYED'),
+    failed = (SELECT COUNT(*) FROM replay_items i WHERE i.job_id = replay_jobs.id AND i.state = 'FAILED'),
+    cancelled = (SELECT COUNT(*) FROM replay_items i WHERE i.job_id = replay_jobs.id AND i.state = 'CANCELLED');
+";
+
 /// Every migration, in order (index + 1 = version).
-const MIGRATIONS: &[&str] = &[V1, V2_AUDIT_VHOSTS, crate::summary::V3_GROUPS];
+const MIGRATIONS: &[&str] = &[
+    V1,
+    V2_AUDIT_VHOSTS,
+    crate::summary::V3_GROUPS,
+    V4_JOB_COUNTS,
+];
 
 fn render(sql: &str, d: Dialect) -> String {
     let (id, blob) = match d {
