@@ -2,8 +2,8 @@
 //! --example ingest -- URL N [BATCH]` extracts N dead letters shaped as `charon bench --scenario
 //! archive` publishes them (x-death, x-first/last-death-*, error message, 400-byte stack trace,
 //! 1 KiB body) and inserts them in transactions of BATCH (default 4000), then prints records/s and
-//! this process's CPU µs per record (extraction and insert separately). The database server's CPU
-//! (PostgreSQL) is not counted here.
+//! this process's CPU µs per record (extraction and insert separately) and, on PostgreSQL, the
+//! CPU µs per record of the backend serving the connection (from /proc: same machine only).
 
 use bytes::Bytes;
 use charon_archive::{Archive, ExtractConfig, extract, ops};
@@ -12,8 +12,12 @@ use charon_protocol::{
 };
 
 fn cpu_us() -> u64 {
-    // utime + stime of this process, in clock ticks (100 Hz on Linux).
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    cpu_us_of("self")
+}
+
+/// utime + stime of process `pid` (clock ticks of 100 Hz on Linux), in µs.
+fn cpu_us_of(pid: &str) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let after = stat.rsplit(')').next().unwrap_or("");
     let f: Vec<u64> = after
         .split_whitespace()
@@ -76,6 +80,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let n: u64 = args.get(2).map_or(Ok(100_000), |s| s.parse())?;
     let batch: u64 = args.get(3).map_or(Ok(4000), |s| s.parse())?;
     let archive = Archive::open(url)?;
+    // PostgreSQL: the backend serving this connection (same machine), for its CPU time.
+    let backend = if url.starts_with("postgres") {
+        archive
+            .with(|c| c.query("SELECT pg_backend_pid()", &[]))?
+            .first()
+            .map(|r| r[0].int().to_string())
+    } else {
+        None
+    };
+    let db0 = backend.as_deref().map_or(0, cpu_us_of);
     let cfg = ExtractConfig::default();
     let raw: Vec<RawProperties> = (0..n).map(props).collect();
     let body = Bytes::from(vec![b'x'; 1024]);
@@ -108,11 +122,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         i += k;
     }
     let secs = start.elapsed().as_secs_f64();
+    let db = backend.as_deref().map_or(0, cpu_us_of) - db0;
     println!(
-        "{n} records in {secs:.2}s = {:.0}/s; CPU µs/record: extract {:.1}, insert {:.1} (load {})",
+        "{n} records in {secs:.2}s = {:.0}/s; CPU µs/record: extract {:.1}, insert {:.1}, database backend {:.1} (load {})",
         n as f64 / secs,
         t_extract as f64 / n as f64,
         t_insert as f64 / n as f64,
+        db as f64 / n as f64,
         std::fs::read_to_string("/proc/loadavg")
             .unwrap_or_default()
             .trim()

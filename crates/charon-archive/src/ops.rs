@@ -154,19 +154,21 @@ pub fn list(
         )?
     };
     let offset = page.saturating_sub(1).saturating_mul(page_size);
-    // A deep page skips its offset over ids only (an index-only scan: `dead_letters_id` on
-    // SQLite, the primary key on PostgreSQL), then reads the page's records.
-    let sql = if offset == 0 {
-        format!(
-            "SELECT {RECORD_COLUMNS} FROM dead_letters WHERE {cond} ORDER BY {order} LIMIT {page_size}"
-        )
+    // The page's ids first, then their records: the ids come from an index alone where one
+    // covers the filter (`dead_letters_id` on SQLite, the primary key or e.g. `(status, id)` on
+    // PostgreSQL, whose planner otherwise walks the primary key backwards filtering rows —
+    // 20,000 of them when the newest records are of another status), a deep page skips its
+    // offset over 8-byte index entries, and a sort moves ids instead of whole records.
+    let skip = if offset == 0 {
+        String::new()
     } else {
-        format!(
-            "SELECT {RECORD_COLUMNS} FROM dead_letters WHERE id IN \
-             (SELECT id FROM dead_letters WHERE {cond} ORDER BY {order} LIMIT {page_size} OFFSET {offset}) \
-             ORDER BY {order}"
-        )
+        format!(" OFFSET {offset}")
     };
+    let sql = format!(
+        "SELECT {RECORD_COLUMNS} FROM dead_letters WHERE id IN \
+         (SELECT id FROM dead_letters WHERE {cond} ORDER BY {order} LIMIT {page_size}{skip}) \
+         ORDER BY {order}"
+    );
     let rows = c.query(&sql, &params)?;
     Ok((
         rows.iter().filter_map(|r| Record::from_row(r)).collect(),
