@@ -249,7 +249,7 @@ fn settle(
         p.extend(ps.iter().cloned());
         settled += c.exec(
             &format!(
-                "UPDATE replay_items SET state = ?, error = ? WHERE job_id = ? AND state IN ('PENDING', 'INFLIGHT') AND record_id IN ({marks})"
+                "UPDATE replay_items SET state = ?, error = ? WHERE job_id = ? AND record_id IN ({marks})"
             ),
             &p,
         )?;
