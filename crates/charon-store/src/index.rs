@@ -7,8 +7,7 @@
 //! record as it is appended, recovery applies each record as it is read.
 //! Every operation on state that is already gone is a no-op.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use bytes::Bytes;
 use foldhash::HashMap as FastMap;
@@ -16,7 +15,7 @@ use foldhash::HashMap as FastMap;
 use crate::members::Members;
 use crate::record::{HEADER_LEN, MsgBody, Payload};
 use crate::segment::SegId;
-use crate::types::{BodyRef, DefinitionKey, Member, MessageId, QueueId, RecoveredMessage};
+use crate::types::{BodyRef, DefinitionKey, Member, MessageId, QueueId};
 
 /// Where a record lies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,26 +30,46 @@ pub(crate) struct Loc {
 /// A live item's place and the bytes it accounts for.
 type Item = (SegId, u64);
 
+/// A live message (48 bytes: one per stored message, so every field counts). The body is the
+/// last field of its record, so its length is the record's length less `body_off`. The
+/// metadata (exchange, routing key, properties, times) stays on disk: recovery hands back ids
+/// and [`crate::MetaReader`] reads it when a queue is rebuilt.
 #[derive(Debug)]
 pub(crate) struct MsgEntry {
-    pub(crate) loc: Loc,
+    seg: SegId,
+    /// Offset of the record header in the file.
+    offset: u64,
+    /// Whole record length.
+    len: u32,
     /// Offset of the body from the start of the record.
     body_off: u32,
-    body_len: u32,
     pub(crate) members: Members,
-    /// Metadata, kept only while recovering.
-    pub(crate) meta: Option<Arc<RecoveredMessage>>,
 }
 
 impl MsgEntry {
+    /// Where the message's record lies.
+    pub(crate) fn loc(&self) -> Loc {
+        Loc {
+            seg: self.seg,
+            offset: self.offset,
+            len: self.len,
+        }
+    }
+
     /// Where message `id`'s body is.
     pub(crate) fn body(&self, id: MessageId) -> BodyRef {
         BodyRef {
             msg: id,
-            segment: self.loc.seg,
-            offset: self.loc.offset + u64::from(self.body_off),
-            len: self.body_len,
+            segment: self.seg,
+            offset: self.offset + u64::from(self.body_off),
+            len: self.len.saturating_sub(self.body_off),
         }
+    }
+
+    /// The record's bytes before the body: header and payload up to and including the body's
+    /// length (what [`crate::MetaReader`] reads).
+    pub(crate) fn prefix_len(&self) -> u32 {
+        self.body_off
     }
 }
 
@@ -109,27 +128,6 @@ pub(crate) struct Index {
     pub(crate) member_items: FastMap<Member, MemberItems>,
     pub(crate) defs: HashMap<DefinitionKey, Loc>,
     pub(crate) segs: BTreeMap<SegId, SegStats>,
-    /// Keep message metadata (recovery only).
-    pub(crate) keep_meta: bool,
-    /// Exchanges, routing keys and short property blocks seen while
-    /// recovering, so a million messages share a handful of copies.
-    pub(crate) interned: HashSet<Bytes>,
-}
-
-/// Most distinct values interned; past it, values are copied.
-const INTERN_MAX: usize = 4096;
-/// Longest property block interned (longer ones are rarely shared).
-const INTERN_PROPS_MAX: usize = 64;
-
-fn intern(set: &mut HashSet<Bytes>, b: &[u8]) -> Bytes {
-    if let Some(x) = set.get(b) {
-        return x.clone();
-    }
-    let x = Bytes::copy_from_slice(b);
-    if set.len() < INTERN_MAX {
-        set.insert(x.clone());
-    }
-    x
 }
 
 /// Gives a map's memory back once it is mostly empty (a drained backlog of a million messages
@@ -254,7 +252,7 @@ impl Index {
                 // Park states stay with their members (their records stay where they are).
                 let mut parks = Vec::new();
                 if let Some(old) = self.messages.remove(msg_id) {
-                    self.kill((old.loc.seg, u64::from(old.loc.len)), seg, index);
+                    self.kill((old.seg, u64::from(old.len)), seg, index);
                     for m in old.members.into_vec() {
                         if let Some(p) = self.parks.remove(&m) {
                             parks.push((m, p));
@@ -373,37 +371,13 @@ impl Index {
         msg: &MsgBody<'_>,
         members: impl Iterator<Item = (Member, u32)>,
     ) {
-        // Records are at most 1 GiB (`record::fits`), so these fit a u32.
+        // Records are at most 1 GiB (`record::fits`), so this fits a u32.
         let body_off = (HEADER_LEN + msg.body_offset) as u32;
-        let body_len = msg.body.len() as u32;
-        let body = BodyRef {
-            msg: id,
-            segment: loc.seg,
-            offset: loc.offset + u64::from(body_off),
-            len: body_len,
-        };
         let mut members = members.peekable();
         if members.peek().is_none() {
             // Stored nowhere (a dead-letter with no target): dead at once.
             return;
         }
-        let meta = self.keep_meta.then(|| {
-            let set = &mut self.interned;
-            let properties = if msg.properties.len() <= INTERN_PROPS_MAX {
-                intern(set, msg.properties)
-            } else {
-                Bytes::copy_from_slice(msg.properties)
-            };
-            Arc::new(RecoveredMessage {
-                id,
-                exchange: intern(set, msg.exchange),
-                routing_key: intern(set, msg.routing_key),
-                properties,
-                body,
-                enqueue_ms: msg.enqueue_ms,
-                expiry_ms: msg.expiry_ms,
-            })
-        });
         self.add_item((loc.seg, u64::from(loc.len)));
         let mut list = Members::default();
         for (m, count) in members {
@@ -420,11 +394,11 @@ impl Index {
         self.messages.insert(
             id,
             MsgEntry {
-                loc,
+                seg: loc.seg,
+                offset: loc.offset,
+                len: loc.len,
                 body_off,
-                body_len,
                 members: list,
-                meta,
             },
         );
     }
@@ -446,7 +420,7 @@ impl Index {
         if let Some(p) = self.parks.remove(&m) {
             self.kill(p.item(), seg, index);
         }
-        if let Some(msg_seg) = self.messages.get(&e.msg).map(|m| m.loc.seg) {
+        if let Some(msg_seg) = self.messages.get(&e.msg).map(|m| m.seg) {
             self.depend(seg, msg_seg);
         }
         Some(e)
@@ -462,9 +436,9 @@ impl Index {
         };
         msg.members.remove(&m);
         if msg.members.is_empty() {
-            let loc = msg.loc;
+            let item = (msg.seg, u64::from(msg.len));
             self.messages.remove(&e.msg);
-            self.kill((loc.seg, u64::from(loc.len)), seg, index);
+            self.kill(item, seg, index);
             shrink_sparse(&mut self.messages);
         }
     }
@@ -480,7 +454,7 @@ impl Index {
             .collect();
         for id in dead {
             if let Some(e) = self.messages.remove(&id) {
-                self.kill((e.loc.seg, u64::from(e.loc.len)), seg, index);
+                self.kill((e.seg, u64::from(e.len)), seg, index);
             }
         }
     }
@@ -542,7 +516,7 @@ impl Index {
         let Some(e) = self.messages.get(&msg) else {
             return false;
         };
-        e.loc.seg == seg
+        e.seg == seg
             || e.members.iter().any(|m| {
                 self.member_items.get(m).is_some_and(|it| {
                     [it.enqueued, it.counted]
@@ -691,7 +665,7 @@ mod tests {
                 msg: BODY,
             },
         );
-        assert_eq!(ix.messages.get(&1).map(|m| m.loc.seg), Some(3));
+        assert_eq!(ix.messages.get(&1).map(|m| m.seg), Some(3));
         assert_eq!(ix.members_of(1), vec![((1, 1), 4), ((2, 1), 0)]);
         assert_eq!(ix.deletable(3, 4), vec![1, 2]);
     }

@@ -246,7 +246,7 @@ impl Future for Commit {
 /// pending and stops the writer thread.
 #[derive(Debug)]
 pub struct Store {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     writer: Option<JoinHandle<()>>,
 }
 

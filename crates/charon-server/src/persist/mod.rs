@@ -134,6 +134,11 @@ impl Persistence {
         Ok((Arc::new(p), rec))
     }
 
+    /// A reader of stored messages' metadata (recovery keeps none in memory).
+    pub(crate) fn meta_reader(&self) -> charon_store::MetaReader {
+        self.store.meta_reader()
+    }
+
     /// A store id for a new durable queue: above every id in use and every id handed out
     /// before (the clock's microseconds), so a deleted queue's id never comes back.
     pub(crate) fn new_queue_id(&self) -> u64 {

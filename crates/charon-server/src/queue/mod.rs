@@ -18,5 +18,5 @@ mod take;
 pub(crate) use crate::persist::Durable;
 pub(crate) use actor::now_ms;
 pub(crate) use place::{Places, allocate, place, placed};
-pub(crate) use spawn::{spawn_queue, spawn_queue_with};
+pub(crate) use spawn::{read_recovered, spawn_queue, spawn_queue_with};
 pub(crate) use stored::PagedShapes;

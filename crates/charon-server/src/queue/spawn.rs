@@ -25,6 +25,23 @@ pub(crate) fn spawn_queue(
     spawn_queue_with(meta, vhost, vhost_name, store_id, Vec::new())
 }
 
+/// A recovered member's message, read back from its record (`None`, logged, when it cannot be:
+/// the message stays in the store and comes back at the next start).
+pub(crate) fn read_recovered(
+    reader: &mut charon_store::MetaReader,
+    e: &charon_store::RecoveredEntry,
+) -> Option<charon_store::RecoveredMessage> {
+    match reader.read(e.msg) {
+        Ok(m) => Some(m),
+        // Settled meanwhile (a queue purged at start): nothing to restore.
+        Err(charon_store::ReadError::NotFound(_)) => None,
+        Err(err) => {
+            tracing::error!(id = e.id, %err, "a recovered message could not be read back");
+            None
+        }
+    }
+}
+
 /// [`spawn_queue`] with its store id and the messages recovered from the store for it. They
 /// come back with their bodies on disk (read when delivered), redelivered if they had been
 /// delivered, expiring by the wall clock from their enqueue time. The entries are consumed one
@@ -55,8 +72,12 @@ pub(crate) fn spawn_queue_with(
         foldhash::HashMap::with_capacity_and_hasher(recovered.len(), Default::default());
     let mut shapes = PagedShapes::default();
     let mut parked = Vec::new();
+    // The store keeps no metadata per recovered message: each is read from its record here.
+    let mut reader = vhost.persistence().map(|p| p.meta_reader());
     for e in recovered {
-        let sm = &*e.message;
+        let Some(sm) = reader.as_mut().and_then(|r| read_recovered(r, &e)) else {
+            continue;
+        };
         let message = shapes.get(
             &sm.exchange,
             &sm.routing_key,
