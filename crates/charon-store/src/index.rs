@@ -12,10 +12,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use bytes::Bytes;
 use foldhash::HashMap as FastMap;
 
-use crate::members::Members;
+use crate::messages::{Messages, shrink_sparse};
 use crate::record::{HEADER_LEN, MsgBody, Payload};
 use crate::segment::SegId;
-use crate::types::{BodyRef, DefinitionKey, Member, MessageId, QueueId};
+use crate::types::{DefinitionKey, Member, MessageId, QueueId};
 
 /// Where a record lies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,49 +29,6 @@ pub(crate) struct Loc {
 
 /// A live item's place and the bytes it accounts for.
 type Item = (SegId, u64);
-
-/// A live message (48 bytes: one per stored message, so every field counts). The body is the
-/// last field of its record, so its length is the record's length less `body_off`. The
-/// metadata (exchange, routing key, properties, times) stays on disk: recovery hands back ids
-/// and [`crate::MetaReader`] reads it when a queue is rebuilt.
-#[derive(Debug)]
-pub(crate) struct MsgEntry {
-    seg: SegId,
-    /// Offset of the record header in the file.
-    offset: u64,
-    /// Whole record length.
-    len: u32,
-    /// Offset of the body from the start of the record.
-    body_off: u32,
-    pub(crate) members: Members,
-}
-
-impl MsgEntry {
-    /// Where the message's record lies.
-    pub(crate) fn loc(&self) -> Loc {
-        Loc {
-            seg: self.seg,
-            offset: self.offset,
-            len: self.len,
-        }
-    }
-
-    /// Where message `id`'s body is.
-    pub(crate) fn body(&self, id: MessageId) -> BodyRef {
-        BodyRef {
-            msg: id,
-            segment: self.seg,
-            offset: self.offset + u64::from(self.body_off),
-            len: self.len.saturating_sub(self.body_off),
-        }
-    }
-
-    /// The record's bytes before the body: header and payload up to and including the body's
-    /// length (what [`crate::MetaReader`] reads).
-    pub(crate) fn prefix_len(&self) -> u32 {
-        self.body_off
-    }
-}
 
 /// One live member (16 bytes: there is one per message per queue).
 #[derive(Debug, Clone, Copy)]
@@ -123,23 +80,11 @@ pub(crate) struct Index {
     pub(crate) parks: HashMap<Member, ParkEntry>,
     // Keyed by ids the store and the broker choose: a fast hash (std's SipHash was a fifth of
     // the CPU of a persistent publish, docs/performance.md).
-    pub(crate) messages: FastMap<MessageId, MsgEntry>,
+    pub(crate) messages: Messages,
     pub(crate) queues: FastMap<QueueId, BTreeMap<u64, MemberEntry>>,
     pub(crate) member_items: FastMap<Member, MemberItems>,
     pub(crate) defs: HashMap<DefinitionKey, Loc>,
     pub(crate) segs: BTreeMap<SegId, SegStats>,
-}
-
-/// Gives a map's memory back once it is mostly empty (a drained backlog of a million messages
-/// otherwise keeps its table, ~150 MB, for good). Amortised O(1): after shrinking to twice its
-/// length a map must lose three quarters of its entries before it shrinks again.
-pub(crate) fn shrink_sparse<K: Eq + std::hash::Hash, V, S: std::hash::BuildHasher>(
-    map: &mut std::collections::HashMap<K, V, S>,
-) {
-    let cap = map.capacity();
-    if cap > 1024 && map.len() * 4 < cap {
-        map.shrink_to(map.len() * 2);
-    }
 }
 
 impl Index {
@@ -251,9 +196,9 @@ impl Index {
             } => {
                 // Park states stay with their members (their records stay where they are).
                 let mut parks = Vec::new();
-                if let Some(old) = self.messages.remove(msg_id) {
-                    self.kill((old.seg, u64::from(old.len)), seg, index);
-                    for m in old.members.into_vec() {
+                if let Some((old, members)) = self.messages.remove(msg_id) {
+                    self.kill((old.seg(), u64::from(old.loc().len)), seg, index);
+                    for m in members {
                         if let Some(p) = self.parks.remove(&m) {
                             parks.push((m, p));
                         }
@@ -336,10 +281,10 @@ impl Index {
                         continue;
                     }
                     self.remove_member(*m, seg, index);
-                    let Some(e) = self.messages.get_mut(msg) else {
+                    if !self.messages.contains_key(msg) {
                         return;
-                    };
-                    e.members.push(*m);
+                    }
+                    self.messages.add_member(*msg, *m);
                     let item = (seg, share);
                     self.add_item(item);
                     self.queues.entry(m.0).or_default().insert(
@@ -378,8 +323,17 @@ impl Index {
             // Stored nowhere (a dead-letter with no target): dead at once.
             return;
         }
+        if u32::try_from(loc.seg).is_err() || u32::try_from(loc.offset).is_err() {
+            // Beyond the store's limits (`segment::MAX_SEG`, `MAX_FILE`): never written so.
+            tracing::error!(
+                seg = loc.seg,
+                offset = loc.offset,
+                "record beyond the store's limits"
+            );
+            return;
+        }
         self.add_item((loc.seg, u64::from(loc.len)));
-        let mut list = Members::default();
+        let mut list: Vec<Member> = Vec::with_capacity(1);
         for (m, count) in members {
             if list.contains(&m) {
                 continue;
@@ -391,16 +345,8 @@ impl Index {
                 .or_default()
                 .insert(m.1, MemberEntry { msg: id, count });
         }
-        self.messages.insert(
-            id,
-            MsgEntry {
-                seg: loc.seg,
-                offset: loc.offset,
-                len: loc.len,
-                body_off,
-                members: list,
-            },
-        );
+        // Fits: checked above.
+        let _ = self.messages.insert(id, loc, body_off, list);
     }
 
     /// Remove a member's queue entry and kill the records it owns; does not
@@ -420,7 +366,7 @@ impl Index {
         if let Some(p) = self.parks.remove(&m) {
             self.kill(p.item(), seg, index);
         }
-        if let Some(msg_seg) = self.messages.get(&e.msg).map(|m| m.seg) {
+        if let Some(msg_seg) = self.messages.get(&e.msg).map(|m| m.seg()) {
             self.depend(seg, msg_seg);
         }
         Some(e)
@@ -431,30 +377,19 @@ impl Index {
         let Some(e) = self.drop_member_entry(m, seg, index) else {
             return;
         };
-        let Some(msg) = self.messages.get_mut(&e.msg) else {
-            return;
-        };
-        msg.members.remove(&m);
-        if msg.members.is_empty() {
-            let item = (msg.seg, u64::from(msg.len));
-            self.messages.remove(&e.msg);
-            self.kill(item, seg, index);
-            shrink_sparse(&mut self.messages);
+        if self.messages.remove_member(e.msg, m) == Some(true)
+            && let Some((old, _)) = self.messages.remove(&e.msg)
+        {
+            self.kill((old.seg(), u64::from(old.loc().len)), seg, index);
         }
     }
 
     /// Drop messages that never got a member (end of recovery); `seg` and
     /// `index` stand for "now".
     pub(crate) fn drop_memberless(&mut self, seg: SegId, index: u64) {
-        let dead: Vec<MessageId> = self
-            .messages
-            .iter()
-            .filter(|(_, e)| e.members.is_empty())
-            .map(|(id, _)| *id)
-            .collect();
-        for id in dead {
-            if let Some(e) = self.messages.remove(&id) {
-                self.kill((e.seg, u64::from(e.len)), seg, index);
+        for id in self.messages.memberless() {
+            if let Some((e, _)) = self.messages.remove(&id) {
+                self.kill((e.seg(), u64::from(e.loc().len)), seg, index);
             }
         }
     }
@@ -516,8 +451,8 @@ impl Index {
         let Some(e) = self.messages.get(&msg) else {
             return false;
         };
-        e.seg == seg
-            || e.members.iter().any(|m| {
+        e.seg() == seg
+            || self.messages.members(&msg).iter().any(|m| {
                 self.member_items.get(m).is_some_and(|it| {
                     [it.enqueued, it.counted]
                         .iter()
@@ -534,10 +469,8 @@ impl Index {
 
     /// A message's members with their delivery counts.
     pub(crate) fn members_of(&self, msg: MessageId) -> Vec<(Member, u32)> {
-        let Some(e) = self.messages.get(&msg) else {
-            return Vec::new();
-        };
-        e.members
+        self.messages
+            .members(&msg)
             .iter()
             .map(|m| {
                 let count = self
@@ -665,7 +598,7 @@ mod tests {
                 msg: BODY,
             },
         );
-        assert_eq!(ix.messages.get(&1).map(|m| m.seg), Some(3));
+        assert_eq!(ix.messages.get(&1).map(|m| m.seg()), Some(3));
         assert_eq!(ix.members_of(1), vec![((1, 1), 4), ((2, 1), 0)]);
         assert_eq!(ix.deletable(3, 4), vec![1, 2]);
     }

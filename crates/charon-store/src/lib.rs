@@ -7,7 +7,7 @@
 //!   [`DiskStorage`] and the crash-injecting [`MemStorage`].
 //! - `record`: record framing (length, CRC32C, index, term) and payloads.
 //! - `segment`: segment file names and header.
-//! - `members`: a message's queue memberships, inline for one queue.
+//! - `messages`: the live messages, 32 bytes each (record place, one member inline).
 //! - [`MetaReader`]: a live message's metadata read back from its record (recovery keeps
 //!   none in memory).
 //! - `index`: liveness of messages, members and definitions per segment; the
@@ -64,7 +64,7 @@ mod compaction;
 mod durable;
 mod error;
 mod index;
-mod members;
+mod messages;
 mod meta;
 mod record;
 mod recovery;

@@ -71,6 +71,16 @@ pub(crate) fn recover(storage: &dyn Storage) -> Result<RecoveryOutcome, OpenErro
             .open(&segment::file_name(seg))
             .map_err(io("open", seg))?;
         let len = file.size().map_err(io("stat", seg))?;
+        if seg > segment::MAX_SEG {
+            return Err(corrupt(
+                seg,
+                0,
+                "segment id beyond the store's limit (2^32 - 1)",
+            ));
+        }
+        if len > segment::MAX_FILE {
+            return Err(corrupt(seg, 0, "segment file larger than 4 GiB"));
+        }
         let ulen = usize::try_from(len).map_err(|_| corrupt(seg, 0, "segment too large"))?;
         let mut win = Window::new(ulen);
         win.load(&*file, 0, 0).map_err(io("read", seg))?;

@@ -351,6 +351,26 @@ impl Persistence {
         }
     }
 
+    /// The body of the message at member `(queue, qid)`, read back, and the message's id.
+    pub(crate) fn read_member_body(&self, queue: u64, qid: u64) -> Option<(u64, Bytes)> {
+        let Some(at) = self.store.member_body((queue, qid)) else {
+            tracing::error!(queue, qid, "a stored member is not in the store");
+            return None;
+        };
+        match self.store.read_body(&at) {
+            Ok(b) => Some((at.msg, b)),
+            Err(e) => {
+                tracing::error!(error = %e, "could not read a message body back");
+                None
+            }
+        }
+    }
+
+    /// The id of the message at member `(queue, qid)`, if the store holds it.
+    pub(crate) fn message_of(&self, queue: u64, qid: u64) -> Option<u64> {
+        self.store.member_body((queue, qid)).map(|b| b.msg)
+    }
+
     /// Last durable log index (bodies stored at or below it can be read back).
     pub(crate) fn durable_index(&self) -> u64 {
         self.store.durable_index()

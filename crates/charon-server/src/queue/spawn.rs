@@ -6,7 +6,8 @@ use std::sync::Arc;
 use charon_core::{QueueMeta, QueueState};
 
 use super::actor::{self, QueueContext};
-use super::stored::{PagedShapes, Persisted, StoreSide};
+use super::idset::IdSet;
+use super::stored::{PagedShapes, StoreSide};
 use crate::handles::QueueHandle;
 use crate::vhost::VHostState;
 
@@ -68,8 +69,8 @@ pub(crate) fn spawn_queue_with(
         state.track_gone();
         (p.clone(), store_id)
     });
-    let mut persisted =
-        foldhash::HashMap::with_capacity_and_hasher(recovered.len(), Default::default());
+    // The recovered ids, in order: a backlog is one run of ids.
+    let mut persisted = IdSet::default();
     let mut shapes = PagedShapes::default();
     let mut parked = Vec::new();
     // The store keeps no metadata per recovered message: each is read from its record here.
@@ -88,7 +89,7 @@ pub(crate) fn spawn_queue_with(
         if let Some(own) = sm.expiry_ms {
             expires_at = Some(expires_at.map_or(own, |q| q.min(own)));
         }
-        persisted.insert(e.id, Persisted::paged(sm.id));
+        persisted.insert(e.id);
         if let Some((due, attempt)) = e.parked {
             // Parked for a retry: the actor parks it again (queue/retry.rs).
             parked.push((due, e.id, message, attempt));
