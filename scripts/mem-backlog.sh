@@ -23,6 +23,8 @@ start() {
   done
   echo "broker did not start" >&2; exit 1
 }
+# Broker CPU seconds so far (user + system, /proc/PID/stat), load-independent unlike wall time.
+cpu() { awk -v t="$(getconf CLK_TCK)" '{ printf "%.1f", ($14 + $15) / t }' /proc/$pid/stat; }
 kib() { awk -v k="$1:" '$1 == k { print $2 }' /proc/$pid/status; }
 mib() { echo $(( $(kib "$1") / 1024 )); }
 cleanup() { [ -n "$pid" ] && kill -9 $pid 2>/dev/null || true; rm -rf "$DATA" "$DATA.log"; }
@@ -49,6 +51,6 @@ kill -9 $pid; wait $pid 2>/dev/null || true
 t0=$(date +%s.%N)
 start
 t1=$(date +%s.%N)
-echo "recovery after kill -9: $(python3 -c "print(round($t1-$t0,1))") s to listen, peak (VmHWM) $(mib VmHWM) MiB, rss $(mib VmRSS) MiB"
+echo "recovery after kill -9: $(python3 -c "print(round($t1-$t0,1))") s to listen (broker cpu $(cpu) s), peak (VmHWM) $(mib VmHWM) MiB, rss $(mib VmRSS) MiB"
 sleep 6
 echo "recovered + 6 s: rss $(mib VmRSS) MiB, heap $(alloc) MiB, peak (VmHWM) $(mib VmHWM) MiB, $(count) messages in the queue"

@@ -13,6 +13,7 @@ use bytes::Bytes;
 use foldhash::HashMap as FastMap;
 
 use crate::messages::{Messages, shrink_sparse};
+use crate::queue_members::{MemberEntry, QueueMembers};
 use crate::record::{HEADER_LEN, MsgBody, Payload};
 use crate::segment::SegId;
 use crate::types::{DefinitionKey, Member, MessageId, QueueId};
@@ -29,13 +30,6 @@ pub(crate) struct Loc {
 
 /// A live item's place and the bytes it accounts for.
 type Item = (SegId, u64);
-
-/// One live member (16 bytes: there is one per message per queue).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct MemberEntry {
-    pub(crate) msg: MessageId,
-    pub(crate) count: u32,
-}
 
 /// Records other than the message's own that hold a member's state; kept
 /// aside because few members have any.
@@ -81,7 +75,7 @@ pub(crate) struct Index {
     // Keyed by ids the store and the broker choose: a fast hash (std's SipHash was a fifth of
     // the CPU of a persistent publish, docs/performance.md).
     pub(crate) messages: Messages,
-    pub(crate) queues: FastMap<QueueId, BTreeMap<u64, MemberEntry>>,
+    pub(crate) queues: FastMap<QueueId, QueueMembers>,
     pub(crate) member_items: FastMap<Member, MemberItems>,
     pub(crate) defs: HashMap<DefinitionKey, Loc>,
     pub(crate) segs: BTreeMap<SegId, SegStats>,
@@ -231,7 +225,7 @@ impl Index {
                 let ids: Vec<u64> = self
                     .queues
                     .get(queue)
-                    .map(|q| q.keys().copied().collect())
+                    .map(|q| q.iter().map(|(id, _)| id).collect())
                     .unwrap_or_default();
                 for id in ids {
                     self.remove_member((*queue, id), seg, index);
@@ -244,14 +238,13 @@ impl Index {
     /// a share of a `DeliveryCounts` one); the record that held it before dies. No-op for a
     /// member that does not exist.
     fn set_count(&mut self, member: Member, count: u32, item: Item, index: u64) {
-        let Some(e) = self
+        if !self
             .queues
             .get_mut(&member.0)
-            .and_then(|q| q.get_mut(&member.1))
-        else {
+            .is_some_and(|q| q.set_count(member.1, count))
+        {
             return;
-        };
-        e.count = count;
+        }
         let old = self
             .member_items
             .entry(member)
@@ -276,7 +269,7 @@ impl Index {
                 }
                 let share = u64::from(loc.len) / members.len().max(1) as u64;
                 for m in members {
-                    let existing = self.queues.get(&m.0).and_then(|q| q.get(&m.1));
+                    let existing = self.queues.get(&m.0).and_then(|q| q.get(m.1));
                     if existing.is_some_and(|e| e.msg == *msg) {
                         continue;
                     }
@@ -353,7 +346,7 @@ impl Index {
     /// touch the message.
     fn drop_member_entry(&mut self, m: Member, seg: SegId, index: u64) -> Option<MemberEntry> {
         let q = self.queues.get_mut(&m.0)?;
-        let e = q.remove(&m.1)?;
+        let e = q.remove(m.1)?;
         if q.is_empty() {
             self.queues.remove(&m.0);
         }
@@ -464,7 +457,7 @@ impl Index {
 
     /// The message a live member belongs to.
     pub(crate) fn message_of(&self, m: Member) -> Option<MessageId> {
-        self.queues.get(&m.0)?.get(&m.1).map(|e| e.msg)
+        self.queues.get(&m.0)?.get(m.1).map(|e| e.msg)
     }
 
     /// A message's members with their delivery counts.
@@ -476,7 +469,7 @@ impl Index {
                 let count = self
                     .queues
                     .get(&m.0)
-                    .and_then(|q| q.get(&m.1))
+                    .and_then(|q| q.get(m.1))
                     .map_or(0, |e| e.count);
                 (*m, count)
             })

@@ -8,6 +8,7 @@
 //! - `record`: record framing (length, CRC32C, index, term) and payloads.
 //! - `segment`: segment file names and header.
 //! - `messages`: the live messages, 32 bytes each (record place, one member inline).
+//! - `queue_members`: a queue's live members in id order (a ring of 24-byte slots).
 //! - [`MetaReader`]: a live message's metadata read back from its record (recovery keeps
 //!   none in memory).
 //! - `index`: liveness of messages, members and definitions per segment; the
@@ -66,6 +67,7 @@ mod error;
 mod index;
 mod messages;
 mod meta;
+mod queue_members;
 mod record;
 mod recovery;
 mod segment;

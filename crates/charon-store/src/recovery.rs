@@ -238,10 +238,10 @@ fn collect_queues(index: &Index) -> std::collections::HashMap<u64, Vec<Recovered
         let list: Vec<RecoveredEntry> = members
             .iter()
             .map(|(id, e)| RecoveredEntry {
-                id: *id,
+                id,
                 msg: e.msg,
                 delivery_count: e.count,
-                parked: index.parks.get(&(*q, *id)).map(|p| (p.due_ms, p.attempt)),
+                parked: index.parks.get(&(*q, id)).map(|p| (p.due_ms, p.attempt)),
             })
             .collect();
         out.insert(*q, list);
