@@ -15,7 +15,8 @@ pub(crate) struct IdSet {
 
 impl IdSet {
     /// Ids in the set.
-    pub(crate) fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.len
     }
 

@@ -513,19 +513,21 @@ mod tests {
         for cmd in cmds {
             let (kind, bytes, at) = encode_command(&cmd).expect("encode");
             let at = at.expect("body offset");
-            let (carried, m, len) = message_prefix(kind as u8, &bytes[..at]).expect("prefix");
+            let cut = |n: usize| bytes.get(..n).expect("in range");
+            let (carried, m, len) = message_prefix(kind as u8, cut(at)).expect("prefix");
             assert_eq!(carried, None);
             assert_eq!((m.exchange, m.routing_key), (&b"ex"[..], &b"rk"[..]));
             assert_eq!(m.properties, &[0x80, 0, 5, b'a'][..]);
             assert_eq!((m.enqueue_ms, m.expiry_ms, len), (5, Some(9), 5));
             assert_eq!(m.body_offset, at);
             // Cut anywhere else, or with the body, it is refused.
-            assert!(message_prefix(kind as u8, &bytes[..at - 1]).is_err());
+            assert!(message_prefix(kind as u8, cut(at - 1)).is_err());
             assert!(message_prefix(kind as u8, &bytes).is_err());
         }
         let m = msg();
         let (carry, at) = encode_carry(77, &[((1, 2), 3)], &MsgBody::of(&m)).expect("carry");
-        let (carried, m, len) = message_prefix(Kind::Carry as u8, &carry[..at]).expect("carry");
+        let prefix = carry.get(..at).expect("in range");
+        let (carried, m, len) = message_prefix(Kind::Carry as u8, prefix).expect("carry");
         assert_eq!((carried, m.routing_key, len), (Some(77), &b"rk"[..], 5));
         assert!(message_prefix(Kind::Settle as u8, &[0; 12]).is_err());
     }
