@@ -4,8 +4,9 @@
 //! Recovery keeps no metadata per message (docs/storage-format.md §4, docs/performance.md
 //! "Position-based recovery"): the index holds only where each message's record is, and the
 //! broker reads the fields of each recovered member as it rebuilds the queue. Reads go through
-//! a window of the segment ([`WINDOW`]), so a queue rebuilt in id order — its records mostly in
-//! file order — costs one read per window, not one per message. A message compaction moved is
+//! a window of the segment (growing from 4 KiB to [`WINDOW`], so a queue of a few messages reads
+//! a few KiB), so a queue rebuilt in id order — its records mostly in file order — costs one read
+//! per window, not one per message. A message compaction moved is
 //! read where it is now; a record not written yet (a copy in the pending batch) is waited for,
 //! as [`Store::read_body`] does.
 
@@ -20,8 +21,11 @@ use crate::segment::SegId;
 use crate::store::{Shared, Store};
 use crate::types::{BodyRef, MessageId, RecoveredMessage};
 
-/// Bytes read at a time.
+/// Most bytes read at a time.
 const WINDOW: u64 = 256 << 10;
+/// Bytes read by a new reader's first read (a queue of a few messages reads no more); each
+/// further read doubles it up to [`WINDOW`].
+const FIRST_WINDOW: u64 = 4 << 10;
 
 /// Reads recovered (or any live) messages' metadata; see the module docs. One per thread.
 #[derive(Debug)]
@@ -32,6 +36,8 @@ pub struct MetaReader {
     /// File offset of `buf`'s first byte.
     start: u64,
     buf: Vec<u8>,
+    /// Bytes the next read takes (from [`FIRST_WINDOW`] up to [`WINDOW`]).
+    next: u64,
     /// The previous message's exchange, routing key and properties: a run of alike messages
     /// shares one copy of each.
     last: Option<(Bytes, Bytes, Bytes)>,
@@ -48,6 +54,7 @@ impl Store {
             seg: 0,
             start: 0,
             buf: Vec::new(),
+            next: FIRST_WINDOW,
             last: None,
         }
     }
@@ -171,7 +178,8 @@ impl MetaReader {
         if offset.saturating_add(len) > end {
             return Ok(false);
         }
-        let n = len.max(WINDOW).min(end - offset);
+        let n = len.max(self.next).min(end - offset);
+        self.next = (self.next * 2).min(WINDOW);
         self.buf.resize(n as usize, 0);
         file.read_exact_at(&mut self.buf, offset).map_err(io)?;
         // A segment deleted meanwhile may have become the spare and been rewritten.
