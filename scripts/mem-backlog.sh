@@ -23,6 +23,8 @@ start() {
   done
   echo "broker did not start" >&2; exit 1
 }
+# Broker CPU seconds so far (user + system, /proc/PID/stat), load-independent unlike wall time.
+cpu() { awk -v t="$(getconf CLK_TCK)" '{ printf "%.1f", ($14 + $15) / t }' /proc/$pid/stat; }
 kib() { awk -v k="$1:" '$1 == k { print $2 }' /proc/$pid/status; }
 mib() { echo $(( $(kib "$1") / 1024 )); }
 cleanup() { [ -n "$pid" ] && kill -9 $pid 2>/dev/null || true; rm -rf "$DATA" "$DATA.log"; }
@@ -41,12 +43,14 @@ echo "after drain + 12 s (purge): rss $(mib VmRSS) MiB"
 fi
 # A backlog that stays: N persistent messages into a durable queue, no consumer.
 "$BIN" bench --uri "$URL" -x 1 -y 0 --persistent -c 1000 -s 1024 --pmessages "$N" -z 3600 --keep-queues --quiet --json >/dev/null
+# Live heap bytes counted by the broker's allocator (crates/charon/src/alloc_count.rs), MiB.
+alloc() { curl -s -u guest:guest "http://127.0.0.1:$((PORT + 10000))/api/nodes" | python3 -c "import json,sys; print(json.load(sys.stdin)[0].get('mem_allocated', 0) // 1048576)"; }
 count() { curl -s -u guest:guest "http://127.0.0.1:$((PORT + 10000))/api/queues" | python3 -c "import json,sys; print(sum(q['messages'] for q in json.load(sys.stdin)))"; }
-echo "backlog of $(count) messages: rss $(mib VmRSS) MiB, peak $(mib VmHWM) MiB"
+echo "backlog of $(count) messages: rss $(mib VmRSS) MiB, peak $(mib VmHWM) MiB, heap $(alloc) MiB"
 kill -9 $pid; wait $pid 2>/dev/null || true
 t0=$(date +%s.%N)
 start
 t1=$(date +%s.%N)
-echo "recovery after kill -9: $(python3 -c "print(round($t1-$t0,1))") s to listen, peak (VmHWM) $(mib VmHWM) MiB, rss $(mib VmRSS) MiB"
+echo "recovery after kill -9: $(python3 -c "print(round($t1-$t0,1))") s to listen (broker cpu $(cpu) s), peak (VmHWM) $(mib VmHWM) MiB, rss $(mib VmRSS) MiB"
 sleep 6
-echo "recovered + 6 s: rss $(mib VmRSS) MiB, $(count) messages in the queue"
+echo "recovered + 6 s: rss $(mib VmRSS) MiB, heap $(alloc) MiB, peak (VmHWM) $(mib VmHWM) MiB, $(count) messages in the queue"

@@ -69,9 +69,13 @@ fuzz_target!(|data: &[u8]| {
         ..StoreConfig::default()
     };
     if let Ok((store, recovered)) = Store::open(Arc::new(mem), config) {
+        let mut reader = store.meta_reader();
         for entries in recovered.queues.values() {
             for e in entries {
-                let _ = store.read_body(&e.message.body);
+                // Metadata read back from the record (fuzzed bytes), then the body.
+                if let Ok(m) = reader.read(e.msg) {
+                    let _ = store.read_body(&m.body);
+                }
             }
         }
     }

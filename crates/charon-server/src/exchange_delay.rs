@@ -288,11 +288,17 @@ pub fn recover(
     let mut out = Vec::new();
     let mut first_seq = 0;
     let mut shapes = PagedShapes::default();
+    let mut reader = vhost.persistence().map(|p| p.meta_reader());
     for x in exchanges {
         let sid = store_id(&vhost.name, &x);
         known.insert(sid);
         for e in rec.queues.get(&sid).map_or(&[][..], |v| v.as_slice()) {
-            let sm = &e.message;
+            let Some(sm) = reader
+                .as_mut()
+                .and_then(|r| crate::queue::read_recovered(r, e))
+            else {
+                continue;
+            };
             let message = shapes.get(
                 &sm.exchange,
                 &sm.routing_key,

@@ -73,7 +73,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     // Spot check: bodies read back from disk.
     if let Some(e) = rec.queues.values().next().and_then(|q| q.first()) {
-        assert_eq!(store.read_body(&e.message.body)?.len(), 1024);
+        let m = store.meta_reader().read(e.msg)?;
+        assert_eq!(store.read_body(&m.body)?.len(), 1024);
     }
     // Includes the recovered lists; run with KEEP=1 so the writing phase
     // does not count.

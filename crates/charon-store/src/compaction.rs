@@ -214,7 +214,7 @@ fn compact_one(shared: &Shared) {
         ids.extend(refs.counted.iter().filter_map(|m| st.index.message_of(*m)));
         ids.into_iter()
             .filter(|id| st.index.has_item_in(*id, seg))
-            .filter_map(|id| st.index.messages.get(&id).map(|e| (id, e.loc)))
+            .filter_map(|id| st.index.messages.get(&id).map(|e| (id, e.loc())))
             .collect()
     };
     // Their records: from the buffer when here, read when elsewhere.
@@ -239,7 +239,7 @@ fn compact_one(shared: &Shared) {
         }
         for (id, loc, rec) in slice {
             // Moved or died since the lookup: nothing to copy.
-            if st.index.messages.get(id).map(|e| e.loc) != Some(*loc) {
+            if st.index.messages.get(id).map(|e| e.loc()) != Some(*loc) {
                 continue;
             }
             let Ok(framed) = record::parse(rec) else {

@@ -7,16 +7,16 @@
 //! record as it is appended, recovery applies each record as it is read.
 //! Every operation on state that is already gone is a no-op.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use bytes::Bytes;
 use foldhash::HashMap as FastMap;
 
-use crate::members::Members;
+use crate::messages::{Messages, shrink_sparse};
+use crate::queue_members::{MemberEntry, QueueMembers};
 use crate::record::{HEADER_LEN, MsgBody, Payload};
 use crate::segment::SegId;
-use crate::types::{BodyRef, DefinitionKey, Member, MessageId, QueueId, RecoveredMessage};
+use crate::types::{DefinitionKey, Member, MessageId, QueueId};
 
 /// Where a record lies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,36 +30,6 @@ pub(crate) struct Loc {
 
 /// A live item's place and the bytes it accounts for.
 type Item = (SegId, u64);
-
-#[derive(Debug)]
-pub(crate) struct MsgEntry {
-    pub(crate) loc: Loc,
-    /// Offset of the body from the start of the record.
-    body_off: u32,
-    body_len: u32,
-    pub(crate) members: Members,
-    /// Metadata, kept only while recovering.
-    pub(crate) meta: Option<Arc<RecoveredMessage>>,
-}
-
-impl MsgEntry {
-    /// Where message `id`'s body is.
-    pub(crate) fn body(&self, id: MessageId) -> BodyRef {
-        BodyRef {
-            msg: id,
-            segment: self.loc.seg,
-            offset: self.loc.offset + u64::from(self.body_off),
-            len: self.body_len,
-        }
-    }
-}
-
-/// One live member (16 bytes: there is one per message per queue).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct MemberEntry {
-    pub(crate) msg: MessageId,
-    pub(crate) count: u32,
-}
 
 /// Records other than the message's own that hold a member's state; kept
 /// aside because few members have any.
@@ -104,44 +74,11 @@ pub(crate) struct Index {
     pub(crate) parks: HashMap<Member, ParkEntry>,
     // Keyed by ids the store and the broker choose: a fast hash (std's SipHash was a fifth of
     // the CPU of a persistent publish, docs/performance.md).
-    pub(crate) messages: FastMap<MessageId, MsgEntry>,
-    pub(crate) queues: FastMap<QueueId, BTreeMap<u64, MemberEntry>>,
+    pub(crate) messages: Messages,
+    pub(crate) queues: FastMap<QueueId, QueueMembers>,
     pub(crate) member_items: FastMap<Member, MemberItems>,
     pub(crate) defs: HashMap<DefinitionKey, Loc>,
     pub(crate) segs: BTreeMap<SegId, SegStats>,
-    /// Keep message metadata (recovery only).
-    pub(crate) keep_meta: bool,
-    /// Exchanges, routing keys and short property blocks seen while
-    /// recovering, so a million messages share a handful of copies.
-    pub(crate) interned: HashSet<Bytes>,
-}
-
-/// Most distinct values interned; past it, values are copied.
-const INTERN_MAX: usize = 4096;
-/// Longest property block interned (longer ones are rarely shared).
-const INTERN_PROPS_MAX: usize = 64;
-
-fn intern(set: &mut HashSet<Bytes>, b: &[u8]) -> Bytes {
-    if let Some(x) = set.get(b) {
-        return x.clone();
-    }
-    let x = Bytes::copy_from_slice(b);
-    if set.len() < INTERN_MAX {
-        set.insert(x.clone());
-    }
-    x
-}
-
-/// Gives a map's memory back once it is mostly empty (a drained backlog of a million messages
-/// otherwise keeps its table, ~150 MB, for good). Amortised O(1): after shrinking to twice its
-/// length a map must lose three quarters of its entries before it shrinks again.
-pub(crate) fn shrink_sparse<K: Eq + std::hash::Hash, V, S: std::hash::BuildHasher>(
-    map: &mut std::collections::HashMap<K, V, S>,
-) {
-    let cap = map.capacity();
-    if cap > 1024 && map.len() * 4 < cap {
-        map.shrink_to(map.len() * 2);
-    }
 }
 
 impl Index {
@@ -253,9 +190,9 @@ impl Index {
             } => {
                 // Park states stay with their members (their records stay where they are).
                 let mut parks = Vec::new();
-                if let Some(old) = self.messages.remove(msg_id) {
-                    self.kill((old.loc.seg, u64::from(old.loc.len)), seg, index);
-                    for m in old.members.into_vec() {
+                if let Some((old, members)) = self.messages.remove(msg_id) {
+                    self.kill((old.seg(), u64::from(old.loc().len)), seg, index);
+                    for m in members {
                         if let Some(p) = self.parks.remove(&m) {
                             parks.push((m, p));
                         }
@@ -288,7 +225,7 @@ impl Index {
                 let ids: Vec<u64> = self
                     .queues
                     .get(queue)
-                    .map(|q| q.keys().copied().collect())
+                    .map(|q| q.iter().map(|(id, _)| id).collect())
                     .unwrap_or_default();
                 for id in ids {
                     self.remove_member((*queue, id), seg, index);
@@ -301,14 +238,13 @@ impl Index {
     /// a share of a `DeliveryCounts` one); the record that held it before dies. No-op for a
     /// member that does not exist.
     fn set_count(&mut self, member: Member, count: u32, item: Item, index: u64) {
-        let Some(e) = self
+        if !self
             .queues
             .get_mut(&member.0)
-            .and_then(|q| q.get_mut(&member.1))
-        else {
+            .is_some_and(|q| q.set_count(member.1, count))
+        {
             return;
-        };
-        e.count = count;
+        }
         let old = self
             .member_items
             .entry(member)
@@ -333,15 +269,15 @@ impl Index {
                 }
                 let share = u64::from(loc.len) / members.len().max(1) as u64;
                 for m in members {
-                    let existing = self.queues.get(&m.0).and_then(|q| q.get(&m.1));
+                    let existing = self.queues.get(&m.0).and_then(|q| q.get(m.1));
                     if existing.is_some_and(|e| e.msg == *msg) {
                         continue;
                     }
                     self.remove_member(*m, seg, index);
-                    let Some(e) = self.messages.get_mut(msg) else {
+                    if !self.messages.contains_key(msg) {
                         return;
-                    };
-                    e.members.push(*m);
+                    }
+                    self.messages.add_member(*msg, *m);
                     let item = (seg, share);
                     self.add_item(item);
                     self.queues.entry(m.0).or_default().insert(
@@ -373,39 +309,24 @@ impl Index {
         msg: &MsgBody<'_>,
         members: impl Iterator<Item = (Member, u32)>,
     ) {
-        // Records are at most 1 GiB (`record::fits`), so these fit a u32.
+        // Records are at most 1 GiB (`record::fits`), so this fits a u32.
         let body_off = (HEADER_LEN + msg.body_offset) as u32;
-        let body_len = msg.body.len() as u32;
-        let body = BodyRef {
-            msg: id,
-            segment: loc.seg,
-            offset: loc.offset + u64::from(body_off),
-            len: body_len,
-        };
         let mut members = members.peekable();
         if members.peek().is_none() {
             // Stored nowhere (a dead-letter with no target): dead at once.
             return;
         }
-        let meta = self.keep_meta.then(|| {
-            let set = &mut self.interned;
-            let properties = if msg.properties.len() <= INTERN_PROPS_MAX {
-                intern(set, msg.properties)
-            } else {
-                Bytes::copy_from_slice(msg.properties)
-            };
-            Arc::new(RecoveredMessage {
-                id,
-                exchange: intern(set, msg.exchange),
-                routing_key: intern(set, msg.routing_key),
-                properties,
-                body,
-                enqueue_ms: msg.enqueue_ms,
-                expiry_ms: msg.expiry_ms,
-            })
-        });
+        if u32::try_from(loc.seg).is_err() || u32::try_from(loc.offset).is_err() {
+            // Beyond the store's limits (`segment::MAX_SEG`, `MAX_FILE`): never written so.
+            tracing::error!(
+                seg = loc.seg,
+                offset = loc.offset,
+                "record beyond the store's limits"
+            );
+            return;
+        }
         self.add_item((loc.seg, u64::from(loc.len)));
-        let mut list = Members::default();
+        let mut list: Vec<Member> = Vec::with_capacity(1);
         for (m, count) in members {
             if list.contains(&m) {
                 continue;
@@ -417,23 +338,15 @@ impl Index {
                 .or_default()
                 .insert(m.1, MemberEntry { msg: id, count });
         }
-        self.messages.insert(
-            id,
-            MsgEntry {
-                loc,
-                body_off,
-                body_len,
-                members: list,
-                meta,
-            },
-        );
+        // Fits: checked above.
+        let _ = self.messages.insert(id, loc, body_off, list);
     }
 
     /// Remove a member's queue entry and kill the records it owns; does not
     /// touch the message.
     fn drop_member_entry(&mut self, m: Member, seg: SegId, index: u64) -> Option<MemberEntry> {
         let q = self.queues.get_mut(&m.0)?;
-        let e = q.remove(&m.1)?;
+        let e = q.remove(m.1)?;
         if q.is_empty() {
             self.queues.remove(&m.0);
         }
@@ -446,7 +359,7 @@ impl Index {
         if let Some(p) = self.parks.remove(&m) {
             self.kill(p.item(), seg, index);
         }
-        if let Some(msg_seg) = self.messages.get(&e.msg).map(|m| m.loc.seg) {
+        if let Some(msg_seg) = self.messages.get(&e.msg).map(|m| m.seg()) {
             self.depend(seg, msg_seg);
         }
         Some(e)
@@ -457,30 +370,19 @@ impl Index {
         let Some(e) = self.drop_member_entry(m, seg, index) else {
             return;
         };
-        let Some(msg) = self.messages.get_mut(&e.msg) else {
-            return;
-        };
-        msg.members.remove(&m);
-        if msg.members.is_empty() {
-            let loc = msg.loc;
-            self.messages.remove(&e.msg);
-            self.kill((loc.seg, u64::from(loc.len)), seg, index);
-            shrink_sparse(&mut self.messages);
+        if self.messages.remove_member(e.msg, m) == Some(true)
+            && let Some((old, _)) = self.messages.remove(&e.msg)
+        {
+            self.kill((old.seg(), u64::from(old.loc().len)), seg, index);
         }
     }
 
     /// Drop messages that never got a member (end of recovery); `seg` and
     /// `index` stand for "now".
     pub(crate) fn drop_memberless(&mut self, seg: SegId, index: u64) {
-        let dead: Vec<MessageId> = self
-            .messages
-            .iter()
-            .filter(|(_, e)| e.members.is_empty())
-            .map(|(id, _)| *id)
-            .collect();
-        for id in dead {
-            if let Some(e) = self.messages.remove(&id) {
-                self.kill((e.loc.seg, u64::from(e.loc.len)), seg, index);
+        for id in self.messages.memberless() {
+            if let Some((e, _)) = self.messages.remove(&id) {
+                self.kill((e.seg(), u64::from(e.loc().len)), seg, index);
             }
         }
     }
@@ -542,8 +444,8 @@ impl Index {
         let Some(e) = self.messages.get(&msg) else {
             return false;
         };
-        e.loc.seg == seg
-            || e.members.iter().any(|m| {
+        e.seg() == seg
+            || self.messages.members(&msg).iter().any(|m| {
                 self.member_items.get(m).is_some_and(|it| {
                     [it.enqueued, it.counted]
                         .iter()
@@ -555,21 +457,19 @@ impl Index {
 
     /// The message a live member belongs to.
     pub(crate) fn message_of(&self, m: Member) -> Option<MessageId> {
-        self.queues.get(&m.0)?.get(&m.1).map(|e| e.msg)
+        self.queues.get(&m.0)?.get(m.1).map(|e| e.msg)
     }
 
     /// A message's members with their delivery counts.
     pub(crate) fn members_of(&self, msg: MessageId) -> Vec<(Member, u32)> {
-        let Some(e) = self.messages.get(&msg) else {
-            return Vec::new();
-        };
-        e.members
+        self.messages
+            .members(&msg)
             .iter()
             .map(|m| {
                 let count = self
                     .queues
                     .get(&m.0)
-                    .and_then(|q| q.get(&m.1))
+                    .and_then(|q| q.get(m.1))
                     .map_or(0, |e| e.count);
                 (*m, count)
             })
@@ -691,7 +591,7 @@ mod tests {
                 msg: BODY,
             },
         );
-        assert_eq!(ix.messages.get(&1).map(|m| m.loc.seg), Some(3));
+        assert_eq!(ix.messages.get(&1).map(|m| m.seg()), Some(3));
         assert_eq!(ix.members_of(1), vec![((1, 1), 4), ((2, 1), 0)]);
         assert_eq!(ix.deletable(3, 4), vec![1, 2]);
     }

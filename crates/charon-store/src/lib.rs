@@ -7,7 +7,10 @@
 //!   [`DiskStorage`] and the crash-injecting [`MemStorage`].
 //! - `record`: record framing (length, CRC32C, index, term) and payloads.
 //! - `segment`: segment file names and header.
-//! - `members`: a message's queue memberships, inline for one queue.
+//! - `messages`: the live messages, 32 bytes each (record place, one member inline).
+//! - `queue_members`: a queue's live members in id order (a ring of 24-byte slots).
+//! - [`MetaReader`]: a live message's metadata read back from its record (recovery keeps
+//!   none in memory).
 //! - `index`: liveness of messages, members and definitions per segment; the
 //!   one state machine applied both by live appends and by recovery.
 //! - `recovery`: replays the segments, truncates a torn tail.
@@ -22,14 +25,15 @@
 //! use charon_store::{Command, NewMessage, Store, StoreConfig};
 //!
 //! // Boot: open and recover. Definitions first, then each queue's members
-//! // in queue-local id order; bodies stay on disk behind `BodyRef`s.
+//! // in queue-local id order; metadata and bodies stay on disk.
 //! let (store, recovered) = Store::open_dir("/var/lib/charon/store", StoreConfig::default())?;
 //! for ((kind, key), value) in &recovered.definitions { /* declare */ }
+//! let mut reader = store.meta_reader();
 //! for (queue, entries) in &recovered.queues {
 //!     for e in entries {
-//!         // e.id, e.message.{exchange, routing_key, properties, enqueue_ms,
-//!         // expiry_ms}, e.delivery_count; the body when needed:
-//!         let body = store.read_body(&e.message.body)?;
+//!         // e.id, e.msg, e.delivery_count, e.parked; the message's fields:
+//!         let m = reader.read(e.msg)?; // m.{exchange, routing_key, properties, enqueue_ms, expiry_ms}
+//!         let body = store.read_body(&m.body)?; // the body when needed
 //!     }
 //! }
 //!
@@ -61,7 +65,9 @@ mod compaction;
 mod durable;
 mod error;
 mod index;
-mod members;
+mod messages;
+mod meta;
+mod queue_members;
 mod record;
 mod recovery;
 mod segment;
@@ -74,6 +80,7 @@ mod writer;
 
 pub use durable::DurableWatch;
 pub use error::{AppendError, CommitError, OpenError, ReadError};
+pub use meta::MetaReader;
 pub use storage::{DiskStorage, MemStorage, Storage, StorageFile};
 pub use store::{Commit, Store, StoreConfig, StoreStats};
 pub use types::{

@@ -59,10 +59,7 @@ pub(crate) fn recover(storage: &dyn Storage) -> Result<RecoveryOutcome, OpenErro
     }
     segs.sort_unstable();
 
-    let mut index = Index {
-        keep_meta: true,
-        ..Index::default()
-    };
+    let mut index = Index::default();
     let mut definitions: BTreeMap<(u8, Bytes), Bytes> = BTreeMap::new();
     let mut files = BTreeMap::new();
     let mut last_index = 0u64;
@@ -74,6 +71,16 @@ pub(crate) fn recover(storage: &dyn Storage) -> Result<RecoveryOutcome, OpenErro
             .open(&segment::file_name(seg))
             .map_err(io("open", seg))?;
         let len = file.size().map_err(io("stat", seg))?;
+        if seg > segment::MAX_SEG {
+            return Err(corrupt(
+                seg,
+                0,
+                "segment id beyond the store's limit (2^32 - 1)",
+            ));
+        }
+        if len > segment::MAX_FILE {
+            return Err(corrupt(seg, 0, "segment file larger than 4 GiB"));
+        }
         let ulen = usize::try_from(len).map_err(|_| corrupt(seg, 0, "segment too large"))?;
         let mut win = Window::new(ulen);
         win.load(&*file, 0, 0).map_err(io("read", seg))?;
@@ -166,7 +173,7 @@ pub(crate) fn recover(storage: &dyn Storage) -> Result<RecoveryOutcome, OpenErro
     index.drop_memberless(last_segment, last_index);
     let recovered = Recovered {
         definitions,
-        queues: collect_queues(&mut index),
+        queues: collect_queues(&index),
         last_index,
         truncated_bytes,
     };
@@ -224,28 +231,20 @@ fn track_definition(defs: &mut BTreeMap<(u8, Bytes), Bytes>, p: &Payload<'_>) {
     }
 }
 
-/// Build the per-queue lists and drop the metadata from the index.
-fn collect_queues(index: &mut Index) -> std::collections::HashMap<u64, Vec<RecoveredEntry>> {
+/// The per-queue lists: ids only (metadata stays on disk, `MetaReader`).
+fn collect_queues(index: &Index) -> std::collections::HashMap<u64, Vec<RecoveredEntry>> {
     let mut out = std::collections::HashMap::with_capacity(index.queues.len());
     for (q, members) in &index.queues {
         let list: Vec<RecoveredEntry> = members
             .iter()
-            .filter_map(|(id, e)| {
-                let meta = index.messages.get(&e.msg)?.meta.clone()?;
-                Some(RecoveredEntry {
-                    id: *id,
-                    message: meta,
-                    delivery_count: e.count,
-                    parked: index.parks.get(&(*q, *id)).map(|p| (p.due_ms, p.attempt)),
-                })
+            .map(|(id, e)| RecoveredEntry {
+                id,
+                msg: e.msg,
+                delivery_count: e.count,
+                parked: index.parks.get(&(*q, id)).map(|p| (p.due_ms, p.attempt)),
             })
             .collect();
         out.insert(*q, list);
     }
-    for e in index.messages.values_mut() {
-        e.meta = None;
-    }
-    index.keep_meta = false;
-    index.interned = Default::default();
     out
 }

@@ -4,6 +4,15 @@
 /// Segment id (1, 2, ...; never reused).
 pub(crate) type SegId = u64;
 
+/// Largest segment id the store uses (its index keeps segment ids as `u32`:
+/// `docs/storage-format.md` §7). At one segment a record this is beyond any disk.
+pub(crate) const MAX_SEG: SegId = u32::MAX as SegId;
+/// Largest segment file (its index keeps record offsets as `u32`). Segments roll over at
+/// `segment_size`, which the store caps at [`MAX_SEGMENT_SIZE`]; a record is at most 1 GiB.
+pub(crate) const MAX_FILE: u64 = u32::MAX as u64;
+/// Largest `segment_size` (a record larger than it still goes alone into a segment).
+pub(crate) const MAX_SEGMENT_SIZE: u64 = 1 << 30;
+
 /// Bytes of the segment header.
 pub(crate) const SEGMENT_HEADER_LEN: u64 = 24;
 const MAGIC: &[u8; 8] = b"CHARONWL";

@@ -246,7 +246,7 @@ impl Future for Commit {
 /// pending and stops the writer thread.
 #[derive(Debug)]
 pub struct Store {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     writer: Option<JoinHandle<()>>,
 }
 
@@ -264,11 +264,13 @@ impl Store {
         Store::open(Arc::new(storage), config)
     }
 
-    /// Open (recovering) the store on `storage`.
+    /// Open (recovering) the store on `storage`. A `segment_size` above 1 GiB is taken as
+    /// 1 GiB (the index keeps offsets as `u32`, `docs/storage-format.md` §7).
     pub fn open(
         storage: Arc<dyn Storage>,
-        config: StoreConfig,
+        mut config: StoreConfig,
     ) -> Result<(Store, Recovered), OpenError> {
+        config.segment_size = config.segment_size.min(segment::MAX_SEGMENT_SIZE);
         let out = recovery::recover(&*storage)?;
         let mut index = out.index;
         let active = out.last_segment + 1;
@@ -391,6 +393,9 @@ impl Store {
         };
         let mut st = self.shared.lock();
         check_open(&st)?;
+        if st.active >= segment::MAX_SEG {
+            return Err(AppendError::Invalid("segment ids exhausted"));
+        }
         let (index, loc) = st.push(self.shared.config.segment_size, kind, &payload, &decoded);
         if let Some(w) = waiter {
             st.batch.waiters.push(w);
@@ -501,6 +506,13 @@ impl Store {
             .messages
             .get(&msg)
             .map(|e| e.body(msg))
+    }
+
+    /// Where the body of the message at `member` is now (and the message's id), if it is live.
+    pub fn member_body(&self, member: crate::types::Member) -> Option<BodyRef> {
+        let st = self.shared.lock();
+        let msg = st.index.message_of(member)?;
+        st.index.messages.get(&msg).map(|e| e.body(msg))
     }
 
     /// Last log index known durable: a body stored by a record at or below it can be read back.

@@ -3,7 +3,6 @@
 //! are bytes to the store.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -148,7 +147,7 @@ pub struct Appended {
     pub body: Option<BodyRef>,
 }
 
-/// A recovered message's metadata; the body stays on disk.
+/// A live message's metadata, as [`crate::MetaReader`] reads it back; the body stays on disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecoveredMessage {
     /// Message id.
@@ -167,13 +166,15 @@ pub struct RecoveredMessage {
     pub expiry_ms: Option<u64>,
 }
 
-/// One live member of a recovered queue.
+/// One live member of a recovered queue. Its message's metadata stays on disk: read it with
+/// [`crate::Store::meta_reader`] (recovery holds no per-message metadata, so a backlog of
+/// millions recovers in the memory of its index).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecoveredEntry {
     /// Queue-local id.
     pub id: u64,
     /// The message (shared by all its members).
-    pub message: Arc<RecoveredMessage>,
+    pub msg: MessageId,
     /// Last recorded delivery count.
     pub delivery_count: u32,
     /// Park state (`Park`): due time (ms) and retry attempt.

@@ -103,10 +103,11 @@ fn expected(store: &charon_store::Store, rec: &charon_store::Recovered) {
         ]
     );
     let q1 = rec.queues.get(&1).and_then(|v| v.first()).expect("q1");
-    assert_eq!(q1.message.expiry_ms, Some(1_700_000_060_000));
-    assert_eq!(q1.message.enqueue_ms, 1_700_000_000_123);
-    assert_eq!(&q1.message.exchange[..], b"amq.topic");
-    assert_eq!(&q1.message.routing_key[..], b"a.b");
+    let m = store.meta_reader().read(q1.msg).expect("metadata");
+    assert_eq!(m.expiry_ms, Some(1_700_000_060_000));
+    assert_eq!(m.enqueue_ms, 1_700_000_000_123);
+    assert_eq!(&m.exchange[..], b"amq.topic");
+    assert_eq!(&m.routing_key[..], b"a.b");
     assert_eq!(rec.definitions.len(), 1);
     assert_eq!(rec.last_index, 11);
 }

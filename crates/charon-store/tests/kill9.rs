@@ -160,9 +160,11 @@ fn confirmed_writes_survive_kill_9() {
             back.first()
         );
         // Bodies read back intact (CRC-checked at recovery, compared here).
+        let mut reader = store.meta_reader();
         for (q, v) in &rec.queues {
             for e in v.iter().take(50) {
-                let body = store.read_body(&e.message.body).expect("body");
+                let m = reader.read(e.msg).expect("metadata");
+                let body = store.read_body(&m.body).expect("body");
                 assert_eq!(body, message(e.id).body, "queue {q} id {}", e.id);
             }
         }

@@ -92,7 +92,7 @@ fn route_moves_a_member_atomically_without_copying_the_body() {
         ]
     );
     let e = rec.queues.get(&1).and_then(|v| v.first()).expect("member");
-    assert_eq!(Some(e.message.body.msg), a.body.map(|b| b.msg));
+    assert_eq!(Some(e.msg), a.body.map(|b| b.msg));
 }
 
 #[test]

@@ -134,6 +134,11 @@ impl Persistence {
         Ok((Arc::new(p), rec))
     }
 
+    /// A reader of stored messages' metadata (recovery keeps none in memory).
+    pub(crate) fn meta_reader(&self) -> charon_store::MetaReader {
+        self.store.meta_reader()
+    }
+
     /// A store id for a new durable queue: above every id in use and every id handed out
     /// before (the clock's microseconds), so a deleted queue's id never comes back.
     pub(crate) fn new_queue_id(&self) -> u64 {
@@ -344,6 +349,26 @@ impl Persistence {
                 None
             }
         }
+    }
+
+    /// The body of the message at member `(queue, qid)`, read back, and the message's id.
+    pub(crate) fn read_member_body(&self, queue: u64, qid: u64) -> Option<(u64, Bytes)> {
+        let Some(at) = self.store.member_body((queue, qid)) else {
+            tracing::error!(queue, qid, "a stored member is not in the store");
+            return None;
+        };
+        match self.store.read_body(&at) {
+            Ok(b) => Some((at.msg, b)),
+            Err(e) => {
+                tracing::error!(error = %e, "could not read a message body back");
+                None
+            }
+        }
+    }
+
+    /// The id of the message at member `(queue, qid)`, if the store holds it.
+    pub(crate) fn message_of(&self, queue: u64, qid: u64) -> Option<u64> {
+        self.store.member_body((queue, qid)).map(|b| b.msg)
     }
 
     /// Last durable log index (bodies stored at or below it can be read back).

@@ -559,8 +559,7 @@ fn deliver(
             delivered.push((d.id, 1));
         }
         if let Some(s) = store {
-            d.message = s.load(d.id, &d.message);
-            d.stored = s.store_msg(d.id);
+            (d.message, d.stored) = s.load_stored(d.id, &d.message);
         }
         match grouped.iter_mut().find(|(id, _)| *id == d.consumer) {
             Some((_, v)) => v.push(d),

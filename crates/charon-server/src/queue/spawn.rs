@@ -6,7 +6,8 @@ use std::sync::Arc;
 use charon_core::{QueueMeta, QueueState};
 
 use super::actor::{self, QueueContext};
-use super::stored::{PagedShapes, Persisted, StoreSide};
+use super::idset::IdSet;
+use super::stored::{PagedShapes, StoreSide};
 use crate::handles::QueueHandle;
 use crate::vhost::VHostState;
 
@@ -23,6 +24,23 @@ pub(crate) fn spawn_queue(
         _ => None,
     };
     spawn_queue_with(meta, vhost, vhost_name, store_id, Vec::new())
+}
+
+/// A recovered member's message, read back from its record (`None`, logged, when it cannot be:
+/// the message stays in the store and comes back at the next start).
+pub(crate) fn read_recovered(
+    reader: &mut charon_store::MetaReader,
+    e: &charon_store::RecoveredEntry,
+) -> Option<charon_store::RecoveredMessage> {
+    match reader.read(e.msg) {
+        Ok(m) => Some(m),
+        // Settled meanwhile (a queue purged at start): nothing to restore.
+        Err(charon_store::ReadError::NotFound(_)) => None,
+        Err(err) => {
+            tracing::error!(id = e.id, %err, "a recovered message could not be read back");
+            None
+        }
+    }
 }
 
 /// [`spawn_queue`] with its store id and the messages recovered from the store for it. They
@@ -51,12 +69,16 @@ pub(crate) fn spawn_queue_with(
         state.track_gone();
         (p.clone(), store_id)
     });
-    let mut persisted =
-        foldhash::HashMap::with_capacity_and_hasher(recovered.len(), Default::default());
+    // The recovered ids, in order: a backlog is one run of ids.
+    let mut persisted = IdSet::default();
     let mut shapes = PagedShapes::default();
     let mut parked = Vec::new();
+    // The store keeps no metadata per recovered message: each is read from its record here.
+    let mut reader = vhost.persistence().map(|p| p.meta_reader());
     for e in recovered {
-        let sm = &*e.message;
+        let Some(sm) = reader.as_mut().and_then(|r| read_recovered(r, &e)) else {
+            continue;
+        };
         let message = shapes.get(
             &sm.exchange,
             &sm.routing_key,
@@ -67,7 +89,7 @@ pub(crate) fn spawn_queue_with(
         if let Some(own) = sm.expiry_ms {
             expires_at = Some(expires_at.map_or(own, |q| q.min(own)));
         }
-        persisted.insert(e.id, Persisted::paged(sm.id));
+        persisted.insert(e.id);
         if let Some((due, attempt)) = e.parked {
             // Parked for a retry: the actor parks it again (queue/retry.rs).
             parked.push((due, e.id, message, attempt));

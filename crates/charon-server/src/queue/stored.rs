@@ -20,28 +20,20 @@ use bytes::Bytes;
 use charon_core::{Body, Message, MsgId, QueueState};
 use charon_protocol::RawProperties;
 
+use super::idset::IdSet;
 use crate::persist::Persistence;
 
-/// One message of this queue that the store holds.
+/// A message whose body the queue holds in memory, counted against the budget (only these
+/// have a record of their own here: a paged-out backlog costs nothing per message on this
+/// side, the store finds a paged message's body by its member, docs/performance.md).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Persisted {
-    /// The store's message id (to read the body back).
+struct Held {
+    /// The store's message id (0: a transient body not written to the page-out area yet).
     msg: u64,
-    /// Body bytes held in memory and counted against the budget (0: paged out).
-    held: u32,
-    /// Not a stored message: held for paging only (`msg` 0 until written to the page-out area).
+    /// Body bytes counted against the budget.
+    bytes: u32,
+    /// Not a stored message: held for paging only.
     transient: bool,
-}
-
-impl Persisted {
-    /// A message whose body is on disk only (recovered).
-    pub(crate) fn paged(msg: u64) -> Self {
-        Persisted {
-            msg,
-            held: 0,
-            transient: false,
-        }
-    }
 }
 
 /// Paged-out messages that look alike (same exchange, routing key, properties and body size:
@@ -97,10 +89,14 @@ pub(crate) struct StoreSide {
     shadow: u64,
     /// Something was written to the page-out area.
     shadow_used: bool,
-    /// Entries that are stored messages (not transient ones tracked for paging).
-    stored: usize,
-    entries: foldhash::HashMap<MsgId, Persisted>,
-    /// Stored messages whose bodies are held, oldest first (candidates for paging out).
+    /// Messages the store holds for this queue (under the queue's ids; the store may know a
+    /// retried one under its first id, `alias`).
+    stored: IdSet,
+    /// Transient messages paged out to the page-out area.
+    paged_out: IdSet,
+    /// Bodies held in memory and counted against the budget.
+    bodies: foldhash::HashMap<MsgId, Held>,
+    /// Messages whose bodies are held, oldest first (candidates for paging out).
     held: VecDeque<MsgId>,
     /// Shapes of paged-out messages (no paged-out message keeps a connection's read buffer
     /// alive: its properties are copied).
@@ -118,7 +114,7 @@ impl StoreSide {
         p: Arc<Persistence>,
         sid: u64,
         shadow: u64,
-        entries: foldhash::HashMap<MsgId, Persisted>,
+        stored: IdSet,
         shapes: PagedShapes,
     ) -> Self {
         StoreSide {
@@ -126,8 +122,9 @@ impl StoreSide {
             sid,
             shadow,
             shadow_used: false,
-            stored: entries.len(),
-            entries,
+            stored,
+            paged_out: IdSet::default(),
+            bodies: foldhash::HashMap::default(),
             held: VecDeque::new(),
             shapes,
             alias: foldhash::HashMap::default(),
@@ -143,7 +140,7 @@ impl StoreSide {
     /// Stored message `id` was parked until `due` for retry `attempt` (one `Park` record, no
     /// body copy).
     pub(crate) fn park(&self, id: MsgId, due: u64, attempt: u32) {
-        if self.entries.get(&id).is_some_and(|e| !e.transient) {
+        if self.stored.contains(id) {
             self.p.park(self.sid, self.store_qid(id), due, attempt);
         }
     }
@@ -151,16 +148,25 @@ impl StoreSide {
     /// Message `old` came back to the queue (a retry) under id `new`; the store keeps it under
     /// its first id.
     pub(crate) fn renamed(&mut self, old: MsgId, new: MsgId) {
-        let Some(e) = self.entries.remove(&old) else {
+        let stored = self.stored.remove(old);
+        let paged = self.paged_out.remove(old);
+        let body = self.bodies.remove(&old);
+        if !stored && !paged && body.is_none() {
             return;
-        };
-        self.entries.insert(new, e);
+        }
+        if stored {
+            self.stored.insert(new);
+        }
+        if paged {
+            self.paged_out.insert(new);
+        }
+        if let Some(b) = body {
+            self.bodies.insert(new, b);
+            self.held.push_back(new);
+        }
         let first = self.alias.remove(&old).unwrap_or(old);
         self.alias_back.insert(first, new);
         self.alias.insert(new, first);
-        if e.held > 0 {
-            self.held.push_back(new);
-        }
     }
 
     fn forget_alias(&mut self, id: MsgId) -> MsgId {
@@ -193,24 +199,18 @@ impl StoreSide {
             return;
         }
         if stored.is_some() {
-            self.stored += 1;
+            self.stored.insert(id);
         }
-        let entry = match stored {
-            Some(msg) => Persisted {
-                msg,
-                held,
-                transient: false,
-            },
-            // Not stored: tracked only so that its body can be paged out under pressure.
-            None if held > 0 => Persisted {
-                msg: 0,
-                held,
-                transient: true,
-            },
-            None => return,
-        };
-        self.entries.insert(id, entry);
+        // Not stored: tracked only so that its body can be paged out under pressure.
         if held > 0 {
+            self.bodies.insert(
+                id,
+                Held {
+                    msg: stored.unwrap_or(0),
+                    bytes: held,
+                    transient: stored.is_none(),
+                },
+            );
             self.p.hold(u64::from(held));
             self.held.push_back(id);
         }
@@ -224,9 +224,8 @@ impl StoreSide {
     /// Where message `id` sits in the store as a dead-lettering source: (queue, id).
     pub(crate) fn source_of(&self, id: Option<MsgId>) -> Option<(u64, u64)> {
         let id = id?;
-        self.entries
-            .get(&id)
-            .is_some_and(|e| !e.transient)
+        self.stored
+            .contains(id)
             .then(|| (self.sid, self.store_qid(id)))
     }
 
@@ -234,31 +233,33 @@ impl StoreSide {
     pub(crate) fn moved(&mut self, id: MsgId) {
         let id = self.alias_back.get(&id).copied().unwrap_or(id);
         self.forget_alias(id);
-        if let Some(e) = self.entries.remove(&id) {
-            self.p.release(u64::from(e.held));
-            self.stored = self.stored.saturating_sub(usize::from(!e.transient));
+        if let Some(b) = self.bodies.remove(&id) {
+            self.p.release(u64::from(b.bytes));
         }
+        self.stored.remove(id);
+        self.paged_out.remove(id);
         self.shrink();
     }
 
     /// Messages left the queue (acked, expired, dropped, purged, ...): settle the stored ones.
     pub(crate) fn gone(&mut self, ids: Vec<MsgId>) {
-        if self.entries.is_empty() {
+        if self.stored.is_empty() && self.paged_out.is_empty() && self.bodies.is_empty() {
             return;
         }
         let mut settled = Vec::new();
         let mut paged = Vec::new();
         for id in ids {
-            if let Some(e) = self.entries.remove(&id) {
-                self.p.release(u64::from(e.held));
-                if !e.transient {
-                    self.stored = self.stored.saturating_sub(1);
-                    settled.push(self.forget_alias(id));
-                } else if e.msg != 0 {
-                    paged.push(self.forget_alias(id));
-                } else {
-                    self.forget_alias(id);
-                }
+            let body = self.bodies.remove(&id);
+            if let Some(b) = body {
+                self.p.release(u64::from(b.bytes));
+            }
+            if self.stored.remove(id) {
+                settled.push(self.forget_alias(id));
+            } else if self.paged_out.remove(id) || body.is_some_and(|b| b.msg != 0) {
+                // A transient body written to the page-out area.
+                paged.push(self.forget_alias(id));
+            } else if body.is_some() {
+                self.forget_alias(id);
             }
         }
         self.shrink();
@@ -273,9 +274,9 @@ impl StoreSide {
     /// Gives the tables' memory back once they are mostly empty (a drained backlog would keep
     /// them at their largest). Amortised O(1), as `charon_store`'s index.
     fn shrink(&mut self) {
-        let cap = self.entries.capacity();
-        if cap > 1024 && self.entries.len() * 4 < cap {
-            self.entries.shrink_to(self.entries.len() * 2);
+        let cap = self.bodies.capacity();
+        if cap > 1024 && self.bodies.len() * 4 < cap {
+            self.bodies.shrink_to(self.bodies.len() * 2);
         }
         let cap = self.held.capacity();
         if cap > 1024 && self.held.len() * 4 < cap {
@@ -285,10 +286,11 @@ impl StoreSide {
 
     /// The queue is deleted: all its stored messages go.
     pub(crate) fn purge(&mut self) {
-        let held: u64 = self.entries.values().map(|e| u64::from(e.held)).sum();
+        let held: u64 = self.bodies.values().map(|b| u64::from(b.bytes)).sum();
         self.p.release(held);
-        self.entries = foldhash::HashMap::default();
-        self.stored = 0;
+        self.bodies = foldhash::HashMap::default();
+        self.stored = IdSet::default();
+        self.paged_out = IdSet::default();
         self.held = VecDeque::new();
         self.alias.clear();
         self.alias_back.clear();
@@ -302,11 +304,11 @@ impl StoreSide {
     /// the first delivery and at every failed one): recovered after a crash, they come back
     /// redelivered, with their failed-delivery counts (`x-delivery-count`, delivery limits).
     pub(crate) fn delivered(&self, ids: &mut Vec<(MsgId, u32)>) {
-        if self.stored == 0 {
+        if self.stored.is_empty() {
             ids.clear();
             return;
         }
-        ids.retain(|(id, _)| self.entries.get(id).is_some_and(|e| !e.transient));
+        ids.retain(|(id, _)| self.stored.contains(*id));
         for (id, _) in ids.iter_mut() {
             *id = self.store_qid(*id);
         }
@@ -316,25 +318,41 @@ impl StoreSide {
         ids.clear();
     }
 
-    /// The store's message id of message `id`, when the store holds it for this queue.
-    pub(crate) fn store_msg(&self, id: MsgId) -> Option<u64> {
-        self.entries
-            .get(&id)
-            .filter(|e| !e.transient)
-            .map(|e| e.msg)
-    }
-
     /// `message` (id `id`) with its body, read back from the store if it was paged out.
     pub(crate) fn load(&self, id: MsgId, message: &Arc<Message>) -> Arc<Message> {
+        self.load_stored(id, message).0
+    }
+
+    /// [`StoreSide::load`], and the store's message id when the store holds it for this queue
+    /// (the message's identity in the store, `Delivery::stored`).
+    pub(crate) fn load_stored(
+        &self,
+        id: MsgId,
+        message: &Arc<Message>,
+    ) -> (Arc<Message>, Option<u64>) {
+        let stored = self.stored.contains(id);
         if !message.is_paged() {
-            return message.clone();
+            let msg = match self.bodies.get(&id) {
+                Some(b) if stored => Some(b.msg),
+                // Stored without a counted body (an empty one): asked of the store.
+                _ if stored => self.p.message_of(self.sid, self.store_qid(id)),
+                _ => None,
+            };
+            return (message.clone(), msg);
         }
-        let body = self.entries.get(&id).and_then(|e| self.p.read_body(e.msg));
-        match body {
-            Some(b) => Arc::new(message.with_body(b)),
+        let area = if stored {
+            self.sid
+        } else if self.paged_out.contains(id) {
+            self.shadow
+        } else {
+            tracing::error!(id, "a paged-out message is not in the store");
+            return (message.clone(), None);
+        };
+        match self.p.read_member_body(area, self.store_qid(id)) {
+            Some((msg, body)) => (Arc::new(message.with_body(body)), stored.then_some(msg)),
             None => {
                 tracing::error!(id, "a paged-out message body could not be read back");
-                message.clone()
+                (message.clone(), None)
             }
         }
     }
@@ -350,15 +368,11 @@ impl StoreSide {
         self.write_transient(state);
         let durable = self.p.durable_index();
         while let Some(&id) = self.held.front() {
-            let Some(e) = self.entries.get_mut(&id) else {
+            let Some(e) = self.bodies.get(&id).copied() else {
                 self.held.pop_front();
                 continue;
             };
-            if e.held == 0 {
-                self.held.pop_front();
-                continue;
-            }
-            if e.msg == 0 {
+            if e.transient && e.msg == 0 {
                 // A transient body not written yet: wait for it, unless it is not ready
                 // (delivered: it is about to leave).
                 if state.ready_message(id).is_some() {
@@ -388,8 +402,11 @@ impl StoreSide {
                 Arc::new(p)
             };
             state.swap_message(id, paged);
-            self.p.release(u64::from(e.held));
-            e.held = 0;
+            self.p.release(u64::from(e.bytes));
+            self.bodies.remove(&id);
+            if e.transient {
+                self.paged_out.insert(id);
+            }
             if !self.p.over_budget() {
                 return;
             }
@@ -405,13 +422,10 @@ impl StoreSide {
             if excess == 0 {
                 return;
             }
-            let Some(e) = self.entries.get_mut(&id) else {
+            let Some(e) = self.bodies.get_mut(&id) else {
                 continue;
             };
-            if e.held == 0 {
-                continue;
-            }
-            excess = excess.saturating_sub(u64::from(e.held));
+            excess = excess.saturating_sub(u64::from(e.bytes));
             if !e.transient || e.msg != 0 {
                 continue;
             }

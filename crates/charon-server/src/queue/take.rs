@@ -18,9 +18,9 @@ pub(super) fn take(
     let Some(message) = state.ready_message(id).cloned() else {
         return Taken::Missing;
     };
-    let loaded = match store.as_deref() {
-        Some(s) => s.load(id, &message),
-        None => message,
+    let (loaded, store_msg) = match store.as_deref() {
+        Some(s) => s.load_stored(id, &message),
+        None => (message, None),
     };
     if loaded.is_paged() {
         return Taken::Refused("its body could not be read back".into());
@@ -30,7 +30,6 @@ pub(super) fn take(
         Err(why) => return Taken::Refused(why),
     };
     let source = store.as_deref().and_then(|s| s.source_of(Some(id)));
-    let store_msg = store.as_deref().and_then(|s| s.store_msg(id));
     state.remove(id);
     if source.is_some()
         && let Some(s) = store

@@ -3,7 +3,7 @@
 
 mod payload;
 
-pub(crate) use payload::{Kind, MsgBody, Payload, encode_carry, encode_command};
+pub(crate) use payload::{Kind, MsgBody, Payload, encode_carry, encode_command, message_prefix};
 
 /// Header bytes before the payload.
 pub(crate) const HEADER_LEN: usize = 28;

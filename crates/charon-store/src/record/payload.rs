@@ -346,6 +346,52 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// The message fields of a message record's payload cut just before the body (`buf` ends with
+/// the body's length): the id the record names (`Carry`) or `None` (`Publish`, `DeadLetter`:
+/// the record's own index), and the fields with an empty `body` whose length is returned.
+/// Other kinds are refused.
+pub(crate) fn message_prefix(kind: u8, buf: &[u8]) -> R<(Option<MessageId>, MsgBody<'_>, u32)> {
+    let mut r = Reader { buf, pos: 0 };
+    let carried = match kind {
+        1 => {
+            r.members()?;
+            None
+        }
+        4 => {
+            r.u64()?;
+            r.u64()?;
+            r.members()?;
+            None
+        }
+        6 => {
+            let id = r.u64()?;
+            let n = r.count(20)?;
+            r.bytes(n * 20)?;
+            Some(id)
+        }
+        _ => return Err("not a message record"),
+    };
+    let enqueue_ms = r.u64()?;
+    let expiry = r.u64()?;
+    let n = r.u8()? as usize;
+    let exchange = r.bytes(n)?;
+    let n = r.u8()? as usize;
+    let routing_key = r.bytes(n)?;
+    let n = r.u32()? as usize;
+    let properties = r.bytes(n)?;
+    let body_len = r.u32()?;
+    let msg = MsgBody {
+        enqueue_ms,
+        expiry_ms: (expiry != NO_EXPIRY).then_some(expiry),
+        exchange,
+        routing_key,
+        properties,
+        body: &[],
+        body_offset: r.pos,
+    };
+    r.finish((carried, msg, body_len))
+}
+
 impl<'a> Payload<'a> {
     /// Decode a payload of `kind`; every byte must be consumed.
     pub(crate) fn decode(kind: u8, buf: &'a [u8]) -> R<Self> {
@@ -448,6 +494,42 @@ mod tests {
             enqueue_ms: 5,
             expiry_ms: Some(9),
         }
+    }
+
+    #[test]
+    fn a_message_prefix_reads_the_fields_before_the_body() {
+        let members = vec![(1, 2), (3, 4)];
+        let cmds = [
+            Command::Publish {
+                message: msg(),
+                members: members.clone(),
+            },
+            Command::DeadLetter {
+                source: (9, 9),
+                message: msg(),
+                targets: members.clone(),
+            },
+        ];
+        for cmd in cmds {
+            let (kind, bytes, at) = encode_command(&cmd).expect("encode");
+            let at = at.expect("body offset");
+            let cut = |n: usize| bytes.get(..n).expect("in range");
+            let (carried, m, len) = message_prefix(kind as u8, cut(at)).expect("prefix");
+            assert_eq!(carried, None);
+            assert_eq!((m.exchange, m.routing_key), (&b"ex"[..], &b"rk"[..]));
+            assert_eq!(m.properties, &[0x80, 0, 5, b'a'][..]);
+            assert_eq!((m.enqueue_ms, m.expiry_ms, len), (5, Some(9), 5));
+            assert_eq!(m.body_offset, at);
+            // Cut anywhere else, or with the body, it is refused.
+            assert!(message_prefix(kind as u8, cut(at - 1)).is_err());
+            assert!(message_prefix(kind as u8, &bytes).is_err());
+        }
+        let m = msg();
+        let (carry, at) = encode_carry(77, &[((1, 2), 3)], &MsgBody::of(&m)).expect("carry");
+        let prefix = carry.get(..at).expect("in range");
+        let (carried, m, len) = message_prefix(Kind::Carry as u8, prefix).expect("carry");
+        assert_eq!((carried, m.routing_key, len), (Some(77), &b"rk"[..], 5));
+        assert!(message_prefix(Kind::Settle as u8, &[0; 12]).is_err());
     }
 
     #[test]

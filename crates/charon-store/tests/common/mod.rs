@@ -10,12 +10,37 @@ use charon_store::{MemStorage, NewMessage, Recovered, Store, StoreConfig};
 pub fn msg(body: &[u8]) -> NewMessage {
     NewMessage {
         exchange: Bytes::from_static(b"amq.direct"),
-        routing_key: Bytes::from_static(b"key"),
+        routing_key: key_for(body),
         properties: Bytes::from_static(&[0x10, 0x00, 2]),
         body: Bytes::copy_from_slice(body),
         enqueue_ms: 1_700_000_000_000,
         expiry_ms: None,
     }
+}
+
+/// The routing key [`msg`] gives a body (3 bytes, as the fixed key it replaces, so record sizes
+/// do not vary): recovered metadata (read from disk by the store's `MetaReader`) is checked
+/// against the recovered body with it.
+pub fn key_for(body: &[u8]) -> Bytes {
+    let first = body.first().map_or(0, |b| usize::from(*b));
+    Bytes::from(format!("{:03x}", (body.len() * 31 + first) % 4096))
+}
+
+/// A recovered member's metadata, read from disk, checked to be its message's; its body.
+pub fn read_entry(
+    store: &Store,
+    reader: &mut charon_store::MetaReader,
+    e: &charon_store::RecoveredEntry,
+) -> (charon_store::RecoveredMessage, Bytes) {
+    let m = reader.read(e.msg).expect("metadata");
+    assert_eq!((m.id, m.body.msg), (e.msg, e.msg));
+    let body = store.read_body(&m.body).expect("body");
+    assert_eq!(m.body.len as usize, body.len());
+    if m.exchange == Bytes::from_static(b"amq.direct") {
+        assert_eq!(m.routing_key, key_for(&body), "metadata of another record");
+        assert_eq!(m.properties, Bytes::from_static(&[0x10, 0x00, 2]));
+    }
+    (m, body)
 }
 
 pub fn config() -> StoreConfig {
@@ -36,6 +61,7 @@ pub type Contents = Vec<(u64, Vec<(u64, Vec<u8>)>)>;
 
 /// The queues of a recovered state, bodies read back from disk.
 pub fn contents(store: &Store, rec: &Recovered) -> Contents {
+    let mut reader = store.meta_reader();
     let mut out: Vec<_> = rec
         .queues
         .iter()
@@ -44,7 +70,7 @@ pub fn contents(store: &Store, rec: &Recovered) -> Contents {
             let items = v
                 .iter()
                 .map(|e| {
-                    let body = store.read_body(&e.message.body).expect("body");
+                    let (_, body) = read_entry(store, &mut reader, e);
                     (e.id, body.to_vec())
                 })
                 .collect();
@@ -64,6 +90,7 @@ pub type Snapshot = (
 );
 
 pub fn snapshot(store: &Store, rec: &Recovered) -> Snapshot {
+    let mut reader = store.meta_reader();
     let mut queues: Vec<_> = rec
         .queues
         .iter()
@@ -72,7 +99,7 @@ pub fn snapshot(store: &Store, rec: &Recovered) -> Snapshot {
             let items = v
                 .iter()
                 .map(|e| {
-                    let body = store.read_body(&e.message.body).expect("body");
+                    let (_, body) = read_entry(store, &mut reader, e);
                     (e.id, digest(&body), e.delivery_count)
                 })
                 .collect();
