@@ -258,6 +258,8 @@ struct Shared {
     /// policy; [`NO_QUEUE_TIMEOUT`]: the broker's `consumer_timeout` applies). Read by the
     /// channels holding its deliveries.
     consumer_timeout: AtomicU64,
+    /// Raised while the queue's page-out lags (publishers to it wait, `handles::page_flow`).
+    page_flow: super::PageFlow,
 }
 
 /// [`QueueHandle::consumer_timeout`] when the queue sets none.
@@ -297,6 +299,7 @@ impl QueueHandle {
                     store_id,
                     next_msg: AtomicU64::new(first_id),
                     consumer_timeout: AtomicU64::new(NO_QUEUE_TIMEOUT),
+                    page_flow: super::PageFlow::default(),
                 }),
             },
             rx,
@@ -328,6 +331,11 @@ impl QueueHandle {
     pub fn set_consumer_timeout(&self, ms: Option<u64>) {
         let v = ms.map_or(NO_QUEUE_TIMEOUT, |m| m.min(NO_QUEUE_TIMEOUT - 1));
         self.shared.consumer_timeout.store(v, Ordering::Relaxed);
+    }
+
+    /// The queue's page-out backpressure flag (raised: publishers to it wait).
+    pub fn page_flow(&self) -> &super::PageFlow {
+        &self.shared.page_flow
     }
 
     /// The queue's name.

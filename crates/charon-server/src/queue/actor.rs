@@ -117,12 +117,15 @@ async fn run(
     // Grows with the batches that come (up to BATCH): an idle queue does not keep room for
     // 512 commands (~45 KiB, most of an idle queue's memory with 10,000 queues).
     let mut batch = Vec::new();
+    let mut page_wake = super::page_flow::Wake::new(actor.ctx.store.as_ref());
     loop {
         let timer = actor.next_wake(now_ms());
         let slept = std::time::Instant::now();
+        let paging = page_wake.armed(actor.ctx.store.as_ref());
         tokio::select! {
             n = rx.recv_many(&mut batch, BATCH) => if n == 0 { return },
             () = tokio::time::sleep(timer.unwrap_or_default()), if timer.is_some() => {}
+            () = page_wake.wait(paging), if paging.is_some() => {}
         }
         let now = now_ms();
         let t0 = std::time::Instant::now();
@@ -397,6 +400,7 @@ impl Actor {
             s.delivered(&mut self.delivered);
             s.gone(gone);
             s.page_out(&mut self.state);
+            super::page_flow::throttle(&self.me, s);
         }
         self.delivered.clear();
         if self.consumers.is_empty()

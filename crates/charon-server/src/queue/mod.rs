@@ -9,6 +9,7 @@ mod actor;
 pub(crate) mod admin;
 mod dead_letters;
 pub(crate) mod dl_errors;
+mod page_flow;
 mod place;
 mod retry;
 mod spawn;

@@ -288,6 +288,9 @@ impl Connection {
                 seq,
             });
             let _ = q.send(QueueCmd::Publish { placed, confirm }).await;
+            if q.page_flow().is_on() {
+                self.wait_for_page_out(&q);
+            }
         }
         Ok(())
     }
