@@ -17,5 +17,5 @@ pub use flow::{ChannelLimit, ConnFlow, MAX_PENDING_DELIVERIES};
 pub use page_flow::{PageFlow, lowered, still_raised};
 pub use queue::{
     ConfirmTo, ConsumerTarget, Placed, QueueCmd, QueueHandle, QueueStats, Stored, TakeRoute,
-    TakeRouteFn, Taken,
+    TakeRouteFn, Taken, inbox_bytes_of,
 };

@@ -135,6 +135,9 @@ async fn run(
             tracing::debug!(queue = %actor.me.name(), late_us = late.as_micros() as u64, "late queue wake");
         }
         let commands = batch.len();
+        actor
+            .me
+            .took_from_inbox(batch.iter().map(crate::handles::inbox_bytes_of).sum());
         for cmd in batch.drain(..) {
             if actor.handle(cmd, now) == Next::Stop {
                 return;
@@ -400,8 +403,8 @@ impl Actor {
             s.delivered(&mut self.delivered);
             s.gone(gone);
             s.page_out(&mut self.state);
-            super::page_flow::throttle(&self.me, s);
         }
+        super::page_flow::throttle(&self.me, self.ctx.store.as_ref());
         self.delivered.clear();
         if self.consumers.is_empty()
             && self

@@ -13,18 +13,26 @@ use charon_store::DurableWatch;
 use super::stored::StoreSide;
 use crate::handles::QueueHandle;
 
-/// Raises or lowers `me`'s flag from the lag of its last page-out pass.
-pub(super) fn throttle(me: &QueueHandle, s: &StoreSide) {
-    let limit = s.p.paging().flow_bytes;
-    let lag = s.page_lag().bytes;
+/// Raises or lowers `me`'s flag from the lag of its last page-out pass and the publishes
+/// still in its channel (a connection raises it too when it finds the channel over the bound).
+pub(super) fn throttle(me: &QueueHandle, s: Option<&StoreSide>) {
+    let limit = s.map_or(DEFAULT_FLOW_BYTES, |s| s.p.paging().flow_bytes);
+    let lag = s.map_or(0, |s| s.page_lag().bytes);
+    let inbox = me.inbox_bytes();
     let flow = me.page_flow();
     let on = if flow.is_on() {
-        lag > limit / 2
+        lag > limit / 2 || inbox > limit / 2
     } else {
-        lag > limit
+        lag > limit || inbox > limit
     };
+    if on != flow.is_on() {
+        tracing::debug!(queue = %me.name(), on, lag, inbox, "page-out flow");
+    }
     flow.set(on);
 }
+
+/// `page_out_flow_bytes`'s default, for a queue without a store.
+const DEFAULT_FLOW_BYTES: u64 = 32 << 20;
 
 /// What a waiting page-out waits for.
 #[derive(Debug, Clone, Copy)]

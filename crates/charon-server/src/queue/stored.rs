@@ -446,6 +446,8 @@ impl StoreSide {
             }
             e.held = 0;
             if !self.p.over_budget() {
+                // Within the budget again: what is written may stay in memory.
+                self.lag.bytes = 0;
                 return;
             }
         }
