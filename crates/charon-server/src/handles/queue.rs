@@ -360,7 +360,9 @@ impl QueueHandle {
     /// Returns false if the queue is gone (deleted).
     pub async fn send(&self, cmd: QueueCmd) -> bool {
         let bytes = inbox_bytes_of(&cmd);
-        self.shared.inbox_bytes.fetch_add(bytes, Ordering::Relaxed);
+        if bytes > 0 {
+            self.shared.inbox_bytes.fetch_add(bytes, Ordering::Relaxed);
+        }
         let sent = self.shared.tx.send(cmd).await.is_ok();
         if !sent {
             self.took_from_inbox(bytes);
@@ -372,7 +374,9 @@ impl QueueHandle {
     /// (returning None) if the queue is gone.
     pub fn try_send(&self, cmd: QueueCmd) -> Result<(), Option<QueueCmd>> {
         let bytes = inbox_bytes_of(&cmd);
-        self.shared.inbox_bytes.fetch_add(bytes, Ordering::Relaxed);
+        if bytes > 0 {
+            self.shared.inbox_bytes.fetch_add(bytes, Ordering::Relaxed);
+        }
         match self.shared.tx.try_send(cmd) {
             Ok(()) => Ok(()),
             Err(e) => {
