@@ -356,16 +356,22 @@ impl Connection {
                 seq,
             });
             let _ = q.send(QueueCmd::Publish { placed, confirm }).await;
-            if !q.page_flow().is_on() && q.inbox_bytes() > self.broker.config().page_out_flow_bytes
-            {
-                // The queue is behind with what was sent: it lowers the flag once it caught up
-                // (the kick makes it look, should it have emptied its channel meanwhile).
-                q.page_flow().set(true);
-                q.kick();
-            }
-            if q.page_flow().is_on() {
-                self.wait_for_page_out(&q);
-            }
+            self.published_to(&q);
+        }
+    }
+
+    /// A publish was handed to `q`: if the queue is behind (its page-out lags, or publishes it
+    /// has not taken exceed `page_out_flow_bytes`), this connection stops reading until it has
+    /// caught up (`handles::page_flow`).
+    pub(super) fn published_to(&mut self, q: &QueueHandle) {
+        if !q.page_flow().is_on() && q.inbox_bytes() > self.broker.config().page_out_flow_bytes {
+            // The queue is behind with what was sent: it lowers the flag once it caught up
+            // (the kick makes it look, should it have emptied its channel meanwhile).
+            q.page_flow().set(true);
+            q.kick();
+        }
+        if q.page_flow().is_on() {
+            self.wait_for_page_out(q);
         }
     }
 
