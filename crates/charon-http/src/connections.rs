@@ -46,7 +46,7 @@ fn conn_json(broker: &Broker, c: &ConnEntry) -> Value {
         "peer_port": c.peer.port(),
         "ssl": c.ssl,
         "auth_mechanism": c.auth_mechanism,
-        "state": if c.blocked.load(Ordering::Relaxed) { "blocked" } else { "running" },
+        "state": connection_state(c),
         "channels": chans,
         "channel_max": c.channel_max,
         "frame_max": c.frame_max,
@@ -282,4 +282,16 @@ pub async fn vhost_consumers(
 ) -> Result<Json<Value>, ApiError> {
     user.check_vhost(&broker, &vhost)?;
     respond(consumers_of(&broker, &user, Some(&vhost)), &q)
+}
+
+/// RabbitMQ's connection states: `blocked` (a resource alarm), `flow` (a queue it publishes to
+/// throttles it: page-out backpressure), else `running`.
+fn connection_state(c: &ConnEntry) -> &'static str {
+    if c.blocked.load(Ordering::Relaxed) {
+        "blocked"
+    } else if c.flow.load(Ordering::Relaxed) {
+        "flow"
+    } else {
+        "running"
+    }
 }

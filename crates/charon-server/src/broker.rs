@@ -216,7 +216,11 @@ impl Broker {
     pub fn open_store(&self) -> Result<(), charon_store::OpenError> {
         let (p, mut rec) = Persistence::open(
             std::path::Path::new(&self.config.data_dir),
-            self.config.message_memory_budget,
+            persist::Paging {
+                budget: self.config.message_memory_budget,
+                flow_bytes: self.config.page_out_flow_bytes,
+                test_delay_ms: self.config.page_out_test_delay_ms,
+            },
         )?;
         let _ = self.store.set(p.clone());
         let mut restored = 0usize;

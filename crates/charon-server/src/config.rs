@@ -42,6 +42,13 @@ pub struct Config {
     /// Bytes of persistent message bodies kept in memory across all queues; past it, newly
     /// stored bodies stay on disk only and are read back on delivery (default 256 MiB).
     pub message_memory_budget: u64,
+    /// Page-out backpressure (RabbitMQ's credit flow idea): a queue with more bytes than this
+    /// written to its page-out area but not yet on disk (so still in memory) throttles the
+    /// connections publishing to it (state `flow`) until it is back under half (default 32 MiB).
+    pub page_out_flow_bytes: u64,
+    /// Tests only: a queue pages bodies out at most once per this many ms (0: whenever it
+    /// can), to make page-out lag behind publishers without depending on the machine's speed.
+    pub page_out_test_delay_ms: u64,
     /// The dead-letter archive's database (docs/archive.md): `sqlite:///path` or
     /// `postgresql://…`; default `<data_dir>/archive.db`. `CHARON_ARCHIVE_URL` overrides it.
     pub archive_url: Option<String>,
@@ -125,6 +132,8 @@ impl Default for Config {
             permissions: Vec::new(),
             disk_free_limit: 50_000_000,
             message_memory_budget: 256 << 20,
+            page_out_flow_bytes: 32 << 20,
+            page_out_test_delay_ms: 0,
             archive_url: None,
             archive_retention: "30d".into(),
             archive_max_bytes: 1 << 30,

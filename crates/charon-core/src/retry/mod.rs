@@ -8,11 +8,13 @@
 //! with the same key are held back while one of that key is retrying.
 //!
 //! - [`settings`]: argument/policy keys, validation, effective settings.
-//! - [`parking`]: [`Retrier`], the parked messages by due time and the held keys of one queue.
+//! - [`parking`]: [`Retrier`], the parked messages by due time and the held keys of one queue;
+//!   `due`: the compact due-time index of the parked messages.
 //! - this module: the settings' types, the delay for an attempt, the header helpers.
 //!
 //! Pure: the time (`now_ms`) and the randomness for jitter (`entropy`) are passed in.
 
+mod due;
 pub mod parking;
 pub mod settings;
 

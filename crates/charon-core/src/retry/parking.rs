@@ -7,27 +7,20 @@
 //! keeps milliseconds ([`ParkedAt::due`], rounded up: after a restart a message comes back at
 //! most 1 ms later than it would have, never earlier).
 //!
-//! A parked message costs one B-tree entry: key `(due µs, id)` (16 bytes) and value
-//! ([`Parked`]: the shared message pointer as delivered, an optional key pointer and the
-//! attempt, 32 bytes) — it leaves the queue's unacked table, so it costs no more than a queued
-//! message; its `x-retry-count` header is written when it comes back. Releasing is
-//! `pop_first` while the first due time has passed: O(log n) per message.
+//! A parked message costs one 32-byte record in the [`DueIndex`] (due µs, id, the shared
+//! message pointer as delivered, the attempt) — the size of a ready message's slot; it leaves
+//! the queue's unacked table, so it costs no more than a queued message. Its `x-retry-count`
+//! header is written when it comes back. An order key, when the queue has one, is kept beside
+//! it by id ([`Retrier`]'s `keys`). Releasing pops the earliest record while it is due: O(1)
+//! for records in a lane (one per distinct delay), O(log n) for the heap (jitter).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
+use super::due::{DueIndex, Parked};
 use super::{RetrySettings, retry_count, with_retry_count};
 use crate::message::Message;
 use crate::queue::{MsgId, QueueState};
-
-/// A parked message.
-#[derive(Debug, Clone)]
-struct Parked {
-    /// As it was delivered: `x-retry-count` is set when it comes back.
-    message: Arc<Message>,
-    key: Option<Arc<[u8]>>,
-    attempt: u32,
-}
 
 /// A key with a message retrying, and the later messages of that key waiting behind it.
 #[derive(Debug, Default)]
@@ -67,7 +60,9 @@ pub struct RetryStats {
 #[derive(Debug, Default)]
 pub struct Retrier {
     /// By (due µs, id).
-    parked: BTreeMap<(u64, MsgId), Parked>,
+    parked: DueIndex,
+    /// The order keys of parked messages that have one, by id.
+    keys: HashMap<MsgId, Arc<[u8]>>,
     holds: HashMap<Arc<[u8]>, Hold>,
     /// Retrying messages back in the queue (released, not yet settled), with their key.
     retrying: HashMap<MsgId, Arc<[u8]>>,
@@ -151,16 +146,28 @@ impl Retrier {
                 }
                 continue;
             }
-            self.parked.insert(
-                (due, id),
-                Parked {
-                    message,
-                    key,
-                    attempt,
-                },
-            );
+            self.park(due, id, message, key, attempt);
         }
         parked
+    }
+
+    fn park(
+        &mut self,
+        due: u64,
+        id: MsgId,
+        message: Arc<Message>,
+        key: Option<Arc<[u8]>>,
+        attempt: u32,
+    ) {
+        if let Some(k) = key {
+            self.keys.insert(id, k);
+        }
+        self.parked.insert(Parked {
+            due,
+            id,
+            message,
+            attempt,
+        });
     }
 
     /// Message `id` with key `k` failed: true when it is the key's retrying message (now, or
@@ -214,14 +221,7 @@ impl Retrier {
             }
             return;
         }
-        self.parked.insert(
-            (due, id),
-            Parked {
-                message,
-                key,
-                attempt,
-            },
-        );
+        self.park(due, id, message, key, attempt);
     }
 
     /// Whether `message` (id `id` here) must wait behind a retrying message of its key; if so
@@ -279,16 +279,15 @@ impl Retrier {
         let now_ms = now_us / 1000;
         let mut n = 0;
         while n < max
-            && let Some(entry) = self.parked.first_entry()
+            && let Some(p) = self.parked.pop_due(now_us)
         {
-            if entry.key().0 > now_us {
-                break;
-            }
             n += 1;
-            let ((due, old), p) = entry.remove_entry();
-            on_due(due);
+            let old = p.id;
+            on_due(p.due);
             let new = alloc();
-            if let Some(k) = p.key {
+            if !self.keys.is_empty()
+                && let Some(k) = self.keys.remove(&old)
+            {
                 self.retrying.insert(new, k);
             }
             let message = Arc::new(with_retry_count(&p.message, p.attempt));
@@ -316,14 +315,8 @@ impl Retrier {
                 // The next failed message of the key takes its turn.
                 self.waiting -= 1;
                 let key = Some(k.clone());
-                self.parked.insert(
-                    (due.max(now_ms.saturating_mul(1000)), wid),
-                    Parked {
-                        message,
-                        key,
-                        attempt,
-                    },
-                );
+                let due = due.max(now_ms.saturating_mul(1000));
+                self.park(due, wid, message, key, attempt);
                 continue;
             }
             if let Some(hold) = self.holds.remove(&k) {
@@ -337,24 +330,15 @@ impl Retrier {
 
     /// The order key was turned off: every held message goes back to its place.
     pub fn release_holds(&mut self, state: &mut QueueState, now_ms: u64) {
-        for (_, hold) in self.holds.drain() {
+        for (_, hold) in std::mem::take(&mut self.holds) {
             for (due, wid, message, attempt) in hold.waiting {
-                self.parked.insert(
-                    (due, wid),
-                    Parked {
-                        message,
-                        key: None,
-                        attempt,
-                    },
-                );
+                self.park(due, wid, message, None, attempt);
             }
             for (hid, m) in hold.held {
                 state.enqueue_at(hid, m, now_ms);
             }
         }
-        for p in self.parked.values_mut() {
-            p.key = None;
-        }
+        self.keys = HashMap::new();
         self.retrying.clear();
         self.held = 0;
         self.waiting = 0;
@@ -362,12 +346,12 @@ impl Retrier {
 
     /// Drops every parked and held message (purge); returns their ids in the queue.
     pub fn purge(&mut self) -> Vec<MsgId> {
-        let mut ids: Vec<MsgId> = self.parked.keys().map(|(_, id)| *id).collect();
+        let mut ids: Vec<MsgId> = self.parked.drain().map(|p| p.id).collect();
         for (_, h) in self.holds.drain() {
             ids.extend(h.waiting.into_iter().map(|(_, id, _, _)| id));
             ids.extend(h.held.into_keys());
         }
-        self.parked.clear();
+        self.keys = HashMap::new();
         self.retrying.clear();
         self.held = 0;
         self.waiting = 0;
@@ -381,7 +365,7 @@ impl Retrier {
 
     /// The earliest due time of a parked message (µs).
     pub fn next_due_us(&self) -> Option<u64> {
-        self.parked.first_key_value().map(|((t, _), _)| *t)
+        self.parked.first_key().map(|(t, _)| t)
     }
 
     /// Counts for management.

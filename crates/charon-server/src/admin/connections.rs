@@ -182,6 +182,8 @@ pub struct ConnEntry {
     pub send_cnt: AtomicU64,
     /// Paused by a resource alarm.
     pub blocked: AtomicBool,
+    /// Paused by page-out backpressure from a queue it publishes to (RabbitMQ's `flow`).
+    pub flow: AtomicBool,
     /// Over TLS.
     pub ssl: bool,
     /// The SASL mechanism used to log in.
@@ -296,6 +298,7 @@ impl ConnRegistry {
             recv_cnt: AtomicU64::new(0),
             send_cnt: AtomicU64::new(0),
             blocked: AtomicBool::new(false),
+            flow: AtomicBool::new(false),
             ssl: f.ssl,
             auth_mechanism: f.auth_mechanism,
             channels: Mutex::new(BTreeMap::new()),

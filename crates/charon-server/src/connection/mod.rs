@@ -124,6 +124,8 @@ pub(crate) async fn serve_on<S: Transport>(
         blocked_capable: opened.blocked_capable,
         has_published: false,
         blocked: false,
+        page_waits: Vec::new(),
+        in_flow: false,
         slot: opened.slot,
         owes_close_ok: false,
         confirms_due: Vec::new(),
@@ -247,6 +249,11 @@ pub(crate) struct Connection {
     pub(crate) has_published: bool,
     /// Reading is paused by a resource alarm.
     blocked: bool,
+    /// Queues this connection published to whose page-out lags (`handles::page_flow`), by
+    /// queue id: reading waits until each lowers its flag.
+    page_waits: Vec<(u64, tokio::sync::watch::Receiver<bool>)>,
+    /// Reading is paused by page-out backpressure (state `flow`).
+    in_flow: bool,
     /// Counted against connection limits until the connection is dropped.
     pub(crate) slot: crate::limits::ConnectionSlot,
     /// The client sent connection.close: close-ok goes out after cleanup.
@@ -272,6 +279,9 @@ impl Connection {
             return;
         }
         self.blocked = pause;
+        self.admin
+            .blocked
+            .store(pause, std::sync::atomic::Ordering::Relaxed);
         if !self.blocked_capable {
             return;
         }
@@ -283,6 +293,29 @@ impl Connection {
             connection::AMQPMethod::Unblocked(connection::Unblocked {})
         };
         encode_method(&mut self.out, 0, &AMQPClass::Connection(m));
+    }
+
+    /// Queue `q`, just published to, has its page-out backpressure flag raised: the socket is
+    /// not read again until it is lowered (`handles::page_flow`).
+    pub(crate) fn wait_for_page_out(&mut self, q: &crate::handles::QueueHandle) {
+        if !self.page_waits.iter().any(|(id, _)| *id == q.id()) {
+            self.page_waits.push((q.id(), q.page_flow().subscribe()));
+        }
+    }
+
+    /// Drops the waits whose queue caught up; sets the `flow` state while one remains.
+    /// Returns a receiver to wait on, if reading must wait.
+    fn page_flow_wait(&mut self) -> Option<tokio::sync::watch::Receiver<bool>> {
+        self.page_waits
+            .retain(|(_, rx)| crate::handles::still_raised(rx));
+        let flow = !self.page_waits.is_empty();
+        if flow != self.in_flow {
+            self.in_flow = flow;
+            self.admin
+                .flow
+                .store(flow, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.page_waits.first().map(|(_, rx)| rx.clone())
     }
 
     async fn run<R: AsyncRead + Unpin>(
@@ -316,6 +349,8 @@ impl Connection {
             let on = *alarm.borrow_and_update();
             self.on_alarm(on);
             self.flush();
+            let mut page_wait = self.page_flow_wait();
+            let paused = self.blocked || page_wait.is_some();
             sizer.prepare(&mut buf);
             tokio::select! {
                 biased;
@@ -336,12 +371,17 @@ impl Connection {
                     }
                 }
                 _ = alarm.changed() => {}
+                () = async {
+                    if let Some(rx) = page_wait.as_mut() {
+                        crate::handles::lowered(rx).await;
+                    }
+                }, if page_wait.is_some() => {}
                 reason = self.admin.close_requested(), if !self.closing => {
                     let err = AmqpError::new(charon_protocol::ReplyCode::ConnectionForced, reason);
                     self.close_connection(err);
                     close_deadline = Some(Instant::now() + Duration::from_secs(3));
                 }
-                r = reader.read_buf(&mut buf), if !self.blocked => {
+                r = reader.read_buf(&mut buf), if !paused => {
                     match r {
                         Ok(0) | Err(_) => return,
                         Ok(n) => {
@@ -357,7 +397,7 @@ impl Connection {
                 }
                 _ = timeouts.tick() => self.check_consumer_timeouts().await,
                 _ = ticker.tick() => {
-                    if self.blocked {
+                    if paused {
                         // Not reading while blocked: the client's heartbeats wait in the socket.
                         last_read = Instant::now();
                     }

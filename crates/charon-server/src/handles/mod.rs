@@ -1,6 +1,7 @@
 //! The handles through which tasks reach each other, in one place: a queue actor's
 //! ([`QueueHandle`], the commands it takes), a connection's ([`ConnHandle`], the events it takes)
-//! and the delivery credit between them ([`ConnFlow`], [`ChannelLimit`]).
+//! the delivery credit between them ([`ConnFlow`], [`ChannelLimit`]) and page-out
+//! backpressure on publishers ([`PageFlow`]).
 //!
 //! They refer to each other (a consumer target names its connection and channel gate; credit
 //! remembers the queues waiting for it), so they live together; everything else imports them
@@ -8,11 +9,13 @@
 
 mod conn;
 mod flow;
+mod page_flow;
 mod queue;
 
 pub use conn::{ConnEvent, ConnHandle};
 pub use flow::{ChannelLimit, ConnFlow, MAX_PENDING_DELIVERIES};
+pub use page_flow::{PageFlow, lowered, still_raised};
 pub use queue::{
     ConfirmTo, ConsumerTarget, Placed, QueueCmd, QueueHandle, QueueStats, Stored, TakeRoute,
-    TakeRouteFn, Taken,
+    TakeRouteFn, Taken, inbox_bytes_of,
 };

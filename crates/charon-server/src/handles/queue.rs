@@ -258,6 +258,10 @@ struct Shared {
     /// policy; [`NO_QUEUE_TIMEOUT`]: the broker's `consumer_timeout` applies). Read by the
     /// channels holding its deliveries.
     consumer_timeout: AtomicU64,
+    /// Raised while the queue's page-out lags (publishers to it wait, `handles::page_flow`).
+    page_flow: super::PageFlow,
+    /// Body bytes of publishes sent to the queue and not yet taken by its actor.
+    inbox_bytes: AtomicU64,
 }
 
 /// [`QueueHandle::consumer_timeout`] when the queue sets none.
@@ -297,6 +301,8 @@ impl QueueHandle {
                     store_id,
                     next_msg: AtomicU64::new(first_id),
                     consumer_timeout: AtomicU64::new(NO_QUEUE_TIMEOUT),
+                    page_flow: super::PageFlow::default(),
+                    inbox_bytes: AtomicU64::new(0),
                 }),
             },
             rx,
@@ -330,6 +336,11 @@ impl QueueHandle {
         self.shared.consumer_timeout.store(v, Ordering::Relaxed);
     }
 
+    /// The queue's page-out backpressure flag (raised: publishers to it wait).
+    pub fn page_flow(&self) -> &super::PageFlow {
+        &self.shared.page_flow
+    }
+
     /// The queue's name.
     pub fn name(&self) -> &Arc<str> {
         &self.shared.name
@@ -348,16 +359,46 @@ impl QueueHandle {
     /// Sends a command, waiting while the queue's channel is full.
     /// Returns false if the queue is gone (deleted).
     pub async fn send(&self, cmd: QueueCmd) -> bool {
-        self.shared.tx.send(cmd).await.is_ok()
+        let bytes = inbox_bytes_of(&cmd);
+        if bytes > 0 {
+            self.shared.inbox_bytes.fetch_add(bytes, Ordering::Relaxed);
+        }
+        let sent = self.shared.tx.send(cmd).await.is_ok();
+        if !sent {
+            self.took_from_inbox(bytes);
+        }
+        sent
     }
 
     /// Sends a command without waiting; gives it back if the queue's channel is full, drops it
     /// (returning None) if the queue is gone.
     pub fn try_send(&self, cmd: QueueCmd) -> Result<(), Option<QueueCmd>> {
+        let bytes = inbox_bytes_of(&cmd);
+        if bytes > 0 {
+            self.shared.inbox_bytes.fetch_add(bytes, Ordering::Relaxed);
+        }
         match self.shared.tx.try_send(cmd) {
             Ok(()) => Ok(()),
-            Err(mpsc::error::TrySendError::Full(c)) => Err(Some(c)),
-            Err(mpsc::error::TrySendError::Closed(_)) => Err(None),
+            Err(e) => {
+                self.took_from_inbox(bytes);
+                match e {
+                    mpsc::error::TrySendError::Full(c) => Err(Some(c)),
+                    mpsc::error::TrySendError::Closed(_) => Err(None),
+                }
+            }
+        }
+    }
+
+    /// Body bytes of publishes sent to the queue that its actor has not taken yet (page-out
+    /// backpressure bounds them too: `handles::page_flow`).
+    pub fn inbox_bytes(&self) -> u64 {
+        self.shared.inbox_bytes.load(Ordering::Relaxed)
+    }
+
+    /// The actor took publishes of `bytes` body bytes from its channel.
+    pub fn took_from_inbox(&self, bytes: u64) {
+        if bytes > 0 {
+            self.shared.inbox_bytes.fetch_sub(bytes, Ordering::Relaxed);
         }
     }
 
@@ -365,5 +406,13 @@ impl QueueHandle {
     /// busy anyway and will run its delivery loop after the batch.
     pub fn kick(&self) {
         let _ = self.shared.tx.try_send(QueueCmd::Kick);
+    }
+}
+
+/// The body bytes a command brings to a queue's inbox (publishes only).
+pub fn inbox_bytes_of(cmd: &QueueCmd) -> u64 {
+    match cmd {
+        QueueCmd::Publish { placed, .. } => placed.message.body_size(),
+        _ => 0,
     }
 }

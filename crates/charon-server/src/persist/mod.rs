@@ -81,10 +81,25 @@ pub(crate) struct Persistence {
     resident: AtomicU64,
     /// Above this many resident bytes, queues page newly stored bodies out.
     budget: u64,
+    /// Page-out backpressure and its test knob (`Paging`).
+    paging: Paging,
     /// Next queue store id (ids never repeat, even across restarts).
     next_queue: AtomicU64,
     /// The store's durable index, for publishes' confirms.
     durable: DurableWatch,
+}
+
+/// Memory budget for held bodies and page-out backpressure (`Config`'s
+/// `message_memory_budget`, `page_out_flow_bytes`, `page_out_test_delay_ms`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Paging {
+    /// Body bytes held in memory across all queues before queues page out.
+    pub(crate) budget: u64,
+    /// A queue with more bytes than this written for page-out but not yet durable throttles
+    /// its publishers.
+    pub(crate) flow_bytes: u64,
+    /// Tests only: at most one page-out pass per queue per this many ms.
+    pub(crate) test_delay_ms: u64,
 }
 
 /// The absolute expiry a message carries itself (its `expiration` property), from `now`.
@@ -108,11 +123,11 @@ fn new_message(message: &Message, now: u64) -> NewMessage {
 }
 
 impl Persistence {
-    /// Opens the store under `data_dir` (`<data_dir>/store`) and recovers it; `budget` is the
-    /// in-memory budget for stored bodies (bytes).
+    /// Opens the store under `data_dir` (`<data_dir>/store`) and recovers it; `paging` holds
+    /// the in-memory budget for bodies (bytes) and page-out backpressure.
     pub(crate) fn open(
         data_dir: &Path,
-        budget: u64,
+        paging: Paging,
     ) -> Result<(Arc<Persistence>, Recovered), OpenError> {
         let (store, rec) = Store::open_dir(data_dir.join("store"), StoreConfig::default())?;
         if rec.truncated_bytes > 0 {
@@ -125,7 +140,8 @@ impl Persistence {
             durable: store.durable_watch(),
             store,
             resident: AtomicU64::new(0),
-            budget,
+            budget: paging.budget,
+            paging,
             next_queue: AtomicU64::new(1),
         };
         for q in rec.queues.keys() {
@@ -369,6 +385,16 @@ impl Persistence {
     /// The id of the message at member `(queue, qid)`, if the store holds it.
     pub(crate) fn message_of(&self, queue: u64, qid: u64) -> Option<u64> {
         self.store.member_body((queue, qid)).map(|b| b.msg)
+    }
+
+    /// Page-out backpressure settings.
+    pub(crate) fn paging(&self) -> Paging {
+        self.paging
+    }
+
+    /// A watch on the durable log index (a queue waiting to page bodies out wakes on it).
+    pub(crate) fn durable_watch(&self) -> DurableWatch {
+        self.durable.clone()
     }
 
     /// Last durable log index (bodies stored at or below it can be read back).

@@ -117,12 +117,15 @@ async fn run(
     // Grows with the batches that come (up to BATCH): an idle queue does not keep room for
     // 512 commands (~45 KiB, most of an idle queue's memory with 10,000 queues).
     let mut batch = Vec::new();
+    let mut page_wake = super::page_flow::Wake::new(actor.ctx.store.as_ref());
     loop {
         let timer = actor.next_wake(now_ms());
         let slept = std::time::Instant::now();
+        let paging = page_wake.armed(actor.ctx.store.as_ref());
         tokio::select! {
             n = rx.recv_many(&mut batch, BATCH) => if n == 0 { return },
             () = tokio::time::sleep(timer.unwrap_or_default()), if timer.is_some() => {}
+            () = page_wake.wait(paging), if paging.is_some() => {}
         }
         let now = now_ms();
         let t0 = std::time::Instant::now();
@@ -132,6 +135,9 @@ async fn run(
             tracing::debug!(queue = %actor.me.name(), late_us = late.as_micros() as u64, "late queue wake");
         }
         let commands = batch.len();
+        actor
+            .me
+            .took_from_inbox(batch.iter().map(crate::handles::inbox_bytes_of).sum());
         for cmd in batch.drain(..) {
             if actor.handle(cmd, now) == Next::Stop {
                 return;
@@ -398,6 +404,7 @@ impl Actor {
             s.gone(gone);
             s.page_out(&mut self.state);
         }
+        super::page_flow::throttle(&self.me, self.ctx.store.as_ref());
         self.delivered.clear();
         if self.consumers.is_empty()
             && self

@@ -105,6 +105,23 @@ pub(crate) struct StoreSide {
     /// and back. Ids are never reused in a queue, so both directions are unambiguous.
     alias: foldhash::HashMap<MsgId, MsgId>,
     alias_back: foldhash::HashMap<MsgId, MsgId>,
+    /// After the last page-out pass: page-out's lag (`PageLag`).
+    lag: PageLag,
+    /// When the last page-out pass ran (the test knob `page_out_test_delay_ms` spaces them).
+    last_pass: Option<std::time::Instant>,
+}
+
+/// How far a queue's page-out lags behind, after a pass.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct PageLag {
+    /// Bytes of ready transient bodies written to the page-out area and still in memory
+    /// (the store has not made them durable yet): publishers are throttled past
+    /// `page_out_flow_bytes`.
+    pub(crate) bytes: u64,
+    /// The store index the pass stopped at (the next pass can go on once it is durable).
+    pub(crate) waiting_for: Option<u64>,
+    /// The test knob held the pass back: the next may run after this.
+    pub(crate) next_pass: Option<std::time::Instant>,
 }
 
 impl StoreSide {
@@ -129,6 +146,33 @@ impl StoreSide {
             shapes,
             alias: foldhash::HashMap::default(),
             alias_back: foldhash::HashMap::default(),
+            lag: PageLag::default(),
+            last_pass: None,
+        }
+    }
+
+    /// Page-out's lag after the last pass.
+    pub(crate) fn page_lag(&self) -> PageLag {
+        self.lag
+    }
+
+    /// Whether a page-out pass may run now (always, unless the test knob spaces them).
+    fn pass_allowed(&mut self) -> bool {
+        let delay = self.p.paging().test_delay_ms;
+        if delay == 0 {
+            return true;
+        }
+        let now = std::time::Instant::now();
+        let every = std::time::Duration::from_millis(delay);
+        match self.last_pass {
+            Some(t) if now < t + every => {
+                self.lag.next_pass = Some(t + every);
+                false
+            }
+            _ => {
+                self.last_pass = Some(now);
+                true
+            }
         }
     }
 
@@ -361,11 +405,18 @@ impl StoreSide {
     /// durable before it leaves memory (it is read back from disk): stored messages are once
     /// their publish is committed; transient ones are first written to the page-out area (as
     /// many as the excess needs) and paged out on a later pass, once that write is committed.
+    ///
+    /// Leaves [`Self::page_lag`]: the written bodies still waiting, and what the next pass
+    /// waits for (the actor wakes for it; its publishers wait while the lag is large).
     pub(crate) fn page_out(&mut self, state: &mut QueueState) {
+        self.lag = PageLag::default();
         if !self.p.over_budget() {
             return;
         }
-        self.write_transient(state);
+        self.lag.bytes = self.write_transient(state);
+        if !self.pass_allowed() {
+            return;
+        }
         let durable = self.p.durable_index();
         while let Some(&id) = self.held.front() {
             let Some(e) = self.bodies.get(&id).copied() else {
@@ -382,6 +433,7 @@ impl StoreSide {
                 continue;
             }
             if e.msg > durable {
+                self.lag.waiting_for = Some(e.msg);
                 return;
             }
             self.held.pop_front();
@@ -406,32 +458,41 @@ impl StoreSide {
             self.bodies.remove(&id);
             if e.transient {
                 self.paged_out.insert(id);
+                self.lag.bytes = self.lag.bytes.saturating_sub(u64::from(e.bytes));
             }
             if !self.p.over_budget() {
+                // Within the budget again: what is written may stay in memory.
+                self.lag.bytes = 0;
                 return;
             }
         }
     }
 
     /// Writes held transient bodies, oldest first, to the page-out area until what is being
-    /// written covers the bytes over budget (or there is nothing more to write).
-    fn write_transient(&mut self, state: &QueueState) {
+    /// written covers the bytes over budget (or there is nothing more to write). Returns the
+    /// bytes of ready transient bodies written (now or before) and still held.
+    fn write_transient(&mut self, state: &QueueState) -> u64 {
         let mut excess = self.p.excess();
+        let mut written = 0u64;
         let now = super::now_ms();
         for &id in &self.held {
             if excess == 0 {
-                return;
+                return written;
             }
             let Some(e) = self.bodies.get_mut(&id) else {
                 continue;
             };
             excess = excess.saturating_sub(u64::from(e.bytes));
-            if !e.transient || e.msg != 0 {
+            if !e.transient {
                 continue;
             }
             let Some(m) = state.ready_message(id) else {
                 continue;
             };
+            if e.msg != 0 {
+                written += u64::from(e.bytes);
+                continue;
+            }
             if let Some(msg) = self.p.publish_nowait(
                 m,
                 vec![(self.shadow, self.alias.get(&id).copied().unwrap_or(id))],
@@ -439,7 +500,9 @@ impl StoreSide {
             ) {
                 e.msg = msg;
                 self.shadow_used = true;
+                written += u64::from(e.bytes);
             }
         }
+        written
     }
 }

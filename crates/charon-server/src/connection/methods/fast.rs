@@ -105,8 +105,9 @@ impl Connection {
                 seq,
             });
             match q.try_send(QueueCmd::Publish { placed: p, confirm }) {
-                // Sent, or the queue is gone (as a failed `send` on the slow path).
-                Ok(()) | Err(None) => {}
+                Ok(()) => self.published_to(&q),
+                // The queue is gone (as a failed `send` on the slow path).
+                Err(None) => {}
                 Err(Some(cmd)) => {
                     // Full: this one and the rest wait, in order.
                     return Ok(Some(PublishRest::Send(seq, q, cmd, placed.collect())));
@@ -144,6 +145,7 @@ impl Connection {
             }
             PublishRest::Send(seq, q, cmd, placed) => {
                 let _ = q.send(cmd).await;
+                self.published_to(&q);
                 self.place_finish(channel, seq, placed, None).await;
                 Ok(())
             }

@@ -16,11 +16,16 @@ use super::super::Connection;
 use super::super::channel::{PUBLISH_METHOD_ID, PendingPublish};
 use super::super::confirms::ConfirmReply;
 use super::super::shapes::own_body;
+
 use crate::access::{Permission, ResourceKind};
 use crate::error::{AmqpError, ReplyCode, ServerError};
 use crate::handles::{ConfirmTo, Placed, QueueCmd, QueueHandle};
 use crate::locks::RwLockExt;
 use crate::queue;
+
+/// Body bytes reserved at once when a body spans several frames (a larger body grows, and is
+/// copied to its size when complete if that wasted more than a quarter).
+const EXACT_BODY_RESERVE: u64 = 1 << 20;
 
 impl Connection {
     /// The publish a content frame belongs to; `None` on a closing channel (frame ignored);
@@ -121,6 +126,13 @@ impl Connection {
         if p.first_body.is_none() && p.body.is_empty() && payload.len() as u64 == size {
             p.first_body = Some(payload);
         } else {
+            if p.body.is_empty() {
+                // One allocation of the body's size: growing by doubling would hold up to
+                // twice the bytes the memory budget counts for as long as the message is
+                // queued. Capped: the size is only announced (see `complete_publish`).
+                p.body
+                    .reserve(usize::try_from(size.min(EXACT_BODY_RESERVE)).unwrap_or(0));
+            }
             if let Some(first) = p.first_body.take() {
                 p.body.extend_from_slice(&first);
             }
@@ -166,6 +178,10 @@ impl Connection {
         crate::admin::ChannelStats::bump(&ch.stats.publish, 1);
         let body = match p.first_body {
             Some(b) => own_body(b),
+            // A large body that outgrew its first allocation: copied once to its size.
+            None if p.body.capacity() - p.body.len() > p.body.len() / 4 => {
+                bytes::Bytes::copy_from_slice(&p.body)
+            }
             None => p.body.freeze(),
         };
         let names = ch
@@ -340,6 +356,22 @@ impl Connection {
                 seq,
             });
             let _ = q.send(QueueCmd::Publish { placed, confirm }).await;
+            self.published_to(&q);
+        }
+    }
+
+    /// A publish was handed to `q`: if the queue is behind (its page-out lags, or publishes it
+    /// has not taken exceed `page_out_flow_bytes`), this connection stops reading until it has
+    /// caught up (`handles::page_flow`).
+    pub(super) fn published_to(&mut self, q: &QueueHandle) {
+        if !q.page_flow().is_on() && q.inbox_bytes() > self.broker.config().page_out_flow_bytes {
+            // The queue is behind with what was sent: it lowers the flag once it caught up
+            // (the kick makes it look, should it have emptied its channel meanwhile).
+            q.page_flow().set(true);
+            q.kick();
+        }
+        if q.page_flow().is_on() {
+            self.wait_for_page_out(q);
         }
     }
 
