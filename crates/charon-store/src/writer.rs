@@ -38,6 +38,7 @@ pub(crate) fn run(shared: Arc<Shared>, mut active: Arc<dyn StorageFile>, mut end
                         st.stats.batches += 1;
                         st.stats.syncs += syncs;
                         st.stats.bytes_written += written;
+                        st.recycle(batch.chunks);
                     }
                     for w in batch.waiters {
                         // A dropped receiver only means nobody waits.
