@@ -13,6 +13,7 @@
 //! - `recovery`: replays the segments, truncates a torn tail.
 //! - `writer`: the group-commit writer thread.
 //! - `compaction`: which segments to delete, what to copy forward.
+//! - `compactor`: the compaction thread, and reads of bodies whose copy is not written yet.
 //! - [`Store`]: the public handle.
 //!
 //! # Use (the broker's life cycle)
@@ -58,6 +59,7 @@
 #![deny(clippy::indexing_slicing)]
 
 mod compaction;
+mod compactor;
 mod durable;
 mod error;
 mod index;

@@ -14,6 +14,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
+use crate::compactor::{self, Moved};
 use crate::durable::{Durability, DurableWatch};
 use crate::error::{AppendError, CommitError, OpenError, ReadError};
 use crate::index::{Index, Loc};
@@ -122,12 +123,16 @@ pub(crate) struct State {
     pub(crate) stats: StoreStats,
     /// Written batch buffers kept for reuse.
     pub(crate) pool: Vec<Vec<u8>>,
+    /// Where messages compaction is copying were before (read there until the copy is durable).
+    pub(crate) moved: Moved,
 }
 
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) state: Mutex<State>,
     pub(crate) wake: Condvar,
+    /// Wakes the compaction thread (with `state`'s mutex).
+    pub(crate) compact_wake: Condvar,
     pub(crate) storage: Arc<dyn Storage>,
     /// Open segment files, for reads; the writer adds and removes entries.
     pub(crate) files: RwLock<HashMap<SegId, Arc<dyn StorageFile>>>,
@@ -347,6 +352,7 @@ impl Future for Commit {
 pub struct Store {
     shared: Arc<Shared>,
     writer: Option<JoinHandle<()>>,
+    compactor: Option<JoinHandle<()>>,
 }
 
 impl Store {
@@ -420,8 +426,10 @@ impl Store {
                     ..StoreStats::default()
                 },
                 pool: Vec::new(),
+                moved: Moved::default(),
             }),
             wake: Condvar::new(),
+            compact_wake: Condvar::new(),
             storage,
             files: RwLock::new(files),
             config,
@@ -437,13 +445,20 @@ impl Store {
             .name("charon-store-writer".into())
             .spawn(move || writer::run(thread_shared, file, SEGMENT_HEADER_LEN))
             .map_err(OpenError::Spawn)?;
-        Ok((
-            Store {
-                shared,
-                writer: Some(writer),
-            },
-            out.recovered,
-        ))
+        let mut store = Store {
+            shared: shared.clone(),
+            writer: Some(writer),
+            compactor: None,
+        };
+        let thread_shared = shared;
+        // On failure `store` is dropped, which stops the writer.
+        store.compactor = Some(
+            std::thread::Builder::new()
+                .name("charon-store-compactor".into())
+                .spawn(move || compactor::run(thread_shared))
+                .map_err(OpenError::Spawn)?,
+        );
+        Ok((store, out.recovered))
     }
 
     /// Append `cmd`; the [`Commit`] completes once it is durable.
@@ -567,6 +582,10 @@ impl Store {
             .shared
             .is_written(at.segment, at.offset, u64::from(at.len))
         {
+            // A copy compaction made, not written yet: the body is still where it was.
+            if let Some(b) = self.read_moved(&at) {
+                return Ok(b);
+            }
             return Err(unwritten(&at));
         }
         // Written means created (the writer registers a segment's file before writing to it);
@@ -585,6 +604,29 @@ impl Store {
             return Err(unwritten(&at));
         }
         Ok(Bytes::from(buf))
+    }
+
+    /// The body of a message whose copy (at `at`) is not written yet, read where it was
+    /// before: that record stays on disk until the copy is durable (`compactor::Moved`).
+    fn read_moved(&self, at: &BodyRef) -> Option<Bytes> {
+        let old = self
+            .shared
+            .lock()
+            .moved
+            .get(at.msg)
+            .filter(|o| (o.segment, o.offset) != (at.segment, at.offset) && o.len == at.len)?;
+        if !self
+            .shared
+            .is_written(old.segment, old.offset, u64::from(old.len))
+        {
+            return None;
+        }
+        let file = self.shared.file(old.segment)?;
+        let mut buf = vec![0u8; old.len as usize];
+        file.read_exact_at(&mut buf, old.offset).ok()?;
+        // Still there after the read: the bytes are the message's (see `read_body_once`).
+        self.shared.file(old.segment)?;
+        Some(Bytes::from(buf))
     }
 
     /// Where message `msg`'s body is now, if it is live.
@@ -642,6 +684,13 @@ impl Drop for Store {
             st.closed = true;
         }
         self.shared.wake.notify_all();
+        self.shared.compact_wake.notify_all();
+        // The compactor first: it may still append copies (the writer flushes them).
+        if let Some(c) = self.compactor.take()
+            && c.join().is_err()
+        {
+            tracing::error!("store compaction thread panicked");
+        }
         if let Some(w) = self.writer.take()
             && w.join().is_err()
         {
