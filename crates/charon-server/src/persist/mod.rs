@@ -54,6 +54,15 @@ impl Durable {
         Durable(Ok(Pending::Commit(commit)))
     }
 
+    /// The outcome if it is known without waiting: on disk (`true`), refused (`false`).
+    pub(crate) fn ready(&self) -> Option<bool> {
+        match &self.0 {
+            Ok(Pending::At(index, watch)) => watch.is_durable(*index).then_some(true),
+            Ok(Pending::Commit(_)) => None,
+            Err(_) => Some(false),
+        }
+    }
+
     /// Whether the write is on disk (false: the store refused it or failed writing).
     pub(crate) async fn wait(self) -> bool {
         match self.0 {

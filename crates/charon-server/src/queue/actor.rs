@@ -17,7 +17,9 @@ use tokio::sync::mpsc;
 use super::dead_letters::{self, DeadLetterDispatcher};
 use super::retry::RetrySide;
 use super::stored::StoreSide;
-use crate::handles::{ConnEvent, ConsumerTarget, Placed, QueueCmd, QueueHandle, QueueStats};
+use crate::handles::{
+    ConfirmBatch, ConnEvent, ConsumerTarget, Placed, QueueCmd, QueueHandle, QueueStats,
+};
 use crate::locks::RwLockExt;
 use crate::vhost::VHostState;
 
@@ -105,6 +107,8 @@ struct Actor {
     counters: super::admin::QueueCounters,
     /// Dead-lettered counts by error fingerprint.
     errors: super::dl_errors::DlErrors,
+    /// Publisher confirms of this batch, sent once it is handled.
+    confirms: ConfirmBatch,
 }
 
 async fn run(
@@ -134,9 +138,11 @@ async fn run(
         let commands = batch.len();
         for cmd in batch.drain(..) {
             if actor.handle(cmd, now) == Next::Stop {
+                actor.confirms.flush();
                 return;
             }
         }
+        actor.confirms.flush();
         let handled = t0.elapsed();
         if actor.after_batch(now) == Next::Stop {
             return;
@@ -174,6 +180,7 @@ impl Actor {
             delivered: Vec::new(),
             counters: Default::default(),
             errors: Default::default(),
+            confirms: ConfirmBatch::default(),
         }
     }
 
@@ -208,11 +215,8 @@ impl Actor {
                 let taken = self.enqueue(placed, now);
                 self.counters.published += u64::from(taken);
                 if let Some(c) = confirm {
-                    let _ = c.conn.send(ConnEvent::Confirm {
-                        channel: c.channel,
-                        seq: c.seq,
-                        ack: taken,
-                    });
+                    // Sent with the batch's other confirms, one event per publishing channel.
+                    self.confirms.add(&c.conn, c.channel, c.seq, taken);
                 }
             }
             QueueCmd::EnqueueDeadLetters { messages, from } => {
