@@ -64,6 +64,7 @@ mod durable;
 mod error;
 mod index;
 mod members;
+mod read_many;
 mod record;
 mod recovery;
 mod segment;

@@ -524,6 +524,10 @@ impl Store {
         }
     }
 
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
     /// Read a body back (one positioned read). Valid once the record that
     /// stored it is committed; follows the message if compaction moved it.
     pub fn read_body(&self, body: &BodyRef) -> Result<Bytes, ReadError> {

@@ -355,6 +355,11 @@ impl Persistence {
         }
     }
 
+    /// Reads stored messages' bodies back at once (in the same order; `None`: not readable).
+    pub(crate) fn read_bodies(&self, msgs: &[u64]) -> Vec<Option<Bytes>> {
+        self.store.read_bodies(msgs)
+    }
+
     /// Last durable log index (bodies stored at or below it can be read back).
     pub(crate) fn durable_index(&self) -> u64 {
         self.store.durable_index()

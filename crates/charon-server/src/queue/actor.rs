@@ -556,6 +556,10 @@ fn deliver(
     };
     state.next_deliveries(now, &mut may_deliver, out);
     let count = out.len() as u64;
+    if let Some(s) = store {
+        // Paged-out bodies of the whole batch in one go (read-ahead; `StoreSide::load_many`).
+        s.load_many(out);
+    }
     // Group consecutive deliveries per consumer, preserving queue order within each consumer.
     let mut grouped: Vec<(ConsumerId, Vec<Delivery>)> = Vec::new();
     for mut d in out.drain(..) {
