@@ -16,6 +16,7 @@ import asyncio
 import json
 import os
 import resource
+import sys
 import time
 
 import aiormq
@@ -78,6 +79,9 @@ async def main():
     ap.add_argument("--connections", type=int, default=10000)
     ap.add_argument("--messages", type=int, default=200000)
     ap.add_argument("--label", default="")
+    ap.add_argument("--channels", type=int, default=10, help="channels declaring the queues")
+    ap.add_argument("--declare-concurrency", type=int, default=256,
+                    help="declare+consume calls in flight (LavinMQ 1.0 stalls with many)")
     a = ap.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -88,7 +92,7 @@ async def main():
     idle = await settle(pid)
     out["idle_rss_mib"] = round(idle / 1024, 1)
 
-    # 1. Queues, one consumer each (no-ack), 10 channels on one connection.
+    # 1. Queues, one consumer each (no-ack), --channels channels on one connection.
     got = [0]
 
     async def on_message(_msg):
@@ -96,7 +100,7 @@ async def main():
 
     tag = f"scale{os.getpid()}"
     names = [f"{tag}-q{i}" for i in range(a.queues)]
-    chans = [await base_conn.channel() for _ in range(10)]
+    chans = [await base_conn.channel() for _ in range(a.channels)]
 
     async def declare(i, name):
         ch = chans[i % len(chans)]
@@ -104,16 +108,20 @@ async def main():
         await ch.basic_consume(name, on_message, no_ack=True)
 
     t0 = time.monotonic()
-    await gather_limited([declare(i, n) for i, n in enumerate(names)], 256)
+    await gather_limited([declare(i, n) for i, n in enumerate(names)], a.declare_concurrency)
     out["declare_consume_s"] = round(time.monotonic() - t0, 1)
     with_queues = await settle(pid)
     out["rss_with_queues_mib"] = round(with_queues / 1024, 1)
     out["per_queue_kib"] = round((with_queues - idle) / a.queues, 2)
 
     # 2. Throughput: 1 queue vs round-robin over all of them (broker CPU per message).
-    pub = await base_conn.channel()
-    out["one_queue"] = await publish_round_robin(pub, names[:1], a.messages, pid, got, a.messages)
-    out["all_queues"] = await publish_round_robin(pub, names, a.messages, pid, got, 2 * a.messages)
+    #    (--messages 0 skips it: LavinMQ 1.0 stalls there with this client.)
+    print(json.dumps(out), file=sys.stderr, flush=True)
+    if a.messages > 0:
+        pub = await base_conn.channel()
+        out["one_queue"] = await publish_round_robin(pub, names[:1], a.messages, pid, got, a.messages)
+        out["all_queues"] = await publish_round_robin(pub, names, a.messages, pid, got, 2 * a.messages)
+        print(json.dumps(out), file=sys.stderr, flush=True)
 
     for ch in chans:
         await ch.close()

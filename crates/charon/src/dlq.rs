@@ -265,6 +265,15 @@ fn query(m: &Map<String, Value>, extra: &[(&str, String)]) -> String {
     }
 }
 
+/// Prints `cols` as a tab-separated header, then one line per object of the array `rows`.
+fn print_table(rows: &Value, cols: &[&str]) {
+    println!("{}", cols.join("\t"));
+    for r in rows.as_array().map(Vec::as_slice).unwrap_or_default() {
+        let cells: Vec<String> = cols.iter().map(|k| cell(r.get(*k))).collect();
+        println!("{}", cells.join("\t"));
+    }
+}
+
 fn cell(v: Option<&Value>) -> String {
     match v {
         Some(Value::String(s)) => s.replace(['\t', '\n'], " "),
@@ -322,24 +331,18 @@ pub(crate) fn run(url: &str, user: &str, password: &str, cmd: DlqCommand) -> any
                 &format!("/api/dead-letters{}", query(&f.to_map()?, &extra)),
                 None,
             )?;
-            println!("id\tstatus\toriginal_queue\treason\tkey\terror_message\tcreated_at");
-            for r in body["items"]
-                .as_array()
-                .map(Vec::as_slice)
-                .unwrap_or_default()
-            {
-                let c = |k: &str| cell(r.get(k));
-                println!(
-                    "{}\t{}\t{}\t{}\t{}\t{}\t{}",
-                    c("id"),
-                    c("status"),
-                    c("original_queue"),
-                    c("reason"),
-                    c("key"),
-                    c("error_message"),
-                    c("created_at")
-                );
-            }
+            print_table(
+                &body["items"],
+                &[
+                    "id",
+                    "status",
+                    "original_queue",
+                    "reason",
+                    "key",
+                    "error_message",
+                    "created_at",
+                ],
+            );
             println!(
                 "({} of {}, page {})",
                 body["items"].as_array().map_or(0, Vec::len),
@@ -359,19 +362,9 @@ pub(crate) fn run(url: &str, user: &str, password: &str, cmd: DlqCommand) -> any
                 ),
                 None,
             )?;
-            let cols: Vec<&str> = by.split(',').map(str::trim).collect();
-            println!("{}\tcount\toldest\tnewest\terror_message", cols.join("\t"));
-            for g in body.as_array().map(Vec::as_slice).unwrap_or_default() {
-                let keys: Vec<String> = cols.iter().map(|k| cell(g.get(*k))).collect();
-                println!(
-                    "{}\t{}\t{}\t{}\t{}",
-                    keys.join("\t"),
-                    cell(g.get("count")),
-                    cell(g.get("oldest")),
-                    cell(g.get("newest")),
-                    cell(g.get("error_message"))
-                );
-            }
+            let mut cols: Vec<&str> = by.split(',').map(str::trim).collect();
+            cols.extend(["count", "oldest", "newest", "error_message"]);
+            print_table(&body, &cols);
         }
         DlqCommand::Edit {
             id,
@@ -447,21 +440,19 @@ pub(crate) fn run(url: &str, user: &str, password: &str, cmd: DlqCommand) -> any
         }
         DlqCommand::Jobs => {
             let body = http.call("GET", "/api/dead-letters/jobs", None)?;
-            println!("id\tstate\ttotal\treplayed\tfailed\tpending\tcreated_by\tcreated_at");
-            for j in body.as_array().map(Vec::as_slice).unwrap_or_default() {
-                let c = |k: &str| cell(j.get(k));
-                println!(
-                    "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
-                    c("id"),
-                    c("state"),
-                    c("total"),
-                    c("replayed"),
-                    c("failed"),
-                    c("pending"),
-                    c("created_by"),
-                    c("created_at")
-                );
-            }
+            print_table(
+                &body,
+                &[
+                    "id",
+                    "state",
+                    "total",
+                    "replayed",
+                    "failed",
+                    "pending",
+                    "created_by",
+                    "created_at",
+                ],
+            );
         }
         DlqCommand::Cancel { id } => {
             let res = http.call("DELETE", &format!("/api/dead-letters/jobs/{id}"), None)?;
@@ -499,24 +490,10 @@ pub(crate) fn run(url: &str, user: &str, password: &str, cmd: DlqCommand) -> any
                 &format!("/api/dead-letters/audit{}", query(&Map::new(), &extra)),
                 None,
             )?;
-            println!("at\tactor\taction\tids\tfilter\tnote\tresult");
-            for a in body["items"]
-                .as_array()
-                .map(Vec::as_slice)
-                .unwrap_or_default()
-            {
-                let c = |k: &str| cell(a.get(k));
-                println!(
-                    "{}\t{}\t{}\t{}\t{}\t{}\t{}",
-                    c("at"),
-                    c("actor"),
-                    c("action"),
-                    c("ids"),
-                    c("filter"),
-                    c("note"),
-                    c("result")
-                );
-            }
+            print_table(
+                &body["items"],
+                &["at", "actor", "action", "ids", "filter", "note", "result"],
+            );
         }
         DlqCommand::Stats => print_json(&http.call("GET", "/api/dead-letters/stats", None)?)?,
         DlqCommand::Retention => {
