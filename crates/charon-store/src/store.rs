@@ -170,10 +170,10 @@ impl Shared {
 }
 
 /// Batch buffers kept for reuse (a reused buffer never grows by reallocation, which copied
-/// every body once more).
-const POOL_BUFFERS: usize = 4;
+/// every body once more). Few and small: what they keep counts in the broker's memory.
+const POOL_BUFFERS: usize = 2;
 /// A batch buffer larger than this is not kept.
-const POOL_MAX_CAPACITY: usize = 8 << 20;
+const POOL_MAX_CAPACITY: usize = 2 << 20;
 
 impl State {
     /// A batch buffer: a reused one when there is one.
