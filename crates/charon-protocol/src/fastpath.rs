@@ -12,7 +12,7 @@
 
 use bytes::{BufMut, BytesMut};
 
-use crate::methods::basic::{Ack, Publish};
+use crate::methods::basic::{Ack, Nack, Publish, Reject};
 use crate::wire::Reader;
 use crate::{FRAME_END, FRAME_METHOD, ShortString};
 
@@ -166,6 +166,36 @@ pub fn decode_basic_ack(args: &[u8]) -> Option<Ack> {
         delivery_tag,
         multiple: bits & 1 != 0,
     })
+}
+
+/// Fast decode of `basic.nack` arguments (payload after the 4 id bytes):
+/// delivery tag, then bits multiple (0) and requeue (1). `None` if the
+/// length is not exactly 9 bytes.
+pub fn decode_basic_nack(args: &[u8]) -> Option<Nack> {
+    let (delivery_tag, bits) = tag_and_bits(args)?;
+    Some(Nack {
+        delivery_tag,
+        multiple: bits & 1 != 0,
+        requeue: bits & 2 != 0,
+    })
+}
+
+/// Fast decode of `basic.reject` arguments (payload after the 4 id bytes):
+/// delivery tag, then bit requeue (0). `None` if the length is not exactly
+/// 9 bytes.
+pub fn decode_basic_reject(args: &[u8]) -> Option<Reject> {
+    let (delivery_tag, bits) = tag_and_bits(args)?;
+    Some(Reject {
+        delivery_tag,
+        requeue: bits & 1 != 0,
+    })
+}
+
+fn tag_and_bits(args: &[u8]) -> Option<(u64, u8)> {
+    let mut r = Reader::new(args);
+    let tag = r.u64()?;
+    let bits = r.u8()?;
+    (r.remaining() == 0).then_some((tag, bits))
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! Method-frame payload → [`AMQPClass`].
 //!
-//! `basic.publish` and `basic.ack` go through the hand-written fast path in
+//! `basic.publish`, `basic.ack`, `basic.nack` and `basic.reject` go through the hand-written fast path in
 //! `fastpath`; everything else (and anything the fast path declines) goes
 //! through `amq_protocol::protocol::parse_class`. Before that, ids are
 //! checked against the 0-9-1 method list (unknown → 540) and any field
@@ -10,7 +10,9 @@ use amq_protocol::protocol::{basic, parse_class};
 
 use crate::AMQPClass;
 use crate::error::{FrameError, MAX_ARGS_IN_TEXT};
-use crate::fastpath::{decode_basic_ack, decode_basic_publish};
+use crate::fastpath::{
+    decode_basic_ack, decode_basic_nack, decode_basic_publish, decode_basic_reject,
+};
 use crate::table::skip_table;
 use crate::wire::{Reader, be_u16_at};
 
@@ -124,6 +126,16 @@ pub fn decode_method(payload: &[u8]) -> Result<AMQPClass, FrameError> {
         (60, 80) => {
             if let Some(a) = decode_basic_ack(args) {
                 return Ok(AMQPClass::Basic(basic::AMQPMethod::Ack(a)));
+            }
+        }
+        (60, 120) => {
+            if let Some(n) = decode_basic_nack(args) {
+                return Ok(AMQPClass::Basic(basic::AMQPMethod::Nack(n)));
+            }
+        }
+        (60, 90) => {
+            if let Some(r) = decode_basic_reject(args) {
+                return Ok(AMQPClass::Basic(basic::AMQPMethod::Reject(r)));
             }
         }
         (60, 10) => {

@@ -237,10 +237,10 @@ proptest! {
         prop_assert_eq!(&fast[..], &slow[..]);
     }
 
-    /// The fast publish/ack decoders agree with amq-protocol's parse_class
-    /// on arbitrary argument bytes (including garbage).
+    /// The fast publish/ack/nack/reject decoders agree with amq-protocol's
+    /// parse_class on arbitrary argument bytes (including garbage).
     #[test]
-    fn fast_decode_matches_parse_class(method_id in prop_oneof![Just(40u16), Just(80u16)], args in proptest::collection::vec(any::<u8>(), 0..40), ex in short_str(60), rk in short_str(60), bits in any::<u8>(), tag in any::<u64>()) {
+    fn fast_decode_matches_parse_class(method_id in prop_oneof![Just(40u16), Just(80u16), Just(90u16), Just(120u16)], args in proptest::collection::vec(any::<u8>(), 0..40), ex in short_str(60), rk in short_str(60), bits in any::<u8>(), tag in any::<u64>()) {
         let mut valid = Vec::new();
         if method_id == 40 {
             valid.extend_from_slice(&[0, 0, u8::try_from(ex.len()).unwrap()]);
@@ -264,8 +264,16 @@ proptest! {
                 if let Some(p) = decode_basic_publish(&a) {
                     prop_assert_eq!(decode_method(&payload), Ok(AMQPClass::Basic(basic::AMQPMethod::Publish(p))));
                 }
-            } else if let Some(p) = decode_basic_ack(&a) {
-                prop_assert_eq!(decode_method(&payload), Ok(AMQPClass::Basic(basic::AMQPMethod::Ack(p))));
+            } else if method_id == 80 {
+                if let Some(p) = decode_basic_ack(&a) {
+                    prop_assert_eq!(decode_method(&payload), Ok(AMQPClass::Basic(basic::AMQPMethod::Ack(p))));
+                }
+            } else if method_id == 90 {
+                if let Some(p) = decode_basic_reject(&a) {
+                    prop_assert_eq!(decode_method(&payload), Ok(AMQPClass::Basic(basic::AMQPMethod::Reject(p))));
+                }
+            } else if let Some(p) = decode_basic_nack(&a) {
+                prop_assert_eq!(decode_method(&payload), Ok(AMQPClass::Basic(basic::AMQPMethod::Nack(p))));
             }
         }
     }

@@ -132,7 +132,17 @@ pub fn delay_of(
     exchange: &str,
     headers: Option<&FieldTable>,
 ) -> Option<(u64, bool)> {
-    let x = topo.exchange(exchange).filter(|x| x.delayed)?;
+    delay_through(topo.exchange(exchange)?, headers)
+}
+
+/// [`delay_of`] for an exchange already looked up.
+pub fn delay_through(
+    x: &charon_core::exchange::Exchange,
+    headers: Option<&FieldTable>,
+) -> Option<(u64, bool)> {
+    if !x.delayed {
+        return None;
+    }
     delayed::delay_of(headers).map(|d| (d, x.durable))
 }
 

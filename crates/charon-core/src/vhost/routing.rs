@@ -24,6 +24,19 @@ impl<Q: Clone> VHost<Q> {
             .exchanges
             .get(exchange)
             .ok_or_else(|| self.exchange_not_found(exchange))?;
+        self.route_from(x, routing_keys, headers, out)
+    }
+
+    /// [`VHost::route`] through an exchange already looked up (with [`VHost::exchange`]), so a
+    /// publish that needs the exchange for other checks looks it up once.
+    pub fn route_from(
+        &self,
+        x: &Exchange,
+        routing_keys: &[&str],
+        headers: Option<&FieldTable>,
+        out: &mut Vec<Q>,
+    ) -> Result<(), CoreError> {
+        let exchange = x.name.as_ref();
         if x.internal {
             return Err(CoreError::InternalExchange {
                 exchange: exchange.to_string(),

@@ -102,35 +102,38 @@ pub(crate) enum Settle {
 }
 
 impl Channel {
-    /// Settles the given tags, grouping message ids per queue.
+    /// Settles the given tags, grouping message ids per queue. `multiple` takes the whole
+    /// range at once (`BTreeMap::split_off`: no per-tag search and removal).
     pub(crate) fn take_tags(
         &mut self,
         tag: u64,
         multiple: bool,
     ) -> Option<Vec<(QueueHandle, Vec<MsgId>)>> {
-        let tags: Vec<u64> = if multiple {
-            if tag == 0 {
-                self.unacked.keys().copied().collect()
-            } else {
-                self.unacked.range(..=tag).map(|(t, _)| *t).collect()
-            }
-        } else {
-            if !self.unacked.contains_key(&tag) {
-                return None;
-            }
-            vec![tag]
-        };
-        if multiple && tag != 0 && tags.is_empty() && !self.unacked.contains_key(&tag) {
-            return None;
-        }
         let mut groups: Vec<(QueueHandle, Vec<MsgId>)> = Vec::new();
-        for t in tags {
-            if let Some(u) = self.unacked.remove(&t) {
-                match groups.iter_mut().find(|(q, _)| q.same(&u.queue)) {
-                    Some((_, ids)) => ids.push(u.id),
-                    None => groups.push((u.queue, vec![u.id])),
+        let mut group = |u: Unacked| match groups.last_mut() {
+            Some((q, ids)) if q.same(&u.queue) => ids.push(u.id),
+            _ => match groups.iter_mut().find(|(q, _)| q.same(&u.queue)) {
+                Some((_, ids)) => ids.push(u.id),
+                None => groups.push((u.queue, vec![u.id])),
+            },
+        };
+        if !multiple {
+            group(self.unacked.remove(&tag)?);
+        } else if tag == 0 {
+            std::mem::take(&mut self.unacked)
+                .into_values()
+                .for_each(group);
+        } else {
+            // Nothing at or below `tag`: an unknown tag (406).
+            self.unacked.range(..=tag).next()?;
+            let taken = match tag.checked_add(1) {
+                Some(above) => {
+                    let rest = self.unacked.split_off(&above);
+                    std::mem::replace(&mut self.unacked, rest)
                 }
-            }
+                None => std::mem::take(&mut self.unacked),
+            };
+            taken.into_values().for_each(group);
         }
         let n: usize = groups.iter().map(|(_, ids)| ids.len()).sum();
         self.limit.settle(u32::try_from(n).unwrap_or(u32::MAX));

@@ -389,7 +389,18 @@ impl Connection {
                     return Next::Stop;
                 }
             };
-            if let Next::Stop = self.on_frame(frame).await {
+            let Some(frame) = self.start_publish_fast(frame) else {
+                continue;
+            };
+            let next = if self.is_content(&frame) {
+                match self.content_now(frame) {
+                    None => Next::Continue,
+                    Some(rest) => self.content_rest(rest).await,
+                }
+            } else {
+                self.on_frame(frame).await
+            };
+            if let Next::Stop = next {
                 return Next::Stop;
             }
         }

@@ -30,12 +30,20 @@ pub(crate) async fn run<W: AsyncWrite + Unpin>(
     let mut buf = BytesMut::new();
     while rx.recv_many(&mut batch, 64).await > 0 {
         let mut delivered = 0;
-        buf.clear();
-        for o in batch.drain(..) {
-            delivered += o.deliveries;
-            buf.extend_from_slice(&o.bytes);
-        }
-        let ok = socket.write_all(&buf).await.is_ok();
+        let ok = if let [one] = batch.as_slice() {
+            // The usual case: one chunk (one read batch's replies), written without a copy.
+            delivered = one.deliveries;
+            let ok = socket.write_all(&one.bytes).await.is_ok();
+            batch.clear();
+            ok
+        } else {
+            buf.clear();
+            for o in batch.drain(..) {
+                delivered += o.deliveries;
+                buf.extend_from_slice(&o.bytes);
+            }
+            socket.write_all(&buf).await.is_ok()
+        };
         flow.release(delivered);
         if !ok {
             return None;

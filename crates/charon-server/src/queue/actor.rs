@@ -6,7 +6,6 @@
 //! wakes on its own for the earliest message expiry, for dead letters waiting to be retried and
 //! for its own `x-expires`; what left the queue goes to [`super::dead_letters`].
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -90,7 +89,8 @@ struct Actor {
     state: QueueState,
     me: QueueHandle,
     ctx: QueueContext,
-    consumers: HashMap<ConsumerId, Consumer>,
+    /// Looked up once per delivery: a fast hash (ids are broker-made).
+    consumers: foldhash::HashMap<ConsumerId, Consumer>,
     dl: DeadLetterDispatcher,
     /// Where dead letters go (argument or policy), if anywhere.
     target: Option<DlxSettings>,
@@ -174,7 +174,7 @@ impl Actor {
             state,
             me,
             ctx,
-            consumers: HashMap::new(),
+            consumers: foldhash::HashMap::default(),
             last_used: now_ms(),
             out: Vec::new(),
             delivered: Vec::new(),
@@ -530,7 +530,7 @@ impl Actor {
 fn deliver(
     state: &mut QueueState,
     me: &QueueHandle,
-    consumers: &HashMap<ConsumerId, Consumer>,
+    consumers: &foldhash::HashMap<ConsumerId, Consumer>,
     store: Option<&StoreSide>,
     now: u64,
     out: &mut Vec<Delivery>,

@@ -21,6 +21,7 @@ mod consume;
 mod delayed;
 mod events;
 mod exchanges;
+mod fast;
 mod publish;
 mod queues;
 mod transactions;
@@ -100,20 +101,49 @@ impl Connection {
                 channel: 0,
                 payload,
             } => Err((0, ServerError::frame_refused(FRAME_BODY, &payload).into())),
-            Frame::Header { channel, header } => self.on_header(channel, header).await,
-            Frame::Body { channel, payload } => self.on_body(channel, payload).await,
+            Frame::Header { channel, header } => {
+                let complete = self.on_header(channel, header);
+                self.complete_if(channel, complete).await
+            }
+            Frame::Body { channel, payload } => {
+                let complete = self.on_body(channel, payload);
+                self.complete_if(channel, complete).await
+            }
         };
         match result {
             Ok(()) => Next::Continue,
-            Err((channel, err)) if !err.is_connection_error() && channel != 0 => {
-                self.close_channel(channel, err).await;
-                Next::Continue
-            }
-            Err((_, err)) => {
-                self.close_connection(err);
-                Next::Continue
-            }
+            Err(e) => self.frame_failed(e).await,
         }
+    }
+
+    /// Completes the publish on `channel` when its content is complete.
+    async fn complete_if(
+        &mut self,
+        channel: u16,
+        complete: Result<bool, (u16, AmqpError)>,
+    ) -> Result<(), (u16, AmqpError)> {
+        if complete? {
+            self.complete_publish(channel).await.map_err(|e| {
+                (
+                    channel,
+                    e.on(
+                        charon_protocol::CLASS_BASIC,
+                        super::channel::PUBLISH_METHOD_ID,
+                    ),
+                )
+            })?;
+        }
+        Ok(())
+    }
+
+    /// A frame's handling failed: close its channel (soft error) or the connection.
+    pub(super) async fn frame_failed(&mut self, (channel, err): (u16, AmqpError)) -> Next {
+        if !err.is_connection_error() && channel != 0 {
+            self.close_channel(channel, err).await;
+        } else {
+            self.close_connection(err);
+        }
+        Next::Continue
     }
 
     fn on_connection_method(&mut self, method: AMQPClass) -> Next {

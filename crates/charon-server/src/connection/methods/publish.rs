@@ -18,7 +18,7 @@ use super::super::confirms::ConfirmReply;
 use super::super::shapes::own_body;
 use crate::access::{Permission, ResourceKind};
 use crate::error::{AmqpError, ReplyCode, ServerError};
-use crate::handles::{ConfirmTo, QueueCmd, QueueHandle};
+use crate::handles::{ConfirmTo, Placed, QueueCmd, QueueHandle};
 use crate::locks::RwLockExt;
 use crate::queue;
 
@@ -37,13 +37,16 @@ impl Connection {
         ch.publish.as_mut().map(Some).ok_or_else(unexpected)
     }
 
-    pub(super) async fn on_header(
+    /// A content header; `Ok(true)`: the content is complete (an empty body), the caller
+    /// completes the publish ([`Connection::complete_publish`] or the fast path's
+    /// `publish_now`).
+    pub(super) fn on_header(
         &mut self,
         channel: u16,
         header: charon_protocol::ContentHeader,
-    ) -> Result<(), (u16, AmqpError)> {
+    ) -> Result<bool, (u16, AmqpError)> {
         let Some(p) = self.pending_publish(channel)? else {
-            return Ok(());
+            return Ok(false);
         };
         if p.header.is_some() {
             return Err((channel, p.content_expected()));
@@ -61,16 +64,10 @@ impl Connection {
             return Err((channel, e.on(CLASS_BASIC, PUBLISH_METHOD_ID)));
         }
         let Some(p) = self.pending_publish(channel)? else {
-            return Ok(());
+            return Ok(false);
         };
         p.header = Some((header.body_size, header.properties));
-        if header.body_size == 0 {
-            return self
-                .complete_publish(channel)
-                .await
-                .map_err(|e| (channel, e.on(CLASS_BASIC, PUBLISH_METHOD_ID)));
-        }
-        Ok(())
+        Ok(header.body_size == 0)
     }
 
     /// Refuses a content header announcing a body over the limits before any of it is read:
@@ -99,13 +96,15 @@ impl Connection {
         Ok(())
     }
 
-    pub(super) async fn on_body(
+    /// A content body frame; `Ok(true)`: the content is complete, as for
+    /// [`Connection::on_header`].
+    pub(super) fn on_body(
         &mut self,
         channel: u16,
         payload: bytes::Bytes,
-    ) -> Result<(), (u16, AmqpError)> {
+    ) -> Result<bool, (u16, AmqpError)> {
         let Some(p) = self.pending_publish(channel)? else {
-            return Ok(());
+            return Ok(false);
         };
         let Some((size, _)) = &p.header else {
             return Err((channel, p.content_expected()));
@@ -128,25 +127,41 @@ impl Connection {
             p.body.extend_from_slice(&payload);
         }
         let have = p.first_body.as_ref().map_or(p.body.len(), |b| b.len()) as u64;
-        if have >= size {
-            return self
-                .complete_publish(channel)
-                .await
-                .map_err(|e| (channel, e.on(CLASS_BASIC, PUBLISH_METHOD_ID)));
-        }
-        Ok(())
+        Ok(have >= size)
     }
 
     /// The publish's content is complete: route it, check it, place it in its queues (and the
     /// store) and track its confirm; in a transaction, keep it for tx.commit.
     pub(super) async fn complete_publish(&mut self, channel: u16) -> Result<(), AmqpError> {
+        match self.prepare_publish(channel)? {
+            None => Ok(()),
+            Some(Prepared::Delayed {
+                seq,
+                message,
+                delay,
+                durable,
+            }) => {
+                self.publish_delayed(channel, seq, message, delay, durable)
+                    .await
+            }
+            Some(Prepared::Place {
+                seq,
+                targets,
+                message,
+            }) => self.place_and_confirm(channel, seq, targets, message).await,
+        }
+    }
+
+    /// The part of [`Connection::complete_publish`] that never waits: routing, checks,
+    /// basic.return, a transaction's buffer. What is left to do comes back.
+    pub(super) fn prepare_publish(&mut self, channel: u16) -> Result<Option<Prepared>, AmqpError> {
         self.has_published = true;
         let ch = self.channel_mut(channel)?;
         let Some(p) = ch.publish.take() else {
-            return Ok(());
+            return Ok(None);
         };
         let Some((_, properties)) = p.header else {
-            return Ok(());
+            return Ok(None);
         };
         crate::admin::ChannelStats::bump(&ch.stats.publish, 1);
         let body = match p.first_body {
@@ -160,9 +175,12 @@ impl Connection {
         let seq = ch.confirm.then(|| ch.confirms.next_seq());
         let (message, targets, delay) = self.route(&p.method, names, properties, body)?;
         if let Some((delay, durable)) = delay {
-            return self
-                .publish_delayed(channel, seq, message, delay, durable)
-                .await;
+            return Ok(Some(Prepared::Delayed {
+                seq,
+                message,
+                delay,
+                durable,
+            }));
         }
         if targets.is_empty() && p.method.mandatory {
             self.return_unroutable(channel, &message);
@@ -170,9 +188,13 @@ impl Connection {
         if let Some(buf) = self.channel_mut(channel)?.tx.as_mut() {
             // Confirm and tx modes exclude each other: no confirm to track here.
             buf.publishes.push((targets, message));
-            return Ok(());
+            return Ok(None);
         }
-        self.place_and_confirm(channel, seq, targets, message).await
+        Ok(Some(Prepared::Place {
+            seq,
+            targets,
+            message,
+        }))
     }
 
     /// Routes a publish (CC/BCC included) after checking write permission on its exchange,
@@ -208,10 +230,15 @@ impl Connection {
         let mut targets: Vec<QueueHandle> = Vec::new();
         let delay = {
             let topo = self.vhost.topology.read_recover();
-            let delay = crate::exchange_delay::delay_of(&topo, exchange, headers);
+            // One exchange lookup for the delay check and the routing.
+            let x = topo.exchange(exchange);
+            let delay = x.and_then(|x| crate::exchange_delay::delay_through(x, headers));
             crate::topic_access::check_publish(&self.broker, &topo, &self.user, exchange, &keys)?;
             if delay.is_none() {
-                topo.route(exchange, &keys, headers, &mut targets)?;
+                match x {
+                    Some(x) => topo.route_from(x, &keys, headers, &mut targets)?,
+                    None => topo.route(exchange, &keys, headers, &mut targets)?,
+                }
             }
             delay
         };
@@ -259,15 +286,28 @@ impl Connection {
 
     /// Places a routed message in its queues (and the store); in confirm mode (`seq`), it is
     /// confirmed once every queue took it and its store commit, if any, is on disk.
-    async fn place_and_confirm(
+    pub(super) async fn place_and_confirm(
         &mut self,
         channel: u16,
         seq: Option<u64>,
         targets: Vec<QueueHandle>,
         message: Arc<Message>,
     ) -> Result<(), AmqpError> {
+        let (placed, stored) = self.place_start(channel, seq, targets, &message)?;
+        self.place_finish(channel, seq, placed, stored).await;
+        Ok(())
+    }
+
+    /// The message's places (and its store write) and the confirm it expects, without waiting.
+    pub(super) fn place_start(
+        &mut self,
+        channel: u16,
+        seq: Option<u64>,
+        targets: Vec<QueueHandle>,
+        message: &Arc<Message>,
+    ) -> Result<Placements, AmqpError> {
         let n_targets = targets.len();
-        let (placed, stored) = queue::place(&self.vhost, targets, &message);
+        let (placed, stored) = queue::place(&self.vhost, targets, message);
         if let Some(seq) = seq {
             let ch = self.channel_mut(channel)?;
             if n_targets > 0 {
@@ -277,9 +317,21 @@ impl Connection {
                     .expect(seq, u32::try_from(n).unwrap_or(u32::MAX));
             }
             self.confirm_due(channel);
-            if let Some(stored) = stored {
-                self.commits.wait_for(channel, seq, stored).await;
-            }
+        }
+        Ok((placed, stored))
+    }
+
+    /// Waits for the commit waiter to take a stored message's commit (confirm mode), then hands
+    /// the message to its queues, waiting while a queue's channel is full.
+    pub(super) async fn place_finish(
+        &mut self,
+        channel: u16,
+        seq: Option<u64>,
+        placed: Vec<(QueueHandle, Placed)>,
+        stored: Option<crate::persist::Durable>,
+    ) {
+        if let (Some(seq), Some(stored)) = (seq, stored) {
+            self.commits.wait_for(channel, seq, stored).await;
         }
         for (q, placed) in placed {
             let confirm = seq.map(|seq| ConfirmTo {
@@ -289,7 +341,6 @@ impl Connection {
             });
             let _ = q.send(QueueCmd::Publish { placed, confirm }).await;
         }
-        Ok(())
     }
 
     /// Notes that `channel` may have confirms to send; they go out at the next flush, so the
@@ -321,6 +372,26 @@ impl Connection {
         }
     }
 }
+
+/// What a complete publish still has to do after [`Connection::prepare_publish`].
+pub(in crate::connection) enum Prepared {
+    /// Held by a delayed exchange.
+    Delayed {
+        seq: Option<u64>,
+        message: Arc<Message>,
+        delay: u64,
+        durable: bool,
+    },
+    /// Placed in its target queues (none: unroutable, confirmed at once).
+    Place {
+        seq: Option<u64>,
+        targets: Vec<QueueHandle>,
+        message: Arc<Message>,
+    },
+}
+
+/// A message at each of its queues, and its store write when it has one.
+pub(super) type Placements = (Vec<(QueueHandle, Placed)>, Option<crate::persist::Durable>);
 
 /// Property flag bits (basic class) of the properties the broker looks at.
 const FLAG_HEADERS: u16 = 0x2000;
