@@ -79,30 +79,34 @@ pub fn create(
     })
 }
 
+/// Adds `n` to the job's counter `col` (`replayed`, `failed`, `cancelled`; migration 4).
+fn count(c: &mut dyn Conn, job: i64, col: &str, n: u64) -> Result<(), ArchiveError> {
+    if n > 0 {
+        c.exec(
+            &format!("UPDATE replay_jobs SET {col} = {col} + ? WHERE id = ?"),
+            &[(n as i64).into(), job.into()],
+        )?;
+    }
+    Ok(())
+}
+
 /// The job's audit row gets its outcome: replayed and failed counts, final state.
 fn audit_outcome(c: &mut dyn Conn, job: i64) -> Result<(), ArchiveError> {
-    let mut counts = serde_json::Map::new();
-    for row in c.query(
-        "SELECT state, COUNT(*) FROM replay_items WHERE job_id = ? GROUP BY state",
-        &[job.into()],
-    )? {
-        counts.insert(row[0].text().to_lowercase(), json!(row[1].int()));
-    }
-    let state = c
+    let (state, total, replayed, failed, cancelled) = c
         .query(
-            "SELECT state, total FROM replay_jobs WHERE id = ?",
+            "SELECT state, total, replayed, failed, cancelled FROM replay_jobs WHERE id = ?",
             &[job.into()],
         )?
         .first()
-        .map(|r| (r[0].text(), r[1].int()))
+        .map(|r| (r[0].text(), r[1].int(), r[2].int(), r[3].int(), r[4].int()))
         .unwrap_or_default();
     let result = json!({
         "job": job,
-        "records": state.1,
-        "state": state.0,
-        "replayed": counts.get("replayed").cloned().unwrap_or(json!(0)),
-        "failed": counts.get("failed").cloned().unwrap_or(json!(0)),
-        "not_replayed": counts.get("cancelled").cloned().unwrap_or(json!(0)),
+        "records": total,
+        "state": state,
+        "replayed": replayed,
+        "failed": failed,
+        "not_replayed": cancelled,
     });
     c.exec(
         "UPDATE dead_letter_audit SET result = ? WHERE job_id = ? AND action = 'replay'",
@@ -234,6 +238,7 @@ fn settle(
     };
     let replayed = i64::from(err.is_none());
     let note = err.or(note).map(str::to_string);
+    let mut settled = 0u64;
     for chunk in ids.chunks(SET_CHUNK) {
         let (marks, ps) = id_list(chunk);
         let mut p = vec![
@@ -242,7 +247,7 @@ fn settle(
             job.id.into(),
         ];
         p.extend(ps.iter().cloned());
-        c.exec(
+        settled += c.exec(
             &format!(
                 "UPDATE replay_items SET state = ?, error = ? WHERE job_id = ? AND record_id IN ({marks})"
             ),
@@ -267,6 +272,12 @@ fn settle(
             &p,
         )?;
     }
+    count(
+        c,
+        job.id,
+        if err.is_some() { "failed" } else { "replayed" },
+        settled,
+    )?;
     Ok(())
 }
 
@@ -406,10 +417,11 @@ pub fn resolve_inflight(
                 let (marks, ps) = id_list(chunk);
                 let mut p = vec![Param::from(*job)];
                 p.extend(ps.iter().cloned());
-                c.exec(
-                    &format!("UPDATE replay_items SET state = 'REPLAYED' WHERE job_id = ? AND record_id IN ({marks})"),
+                let n = c.exec(
+                    &format!("UPDATE replay_items SET state = 'REPLAYED' WHERE job_id = ? AND state = 'INFLIGHT' AND record_id IN ({marks})"),
                     &p,
                 )?;
+                count(c, *job, "replayed", n)?;
                 let mut p = vec![Param::from(now), now.into()];
                 p.extend(ps);
                 c.exec(
@@ -454,6 +466,7 @@ pub fn cancel(c: &mut dyn Conn, job: i64, actor: &str) -> Result<bool, ArchiveEr
             "UPDATE replay_items SET state = 'CANCELLED' WHERE job_id = ? AND state = 'PENDING'",
             &[job.into()],
         )?;
+        count(c, job, "cancelled", dropped)?;
         audit(
             c,
             actor,
@@ -477,22 +490,31 @@ pub fn is_running(c: &mut dyn Conn, job: i64) -> Result<bool, ArchiveError> {
 /// A job's progress as JSON (None: no such job).
 pub fn info(c: &mut dyn Conn, job: i64) -> Result<Option<Value>, ArchiveError> {
     let rows = c.query(
-        "SELECT id, created_at, updated_at, created_by, state, request, total, last_error FROM replay_jobs WHERE id = ?",
+        "SELECT id, created_at, updated_at, created_by, state, request, total, last_error, replayed, failed, cancelled FROM replay_jobs WHERE id = ?",
         &[job.into()],
     )?;
     let Some(r) = rows.first() else {
         return Ok(None);
     };
+    // Finished items are counted on the job (migration 4); the in-flight ones (at most a batch)
+    // through `replay_items_state`; the rest is pending.
+    let (total, replayed, failed, cancelled) = (r[6].int(), r[8].int(), r[9].int(), r[10].int());
+    let inflight = c
+        .query(
+            "SELECT COUNT(*) FROM replay_items WHERE job_id = ? AND state = 'INFLIGHT'",
+            &[job.into()],
+        )?
+        .first()
+        .map_or(0, |r| r[0].int());
     let mut counts = serde_json::Map::new();
-    for s in ["PENDING", "INFLIGHT", "REPLAYED", "FAILED", "CANCELLED"] {
-        counts.insert(s.to_lowercase(), json!(0));
-    }
-    for row in c.query(
-        "SELECT state, COUNT(*) FROM replay_items WHERE job_id = ? GROUP BY state",
-        &[job.into()],
-    )? {
-        counts.insert(row[0].text().to_lowercase(), json!(row[1].int()));
-    }
+    counts.insert(
+        "pending".into(),
+        json!((total - replayed - failed - cancelled - inflight).max(0)),
+    );
+    counts.insert("inflight".into(), json!(inflight));
+    counts.insert("replayed".into(), json!(replayed));
+    counts.insert("failed".into(), json!(failed));
+    counts.insert("cancelled".into(), json!(cancelled));
     let errors: Vec<Value> = c
         .query(
             "SELECT record_id, error FROM replay_items WHERE job_id = ? AND error IS NOT NULL ORDER BY seq LIMIT 100",

@@ -11,7 +11,9 @@
 //! - [`scope`]: what an API user limited to some vhosts sees.
 //! - [`filter`], [`record`], [`time`]: the API's filters, record JSON and times.
 //!
-//! [`Archive`] is the handle: one connection behind a mutex, used from blocking threads.
+//! [`Archive`] is the handle: one connection behind a mutex for writes, a second one for the
+//! API's reads (so that a page is not queued behind a 4000-record insert or a replay step);
+//! both used from blocking threads.
 
 pub mod error;
 pub mod extract;
@@ -42,7 +44,11 @@ use sql::Conn;
 #[derive(Clone)]
 pub struct Archive {
     conn: Arc<Mutex<Box<dyn Conn>>>,
+    /// The readers' connection, opened on first use (and again after it broke).
+    reader: Arc<Mutex<Option<Box<dyn Conn>>>>,
     url: Arc<str>,
+    /// The URL as given (to open the reader).
+    full_url: Arc<str>,
 }
 
 impl std::fmt::Debug for Archive {
@@ -65,29 +71,66 @@ pub fn redact(url: &str) -> String {
     }
 }
 
+/// A connection to the database `url` names (`sqlite:///path`, `sqlite:path`, a bare path, or
+/// `postgres(ql)://…`), not migrated.
+fn connect(url: &str) -> Result<Box<dyn Conn>, ArchiveError> {
+    Ok(
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Box::new(postgres::Postgres::connect(url)?)
+        } else if let Some(path) = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+        {
+            Box::new(sqlite::Sqlite::open(std::path::Path::new(path))?)
+        } else if !url.contains("://") {
+            Box::new(sqlite::Sqlite::open(std::path::Path::new(url))?)
+        } else {
+            return Err(ArchiveError::BadUrl(redact(url)));
+        },
+    )
+}
+
 impl Archive {
     /// Opens the database `url` names (`sqlite:///path`, `sqlite:path`, a bare path, or
     /// `postgres(ql)://…`) and applies migrations.
     pub fn open(url: &str) -> Result<Archive, ArchiveError> {
-        let conn: Box<dyn Conn> =
-            if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-                Box::new(postgres::Postgres::connect(url)?)
-            } else if let Some(path) = url
-                .strip_prefix("sqlite://")
-                .or_else(|| url.strip_prefix("sqlite:"))
-            {
-                Box::new(sqlite::Sqlite::open(std::path::Path::new(path))?)
-            } else if !url.contains("://") {
-                Box::new(sqlite::Sqlite::open(std::path::Path::new(url))?)
-            } else {
-                return Err(ArchiveError::BadUrl(redact(url)));
-            };
+        let conn = connect(url)?;
         let a = Archive {
             conn: Arc::new(Mutex::new(conn)),
+            reader: Arc::new(Mutex::new(None)),
             url: Arc::from(redact(url)),
+            full_url: Arc::from(url),
         };
         schema::migrate(a.lock().as_mut())?;
         Ok(a)
+    }
+
+    /// Runs `f`, which only reads, on the readers' connection (opened on first use; when it
+    /// cannot be opened, on the writers' one). SQLite's WAL and PostgreSQL let it read what was
+    /// committed while a write transaction runs on the other connection.
+    pub fn read<T>(
+        &self,
+        f: impl FnOnce(&mut dyn Conn) -> Result<T, ArchiveError>,
+    ) -> Result<T, ArchiveError> {
+        let mut g = self.reader.lock().unwrap_or_else(|p| p.into_inner());
+        if g.is_none() {
+            match connect(&self.full_url) {
+                Ok(c) => *g = Some(c),
+                Err(e) => {
+                    tracing::debug!(error = %e, "archive reader connection; reading on the writer's");
+                    drop(g);
+                    return self.with(f);
+                }
+            }
+        }
+        let Some(c) = g.as_mut() else {
+            return self.with(f);
+        };
+        let r = f(c.as_mut());
+        if r.is_err() && c.is_broken() {
+            *g = None;
+        }
+        r
     }
 
     /// The connection, for the functions of [`ops`] and [`jobs`].

@@ -103,15 +103,48 @@ CREATE TABLE dead_letter_audit_vhosts (
 );
 ";
 
+/// Migration 4: each job's finished items counted on the job (its progress without counting its
+/// items: a progress poll of a 100,000-record job counted 100,000 items each time).
+pub const V4_JOB_COUNTS: &str = "
+ALTER TABLE replay_jobs ADD COLUMN replayed BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE replay_jobs ADD COLUMN failed BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE replay_jobs ADD COLUMN cancelled BIGINT NOT NULL DEFAULT 0;
+UPDATE replay_jobs SET
+    replayed = (SELECT COUNT(*) FROM replay_items i WHERE i.job_id = replay_jobs.id AND i.state = 'REPLAYED'),
+    failed = (SELECT COUNT(*) FROM replay_items i WHERE i.job_id = replay_jobs.id AND i.state = 'FAILED'),
+    cancelled = (SELECT COUNT(*) FROM replay_items i WHERE i.job_id = replay_jobs.id AND i.state = 'CANCELLED');
+{PG_AUTOVACUUM}
+";
+
+/// PostgreSQL: vacuum and analyze `dead_letters` after 2 % of its rows changed instead of 20 %
+/// (a replay of 40,000 records out of 1,000,000 left its old index entries in place, and the
+/// first list page by status after it made 40,000 heap visits: 480 ms).
+const PG_AUTOVACUUM: &str = "ALTER TABLE dead_letters SET (autovacuum_vacuum_scale_factor = 0.02, \
+    autovacuum_analyze_scale_factor = 0.02, autovacuum_vacuum_insert_scale_factor = 0.02);";
+
 /// Every migration, in order (index + 1 = version).
-const MIGRATIONS: &[&str] = &[V1, V2_AUDIT_VHOSTS, crate::summary::V3_GROUPS];
+const MIGRATIONS: &[&str] = &[
+    V1,
+    V2_AUDIT_VHOSTS,
+    crate::summary::V3_GROUPS,
+    V4_JOB_COUNTS,
+];
 
 fn render(sql: &str, d: Dialect) -> String {
     let (id, blob) = match d {
         Dialect::Sqlite => ("INTEGER PRIMARY KEY AUTOINCREMENT", "BLOB"),
         Dialect::Postgres => ("BIGSERIAL PRIMARY KEY", "BYTEA"),
     };
-    crate::summary::render(&sql.replace("{ID}", id).replace("{BLOB}", blob), d)
+    let pg = match d {
+        Dialect::Sqlite => "",
+        Dialect::Postgres => PG_AUTOVACUUM,
+    };
+    crate::summary::render(
+        &sql.replace("{ID}", id)
+            .replace("{BLOB}", blob)
+            .replace("{PG_AUTOVACUUM}", pg),
+        d,
+    )
 }
 
 /// The advisory lock key of the archive's migrations on PostgreSQL ("charon" in ASCII).

@@ -186,7 +186,7 @@ async fn list(
     let (page, size) = paging(&q)?;
     let sort = param(&q, "sort").map(str::to_string);
     let (items, total) = svc
-        .run(move |c| ops::list(c, &filter, sort.as_deref(), page, size))
+        .read(move |c| ops::list(c, &filter, sort.as_deref(), page, size))
         .await?;
     let items: Vec<Value> = items.iter().map(|r| r.to_json()).collect();
     Ok(
@@ -204,7 +204,7 @@ async fn get_one(State(b): State<Arc<Broker>>, u: AuthUser, Path(id): Path<Strin
     let id = parse_id(&id)?;
     let sees = read_scope(&b, &u);
     let (rec, hist) = svc
-        .run(move |c| {
+        .read(move |c| {
             if scope::visible_ids(c, &[id], sees.as_deref())?.is_empty() {
                 return Ok((None, Vec::new()));
             }
@@ -227,7 +227,7 @@ async fn groups(
         .within(read_scope(&b, &u));
     let by = param(&q, "by").map(str::to_string);
     let g = svc
-        .run(move |c| ops::groups(c, by.as_deref(), &filter))
+        .read(move |c| ops::groups(c, by.as_deref(), &filter))
         .await?;
     Ok(Json(Value::Array(g)).into_response())
 }
@@ -346,7 +346,7 @@ async fn list_jobs(State(b): State<Arc<Broker>>, u: AuthUser) -> Res {
     let sees = read_scope(&b, &u);
     let user = u.name.clone();
     let all = svc
-        .run(move |c| {
+        .read(move |c| {
             let mut out = Vec::new();
             for j in jobs::list(c)? {
                 let id = j.get("id").and_then(Value::as_i64).unwrap_or(-1);
@@ -366,7 +366,7 @@ async fn get_job(State(b): State<Arc<Broker>>, u: AuthUser, Path(id): Path<Strin
     let sees = read_scope(&b, &u);
     let user = u.name.clone();
     let j = svc
-        .run(move |c| {
+        .read(move |c| {
             if !scope::job_visible(c, id, &user, sees.as_deref())? {
                 return Ok(None);
             }
@@ -456,7 +456,7 @@ async fn audit(
     let sees = read_scope(&b, &u);
     let user = u.name.clone();
     let (items, total) = svc
-        .run(move |c| {
+        .read(move |c| {
             let visible = sees.as_deref().map(|v| (user.as_str(), v));
             ops::list_audit(c, &terms, page, size, visible)
         })
@@ -472,7 +472,7 @@ async fn audit(
 async fn stats(State(b): State<Arc<Broker>>, u: AuthUser) -> Res {
     u.require_monitor()?;
     let svc = service(&b)?;
-    Ok(Json(svc.run(ops::stats).await?).into_response())
+    Ok(Json(svc.read(ops::stats).await?).into_response())
 }
 
 /// Runs retention over the whole archive (every vhost): administrators.

@@ -259,6 +259,19 @@ impl ArchiveService {
         Ok(())
     }
 
+    /// Runs `f`, which only reads, on the archive's readers' connection in a blocking thread
+    /// (the API's pages, groups and job progress do not wait for an archiver's or a replay's
+    /// transaction).
+    pub async fn read<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&mut dyn Conn) -> Result<T, ArchiveError> + Send + 'static,
+    ) -> Result<T, ArchiveError> {
+        let a = self.open().await?;
+        tokio::task::spawn_blocking(move || a.read(f))
+            .await
+            .map_err(|e| ArchiveError::Db(e.to_string()))?
+    }
+
     /// Runs `f` on the database in a blocking thread.
     pub async fn run<T: Send + 'static>(
         self: &Arc<Self>,
