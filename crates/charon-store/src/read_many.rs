@@ -1,6 +1,6 @@
 //! Reading many bodies at once (a queue delivering a run of paged-out messages): one lock
 //! to find them all, then one positioned read per run of neighbouring records instead of one
-//! `pread` and one allocation per body; each body is a slice of its run's buffer. Anything
+//! `pread` per body (each body is then copied out of the run's buffer). Anything
 //! that cannot be served that way (not written yet, its segment gone meanwhile) falls back to
 //! [`Store::read_body`].
 
@@ -49,8 +49,12 @@ impl Store {
                     for (i, b) in run {
                         let from = (b.offset - start) as usize;
                         let slot = out.get_mut(*i);
-                        if let (Some(slot), true) = (slot, from + b.len as usize <= buf.len()) {
-                            *slot = Some(buf.slice(from..from + b.len as usize));
+                        // Copied out, not sliced: a slice would keep the whole run's buffer
+                        // alive as long as any one of its messages is held (memory).
+                        if let (Some(slot), Some(body)) =
+                            (slot, buf.get(from..from + b.len as usize))
+                        {
+                            *slot = Some(Bytes::copy_from_slice(body));
                         }
                     }
                 }
@@ -68,7 +72,7 @@ impl Store {
 
     /// Bytes `start..end` of segment `seg` when they are written and the segment still exists
     /// after the read (see `Store::read_body`).
-    fn read_run(&self, seg: u64, start: u64, end: u64) -> Option<Bytes> {
+    fn read_run(&self, seg: u64, start: u64, end: u64) -> Option<Vec<u8>> {
         let shared = self.shared();
         if !shared.is_written(seg, start, end - start) {
             return None;
@@ -77,6 +81,6 @@ impl Store {
         let mut buf = vec![0u8; usize::try_from(end - start).ok()?];
         file.read_exact_at(&mut buf, start).ok()?;
         shared.file(seg)?;
-        Some(Bytes::from(buf))
+        Some(buf)
     }
 }
