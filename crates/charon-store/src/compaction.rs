@@ -1,7 +1,7 @@
-//! Space reclamation (`docs/storage-format.md` §5), run by the writer
-//! thread between batches: delete segments the index says are safe to
-//! delete, and copy the live items of one mostly-dead segment forward so it
-//! can be deleted after the copies are durable.
+//! Space reclamation (`docs/storage-format.md` §5): deleting segments the index says are safe
+//! to delete (the writer thread, between batches: [`reclaim`]), and copying the live items of
+//! one mostly-dead segment forward so it can be deleted after the copies are durable (the
+//! compaction thread, `compactor`: [`compact_one`]).
 //!
 //! Compaction reads and parses the victim segment outside the store lock;
 //! the lock is taken only to look up which of its records are still live
@@ -14,6 +14,7 @@ use std::io;
 
 use bytes::Bytes;
 
+use crate::compactor;
 use crate::index::Loc;
 use crate::record::{self, Kind, Payload, encode_carry, encode_command};
 use crate::segment::{self, SEGMENT_HEADER_LEN, SegId};
@@ -24,15 +25,9 @@ use crate::types::{Command, Member, MessageId};
 /// Copies appended per lock acquisition.
 const SLICE: usize = 256;
 
-/// Delete what can be deleted, then compact at most one segment. An error
-/// means a directory sync failed: the caller poisons the store.
-pub(crate) fn maintain(shared: &Shared) -> io::Result<()> {
-    reclaim(shared)?;
-    compact_one(shared);
-    Ok(())
-}
-
-fn reclaim(shared: &Shared) -> io::Result<()> {
+/// Delete what can be deleted. An error means a directory sync failed: the caller poisons
+/// the store.
+pub(crate) fn reclaim(shared: &Shared) -> io::Result<()> {
     loop {
         let victims = {
             let st = shared.lock();
@@ -198,12 +193,13 @@ fn scan(seg: SegId, buf: &[u8]) -> Refs {
     refs
 }
 
-fn compact_one(shared: &Shared) {
+/// Compacts at most one segment; whether it did.
+pub(crate) fn compact_one(shared: &Shared) -> bool {
     let Some((seg, size)) = candidate(shared) else {
-        return;
+        return false;
     };
     let Some(buf) = read(shared, seg, 0, size) else {
-        return;
+        return false;
     };
     let refs = scan(seg, &buf);
 
@@ -235,13 +231,19 @@ fn compact_one(shared: &Shared) {
     for slice in copies.chunks(SLICE) {
         let mut st = shared.lock();
         if st.poisoned.is_some() || st.closed {
-            return;
+            return true;
         }
         for (id, loc, rec) in slice {
             // Moved or died since the lookup: nothing to copy.
-            if st.index.messages.get(id).map(|e| e.loc()) != Some(*loc) {
+            let Some(old) = st
+                .index
+                .messages
+                .get(id)
+                .filter(|e| e.loc() == *loc)
+                .map(|e| e.body(*id))
+            else {
                 continue;
-            }
+            };
             let Ok(framed) = record::parse(rec) else {
                 continue;
             };
@@ -268,7 +270,9 @@ fn compact_one(shared: &Shared) {
             let Ok(decoded) = Payload::decode(Kind::Carry as u8, &payload) else {
                 continue;
             };
-            st.push(shared.config.segment_size, Kind::Carry, &payload, &decoded);
+            let (index, _) = st.push(shared.config.segment_size, Kind::Carry, &payload, &decoded);
+            // Until the copy is written its body is read where it was (`compactor::Moved`).
+            st.moved.note(*id, old, index);
             carried += 1;
             // A member's Park record may sit in an older segment than the Carry: on replay it
             // would meet no message yet and be dropped. Write the park states after the Carry.
@@ -280,11 +284,12 @@ fn compact_one(shared: &Shared) {
         }
         st.stats.records_carried += carried;
         carried = 0;
+        compactor::wake_writer(shared, &mut st);
     }
 
     let mut st = shared.lock();
     if st.poisoned.is_some() || st.closed {
-        return;
+        return true;
     }
     let mut copied = 0u64;
     for (kind, key, loc) in refs.defs {
@@ -325,7 +330,9 @@ fn compact_one(shared: &Shared) {
         copied += push_park(&mut st, shared, member, p.due_ms, p.attempt);
     }
     st.stats.records_carried += copied;
+    compactor::wake_writer(shared, &mut st);
     tracing::debug!(segment = seg, "segment compacted");
+    true
 }
 
 /// Writes a `Park` record for `member` (its current park state); 1 when written.

@@ -16,6 +16,7 @@
 //! - `recovery`: replays the segments, truncates a torn tail.
 //! - `writer`: the group-commit writer thread.
 //! - `compaction`: which segments to delete, what to copy forward.
+//! - `compactor`: the compaction thread, and reads of bodies whose copy is not written yet.
 //! - [`Store`]: the public handle.
 //!
 //! # Use (the broker's life cycle)
@@ -62,12 +63,14 @@
 #![deny(clippy::indexing_slicing)]
 
 mod compaction;
+mod compactor;
 mod durable;
 mod error;
 mod index;
 mod messages;
 mod meta;
 mod queue_members;
+mod read_many;
 mod record;
 mod recovery;
 mod segment;

@@ -14,10 +14,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
+use crate::compactor::{self, Moved};
 use crate::durable::{Durability, DurableWatch};
 use crate::error::{AppendError, CommitError, OpenError, ReadError};
 use crate::index::{Index, Loc};
-use crate::record::{self, HEADER_LEN, Kind, Payload};
+use crate::record::{self, HEADER_LEN, Kind, MsgBody, Payload};
 use crate::recovery;
 use crate::segment::{self, SEGMENT_HEADER_LEN, SegId};
 use crate::spare;
@@ -120,12 +121,18 @@ pub(crate) struct State {
     pub(crate) closed: bool,
     pub(crate) writer_idle: bool,
     pub(crate) stats: StoreStats,
+    /// Written batch buffers kept for reuse.
+    pub(crate) pool: Vec<Vec<u8>>,
+    /// Where messages compaction is copying were before (read there until the copy is durable).
+    pub(crate) moved: Moved,
 }
 
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) state: Mutex<State>,
     pub(crate) wake: Condvar,
+    /// Wakes the compaction thread (with `state`'s mutex).
+    pub(crate) compact_wake: Condvar,
     pub(crate) storage: Arc<dyn Storage>,
     /// Open segment files, for reads; the writer adds and removes entries.
     pub(crate) files: RwLock<HashMap<SegId, Arc<dyn StorageFile>>>,
@@ -162,7 +169,85 @@ impl Shared {
     }
 }
 
+/// Batch buffers kept for reuse (a reused buffer never grows by reallocation, which copied
+/// every body once more). Few and small: what they keep counts in the broker's memory.
+const POOL_BUFFERS: usize = 2;
+/// A batch buffer larger than this is not kept.
+const POOL_MAX_CAPACITY: usize = 2 << 20;
+
 impl State {
+    /// A batch buffer: a reused one when there is one.
+    fn buffer(&mut self) -> Vec<u8> {
+        self.pool
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(256 << 10))
+    }
+
+    /// Gives written batch buffers back for reuse.
+    pub(crate) fn recycle(&mut self, chunks: Vec<Chunk>) {
+        for c in chunks {
+            let mut b = c.bytes;
+            if self.pool.len() < POOL_BUFFERS && b.capacity() <= POOL_MAX_CAPACITY {
+                b.clear();
+                self.pool.push(b);
+            }
+        }
+    }
+
+    /// Rolls over to a new segment when a record of `rec_len` bytes does not fit the active
+    /// one; the new segment's chunk starts with its header.
+    fn roll_if_full(&mut self, segment_size: u64, rec_len: u64) -> bool {
+        if self.active_len > SEGMENT_HEADER_LEN && self.active_len + rec_len > segment_size {
+            self.active += 1;
+            self.active_len = SEGMENT_HEADER_LEN;
+            self.index.add_segment(self.active, SEGMENT_HEADER_LEN);
+            let mut bytes = self.buffer();
+            bytes.extend_from_slice(&segment::header(self.next_index));
+            self.batch.chunks.push(Chunk {
+                seg: self.active,
+                offset: 0,
+                create: true,
+                bytes,
+            });
+            return true;
+        }
+        false
+    }
+
+    /// The pending chunk of the active segment (started when there is none).
+    fn active_chunk(&mut self) -> &mut Chunk {
+        let active = self.active;
+        if !matches!(self.batch.chunks.last(), Some(c) if c.seg == active) {
+            let bytes = self.buffer();
+            self.batch.chunks.push(Chunk {
+                seg: active,
+                offset: self.active_len,
+                create: false,
+                bytes,
+            });
+        }
+        match self.batch.chunks.last_mut() {
+            Some(c) => c,
+            None => unreachable!("just pushed"),
+        }
+    }
+
+    /// Bookkeeping for the record of `rec_len` bytes just put at the end of the active chunk.
+    fn account(&mut self, rec_len: u64) -> (u64, Loc) {
+        let index = self.next_index;
+        let loc = Loc {
+            seg: self.active,
+            offset: self.active_len,
+            len: rec_len as u32,
+        };
+        self.next_index += 1;
+        self.active_len += rec_len;
+        self.batch.last_index = index;
+        self.stats.records += 1;
+        self.index.grow(loc.seg, rec_len);
+        (index, loc)
+    }
+
     /// Frame one record into the pending batch and apply it to the index.
     pub(crate) fn push(
         &mut self,
@@ -172,48 +257,67 @@ impl State {
         decoded: &Payload<'_>,
     ) -> (u64, Loc) {
         let rec_len = (HEADER_LEN + payload.len()) as u64;
-        if self.active_len > SEGMENT_HEADER_LEN && self.active_len + rec_len > segment_size {
-            self.active += 1;
-            self.active_len = SEGMENT_HEADER_LEN;
-            self.index.add_segment(self.active, SEGMENT_HEADER_LEN);
-            self.batch.chunks.push(Chunk {
-                seg: self.active,
-                offset: 0,
-                create: true,
-                bytes: segment::header(self.next_index).to_vec(),
-            });
-        }
-        let active = self.active;
-        let offset = self.active_len;
-        let chunk = match self.batch.chunks.last_mut() {
-            Some(c) if c.seg == active => c,
-            _ => {
-                self.batch.chunks.push(Chunk {
-                    seg: active,
-                    offset,
-                    create: false,
-                    bytes: Vec::with_capacity(64 << 10),
-                });
-                match self.batch.chunks.last_mut() {
-                    Some(c) => c,
-                    None => unreachable!("just pushed"),
-                }
-            }
-        };
+        self.roll_if_full(segment_size, rec_len);
         let index = self.next_index;
+        let chunk = self.active_chunk();
         record::frame(&mut chunk.bytes, index, 0, kind, payload);
-        self.next_index += 1;
-        self.active_len += rec_len;
-        self.batch.last_index = index;
-        self.stats.records += 1;
-        let loc = Loc {
-            seg: active,
-            offset,
-            len: rec_len as u32,
-        };
-        self.index.grow(active, rec_len);
+        let (index, loc) = self.account(rec_len);
         self.index.apply(index, loc, decoded);
         (index, loc)
+    }
+
+    /// Encodes `cmd` straight into the pending batch (its body copied once), frames it and
+    /// applies it to the index. Returns its index, where it lies, and the body's offset in
+    /// the record for message-creating commands.
+    pub(crate) fn push_command(
+        &mut self,
+        segment_size: u64,
+        cmd: &Command,
+    ) -> Result<(u64, Loc, Option<usize>), AppendError> {
+        let active_len = self.active_len;
+        let chunk = self.active_chunk();
+        let mut start = chunk.bytes.len();
+        let (kind, rec_len, body_at) = record::encode_record(&mut chunk.bytes, cmd)?;
+        if active_len > SEGMENT_HEADER_LEN && active_len + rec_len as u64 > segment_size {
+            // Rare (once a segment): the record goes to the next segment's chunk.
+            let rec = chunk.bytes.split_off(start);
+            let empty = chunk.bytes.is_empty() && !chunk.create;
+            if empty {
+                self.batch.chunks.pop();
+            }
+            self.roll_if_full(segment_size, rec_len as u64);
+            let chunk = self.active_chunk();
+            start = chunk.bytes.len();
+            chunk.bytes.extend_from_slice(&rec);
+        }
+        let index = self.next_index;
+        if let Some(rec) = self
+            .batch
+            .chunks
+            .last_mut()
+            .and_then(|c| c.bytes.get_mut(start..))
+        {
+            record::seal(rec, index, 0);
+        }
+        let (index, loc) = self.account(rec_len as u64);
+        let Some(chunk) = self.batch.chunks.last() else {
+            unreachable!("the record's chunk");
+        };
+        let rec = chunk.bytes.get(start + HEADER_LEN..).unwrap_or(&[]);
+        // The hot record (a publish) is applied from the command, not parsed back.
+        let decoded = match (cmd, body_at) {
+            (Command::Publish { message, members }, Some(at)) => Payload::Publish {
+                members: members.clone(),
+                msg: MsgBody {
+                    body_offset: at - HEADER_LEN,
+                    ..MsgBody::of(message)
+                },
+            },
+            _ => Payload::decode(kind as u8, rec)
+                .map_err(|_| AppendError::Invalid("internal encoding error"))?,
+        };
+        self.index.apply(index, loc, &decoded);
+        Ok((index, loc, body_at))
     }
 }
 
@@ -248,6 +352,7 @@ impl Future for Commit {
 pub struct Store {
     pub(crate) shared: Arc<Shared>,
     writer: Option<JoinHandle<()>>,
+    compactor: Option<JoinHandle<()>>,
 }
 
 impl Store {
@@ -322,8 +427,11 @@ impl Store {
                     durable_index: last,
                     ..StoreStats::default()
                 },
+                pool: Vec::new(),
+                moved: Moved::default(),
             }),
             wake: Condvar::new(),
+            compact_wake: Condvar::new(),
             storage,
             files: RwLock::new(files),
             config,
@@ -339,13 +447,20 @@ impl Store {
             .name("charon-store-writer".into())
             .spawn(move || writer::run(thread_shared, file, SEGMENT_HEADER_LEN))
             .map_err(OpenError::Spawn)?;
-        Ok((
-            Store {
-                shared,
-                writer: Some(writer),
-            },
-            out.recovered,
-        ))
+        let mut store = Store {
+            shared: shared.clone(),
+            writer: Some(writer),
+            compactor: None,
+        };
+        let thread_shared = shared;
+        // On failure `store` is dropped, which stops the writer.
+        store.compactor = Some(
+            std::thread::Builder::new()
+                .name("charon-store-compactor".into())
+                .spawn(move || compactor::run(thread_shared))
+                .map_err(OpenError::Spawn)?,
+        );
+        Ok((store, out.recovered))
     }
 
     /// Append `cmd`; the [`Commit`] completes once it is durable.
@@ -378,12 +493,6 @@ impl Store {
     }
 
     fn push(&self, cmd: &Command, waiter: Option<Waiter>) -> Result<Appended, AppendError> {
-        let (kind, payload, body_at) = record::encode_command(cmd)?;
-        if !record::fits(payload.len()) {
-            return Err(AppendError::Invalid("record larger than 1 GiB"));
-        }
-        let decoded = Payload::decode(kind as u8, &payload)
-            .map_err(|_| AppendError::Invalid("internal encoding error"))?;
         let body_len = match cmd {
             Command::Publish { message, .. } | Command::DeadLetter { message, .. } => {
                 u32::try_from(message.body.len())
@@ -396,7 +505,7 @@ impl Store {
         if st.active >= segment::MAX_SEG {
             return Err(AppendError::Invalid("segment ids exhausted"));
         }
-        let (index, loc) = st.push(self.shared.config.segment_size, kind, &payload, &decoded);
+        let (index, loc, body_at) = st.push_command(self.shared.config.segment_size, cmd)?;
         if let Some(w) = waiter {
             st.batch.waiters.push(w);
         }
@@ -407,7 +516,7 @@ impl Store {
         let body = body_at.filter(|_| stored).map(|at| BodyRef {
             msg: index,
             segment: loc.seg,
-            offset: loc.offset + (HEADER_LEN + at) as u64,
+            offset: loc.offset + at as u64,
             len: body_len,
         });
         Ok(Appended { index, body })
@@ -418,6 +527,10 @@ impl Store {
             st.writer_idle = false;
             self.shared.wake.notify_one();
         }
+    }
+
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.shared
     }
 
     /// Read a body back (one positioned read). Valid once the record that
@@ -478,6 +591,10 @@ impl Store {
             .shared
             .is_written(at.segment, at.offset, u64::from(at.len))
         {
+            // A copy compaction made, not written yet: the body is still where it was.
+            if let Some(b) = self.read_moved(&at) {
+                return Ok(b);
+            }
             return Err(unwritten(&at));
         }
         // Written means created (the writer registers a segment's file before writing to it);
@@ -496,6 +613,29 @@ impl Store {
             return Err(unwritten(&at));
         }
         Ok(Bytes::from(buf))
+    }
+
+    /// The body of a message whose copy (at `at`) is not written yet, read where it was
+    /// before: that record stays on disk until the copy is durable (`compactor::Moved`).
+    fn read_moved(&self, at: &BodyRef) -> Option<Bytes> {
+        let old = self
+            .shared
+            .lock()
+            .moved
+            .get(at.msg)
+            .filter(|o| (o.segment, o.offset) != (at.segment, at.offset) && o.len == at.len)?;
+        if !self
+            .shared
+            .is_written(old.segment, old.offset, u64::from(old.len))
+        {
+            return None;
+        }
+        let file = self.shared.file(old.segment)?;
+        let mut buf = vec![0u8; old.len as usize];
+        file.read_exact_at(&mut buf, old.offset).ok()?;
+        // Still there after the read: the bytes are the message's (see `read_body_once`).
+        self.shared.file(old.segment)?;
+        Some(Bytes::from(buf))
     }
 
     /// Where message `msg`'s body is now, if it is live.
@@ -560,6 +700,13 @@ impl Drop for Store {
             st.closed = true;
         }
         self.shared.wake.notify_all();
+        self.shared.compact_wake.notify_all();
+        // The compactor first: it may still append copies (the writer flushes them).
+        if let Some(c) = self.compactor.take()
+            && c.join().is_err()
+        {
+            tracing::error!("store compaction thread panicked");
+        }
         if let Some(w) = self.writer.take()
             && w.join().is_err()
         {

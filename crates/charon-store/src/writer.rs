@@ -1,6 +1,7 @@
 //! The group-commit writer thread (`docs/storage-format.md` §3): take the
 //! whole pending batch, write it, sync once, complete every waiter, then
-//! delete or compact segments. A failed write or sync poisons the store.
+//! delete dead segments and wake the compaction thread (`compactor`). A failed
+//! write or sync poisons the store.
 
 use std::io;
 use std::mem;
@@ -38,7 +39,10 @@ pub(crate) fn run(shared: Arc<Shared>, mut active: Arc<dyn StorageFile>, mut end
                         st.stats.batches += 1;
                         st.stats.syncs += syncs;
                         st.stats.bytes_written += written;
+                        st.recycle(batch.chunks);
+                        st.moved.durable(index);
                     }
+                    shared.compact_wake.notify_one();
                     for w in batch.waiters {
                         // A dropped receiver only means nobody waits.
                         let _ = w.send(Ok(()));
@@ -54,7 +58,7 @@ pub(crate) fn run(shared: Arc<Shared>, mut active: Arc<dyn StorageFile>, mut end
                 }
             }
         }
-        if let Err(e) = compaction::maintain(&shared) {
+        if let Err(e) = compaction::reclaim(&shared) {
             let msg = e.to_string();
             tracing::error!(error = %msg, "segment reclamation failed; store poisoned");
             poison(&shared, &msg);

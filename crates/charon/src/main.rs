@@ -131,6 +131,10 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let broker = Arc::new(
         charon_server::broker::Broker::new(config.clone()).context("invalid configuration")?,
     );
+    // Signal handlers before anything listens: a SIGINT/SIGTERM that comes as soon as the
+    // ports answer is a shutdown, not the default action (killed by the signal).
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating data dir {}", config.data_dir))?;
     // Held until the process ends: a second broker on this directory exits here.
@@ -171,9 +175,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     }
     let tls_tasks = spawn_tls(&config, &broker, &shutdown).await?;
     let amqp_task = tokio::spawn(charon_server::server::run(amqp, broker, shutdown.clone()));
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
+        _ = int.recv() => {}
         _ = term.recv() => {}
     }
     tracing::info!("shutting down");

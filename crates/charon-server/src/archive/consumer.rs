@@ -69,7 +69,7 @@ pub(super) async fn run(svc: Arc<ArchiveService>, vhost: String, queue: QueueHan
             false
         }
         ConnEvent::ConsumerCancelled { .. } => true,
-        ConnEvent::Confirm { .. } => false,
+        ConnEvent::Confirm { .. } | ConnEvent::Confirms { .. } => false,
     };
     loop {
         if gone && writing.is_none() && batch.is_empty() {

@@ -51,6 +51,14 @@ impl Pending {
                 Some(ConnEvent::Confirm { ack: false, .. }) => {
                     return Err(PublishError::Refused(refused_name(&self.queues)));
                 }
+                Some(ConnEvent::Confirms { answers, .. }) => {
+                    for (_, ack) in answers.iter() {
+                        if !ack {
+                            return Err(PublishError::Refused(refused_name(&self.queues)));
+                        }
+                        left = left.saturating_sub(1);
+                    }
+                }
                 Some(_) => {}
                 None => return Err(PublishError::Refused(refused_name(&self.queues))),
             }

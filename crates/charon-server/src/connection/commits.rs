@@ -1,12 +1,13 @@
 //! The connection's commit waiter: one task per connection (started with its first persistent
 //! publish in confirm mode) waits for the store commits of those publishes and reports each as
 //! one more confirm for its channel and sequence number. Commits complete in log order, so the
-//! task awaits them one after another; a publish is acked once every queue took it and its
-//! commit is on disk.
+//! task takes what is waiting in one go and goes through it in order; everything already on
+//! disk is answered together: one `ConnEvent::Confirms` per channel and group commit, not one
+//! event per publish. A publish is acked once every queue took it and its commit is on disk.
 
 use tokio::sync::mpsc;
 
-use crate::handles::{ConnEvent, ConnHandle};
+use crate::handles::{ConfirmBatch, ConnHandle};
 use crate::queue::Durable;
 
 /// Store writes waiting to be confirmed, per connection (the publisher waits when it is full).
@@ -48,13 +49,21 @@ impl CommitWaiter {
 fn start(conn: ConnHandle) -> mpsc::Sender<Waiting> {
     let (tx, mut rx) = mpsc::channel::<Waiting>(CAPACITY);
     tokio::spawn(async move {
-        while let Some(w) = rx.recv().await {
-            let ack = w.durable.wait().await;
-            let _ = conn.send(ConnEvent::Confirm {
-                channel: w.channel,
-                seq: w.seq,
-                ack,
-            });
+        let mut waiting = Vec::with_capacity(256);
+        let mut answers = ConfirmBatch::default();
+        while rx.recv_many(&mut waiting, CAPACITY).await > 0 {
+            for w in waiting.drain(..) {
+                let ack = match w.durable.ready() {
+                    Some(ack) => ack,
+                    None => {
+                        // What is already on disk goes out before waiting for the next commit.
+                        answers.flush();
+                        w.durable.wait().await
+                    }
+                };
+                answers.add(&conn, w.channel, w.seq, ack);
+            }
+            answers.flush();
         }
     });
     tx

@@ -4,7 +4,7 @@
 //! publish is acked with `multiple`; a refused publish is nacked alone, after what precedes it
 //! is acked.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeSet, VecDeque};
 
 /// What the channel sends the publisher.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,8 +28,11 @@ pub(crate) enum ConfirmReply {
 pub(crate) struct ConfirmTracker {
     /// Last sequence number handed out.
     last_seq: u64,
-    /// seq → answers still awaited.
-    pending: BTreeMap<u64, u32>,
+    /// Answers still awaited by publish `base + i` (0: none: answered, or never expected).
+    /// Sequence numbers are dense, so a ring instead of a map: O(1) per publish and answer.
+    pending: VecDeque<u32>,
+    /// Sequence number of `pending[0]`.
+    base: u64,
     /// Highest seq already acked (or nacked) to the client.
     acked_upto: u64,
     /// Refused publishes waiting to be nacked in seq order.
@@ -45,23 +48,66 @@ impl ConfirmTracker {
 
     /// Publish `seq` waits for `answers` answers (none: it is confirmed at the next flush).
     pub(crate) fn expect(&mut self, seq: u64, answers: u32) {
-        if answers > 0 {
-            self.pending.insert(seq, answers);
+        if answers == 0 {
+            return;
+        }
+        if self.pending.is_empty() {
+            self.base = seq;
+        }
+        let Some(i) = seq
+            .checked_sub(self.base)
+            .and_then(|i| usize::try_from(i).ok())
+        else {
+            return;
+        };
+        if self.pending.len() <= i {
+            self.pending.resize(i + 1, 0);
+        }
+        if let Some(slot) = self.pending.get_mut(i) {
+            *slot = answers;
         }
     }
 
     /// One answer for `seq`: a queue took it / its commit is on disk (`ack`), or it was refused
     /// (then it is nacked, whatever else answers).
     pub(crate) fn answer(&mut self, seq: u64, ack: bool) {
-        let Some(left) = self.pending.get_mut(&seq) else {
+        let Some(left) = seq
+            .checked_sub(self.base)
+            .and_then(|i| usize::try_from(i).ok())
+            .and_then(|i| self.pending.get_mut(i))
+            .filter(|left| **left > 0)
+        else {
             return;
         };
-        *left = left.saturating_sub(1);
-        if !ack {
-            self.pending.remove(&seq);
+        if ack {
+            *left -= 1;
+        } else {
+            *left = 0;
             self.nacked.insert(seq);
-        } else if *left == 0 {
-            self.pending.remove(&seq);
+        }
+    }
+
+    /// The same answer for every publish `first..=last` (a batch of answers).
+    pub(crate) fn answer_run(&mut self, first: u64, last: u64, ack: bool) {
+        if !ack {
+            for seq in first..=last {
+                self.answer(seq, false);
+            }
+            return;
+        }
+        let lo = first.saturating_sub(self.base);
+        let Some(hi) = last
+            .checked_sub(self.base)
+            .and_then(|h| h.checked_add(1))
+            .map(|h| h.min(self.pending.len() as u64))
+        else {
+            return;
+        };
+        if lo >= hi {
+            return;
+        }
+        for left in self.pending.range_mut(lo as usize..hi as usize) {
+            *left = left.saturating_sub(1);
         }
     }
 
@@ -72,9 +118,14 @@ impl ConfirmTracker {
 
     /// What can be confirmed now, in the order to send it.
     pub(crate) fn flush(&mut self, out: &mut Vec<ConfirmReply>) {
-        let upto = match self.pending.keys().next() {
-            Some(first) => first - 1,
-            None => self.last_seq,
+        while self.pending.front() == Some(&0) {
+            self.pending.pop_front();
+            self.base += 1;
+        }
+        let upto = if self.pending.is_empty() {
+            self.last_seq
+        } else {
+            self.base - 1
         };
         while let Some(&n) = self.nacked.first() {
             if n > upto {
@@ -183,6 +234,94 @@ mod tests {
             vec![Ack {
                 seq: 4,
                 multiple: false
+            }]
+        );
+    }
+
+    #[test]
+    fn answers_in_runs_confirm_like_single_answers() {
+        // Two queues and the commit per publish; answers come as runs from each source, in
+        // any order among the sources.
+        let mut t = ConfirmTracker::default();
+        for _ in 0..1000 {
+            let seq = t.next_seq();
+            t.expect(seq, 3);
+        }
+        t.answer_run(1, 600, true);
+        t.answer_run(1, 1000, true);
+        assert_eq!(flush(&mut t), vec![]);
+        t.answer_run(1, 400, true);
+        assert_eq!(
+            flush(&mut t),
+            vec![Ack {
+                seq: 400,
+                multiple: true
+            }]
+        );
+        // A refused run in the middle is nacked seq by seq, after what precedes it is acked.
+        t.answer_run(401, 402, false);
+        t.answer_run(403, 1000, true);
+        t.answer_run(601, 1000, true);
+        assert_eq!(
+            flush(&mut t),
+            vec![
+                Nack { seq: 401 },
+                Nack { seq: 402 },
+                Ack {
+                    seq: 1000,
+                    multiple: true
+                }
+            ]
+        );
+        // Runs reaching past what is pending, or before it, change nothing.
+        t.answer_run(1, 2000, true);
+        assert_eq!(flush(&mut t), vec![]);
+        let seq = t.next_seq();
+        t.expect(seq, 1);
+        assert_eq!(flush(&mut t), vec![]);
+        t.answer_run(seq, seq, true);
+        assert_eq!(
+            flush(&mut t),
+            vec![Ack {
+                seq,
+                multiple: false
+            }]
+        );
+    }
+
+    #[test]
+    fn publishes_without_answers_between_tracked_ones_are_confirmed_in_order() {
+        let mut t = ConfirmTracker::default();
+        let a = t.next_seq();
+        t.expect(a, 1);
+        let b = t.next_seq();
+        t.expect(b, 0); // unroutable: nothing to wait for
+        let c = t.next_seq();
+        t.expect(c, 1);
+        t.answer(c, true);
+        assert_eq!(flush(&mut t), vec![]);
+        t.answer(a, true);
+        assert_eq!(
+            flush(&mut t),
+            vec![Ack {
+                seq: c,
+                multiple: true
+            }]
+        );
+        // A long run of unroutable publishes, then a tracked one: no room kept for the gap.
+        for _ in 0..100_000 {
+            let s = t.next_seq();
+            t.expect(s, 0);
+        }
+        let d = t.next_seq();
+        t.expect(d, 1);
+        assert!(t.pending.len() <= 1);
+        t.answer(d, true);
+        assert_eq!(
+            flush(&mut t),
+            vec![Ack {
+                seq: d,
+                multiple: true
             }]
         );
     }

@@ -38,6 +38,14 @@ pub enum ConnEvent {
         /// Accepted or refused.
         ack: bool,
     },
+    /// Answers for many publishes of one channel at once (a queue actor's batch, a group
+    /// commit): each as [`ConnEvent::Confirm`] would give it, in order.
+    Confirms {
+        /// Publishing channel.
+        channel: u16,
+        /// (seq, accepted) runs.
+        answers: super::ConfirmAnswers,
+    },
     /// The queue was deleted under a consumer: send basic.cancel (consumer_cancel_notify).
     ConsumerCancelled {
         /// Channel of the consumer.
@@ -75,6 +83,11 @@ impl ConnHandle {
     /// The connection's delivery credit, shared with its writer task.
     pub fn flow_arc(&self) -> Arc<ConnFlow> {
         self.flow.clone()
+    }
+
+    /// Whether both handles reach the same connection.
+    pub fn same(&self, other: &ConnHandle) -> bool {
+        self.tx.same_channel(&other.tx)
     }
 
     /// Sends an event; false if the connection is gone.

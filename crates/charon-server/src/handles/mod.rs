@@ -7,11 +7,13 @@
 //! remembers the queues waiting for it), so they live together; everything else imports them
 //! from here and they import nothing else of the server (but the lock helper, `crate::locks`).
 
+mod confirms;
 mod conn;
 mod flow;
 mod page_flow;
 mod queue;
 
+pub use confirms::{ConfirmAnswers, ConfirmBatch};
 pub use conn::{ConnEvent, ConnHandle};
 pub use flow::{ChannelLimit, ConnFlow, MAX_PENDING_DELIVERIES};
 pub use page_flow::{PageFlow, lowered, still_raised};

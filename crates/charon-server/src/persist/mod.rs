@@ -54,6 +54,15 @@ impl Durable {
         Durable(Ok(Pending::Commit(commit)))
     }
 
+    /// The outcome if it is known without waiting: on disk (`true`), refused (`false`).
+    pub(crate) fn ready(&self) -> Option<bool> {
+        match &self.0 {
+            Ok(Pending::At(index, watch)) => watch.is_durable(*index).then_some(true),
+            Ok(Pending::Commit(_)) => None,
+            Err(_) => Some(false),
+        }
+    }
+
     /// Whether the write is on disk (false: the store refused it or failed writing).
     pub(crate) async fn wait(self) -> bool {
         match self.0 {
@@ -395,6 +404,11 @@ impl Persistence {
     /// A watch on the durable log index (a queue waiting to page bodies out wakes on it).
     pub(crate) fn durable_watch(&self) -> DurableWatch {
         self.durable.clone()
+    }
+
+    /// Reads stored messages' bodies back at once (in the same order; `None`: not readable).
+    pub(crate) fn read_bodies(&self, msgs: &[u64]) -> Vec<Option<Bytes>> {
+        self.store.read_bodies(msgs)
     }
 
     /// Last durable log index (bodies stored at or below it can be read back).

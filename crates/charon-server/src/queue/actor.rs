@@ -16,7 +16,9 @@ use tokio::sync::mpsc;
 use super::dead_letters::{self, DeadLetterDispatcher};
 use super::retry::RetrySide;
 use super::stored::StoreSide;
-use crate::handles::{ConnEvent, ConsumerTarget, Placed, QueueCmd, QueueHandle, QueueStats};
+use crate::handles::{
+    ConfirmBatch, ConnEvent, ConsumerTarget, Placed, QueueCmd, QueueHandle, QueueStats,
+};
 use crate::locks::RwLockExt;
 use crate::vhost::VHostState;
 
@@ -105,6 +107,8 @@ struct Actor {
     counters: super::admin::QueueCounters,
     /// Dead-lettered counts by error fingerprint.
     errors: super::dl_errors::DlErrors,
+    /// Publisher confirms of this batch, sent once it is handled.
+    confirms: ConfirmBatch,
 }
 
 async fn run(
@@ -140,9 +144,11 @@ async fn run(
             .took_from_inbox(batch.iter().map(crate::handles::inbox_bytes_of).sum());
         for cmd in batch.drain(..) {
             if actor.handle(cmd, now) == Next::Stop {
+                actor.confirms.flush();
                 return;
             }
         }
+        actor.confirms.flush();
         let handled = t0.elapsed();
         if actor.after_batch(now) == Next::Stop {
             return;
@@ -180,6 +186,7 @@ impl Actor {
             delivered: Vec::new(),
             counters: Default::default(),
             errors: Default::default(),
+            confirms: ConfirmBatch::default(),
         }
     }
 
@@ -214,11 +221,8 @@ impl Actor {
                 let taken = self.enqueue(placed, now);
                 self.counters.published += u64::from(taken);
                 if let Some(c) = confirm {
-                    let _ = c.conn.send(ConnEvent::Confirm {
-                        channel: c.channel,
-                        seq: c.seq,
-                        ack: taken,
-                    });
+                    // Sent with the batch's other confirms, one event per publishing channel.
+                    self.confirms.add(&c.conn, c.channel, c.seq, taken);
                 }
             }
             QueueCmd::EnqueueDeadLetters { messages, from } => {
@@ -559,6 +563,10 @@ fn deliver(
     };
     state.next_deliveries(now, &mut may_deliver, out);
     let count = out.len() as u64;
+    if let Some(s) = store {
+        // Paged-out bodies of the whole batch in one go (read-ahead; `StoreSide::load_many`).
+        s.load_many(out);
+    }
     // Group consecutive deliveries per consumer, preserving queue order within each consumer.
     let mut grouped: Vec<(ConsumerId, Vec<Delivery>)> = Vec::new();
     for mut d in out.drain(..) {

@@ -17,7 +17,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use charon_core::{Body, Message, MsgId, QueueState};
+use charon_core::{Body, Delivery, Message, MsgId, QueueState};
 use charon_protocol::RawProperties;
 
 use super::idset::IdSet;
@@ -397,6 +397,40 @@ impl StoreSide {
             None => {
                 tracing::error!(id, "a paged-out message body could not be read back");
                 (message.clone(), None)
+            }
+        }
+    }
+
+    /// Gives every paged-out message among `deliveries` its body, read back in one go: the
+    /// store reads runs of neighbouring records with one positioned read each (a backlog
+    /// delivered in order lies mostly in consecutive records) instead of one read and one
+    /// allocation per message. What it cannot read stays paged ([`Self::load`] then tries
+    /// again, alone).
+    pub(crate) fn load_many(&self, deliveries: &mut [Delivery]) {
+        let mut paged: Vec<(usize, u64)> = Vec::new();
+        for (i, d) in deliveries.iter().enumerate() {
+            if !d.message.is_paged() {
+                continue;
+            }
+            let area = if self.stored.contains(d.id) {
+                self.sid
+            } else if self.paged_out.contains(d.id) {
+                self.shadow
+            } else {
+                continue;
+            };
+            if let Some(msg) = self.p.message_of(area, self.store_qid(d.id)) {
+                paged.push((i, msg));
+            }
+        }
+        if paged.len() < 2 {
+            return;
+        }
+        let msgs: Vec<u64> = paged.iter().map(|(_, m)| *m).collect();
+        let bodies = self.p.read_bodies(&msgs);
+        for ((i, _), body) in paged.into_iter().zip(bodies) {
+            if let (Some(d), Some(b)) = (deliveries.get_mut(i), body) {
+                d.message = Arc::new(d.message.with_body(b));
             }
         }
     }

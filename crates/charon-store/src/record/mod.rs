@@ -5,6 +5,9 @@ mod payload;
 
 pub(crate) use payload::{Kind, MsgBody, Payload, encode_carry, encode_command, message_prefix};
 
+use crate::error::AppendError;
+use crate::types::Command;
+
 /// Header bytes before the payload.
 pub(crate) const HEADER_LEN: usize = 28;
 /// Bytes covered by `len` that are not payload (index, term, kind, flags, reserved).
@@ -31,6 +34,57 @@ pub(crate) fn frame(out: &mut Vec<u8>, index: u64, term: u64, kind: Kind, payloa
     let crc = crc32c::crc32c(covered);
     if let Some(slot) = out.get_mut(start + 4..start + 8) {
         slot.copy_from_slice(&crc.to_le_bytes());
+    }
+}
+
+/// Appends `cmd` as one record to `out` with its payload encoded in place (the body is copied
+/// once, straight into the batch buffer) and its index, term and CRC still to be set by
+/// [`seal`]. Returns the kind, the record's length and the body's offset inside the record.
+/// On an error `out` is left as it was.
+pub(crate) fn encode_record(
+    out: &mut Vec<u8>,
+    cmd: &Command,
+) -> Result<(Kind, usize, Option<usize>), AppendError> {
+    let start = out.len();
+    out.extend_from_slice(&[0; HEADER_LEN]);
+    let (kind, body_at) = match payload::encode_command_into(out, cmd) {
+        Ok(r) => r,
+        Err(e) => {
+            out.truncate(start);
+            return Err(e);
+        }
+    };
+    let payload_len = out.len() - start - HEADER_LEN;
+    if !fits(payload_len) {
+        out.truncate(start);
+        return Err(AppendError::Invalid("record larger than 1 GiB"));
+    }
+    if let Some(kb) = out.get_mut(start + 24) {
+        *kb = kind as u8;
+    }
+    Ok((
+        kind,
+        HEADER_LEN + payload_len,
+        body_at.map(|at| HEADER_LEN + at),
+    ))
+}
+
+/// Sets the length, index, term and CRC of a record [`encode_record`] made (`rec` is exactly
+/// the record's bytes): afterwards it is what [`frame`] writes.
+pub(crate) fn seal(rec: &mut [u8], index: u64, term: u64) {
+    let len = (rec.len() - 8) as u32;
+    if let Some(s) = rec.get_mut(0..4) {
+        s.copy_from_slice(&len.to_le_bytes());
+    }
+    if let Some(s) = rec.get_mut(8..16) {
+        s.copy_from_slice(&index.to_le_bytes());
+    }
+    if let Some(s) = rec.get_mut(16..24) {
+        s.copy_from_slice(&term.to_le_bytes());
+    }
+    let crc = crc32c::crc32c(rec.get(8..).unwrap_or(&[]));
+    if let Some(s) = rec.get_mut(4..8) {
+        s.copy_from_slice(&crc.to_le_bytes());
     }
 }
 
@@ -126,6 +180,49 @@ mod tests {
         assert_eq!(f.index, 7);
         assert_eq!(f.total_len, out.len());
         assert!(matches!(f.payload, Payload::Purge { queue: 9 }));
+    }
+
+    #[test]
+    fn a_record_encoded_in_place_and_sealed_is_what_frame_writes() {
+        use bytes::Bytes;
+        let cmd = Command::Publish {
+            message: crate::types::NewMessage {
+                exchange: Bytes::from_static(b"ex"),
+                routing_key: Bytes::from_static(b"rk"),
+                properties: Bytes::from_static(&[0x10, 0, 2]),
+                body: Bytes::from_static(b"hello body"),
+                enqueue_ms: 5,
+                expiry_ms: Some(9),
+            },
+            members: vec![(1, 2), (3, 4)],
+        };
+        let (kind, payload, at) = encode_command(&cmd).expect("encodes");
+        let mut framed = vec![7u8; 3];
+        frame(&mut framed, 42, 0, kind, &payload);
+        let mut inplace = vec![7u8; 3];
+        let (k2, len, body_at) = encode_record(&mut inplace, &cmd).expect("encodes");
+        assert_eq!(k2, kind);
+        assert_eq!(len, inplace.len() - 3);
+        seal(inplace.get_mut(3..).expect("record"), 42, 0);
+        assert_eq!(inplace, framed);
+        assert_eq!(body_at, at.map(|a| a + HEADER_LEN));
+        let rec = inplace.get(3..).expect("record");
+        let body_at = body_at.expect("a publish has a body");
+        assert_eq!(rec.get(body_at..), Some(&b"hello body"[..]));
+        // An invalid command leaves the buffer as it was.
+        let bad = Command::Publish {
+            message: crate::types::NewMessage {
+                exchange: Bytes::from(vec![b'x'; 300]),
+                routing_key: Bytes::new(),
+                properties: Bytes::new(),
+                body: Bytes::new(),
+                enqueue_ms: 0,
+                expiry_ms: None,
+            },
+            members: vec![(1, 1)],
+        };
+        assert!(encode_record(&mut inplace, &bad).is_err());
+        assert_eq!(inplace, framed);
     }
 
     #[test]

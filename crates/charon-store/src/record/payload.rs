@@ -148,21 +148,30 @@ impl<'a> MsgBody<'a> {
 /// offset of the body inside the payload.
 pub(crate) fn encode_command(cmd: &Command) -> Result<(Kind, Vec<u8>, Option<usize>), AppendError> {
     let mut out = Vec::new();
+    let (kind, body_at) = encode_command_into(&mut out, cmd)?;
+    Ok((kind, out, body_at))
+}
+
+/// Appends `cmd`'s payload to `out` (the body copied once, straight into the batch buffer);
+/// returns its kind and, for message-creating commands, the body's offset from where the
+/// payload starts. On an error `out` may hold a partial payload: the caller cuts it off.
+pub(crate) fn encode_command_into(
+    out: &mut Vec<u8>,
+    cmd: &Command,
+) -> Result<(Kind, Option<usize>), AppendError> {
+    let start = out.len();
     let (kind, body_at) = match cmd {
         Command::Publish { message, members } => {
             if members.is_empty() {
                 return Err(AppendError::Invalid("publish without members"));
             }
             out.reserve(64 + message.body.len() + message.properties.len() + 16 * members.len());
-            put_members(&mut out, members)?;
-            (
-                Kind::Publish,
-                Some(put_msg(&mut out, &MsgBody::of(message))?),
-            )
+            put_members(out, members)?;
+            (Kind::Publish, Some(put_msg(out, &MsgBody::of(message))?))
         }
         Command::Enqueue { msg, members } => {
             out.extend_from_slice(&msg.to_le_bytes());
-            put_members(&mut out, members)?;
+            put_members(out, members)?;
             (Kind::Enqueue, None)
         }
         Command::Settle { queue, ids } => {
@@ -182,11 +191,8 @@ pub(crate) fn encode_command(cmd: &Command) -> Result<(Kind, Vec<u8>, Option<usi
             out.reserve(64 + message.body.len() + message.properties.len() + 16 * targets.len());
             out.extend_from_slice(&source.0.to_le_bytes());
             out.extend_from_slice(&source.1.to_le_bytes());
-            put_members(&mut out, targets)?;
-            (
-                Kind::DeadLetter,
-                Some(put_msg(&mut out, &MsgBody::of(message))?),
-            )
+            put_members(out, targets)?;
+            (Kind::DeadLetter, Some(put_msg(out, &MsgBody::of(message))?))
         }
         Command::DeliveryCount { member, count } => {
             out.extend_from_slice(&member.0.to_le_bytes());
@@ -227,22 +233,22 @@ pub(crate) fn encode_command(cmd: &Command) -> Result<(Kind, Vec<u8>, Option<usi
         Command::Route { source, targets } => {
             out.extend_from_slice(&source.0.to_le_bytes());
             out.extend_from_slice(&source.1.to_le_bytes());
-            put_members(&mut out, targets)?;
+            put_members(out, targets)?;
             (Kind::Route, None)
         }
         Command::PutDefinition { kind, key, value } => {
             out.push(*kind);
-            put_key(&mut out, key)?;
-            put_long(&mut out, value, "definition value too long")?;
+            put_key(out, key)?;
+            put_long(out, value, "definition value too long")?;
             (Kind::PutDefinition, None)
         }
         Command::DeleteDefinition { kind, key } => {
             out.push(*kind);
-            put_key(&mut out, key)?;
+            put_key(out, key)?;
             (Kind::DeleteDefinition, None)
         }
     };
-    Ok((kind, out, body_at))
+    Ok((kind, body_at.map(|at| at - start)))
 }
 
 fn put_key(out: &mut Vec<u8>, key: &[u8]) -> Result<(), AppendError> {

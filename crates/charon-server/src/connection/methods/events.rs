@@ -93,6 +93,15 @@ impl Connection {
                 ch.confirms.answer(seq, ack);
                 self.confirm_due(channel);
             }
+            ConnEvent::Confirms { channel, answers } => {
+                let Some(ch) = self.channels.get_mut(&channel) else {
+                    return;
+                };
+                for &(first, last, ack) in answers.runs() {
+                    ch.confirms.answer_run(first, last, ack);
+                }
+                self.confirm_due(channel);
+            }
             ConnEvent::ConsumerCancelled {
                 channel,
                 consumer_tag,
