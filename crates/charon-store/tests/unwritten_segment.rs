@@ -12,79 +12,9 @@ mod common;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use charon_store::{Command, MemStorage, Storage, StorageFile, Store};
+use charon_store::{Command, MemStorage, Store};
+use common::gated::{Gated, set_gate, wait_held};
 use common::{config, msg};
-
-/// A `MemStorage` whose file creations (and spare renames) wait while the gate is closed, so
-/// the writer can be held with a new segment pending.
-#[derive(Debug)]
-struct Gated {
-    mem: MemStorage,
-    /// (closed, a creation is waiting)
-    gate: Arc<(Mutex<(bool, bool)>, Condvar)>,
-}
-
-impl Gated {
-    fn pass(&self) {
-        let (m, cv) = &*self.gate;
-        let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
-        while g.0 {
-            g.1 = true;
-            cv.notify_all();
-            g = cv.wait(g).unwrap_or_else(|e| e.into_inner());
-        }
-    }
-}
-
-impl Storage for Gated {
-    fn list(&self) -> std::io::Result<Vec<String>> {
-        self.mem.list()
-    }
-    fn create(&self, name: &str) -> std::io::Result<Arc<dyn StorageFile>> {
-        self.pass();
-        self.mem.create(name)
-    }
-    fn open(&self, name: &str) -> std::io::Result<Arc<dyn StorageFile>> {
-        self.mem.open(name)
-    }
-    fn remove(&self, name: &str) -> std::io::Result<()> {
-        self.mem.remove(name)
-    }
-    fn rename(&self, from: &str, to: &str) -> std::io::Result<()> {
-        self.pass();
-        self.mem.rename(from, to)
-    }
-    fn sync_dir(&self) -> std::io::Result<()> {
-        self.mem.sync_dir()
-    }
-    fn free_bytes(&self) -> std::io::Result<u64> {
-        self.mem.free_bytes()
-    }
-}
-
-fn set_gate(gate: &(Mutex<(bool, bool)>, Condvar), closed: bool) {
-    let mut g = gate.0.lock().unwrap_or_else(|e| e.into_inner());
-    g.0 = closed;
-    gate.1.notify_all();
-}
-
-/// Waits (bounded generously) until the writer is held at the gate.
-fn wait_held(gate: &(Mutex<(bool, bool)>, Condvar)) -> bool {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let mut g = gate.0.lock().unwrap_or_else(|e| e.into_inner());
-    while !g.1 {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        if left.is_zero() {
-            return false;
-        }
-        g = gate
-            .1
-            .wait_timeout(g, left)
-            .unwrap_or_else(|e| e.into_inner())
-            .0;
-    }
-    true
-}
 
 #[test]
 fn a_body_in_a_segment_not_created_yet_is_read_once_written() {
