@@ -125,20 +125,7 @@ impl Connection {
             ContentRest::Publish(channel, rest) => (channel, rest),
         };
         let result = match rest {
-            PublishRest::Prepared(Prepared::Delayed {
-                seq,
-                message,
-                delay,
-                durable,
-            }) => {
-                self.publish_delayed(channel, seq, message, delay, durable)
-                    .await
-            }
-            PublishRest::Prepared(Prepared::Place {
-                seq,
-                targets,
-                message,
-            }) => self.place_and_confirm(channel, seq, targets, message).await,
+            PublishRest::Prepared(prepared) => self.finish_prepared(channel, prepared).await,
             PublishRest::Place(seq, placed, stored) => {
                 self.place_finish(channel, seq, placed, stored).await;
                 Ok(())

@@ -147,20 +147,32 @@ impl Connection {
     pub(super) async fn complete_publish(&mut self, channel: u16) -> Result<(), AmqpError> {
         match self.prepare_publish(channel)? {
             None => Ok(()),
-            Some(Prepared::Delayed {
+            Some(prepared) => self.finish_prepared(channel, prepared).await,
+        }
+    }
+
+    /// The waiting part of a prepared publish: the delayed exchange's hand-over, or placing it
+    /// in its queues (and the store) and tracking its confirm.
+    pub(super) async fn finish_prepared(
+        &mut self,
+        channel: u16,
+        prepared: Prepared,
+    ) -> Result<(), AmqpError> {
+        match prepared {
+            Prepared::Delayed {
                 seq,
                 message,
                 delay,
                 durable,
-            }) => {
+            } => {
                 self.publish_delayed(channel, seq, message, delay, durable)
                     .await
             }
-            Some(Prepared::Place {
+            Prepared::Place {
                 seq,
                 targets,
                 message,
-            }) => self.place_and_confirm(channel, seq, targets, message).await,
+            } => self.place_and_confirm(channel, seq, targets, message).await,
         }
     }
 
