@@ -80,6 +80,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let n: u64 = args.get(2).map_or(Ok(100_000), |s| s.parse())?;
     let batch: u64 = args.get(3).map_or(Ok(4000), |s| s.parse())?;
     let archive = Archive::open(url)?;
+    // Experiments: SQL run after the migrations (e.g. `INGEST_SQL="DROP INDEX dead_letters_key"`).
+    if let Ok(sql) = std::env::var("INGEST_SQL") {
+        archive.with(|c| c.batch(&sql))?;
+    }
     // PostgreSQL: the backend serving this connection (same machine), for its CPU time.
     let backend = if url.starts_with("postgres") {
         archive

@@ -5,6 +5,7 @@
 //! - [`json`]: AMQP values and properties as JSON and back.
 //! - [`schema`]: the tables as versioned migrations.
 //! - [`sql`]: the connection interface both backends implement ([`sqlite`], [`postgres`]).
+//! - [`ingest`]: the archiver's batch insert (summary counted per batch).
 //! - [`ops`]: list, get, groups, edit, skip, delete, audit, retention, stats.
 //! - [`jobs`]: replay jobs and what a restart interrupted.
 //! - [`summary`]: the maintained per-group counts (groups and totals without counting rows).
@@ -18,6 +19,7 @@
 pub mod error;
 pub mod extract;
 pub mod filter;
+pub mod ingest;
 pub mod jobs;
 pub mod json;
 pub mod ops;

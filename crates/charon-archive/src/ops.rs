@@ -47,78 +47,10 @@ impl Selection {
     }
 }
 
-/// Rows per multi-row INSERT (PostgreSQL: one round trip each; SQLite: one statement journal
-/// and one VDBE run per 250 rows instead of per row: 27 → 23 µs of CPU per record with the
-/// bench's dead letters, `examples/ingest.rs`).
-const INSERT_CHUNK: usize = 250;
-/// Columns per inserted row.
-const INSERT_WIDTH: usize = 23;
-const INSERT_COLS: &str = "stable_key, vhost, queue, original_queue, original_exchange, \
-    original_routing_keys, reason, death_count, message_id, correlation_id, message_key, \
-    content_type, properties, headers, amqp_properties, payload, payload_bytes, error_message, \
-    error_stacktrace, error_fingerprint, status, created_at, updated_at";
-
-/// The INSERT of `rows` records.
-fn insert_sql(rows: usize) -> String {
-    let row = format!("({})", vec!["?"; INSERT_WIDTH].join(", "));
-    format!(
-        "INSERT INTO dead_letters ({INSERT_COLS}) VALUES {} ON CONFLICT (stable_key) DO NOTHING",
-        vec![row; rows].join(", ")
-    )
-}
-
-/// A record's parameters, in [`INSERT_COLS`] order (the body is shared, not copied).
-fn insert_params(r: &NewRecord, p: &mut Vec<Param>) {
-    p.extend([
-        Param::from(r.stable_key.clone()),
-        r.vhost.clone().into(),
-        r.queue.clone().into(),
-        r.original_queue.clone().into(),
-        r.original_exchange.clone().into(),
-        serde_json::to_string(&r.original_routing_keys)
-            .unwrap_or_else(|_| "[]".into())
-            .into(),
-        r.reason.clone().into(),
-        r.death_count.into(),
-        r.message_id.clone().into(),
-        r.correlation_id.clone().into(),
-        r.key.clone().into(),
-        r.content_type.clone().into(),
-        r.properties.to_string().into(),
-        r.headers.as_str().into(),
-        Param::Shared(r.amqp_properties.clone()),
-        Param::Shared(r.payload.clone()),
-        (r.payload.len() as i64).into(),
-        r.error_message.clone().into(),
-        r.error_stacktrace.clone().into(),
-        r.error_fingerprint.clone().into(),
-        status::PENDING.into(),
-        r.created_at.into(),
-        r.created_at.into(),
-    ]);
-}
-
 /// Inserts records in one transaction; a record whose `stable_key` exists is left alone.
-/// Returns how many were new.
+/// Returns how many were new (see [`crate::ingest`]).
 pub fn insert_batch(c: &mut dyn Conn, recs: &[NewRecord]) -> Result<u64, ArchiveError> {
-    let chunk = INSERT_CHUNK;
-    let full = insert_sql(chunk);
-    transaction(c, |c| {
-        let mut n = 0;
-        let mut p = Vec::with_capacity(chunk * INSERT_WIDTH);
-        for rows in recs.chunks(chunk) {
-            p.clear();
-            for r in rows {
-                insert_params(r, &mut p);
-            }
-            n += if rows.len() == chunk {
-                c.exec(&full, &p)?
-            } else {
-                c.exec(&insert_sql(rows.len()), &p)?
-            };
-        }
-        Ok(n)
-    })
+    crate::ingest::insert_batch(c, recs)
 }
 
 fn count(c: &mut dyn Conn, sql: &str, p: &[Param]) -> Result<i64, ArchiveError> {

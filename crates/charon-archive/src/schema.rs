@@ -128,7 +128,11 @@ const MIGRATIONS: &[&str] = &[
     V2_AUDIT_VHOSTS,
     crate::summary::V3_GROUPS,
     V4_JOB_COUNTS,
+    V5_INGEST,
 ];
+
+/// Migration 5 (rendered per dialect by [`crate::ingest::v5`]).
+const V5_INGEST: &str = "{V5_INGEST}";
 
 fn render(sql: &str, d: Dialect) -> String {
     let (id, blob) = match d {
@@ -139,6 +143,9 @@ fn render(sql: &str, d: Dialect) -> String {
         Dialect::Sqlite => "",
         Dialect::Postgres => PG_AUTOVACUUM,
     };
+    if sql == V5_INGEST {
+        return crate::ingest::v5(d);
+    }
     crate::summary::render(
         &sql.replace("{ID}", id)
             .replace("{BLOB}", blob)

@@ -1,4 +1,5 @@
-//! The embedded backend: SQLite (bundled), WAL, `synchronous=NORMAL`.
+//! The embedded backend: SQLite (bundled), WAL, `synchronous=FULL` (a commit is on disk before
+//! the archiver acks its messages), 16 KiB pages in a new database.
 
 use rusqlite::ToSql;
 use rusqlite::types::{ToSqlOutput, ValueRef};
@@ -24,8 +25,17 @@ impl Sqlite {
             std::fs::create_dir_all(dir).map_err(|e| ArchiveError::Db(e.to_string()))?;
         }
         let conn = rusqlite::Connection::open(path)?;
+        // A new database gets 16 KiB pages: four records of the usual ~3.5 KB (body, headers as
+        // JSON and as received) share a page instead of one per 4 KiB page, so less is written
+        // (twice: WAL, then checkpoint): 21 → 17.5 µs of CPU per inserted record
+        // (`examples/ingest.rs`). An existing database keeps its page size (no-op).
+        conn.pragma_update(None, "page_size", 16384)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        // The archiver acks a batch's messages (and the queue's store forgets them) once its
+        // transaction committed: FULL syncs the WAL at every commit, so a power cut cannot lose
+        // a committed batch whose messages the store already settled (one fsync per batch of up
+        // to 4000 records).
+        conn.pragma_update(None, "synchronous", "FULL")?;
         // A page cache of 64 MiB and reads through a memory map (the default 2 MiB cache made the
         // group and list queries read pages with pread over and over).
         conn.pragma_update(None, "cache_size", -65536)?;

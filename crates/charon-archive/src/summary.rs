@@ -60,18 +60,21 @@ pub fn key_expr(p: &str) -> String {
     )
 }
 
-const INSERT_COLS: &str = "group_key, vhost, queue, original_queue, reason, error_fingerprint, status, records, oldest, newest, payload_bytes, error_message";
+pub(crate) const INSERT_COLS: &str = "group_key, vhost, queue, original_queue, reason, error_fingerprint, status, records, oldest, newest, payload_bytes, error_message";
+
+/// SQLite: one row `r` (`new`) counted into its group.
+pub(crate) fn sqlite_add(r: &str) -> String {
+    format!(
+        "INSERT INTO dead_letter_groups ({INSERT_COLS}) VALUES ({k}, {r}.vhost, {r}.queue, {r}.original_queue, {r}.reason, {r}.error_fingerprint, {r}.status, 1, {r}.created_at, {r}.created_at, {r}.payload_bytes, {r}.error_message) \
+         ON CONFLICT (group_key) DO UPDATE SET records = records + 1, oldest = min(oldest, excluded.oldest), newest = max(newest, excluded.newest), \
+         payload_bytes = payload_bytes + excluded.payload_bytes, error_message = COALESCE(error_message, excluded.error_message);",
+        k = key_expr(&format!("{r}."))
+    )
+}
 
 /// SQLite: row triggers.
 fn sqlite_triggers() -> String {
-    let add = |r: &str| {
-        format!(
-            "INSERT INTO dead_letter_groups ({INSERT_COLS}) VALUES ({k}, {r}.vhost, {r}.queue, {r}.original_queue, {r}.reason, {r}.error_fingerprint, {r}.status, 1, {r}.created_at, {r}.created_at, {r}.payload_bytes, {r}.error_message) \
-             ON CONFLICT (group_key) DO UPDATE SET records = records + 1, oldest = min(oldest, excluded.oldest), newest = max(newest, excluded.newest), \
-             payload_bytes = payload_bytes + excluded.payload_bytes, error_message = COALESCE(error_message, excluded.error_message);",
-            k = key_expr(&format!("{r}."))
-        )
-    };
+    let add = sqlite_add;
     let bare = key_expr("");
     let sub = |r: &str| {
         let k = key_expr(&format!("{r}."));
@@ -98,20 +101,23 @@ CREATE TRIGGER dead_letter_groups_update AFTER UPDATE OF vhost, queue, original_
     )
 }
 
+/// PostgreSQL: the rows of `from` (aliased `r`) counted into their groups.
+pub(crate) fn postgres_add(from: &str) -> String {
+    format!(
+        "INSERT INTO dead_letter_groups AS g ({INSERT_COLS}) \
+         SELECT {k}, r.vhost, r.queue, r.original_queue, r.reason, r.error_fingerprint, r.status, COUNT(*), MIN(r.created_at), MAX(r.created_at), SUM(r.payload_bytes), MIN(r.error_message) \
+         FROM {from} GROUP BY r.vhost, r.queue, r.original_queue, r.reason, r.error_fingerprint, r.status \
+         ON CONFLICT (group_key) DO UPDATE SET records = g.records + excluded.records, oldest = LEAST(g.oldest, excluded.oldest), \
+         newest = GREATEST(g.newest, excluded.newest), payload_bytes = g.payload_bytes + excluded.payload_bytes, \
+         error_message = COALESCE(g.error_message, excluded.error_message);",
+        k = key_expr("r.")
+    )
+}
+
 /// PostgreSQL: statement triggers with transition tables (one aggregated change per statement).
 fn postgres_triggers() -> String {
     let bare = key_expr("");
-    let add = |from: &str| {
-        format!(
-            "INSERT INTO dead_letter_groups AS g ({INSERT_COLS}) \
-             SELECT {k}, r.vhost, r.queue, r.original_queue, r.reason, r.error_fingerprint, r.status, COUNT(*), MIN(r.created_at), MAX(r.created_at), SUM(r.payload_bytes), MIN(r.error_message) \
-             FROM {from} GROUP BY r.vhost, r.queue, r.original_queue, r.reason, r.error_fingerprint, r.status \
-             ON CONFLICT (group_key) DO UPDATE SET records = g.records + excluded.records, oldest = LEAST(g.oldest, excluded.oldest), \
-             newest = GREATEST(g.newest, excluded.newest), payload_bytes = g.payload_bytes + excluded.payload_bytes, \
-             error_message = COALESCE(g.error_message, excluded.error_message);",
-            k = key_expr("r.")
-        )
-    };
+    let add = postgres_add;
     let sub = |from: &str| {
         format!(
             "UPDATE dead_letter_groups AS g SET records = g.records - d.n, payload_bytes = g.payload_bytes - d.b, \

@@ -107,6 +107,21 @@ fn exercise(a: &Archive) {
         let later: Vec<NewRecord> = (300..400).map(|i| rec(i, now)).collect();
         ops::insert_batch(c, &later).expect("insert");
         check(c, "second insert");
+        // A batch mixing archived records (a redelivery after a crash) with new ones, across a
+        // chunk boundary: only the new ones are inserted and counted.
+        let mixed: Vec<NewRecord> = (380..660).map(|i| rec(i, now)).collect();
+        assert_eq!(ops::insert_batch(c, &mixed).expect("mixed"), 260);
+        check(c, "mixed insert");
+        // The archiver's flag never outlives its transaction, and a user's own INSERT is still
+        // counted by the trigger.
+        assert!(rows(c, "SELECT name FROM archive_counters WHERE name = 'summary_by_archiver'").is_empty());
+        c.exec(
+            "INSERT INTO dead_letters (stable_key, vhost, queue, original_queue, original_routing_keys, reason, death_count, properties, headers, amqp_properties, payload, payload_bytes, status, created_at, updated_at) \
+             SELECT 'user-' || stable_key, vhost, queue, original_queue, original_routing_keys, reason, death_count, properties, headers, amqp_properties, payload, payload_bytes, status, created_at, updated_at FROM dead_letters WHERE id <= 30",
+            &[],
+        )
+        .expect("user insert");
+        check(c, "a user's INSERT");
         ops::edit(
             c,
             5,
