@@ -164,6 +164,16 @@ const PG_MIGRATION_LOCK: i64 = 0x6368_6172_6f6e;
 /// database at a whole version, and two processes opening the same database at once apply each
 /// migration once (the second sees the first's version and skips it).
 pub fn migrate(c: &mut dyn Conn) -> Result<(), ArchiveError> {
+    migrate_to(c, MIGRATIONS.len() as i64)
+}
+
+/// The number of the newest migration this build knows.
+pub fn latest() -> i64 {
+    MIGRATIONS.len() as i64
+}
+
+/// [`migrate`], stopping at version `target` (tests build a database as an older Charon left it).
+pub fn migrate_to(c: &mut dyn Conn, target: i64) -> Result<(), ArchiveError> {
     const CREATE: &str = "CREATE TABLE IF NOT EXISTS archive_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)";
     match c.dialect() {
         Dialect::Sqlite => c.batch(CREATE)?,
@@ -180,7 +190,7 @@ pub fn migrate(c: &mut dyn Conn) -> Result<(), ArchiveError> {
             Dialect::Postgres => "BEGIN; LOCK TABLE archive_migrations IN EXCLUSIVE MODE",
         };
         c.batch(begin)?;
-        match step(c, known) {
+        match step(c, known, target) {
             Ok(Some(version)) => {
                 c.batch("COMMIT")?;
                 tracing::info!(version, "archive schema migrated");
@@ -199,7 +209,7 @@ pub fn migrate(c: &mut dyn Conn) -> Result<(), ArchiveError> {
 
 /// Inside the locked transaction: applies the next missing migration (its version), or `None`
 /// when the database is current.
-fn step(c: &mut dyn Conn, known: i64) -> Result<Option<i64>, ArchiveError> {
+fn step(c: &mut dyn Conn, known: i64, target: i64) -> Result<Option<i64>, ArchiveError> {
     let rows = c.query("SELECT MAX(version) FROM archive_migrations", &[])?;
     let have = rows
         .first()
@@ -209,7 +219,7 @@ fn step(c: &mut dyn Conn, known: i64) -> Result<Option<i64>, ArchiveError> {
     if have > known {
         return Err(ArchiveError::TooNew { found: have, known });
     }
-    let Some(m) = MIGRATIONS.get(have as usize) else {
+    let Some(m) = MIGRATIONS.get(have as usize).filter(|_| have < target) else {
         return Ok(None);
     };
     let version = have + 1;
