@@ -17,8 +17,8 @@ fn rec(i: usize, at: i64) -> NewRecord {
     NewRecord {
         stable_key: format!("s:1:{i}"),
         vhost: "/".into(),
-        queue: if i % 2 == 0 { "dlq-a" } else { "dlq-b" }.into(),
-        original_queue: (i % 5 != 0).then(|| format!("orders-{}", i % 4)),
+        queue: if i.is_multiple_of(2) { "dlq-a" } else { "dlq-b" }.into(),
+        original_queue: (!i.is_multiple_of(5)).then(|| format!("orders-{}", i % 4)),
         original_exchange: Some("orders".into()),
         original_routing_keys: vec![format!("orders-{}", i % 4)],
         reason: Some("rejected".into()),
