@@ -30,8 +30,9 @@ const RECORD_COLS: &str = "stable_key, vhost, queue, original_queue, original_ex
     error_stacktrace, error_fingerprint, status, created_at, updated_at";
 
 /// Migration 5: an index for the `queue` filter in id order, the insert trigger that steps
-/// aside for the archiver's batches, and (PostgreSQL) records kept uncompressed in their heap
-/// page up to 8 KB instead of compressed into TOAST past 2 KB.
+/// aside for the archiver's batches, and (PostgreSQL) the large columns compressed with lz4
+/// instead of pglz (where the server lacks lz4, PostgreSQL < 14 or built without it: records
+/// kept uncompressed in their heap page up to 8 KB).
 pub fn v5(d: Dialect) -> String {
     let flag = format!("SELECT 1 FROM archive_counters WHERE name = '{SUMMARY_FLAG}'");
     match d {
@@ -43,7 +44,13 @@ CREATE TRIGGER dead_letter_groups_insert AFTER INSERT ON dead_letters WHEN NOT E
         ),
         Dialect::Postgres => format!(
             "CREATE INDEX dead_letters_queue_id ON dead_letters (queue, id);
-ALTER TABLE dead_letters SET (toast_tuple_target = 8160);
+DO $do$ BEGIN
+    EXECUTE 'ALTER TABLE dead_letters ALTER COLUMN payload SET COMPRESSION lz4, ALTER COLUMN headers SET COMPRESSION lz4, \
+        ALTER COLUMN amqp_properties SET COMPRESSION lz4, ALTER COLUMN error_stacktrace SET COMPRESSION lz4, \
+        ALTER COLUMN properties SET COMPRESSION lz4';
+EXCEPTION WHEN OTHERS THEN
+    ALTER TABLE dead_letters SET (toast_tuple_target = 8160);
+END $do$;
 CREATE OR REPLACE FUNCTION dead_letter_groups_insert() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF EXISTS ({flag}) THEN RETURN NULL; END IF; {ins} RETURN NULL; END $$;",
             ins = postgres_add("new_rows AS r")
         ),

@@ -17,7 +17,12 @@ fn rec(i: usize, at: i64) -> NewRecord {
     NewRecord {
         stable_key: format!("s:1:{i}"),
         vhost: "/".into(),
-        queue: if i.is_multiple_of(2) { "dlq-a" } else { "dlq-b" }.into(),
+        queue: if i.is_multiple_of(2) {
+            "dlq-a"
+        } else {
+            "dlq-b"
+        }
+        .into(),
         original_queue: (!i.is_multiple_of(5)).then(|| format!("orders-{}", i % 4)),
         original_exchange: Some("orders".into()),
         original_routing_keys: vec![format!("orders-{}", i % 4)],
@@ -129,6 +134,21 @@ fn upgrade(url: &str, mut old: Box<dyn Conn>) {
             Dialect::Postgres => "SELECT indexname FROM pg_indexes WHERE indexname = 'dead_letters_queue_id'",
         };
         assert_eq!(rows(c, index).len(), 1, "the (queue, id) index");
+        if c.dialect() == Dialect::Postgres {
+            // Bodies compressed with lz4 (PostgreSQL ≥ 14 with lz4), else kept inline up to 8 KB.
+            let lz4 = rows(
+                c,
+                "SELECT attcompression::text FROM pg_attribute WHERE attrelid = 'dead_letters'::regclass AND attname = 'payload'",
+            );
+            let inline = rows(
+                c,
+                "SELECT 1 FROM pg_class WHERE relname = 'dead_letters' AND 'toast_tuple_target=8160' = ANY(reloptions)",
+            );
+            assert!(
+                lz4.first().is_some_and(|r| r[0].text() == "l") || !inline.is_empty(),
+                "payload storage after migration 5: {lz4:?}"
+            );
+        }
         // The archiver's batches on the upgraded database: records 100..119 are there already
         // (a redelivery), 120..399 are new.
         let batch: Vec<NewRecord> = (100..400).map(|i| rec(i, now)).collect();

@@ -323,12 +323,7 @@ pub async fn run_archive(args: BenchArgs) -> Result<Value, BenchError> {
 
     // Query latency over the whole archive. First, right after the replay (whose status
     // changes left old index entries behind until the database cleans them): one page by status.
-    let status_first = latency(
-        &args,
-        "/api/dead-letters?status=PENDING&page_size=100",
-        1,
-    )
-    .await?;
+    let status_first = latency(&args, "/api/dead-letters?status=PENDING&page_size=100", 1).await?;
     let total = api(&args, "GET", "/api/dead-letters?page_size=1".into(), None).await?["total"]
         .as_u64()
         .unwrap_or(0);
