@@ -1,7 +1,7 @@
 //! A stored record and its JSON (the API's shape, docs/archive.md).
 
 use base64::Engine;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::sql::Cell;
 use crate::time::format_ms;
@@ -103,36 +103,49 @@ impl Record {
 
     /// The API's JSON.
     pub fn to_json(&self) -> Value {
+        self.clone().into_json()
+    }
+
+    /// The API's JSON, taking the record apart (a list page moves its records' headers and
+    /// properties into the answer instead of copying them).
+    pub fn into_json(self) -> Value {
         let (payload, encoding) = payload_json(&self.payload);
-        json!({
-            "id": self.id,
-            "vhost": self.vhost,
-            "queue": self.queue,
-            "original_queue": self.original_queue,
-            "original_exchange": self.original_exchange,
-            "original_routing_keys": self.original_routing_keys,
-            "reason": self.reason,
-            "death_count": self.death_count,
-            "message_id": self.message_id,
-            "correlation_id": self.correlation_id,
-            "key": self.key,
-            "content_type": self.content_type,
-            "properties": self.properties,
-            "headers": self.headers,
-            "payload": payload,
-            "payload_encoding": encoding,
-            "payload_bytes": self.payload.len(),
-            "error_message": self.error_message,
-            "error_stacktrace": self.error_stacktrace,
-            "error_fingerprint": self.error_fingerprint,
-            "status": self.status,
-            "replay_count": self.replay_count,
-            "last_replayed_at": self.last_replayed_at.map(format_ms),
-            "resolved_by": self.resolved_by,
-            "resolution_note": self.resolution_note,
-            "created_at": format_ms(self.created_at),
-            "updated_at": format_ms(self.updated_at),
-        })
+        let opt = |s: Option<String>| s.map_or(Value::Null, Value::String);
+        let mut m = serde_json::Map::with_capacity(27);
+        let mut put = |k: &str, v: Value| {
+            m.insert(k.to_string(), v);
+        };
+        put("id", self.id.into());
+        put("vhost", self.vhost.into());
+        put("queue", self.queue.into());
+        put("original_queue", opt(self.original_queue));
+        put("original_exchange", opt(self.original_exchange));
+        put("original_routing_keys", self.original_routing_keys.into());
+        put("reason", opt(self.reason));
+        put("death_count", self.death_count.into());
+        put("message_id", opt(self.message_id));
+        put("correlation_id", opt(self.correlation_id));
+        put("key", opt(self.key));
+        put("content_type", opt(self.content_type));
+        put("properties", self.properties);
+        put("headers", self.headers);
+        put("payload", payload.into());
+        put("payload_encoding", encoding.into());
+        put("payload_bytes", self.payload.len().into());
+        put("error_message", opt(self.error_message));
+        put("error_stacktrace", opt(self.error_stacktrace));
+        put("error_fingerprint", opt(self.error_fingerprint));
+        put("status", self.status.into());
+        put("replay_count", self.replay_count.into());
+        put(
+            "last_replayed_at",
+            self.last_replayed_at.map(format_ms).into(),
+        );
+        put("resolved_by", opt(self.resolved_by));
+        put("resolution_note", opt(self.resolution_note));
+        put("created_at", format_ms(self.created_at).into());
+        put("updated_at", format_ms(self.updated_at).into());
+        Value::Object(m)
     }
 }
 
