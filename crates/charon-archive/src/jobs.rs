@@ -309,6 +309,14 @@ pub fn finish(
         }
     }
     let last_error = results.iter().rev().find_map(|(_, r)| r.as_ref().err());
+    let ids: Vec<i64> = results.iter().map(|(id, _)| *id).collect();
+    // The records' entries under the status they had before the replay died when they became
+    // PROCESSING (`inflight`); the PROCESSING ones die with this transaction.
+    let before: Vec<&str> = status::ALL
+        .into_iter()
+        .filter(|s| *s != status::PROCESSING)
+        .collect();
+    prune_status_entries(c, &ids, &before)?;
     transaction(c, |c| {
         let now = now_ms();
         if !ok.is_empty() {
@@ -338,7 +346,54 @@ pub fn finish(
             audit_outcome(c, job.id)?;
         }
         Ok(())
-    })
+    })?;
+    prune_status_entries(c, &ids, &[status::PROCESSING])
+}
+
+/// PostgreSQL: scans `(status, id)` under each of `statuses` over the id ranges of `ids`, where
+/// the records' old versions' index entries are dead since their status changed. The scan visits
+/// each dead version once and marks its entry dead in the index, so the next page by status
+/// skips it instead of visiting its heap row. Without this, the first list page by status after
+/// a replay of 20,000 records visited all of them: 60 ms over 1,000,000 records, 3 ms for the
+/// pages after it (autovacuum, which removes them, comes within a minute). Ranges, not the ids
+/// (with `id IN (…)` the planner reads the primary key and never touches `(status, id)`); the
+/// sorted ids are cut into runs no wider than 4 × their count + 64, so a scattered selection
+/// does not scan the live records between (too many runs: left to autovacuum). SQLite keeps no dead versions (nothing to do).
+fn prune_status_entries(
+    c: &mut dyn Conn,
+    ids: &[i64],
+    statuses: &[&str],
+) -> Result<(), ArchiveError> {
+    if c.dialect() != crate::sql::Dialect::Postgres || ids.is_empty() {
+        return Ok(());
+    }
+    let mut sorted = ids.to_vec();
+    sorted.sort_unstable();
+    let mut runs: Vec<(i64, i64)> = Vec::new();
+    let (mut lo, mut hi, mut n) = (sorted[0], sorted[0], 1i64);
+    for &id in &sorted[1..] {
+        if id - lo <= 4 * (n + 1) + 64 {
+            hi = id;
+            n += 1;
+        } else {
+            runs.push((lo, hi));
+            (lo, hi, n) = (id, id, 1);
+        }
+    }
+    runs.push((lo, hi));
+    if runs.len() > 4 + sorted.len() / 64 {
+        // Scattered records: a statement per few records costs more than it saves; autovacuum.
+        return Ok(());
+    }
+    for (lo, hi) in runs {
+        for s in statuses {
+            c.query(
+                "SELECT COUNT(*) FROM dead_letters WHERE status = ? AND id >= ? AND id <= ?",
+                &[Param::from(*s), lo.into(), hi.into()],
+            )?;
+        }
+    }
+    Ok(())
 }
 
 /// INFLIGHT items whose fate the store's recovered last index `recovered` cannot decide: no
