@@ -188,7 +188,10 @@ async fn list(
     let (items, total) = svc
         .read(move |c| ops::list(c, &filter, sort.as_deref(), page, size))
         .await?;
-    let items: Vec<Value> = items.into_iter().map(charon_archive::Record::into_json).collect();
+    let items: Vec<Value> = items
+        .into_iter()
+        .map(charon_archive::Record::into_json)
+        .collect();
     Ok(
         Json(json!({"items": items, "total": total, "page": page, "page_size": size}))
             .into_response(),
