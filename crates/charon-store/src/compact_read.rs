@@ -140,7 +140,7 @@ pub(crate) fn records(
             j += 1;
         }
         if let Some(run) = read(shared, first.seg, start, end - start) {
-            for (id, l) in &sorted[i..j] {
+            for (id, l) in sorted.get(i..j).unwrap_or(&[]) {
                 let at = (l.offset - start) as usize;
                 if let Some(b) = run.get(at..at + l.len as usize) {
                     out.push((*id, *l, b.to_vec()));

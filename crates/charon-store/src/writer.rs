@@ -8,8 +8,8 @@ use std::mem;
 use std::sync::Arc;
 
 use crate::compaction;
-use crate::record;
 use crate::error::CommitError;
+use crate::record;
 use crate::segment::SEGMENT_HEADER_LEN;
 use crate::spare;
 use crate::storage::StorageFile;
