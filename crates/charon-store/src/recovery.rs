@@ -11,6 +11,7 @@ use bytes::Bytes;
 use crate::error::OpenError;
 use crate::index::{Index, Loc};
 use crate::record::{self, Payload};
+use crate::recovered_list::RecoveredList;
 use crate::segment::{self, BadHeader, SEGMENT_HEADER_LEN, SegId};
 use crate::spare;
 use crate::storage::{Storage, StorageFile};
@@ -232,18 +233,20 @@ fn track_definition(defs: &mut BTreeMap<(u8, Bytes), Bytes>, p: &Payload<'_>) {
 }
 
 /// The per-queue lists: ids only (metadata stays on disk, `MetaReader`).
-fn collect_queues(index: &Index) -> std::collections::HashMap<u64, Vec<RecoveredEntry>> {
+/// Packed (`RecoveredList`: a few bytes a member) since the whole index is in memory meanwhile.
+fn collect_queues(index: &Index) -> std::collections::HashMap<u64, RecoveredList> {
     let mut out = std::collections::HashMap::with_capacity(index.queues.len());
     for (q, members) in &index.queues {
-        let list: Vec<RecoveredEntry> = members
-            .iter()
-            .map(|(id, e)| RecoveredEntry {
+        let mut list = RecoveredList::default();
+        for (id, e) in members.iter() {
+            list.push(&RecoveredEntry {
                 id,
                 msg: e.msg,
                 delivery_count: e.count,
                 parked: index.parks.get(&(*q, id)).map(|p| (p.due_ms, p.attempt)),
-            })
-            .collect();
+            });
+        }
+        list.shrink();
         out.insert(*q, list);
     }
     out

@@ -74,6 +74,11 @@ impl ReadyRing {
         self.live == 0
     }
 
+    /// Room for `n` more slots, allocated exactly.
+    pub(crate) fn reserve(&mut self, n: usize) {
+        self.slots.reserve_exact(n);
+    }
+
     fn position(&self, id: MsgId) -> Result<usize, usize> {
         // Fast paths: the back (publish) and the front (delivery, requeue).
         match self.slots.back() {
