@@ -426,7 +426,7 @@ mod tests {
                 let named: std::collections::BTreeSet<u64> = model
                     .iter()
                     .filter(|(id, _)| ms.get(id).is_some_and(|e| !e.multi()))
-                    .map(|(_, (_, v))| v[0].0)
+                    .filter_map(|(_, (_, v))| v.first().map(|m| m.0))
                     .collect();
                 proptest::prop_assert_eq!(ms.named_queues(), named.len());
                 let mut empty = ms.memberless();

@@ -241,9 +241,7 @@ impl ReadyRing {
     /// Remove `id`; `None` when it is not ready.
     pub(crate) fn remove(&mut self, id: MsgId) -> Option<Ready> {
         let i = self.position(id).ok()?;
-        if self.slots.get(i)?.message.is_none() {
-            return None;
-        }
+        self.slots.get(i)?.message.as_ref()?;
         let i = self.isolate(i, id);
         self.remove_at(i)
     }
