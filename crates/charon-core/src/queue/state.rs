@@ -129,12 +129,6 @@ impl QueueState {
         }
     }
 
-    /// Makes room for `n` more ready messages at once (recovery knows how many it restores: a
-    /// ring sized once never holds its old and new buffer together while doubling).
-    pub fn reserve(&mut self, n: usize) {
-        self.ready.reserve(n);
-    }
-
     /// Puts a recovered message back (restart): ready, at position `id`, with its absolute
     /// expiry; later publishes get ids above every restored one.
     pub fn restore(

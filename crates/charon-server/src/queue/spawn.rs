@@ -47,7 +47,7 @@ pub(crate) fn read_recovered(
 /// come back with their bodies on disk (read when delivered), redelivered if they had been
 /// delivered, expiring by the wall clock from their enqueue time. The entries come packed (a few
 /// bytes each) and each message's metadata is read as it enters the queue (recovery never holds
-/// a backlog's metadata); the ready ring is sized once for them (no doubling at 10M).
+/// a backlog's metadata); alike messages share one ready slot (a run).
 pub(crate) fn spawn_queue_with(
     meta: &QueueMeta,
     vhost: &Arc<VHostState>,
@@ -75,7 +75,6 @@ pub(crate) fn spawn_queue_with(
     let mut parked = Vec::new();
     // The store keeps no metadata per recovered message: each is read from its record here.
     let mut reader = vhost.persistence().map(|p| p.meta_reader());
-    state.reserve(recovered.len());
     for e in &recovered {
         let Some(sm) = reader.as_mut().and_then(|r| read_recovered(r, &e)) else {
             continue;

@@ -105,11 +105,6 @@ impl ReadyRing {
         self.live == 0
     }
 
-    /// Room for `n` more slots, allocated exactly.
-    pub(crate) fn reserve(&mut self, n: usize) {
-        self.slots.reserve_exact(n);
-    }
-
     /// `Ok(i)`: slot `i` holds `id` (live or a tombstone); `Err(i)`: `id` would go at `i`.
     fn position(&self, id: MsgId) -> Result<usize, usize> {
         // Fast paths: the back (publish) and the front (delivery, requeue).
