@@ -233,20 +233,19 @@ fn track_definition(defs: &mut BTreeMap<(u8, Bytes), Bytes>, p: &Payload<'_>) {
 }
 
 /// The per-queue lists: ids only (metadata stays on disk, `MetaReader`).
-/// Packed (`RecoveredList`: a few bytes a member) since the whole index is in memory meanwhile.
+/// Packed (`RecoveredList`: a few bytes a member, sized exactly) since the whole index is in
+/// memory meanwhile.
 fn collect_queues(index: &Index) -> std::collections::HashMap<u64, RecoveredList> {
     let mut out = std::collections::HashMap::with_capacity(index.queues.len());
     for (q, members) in &index.queues {
-        let mut list = RecoveredList::default();
-        for (id, e) in members.iter() {
-            list.push(&RecoveredEntry {
+        let list = RecoveredList::exact(|| {
+            members.iter().map(|(id, e)| RecoveredEntry {
                 id,
                 msg: e.msg,
                 delivery_count: e.count,
                 parked: index.parks.get(&(*q, id)).map(|p| (p.due_ms, p.attempt)),
-            });
-        }
-        list.shrink();
+            })
+        });
         out.insert(*q, list);
     }
     out
