@@ -21,6 +21,7 @@ use charon_core::{Body, Delivery, Message, MsgId, QueueState};
 use charon_protocol::RawProperties;
 
 use super::held_runs::HeldRuns;
+use super::idmap::IdMap;
 use super::idset::IdSet;
 use crate::persist::Persistence;
 
@@ -77,6 +78,8 @@ impl PagedShapes {
 
 /// Ready body bytes of a queue from which its transient messages are tracked for paging.
 pub(super) const TRACK_BACKLOG: u64 = 4 << 20;
+/// Stale ids `trim_held` may drop per call beyond twice those pushed since the last.
+const TRIM_HELD_MIN: usize = 4096;
 /// Body size from which a transient message is always tracked for paging.
 pub(super) const TRACK_BYTES: usize = 64 << 10;
 
@@ -96,7 +99,7 @@ pub(crate) struct StoreSide {
     /// Transient messages paged out to the page-out area.
     paged_out: IdSet,
     /// Bodies held in memory and counted against the budget.
-    bodies: foldhash::HashMap<MsgId, Held>,
+    bodies: IdMap<Held>,
     /// Messages whose bodies are held, oldest first (candidates for paging out).
     held: VecDeque<MsgId>,
     /// Small transient bodies held and counted, not in `bodies` (runs of ids: nothing a
@@ -107,12 +110,14 @@ pub(crate) struct StoreSide {
     shapes: PagedShapes,
     /// Messages retried to the tail under a new id (`queue::retry`): new id → id in the store,
     /// and back. Ids are never reused in a queue, so both directions are unambiguous.
-    alias: foldhash::HashMap<MsgId, MsgId>,
-    alias_back: foldhash::HashMap<MsgId, MsgId>,
+    alias: IdMap<MsgId>,
+    alias_back: IdMap<MsgId>,
     /// After the last page-out pass: page-out's lag (`PageLag`).
     lag: PageLag,
     /// When the last page-out pass ran (the test knob `page_out_test_delay_ms` spaces them).
     last_pass: Option<std::time::Instant>,
+    /// Ids pushed to `held` since the last `trim_held`.
+    held_pushed: usize,
 }
 
 /// How far a queue's page-out lags behind, after a pass.
@@ -145,15 +150,38 @@ impl StoreSide {
             shadow_used: false,
             stored,
             paged_out: IdSet::default(),
-            bodies: foldhash::HashMap::default(),
+            bodies: IdMap::default(),
             held: VecDeque::new(),
             small: HeldRuns::default(),
             shapes,
-            alias: foldhash::HashMap::default(),
-            alias_back: foldhash::HashMap::default(),
+            alias: IdMap::default(),
+            alias_back: IdMap::default(),
             lag: PageLag::default(),
             last_pass: None,
+            held_pushed: 0,
         }
+    }
+
+    /// `id`'s body is held: a candidate for paging out, after those already held.
+    fn push_held(&mut self, id: MsgId) {
+        self.held.push_back(id);
+        self.held_pushed += 1;
+    }
+
+    /// Drops ids of bodies no longer held from the front of `held` (those that left, or were
+    /// renamed, first): without it a queue that never pages out would keep every id it ever
+    /// tracked. At most a bounded number per call, proportional to what was pushed since the
+    /// last, so no turn of the actor pays for a whole backlog at once.
+    fn trim_held(&mut self) {
+        let mut budget = TRIM_HELD_MIN + 2 * std::mem::take(&mut self.held_pushed);
+        while budget > 0
+            && let Some(&id) = self.held.front()
+            && !self.bodies.contains_key(id)
+        {
+            self.held.pop_front();
+            budget -= 1;
+        }
+        self.shrink();
     }
 
     /// Page-out's lag after the last pass.
@@ -183,7 +211,7 @@ impl StoreSide {
 
     /// The id under which the store knows the queue's message `id`.
     fn store_qid(&self, id: MsgId) -> MsgId {
-        self.alias.get(&id).copied().unwrap_or(id)
+        self.alias.get(id).copied().unwrap_or(id)
     }
 
     /// Stored message `id` was parked until `due` for retry `attempt` (one `Park` record, no
@@ -199,7 +227,7 @@ impl StoreSide {
     pub(crate) fn renamed(&mut self, old: MsgId, new: MsgId) {
         let stored = self.stored.remove(old);
         let paged = self.paged_out.remove(old);
-        let body = self.bodies.remove(&old).or_else(|| {
+        let body = self.bodies.remove(old).or_else(|| {
             self.small.remove(old).map(|bytes| Held {
                 msg: 0,
                 bytes,
@@ -217,17 +245,21 @@ impl StoreSide {
         }
         if let Some(b) = body {
             self.bodies.insert(new, b);
-            self.held.push_back(new);
+            self.push_held(new);
         }
-        let first = self.alias.remove(&old).unwrap_or(old);
+        if !stored && !paged && body.is_none_or(|b| b.msg == 0) {
+            // A transient body the store never saw: nothing to find under the old id.
+            return;
+        }
+        let first = self.alias.remove(old).unwrap_or(old);
         self.alias_back.insert(first, new);
         self.alias.insert(new, first);
     }
 
     fn forget_alias(&mut self, id: MsgId) -> MsgId {
-        match self.alias.remove(&id) {
+        match self.alias.remove(id) {
             Some(first) => {
-                self.alias_back.remove(&first);
+                self.alias_back.remove(first);
                 first
             }
             None => id,
@@ -270,7 +302,7 @@ impl StoreSide {
                 },
             );
             self.p.hold(u64::from(held));
-            self.held.push_back(id);
+            self.push_held(id);
         }
     }
 
@@ -289,11 +321,11 @@ impl StoreSide {
 
     /// Message `id` left through a record that already removed it (a dead-letter move).
     pub(crate) fn moved(&mut self, id: MsgId) {
-        let id = self.alias_back.get(&id).copied().unwrap_or(id);
+        let id = self.alias_back.get(id).copied().unwrap_or(id);
         self.forget_alias(id);
         if let Some(bytes) = self
             .bodies
-            .remove(&id)
+            .remove(id)
             .map(|b| b.bytes)
             .or_else(|| self.small.remove(id))
         {
@@ -316,7 +348,7 @@ impl StoreSide {
         let mut settled = Vec::new();
         let mut paged = Vec::new();
         for id in ids {
-            let body = self.bodies.remove(&id).or_else(|| {
+            let body = self.bodies.remove(id).or_else(|| {
                 self.small.remove(id).map(|bytes| Held {
                     msg: 0,
                     bytes,
@@ -347,10 +379,6 @@ impl StoreSide {
     /// Gives the tables' memory back once they are mostly empty (a drained backlog would keep
     /// them at their largest). Amortised O(1), as `charon_store`'s index.
     fn shrink(&mut self) {
-        let cap = self.bodies.capacity();
-        if cap > 1024 && self.bodies.len() * 4 < cap {
-            self.bodies.shrink_to(self.bodies.len() * 2);
-        }
         let cap = self.held.capacity();
         if cap > 1024 && self.held.len() * 4 < cap {
             self.held.shrink_to(self.held.len() * 2);
@@ -362,12 +390,12 @@ impl StoreSide {
         let held: u64 = self.bodies.values().map(|b| u64::from(b.bytes)).sum();
         self.p.release(held + self.small.bytes());
         self.small = HeldRuns::default();
-        self.bodies = foldhash::HashMap::default();
+        self.bodies = IdMap::default();
         self.stored = IdSet::default();
         self.paged_out = IdSet::default();
         self.held = VecDeque::new();
-        self.alias.clear();
-        self.alias_back.clear();
+        self.alias = IdMap::default();
+        self.alias_back = IdMap::default();
         self.p.purge(self.sid);
         if self.shadow_used && self.shadow != self.sid {
             self.p.purge(self.shadow);
@@ -406,7 +434,7 @@ impl StoreSide {
     ) -> (Arc<Message>, Option<u64>) {
         let stored = self.stored.contains(id);
         if !message.is_paged() {
-            let msg = match self.bodies.get(&id) {
+            let msg = match self.bodies.get(id) {
                 Some(b) if stored => Some(b.msg),
                 // Stored without a counted body (an empty one): asked of the store.
                 _ if stored => self.p.message_of(self.sid, self.store_qid(id)),
@@ -473,6 +501,7 @@ impl StoreSide {
     /// Leaves [`Self::page_lag`]: the written bodies still waiting, and what the next pass
     /// waits for (the actor wakes for it; its publishers wait while the lag is large).
     pub(crate) fn page_out(&mut self, state: &mut QueueState) {
+        self.trim_held();
         self.lag = PageLag::default();
         if !self.p.over_budget() {
             return;
@@ -487,7 +516,7 @@ impl StoreSide {
                     transient: true,
                 },
             );
-            self.held.push_back(id);
+            self.push_held(id);
         }
         self.lag.bytes = self.write_transient(state);
         if !self.pass_allowed() {
@@ -495,7 +524,7 @@ impl StoreSide {
         }
         let durable = self.p.durable_index();
         while let Some(&id) = self.held.front() {
-            let Some(e) = self.bodies.get(&id).copied() else {
+            let Some(e) = self.bodies.get(id).copied() else {
                 self.held.pop_front();
                 continue;
             };
@@ -531,7 +560,7 @@ impl StoreSide {
             };
             state.swap_message(id, paged);
             self.p.release(u64::from(e.bytes));
-            self.bodies.remove(&id);
+            self.bodies.remove(id);
             if e.transient {
                 self.paged_out.insert(id);
                 self.lag.bytes = self.lag.bytes.saturating_sub(u64::from(e.bytes));
@@ -555,7 +584,7 @@ impl StoreSide {
             if excess == 0 {
                 return written;
             }
-            let Some(e) = self.bodies.get_mut(&id) else {
+            let Some(e) = self.bodies.get_mut(id) else {
                 continue;
             };
             excess = excess.saturating_sub(u64::from(e.bytes));
@@ -571,7 +600,7 @@ impl StoreSide {
             }
             if let Some(msg) = self.p.publish_nowait(
                 m,
-                vec![(self.shadow, self.alias.get(&id).copied().unwrap_or(id))],
+                vec![(self.shadow, self.alias.get(id).copied().unwrap_or(id))],
                 now,
             ) {
                 e.msg = msg;
