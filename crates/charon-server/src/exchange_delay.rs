@@ -292,10 +292,13 @@ pub fn recover(
     for x in exchanges {
         let sid = store_id(&vhost.name, &x);
         known.insert(sid);
-        for e in rec.queues.get(&sid).map_or(&[][..], |v| v.as_slice()) {
+        let Some(list) = rec.queues.get(&sid) else {
+            continue;
+        };
+        for e in list {
             let Some(sm) = reader
                 .as_mut()
-                .and_then(|r| crate::queue::read_recovered(r, e))
+                .and_then(|r| crate::queue::read_recovered(r, &e))
             else {
                 continue;
             };

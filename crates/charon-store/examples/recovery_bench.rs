@@ -64,7 +64,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let t = Instant::now();
     let (store, rec) = Store::open_dir(&dir, StoreConfig::default())?;
     let elapsed = t.elapsed().as_secs_f64();
-    let live: usize = rec.queues.values().map(Vec::len).sum();
+    let live: usize = rec.queues.values().map(|q| q.len()).sum();
     println!(
         "recovered {live} live messages in {} queues (last index {}) in {elapsed:.2}s = {:.0} msgs/s",
         rec.queues.len(),

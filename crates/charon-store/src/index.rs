@@ -445,8 +445,8 @@ impl Index {
             return false;
         };
         e.seg() == seg
-            || self.messages.members(&msg).iter().any(|m| {
-                self.member_items.get(m).is_some_and(|it| {
+            || self.messages.members(&msg).any(|m| {
+                self.member_items.get(&m).is_some_and(|it| {
                     [it.enqueued, it.counted]
                         .iter()
                         .flatten()
@@ -464,14 +464,13 @@ impl Index {
     pub(crate) fn members_of(&self, msg: MessageId) -> Vec<(Member, u32)> {
         self.messages
             .members(&msg)
-            .iter()
             .map(|m| {
                 let count = self
                     .queues
                     .get(&m.0)
                     .and_then(|q| q.get(m.1))
                     .map_or(0, |e| e.count);
-                (*m, count)
+                (m, count)
             })
             .collect()
     }

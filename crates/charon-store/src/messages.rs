@@ -1,6 +1,7 @@
-//! [`Messages`]: the live messages of the index, one 32-byte entry each (plus the hash map's
-//! key and control byte: ~41 bytes a bucket), since there is one per stored message and a
-//! backlog of millions lives in RAM (docs/performance.md, "Position-based recovery").
+//! [`Messages`]: the live messages of the index, one 32-byte entry each in an [`IdTable`]
+//! (~34 bytes a message for dense ids, no hash table doubling), since there is one per stored
+//! message and a backlog of millions lives in RAM (docs/performance.md, "Position-based
+//! recovery", "Recovery of 10M").
 //!
 //! An entry holds where the message's record is (segment and offset as `u32`: the store keeps
 //! segment ids and segment files below 4 Gi, `docs/storage-format.md` §7) and, inline, its one
@@ -9,17 +10,20 @@
 
 use foldhash::HashMap as FastMap;
 
+use crate::id_table::IdTable;
 use crate::index::Loc;
 use crate::segment::SegId;
-use crate::types::{BodyRef, Member, MessageId};
+use crate::types::{BodyRef, Member, MessageId, QueueId};
 
 /// Set in `MsgEntry::body_off` when the members are in [`Messages::multi`] (records are at
 /// most 1 GiB, so a body offset never has this bit).
 const MULTI: u32 = 1 << 31;
 
-/// One live message (32 bytes). The body is the last field of its record, so its length is
-/// the record's length less the body offset. The metadata (exchange, routing key,
-/// properties, times) stays on disk: [`crate::MetaReader`] reads it.
+/// One live message (28 bytes, 4-byte aligned). The body is the last field of its record, so
+/// its length is the record's length less the body offset. The metadata (exchange, routing
+/// key, properties, times) stays on disk: [`crate::MetaReader`] reads it. The one member's
+/// queue is an index into [`Messages`]' table of queues (a store has few queues and millions
+/// of messages).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct MsgEntry {
     seg: u32,
@@ -29,8 +33,10 @@ pub(crate) struct MsgEntry {
     len: u32,
     /// Offset of the body from the start of the record, and [`MULTI`].
     body_off: u32,
-    /// The only member (unless [`MULTI`]).
-    one: Member,
+    /// The only member (unless [`MULTI`]): its queue's index, its queue-local id in halves.
+    queue: u32,
+    qid_lo: u32,
+    qid_hi: u32,
 }
 
 impl MsgEntry {
@@ -49,6 +55,14 @@ impl MsgEntry {
 
     fn body_off(&self) -> u32 {
         self.body_off & !MULTI
+    }
+
+    fn multi(&self) -> bool {
+        self.body_off & MULTI != 0
+    }
+
+    fn qid(&self) -> u64 {
+        u64::from(self.qid_lo) | (u64::from(self.qid_hi) << 32)
     }
 
     /// Where message `id`'s body is.
@@ -71,9 +85,14 @@ impl MsgEntry {
 /// The live messages by id.
 #[derive(Debug, Default)]
 pub(crate) struct Messages {
-    map: FastMap<MessageId, MsgEntry>,
+    map: IdTable<MsgEntry>,
     /// Member lists of messages flagged [`MULTI`] (zero, or two and more members).
     multi: FastMap<MessageId, Vec<Member>>,
+    /// Queues of inline members by index: (queue id, entries naming it).
+    queues: Vec<(QueueId, u32)>,
+    queue_index: FastMap<QueueId, u32>,
+    /// Indexes no entry names (reused).
+    free: Vec<u32>,
 }
 
 impl Messages {
@@ -91,16 +110,66 @@ impl Messages {
 
     #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.map.len() == 0
+    }
+
+    /// An entry's inline member.
+    fn one(&self, e: &MsgEntry) -> Member {
+        let q = self.queues.get(e.queue as usize).map_or(0, |(q, _)| *q);
+        (q, e.qid())
+    }
+
+    /// Queue `q`'s index, one more entry naming it.
+    fn intern(&mut self, q: QueueId) -> u32 {
+        if let Some(&i) = self.queue_index.get(&q) {
+            if let Some(slot) = self.queues.get_mut(i as usize) {
+                slot.1 += 1;
+            }
+            return i;
+        }
+        let i = match self.free.pop() {
+            Some(i) => {
+                if let Some(slot) = self.queues.get_mut(i as usize) {
+                    *slot = (q, 1);
+                }
+                i
+            }
+            None => {
+                self.queues.push((q, 1));
+                (self.queues.len() - 1) as u32
+            }
+        };
+        self.queue_index.insert(q, i);
+        i
+    }
+
+    /// One entry less names queue index `i`.
+    fn release(&mut self, i: u32) {
+        let Some(slot) = self.queues.get_mut(i as usize) else {
+            return;
+        };
+        slot.1 -= 1;
+        if slot.1 == 0 {
+            self.queue_index.remove(&slot.0);
+            self.free.push(i);
+        }
+    }
+
+    /// Makes `m` the inline member of `e`.
+    fn set_one(&mut self, e: &mut MsgEntry, m: Member) {
+        e.queue = self.intern(m.0);
+        e.qid_lo = m.1 as u32;
+        e.qid_hi = (m.1 >> 32) as u32;
     }
 
     /// Message `id`'s members, in the order they were added.
-    pub(crate) fn members(&self, id: &MessageId) -> &[Member] {
-        match self.map.get(id) {
-            Some(e) if e.body_off & MULTI == 0 => std::slice::from_ref(&e.one),
-            Some(_) => self.multi.get(id).map_or(&[], Vec::as_slice),
-            None => &[],
-        }
+    pub(crate) fn members(&self, id: &MessageId) -> impl Iterator<Item = Member> + '_ {
+        let (one, many): (Option<Member>, &[Member]) = match self.map.get(id) {
+            Some(e) if !e.multi() => (Some(self.one(e)), &[]),
+            Some(_) => (None, self.multi.get(id).map_or(&[][..], Vec::as_slice)),
+            None => (None, &[]),
+        };
+        one.into_iter().chain(many.iter().copied())
     }
 
     /// Message `id` lives in the record at `loc`, its body `body_off` bytes into it, with
@@ -123,50 +192,67 @@ impl Messages {
             offset,
             len: loc.len,
             body_off,
-            one: (0, 0),
+            queue: 0,
+            qid_lo: 0,
+            qid_hi: 0,
         };
         if let [one] = members.as_slice() {
-            e.one = *one;
+            self.set_one(&mut e, *one);
             self.multi.remove(&id);
         } else {
             e.body_off |= MULTI;
             self.multi.insert(id, members);
         }
-        self.map.insert(id, e);
+        if let Some(old) = self.map.insert(id, e)
+            && !old.multi()
+        {
+            self.release(old.queue);
+        }
         Some(())
     }
 
     /// Remove message `id`: its entry and members.
     pub(crate) fn remove(&mut self, id: &MessageId) -> Option<(MsgEntry, Vec<Member>)> {
         let e = self.map.remove(id)?;
-        let members = if e.body_off & MULTI == 0 {
-            vec![e.one]
+        let members = if e.multi() {
+            let list = self.multi.remove(id).unwrap_or_default();
+            shrink_sparse(&mut self.multi);
+            list
         } else {
-            self.multi.remove(id).unwrap_or_default()
+            let one = self.one(&e);
+            self.release(e.queue);
+            vec![one]
         };
-        shrink_sparse(&mut self.map);
         Some((e, members))
     }
 
     /// Add member `m` to message `id` (which exists).
     pub(crate) fn add_member(&mut self, id: MessageId, m: Member) {
-        let Some(e) = self.map.get_mut(&id) else {
+        let Some(e) = self.map.get(&id).copied() else {
             return;
         };
-        if e.body_off & MULTI == 0 {
-            e.body_off |= MULTI;
-            self.multi.insert(id, vec![e.one, m]);
-        } else {
+        if e.multi() {
             self.multi.entry(id).or_default().push(m);
+            return;
         }
+        let one = self.one(&e);
+        self.release(e.queue);
+        if let Some(x) = self.map.get_mut(&id) {
+            x.body_off |= MULTI;
+        }
+        self.multi.insert(id, vec![one, m]);
     }
 
     /// Remove member `m` from message `id`; `Some(true)` when it has no member left.
     pub(crate) fn remove_member(&mut self, id: MessageId, m: Member) -> Option<bool> {
-        let e = self.map.get_mut(&id)?;
-        if e.body_off & MULTI == 0 {
-            if e.one == m {
+        let mut e = self.map.get(&id).copied()?;
+        if !e.multi() {
+            if self.one(&e) == m {
+                self.release(e.queue);
                 e.body_off |= MULTI;
+                if let Some(x) = self.map.get_mut(&id) {
+                    *x = e;
+                }
                 self.multi.insert(id, Vec::new());
                 return Some(true);
             }
@@ -177,10 +263,14 @@ impl Messages {
         match list.as_slice() {
             [] => Some(true),
             [one] => {
-                e.one = *one;
-                e.body_off &= !MULTI;
+                let one = *one;
                 self.multi.remove(&id);
                 shrink_sparse(&mut self.multi);
+                self.set_one(&mut e, one);
+                e.body_off &= !MULTI;
+                if let Some(x) = self.map.get_mut(&id) {
+                    *x = e;
+                }
                 Some(false)
             }
             _ => Some(false),
@@ -194,6 +284,12 @@ impl Messages {
             .filter(|(_, v)| v.is_empty())
             .map(|(id, _)| *id)
             .collect()
+    }
+
+    /// Queues named by inline members (tests: the table gives indexes back).
+    #[cfg(test)]
+    fn named_queues(&self) -> usize {
+        self.queue_index.len()
     }
 }
 
@@ -222,15 +318,15 @@ mod tests {
     }
 
     #[test]
-    fn an_entry_is_32_bytes() {
-        assert_eq!(std::mem::size_of::<MsgEntry>(), 32);
+    fn an_entry_is_28_bytes() {
+        assert_eq!(std::mem::size_of::<MsgEntry>(), 28);
     }
 
     #[test]
     fn members_move_between_inline_and_the_side_map() {
         let mut ms = Messages::default();
         ms.insert(7, loc(3), 40, vec![(1, 1)]).expect("fits");
-        assert_eq!(ms.members(&7), &[(1, 1)]);
+        assert_eq!(ms.members(&7).collect::<Vec<_>>(), [(1, 1)]);
         let e = *ms.get(&7).expect("entry");
         assert_eq!(e.loc(), loc(3));
         assert_eq!(
@@ -239,7 +335,7 @@ mod tests {
         );
         ms.add_member(7, (2, 5));
         ms.add_member(7, (3, 5));
-        assert_eq!(ms.members(&7), &[(1, 1), (2, 5), (3, 5)]);
+        assert_eq!(ms.members(&7).collect::<Vec<_>>(), [(1, 1), (2, 5), (3, 5)]);
         assert_eq!(
             ms.get(&7).map(|e| e.body(7).len),
             Some(10),
@@ -248,12 +344,13 @@ mod tests {
         assert_eq!(ms.remove_member(7, (2, 5)), Some(false));
         assert_eq!(ms.remove_member(7, (9, 9)), Some(false));
         assert_eq!(ms.remove_member(7, (1, 1)), Some(false));
-        assert_eq!(ms.members(&7), &[(3, 5)]);
+        assert_eq!(ms.members(&7).collect::<Vec<_>>(), [(3, 5)]);
         assert!(ms.multi.is_empty(), "back inline");
         assert_eq!(ms.remove_member(7, (3, 5)), Some(true));
         assert_eq!(ms.memberless(), vec![7]);
         let (_, members) = ms.remove(&7).expect("removed");
         assert!(members.is_empty() && ms.is_empty() && ms.multi.is_empty());
+        assert_eq!(ms.named_queues(), 0, "queue indexes given back");
         assert_eq!(ms.remove_member(7, (3, 5)), None);
     }
 
@@ -319,11 +416,19 @@ mod tests {
                 }
                 proptest::prop_assert_eq!(ms.len(), model.len());
                 for (id, (place, v)) in &model {
-                    proptest::prop_assert_eq!(ms.members(id), v.as_slice());
+                    proptest::prop_assert_eq!(ms.members(id).collect::<Vec<_>>(), v.clone());
                     let e = ms.get(id).expect("present");
                     proptest::prop_assert_eq!(e.loc(), *place);
                     proptest::prop_assert_eq!((e.prefix_len(), e.body(*id).len), (60, 40));
                 }
+                // Queues of inline members (a single member added to an empty list stays in
+                // the side map).
+                let named: std::collections::BTreeSet<u64> = model
+                    .iter()
+                    .filter(|(id, _)| ms.get(id).is_some_and(|e| !e.multi()))
+                    .filter_map(|(_, (_, v))| v.first().map(|m| m.0))
+                    .collect();
+                proptest::prop_assert_eq!(ms.named_queues(), named.len());
                 let mut empty = ms.memberless();
                 empty.sort_unstable();
                 let want: Vec<MessageId> =

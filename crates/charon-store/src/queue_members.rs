@@ -1,17 +1,32 @@
 //! [`QueueMembers`]: one queue's live members (queue-local id → message, delivery count) in id
-//! order, as a ring of 24-byte slots with tombstones instead of a B-tree (~48 bytes an entry
+//! order, as chunks of 12-byte slots with tombstones instead of a B-tree (~48 bytes an entry
 //! with node slack when ids are appended in order), since there is one per stored message per
-//! queue (docs/performance.md, "Position-based recovery").
+//! queue (docs/performance.md, "Position-based recovery", "Recovery of 10M").
 //!
 //! Members arrive nearly in id order (a queue hands its ids out in order; records reach the log
 //! shortly after), so an insert is an append or a short shift near the back; a compaction copy
 //! re-creates a member at its own id, finding its tombstone. Removals leave tombstones, dropped
 //! at the ends (a FIFO queue settles its front) and compacted away once they outnumber the
-//! live members.
+//! live members. Chunks of at most [`CHUNK`] slots (ids as 32-bit offsets from the chunk's
+//! base) grow one at a time: no ring doubling (old and new buffer at once) at millions.
+//! Delivery counts are kept aside (only members delivered before have one).
 
 use std::collections::VecDeque;
 
+use foldhash::HashMap as FastMap;
+
+use crate::messages::shrink_sparse;
 use crate::types::MessageId;
+
+/// Slots a chunk takes by appends (a chunk may hold up to twice as many after inserts in the
+/// middle, then it splits).
+#[cfg(not(test))]
+const CHUNK: usize = 4096;
+/// Small in tests, so that the proptest splits and chains chunks.
+#[cfg(test)]
+const CHUNK: usize = 8;
+/// The message id of a tombstone (message ids are log indexes: never this one).
+const DEAD: MessageId = u64::MAX;
 
 /// One live member (16 bytes: there is one per message per queue).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,20 +35,91 @@ pub(crate) struct MemberEntry {
     pub(crate) count: u32,
 }
 
-/// A place in the ring (24 bytes); `live == false` is a tombstone.
+/// A place in a chunk (12 bytes, 4-byte aligned); message [`DEAD`] is a tombstone.
 #[derive(Debug, Clone, Copy)]
 struct Slot {
-    id: u64,
-    msg: MessageId,
-    count: u32,
-    live: bool,
+    /// Id less the chunk's base.
+    off: u32,
+    msg_lo: u32,
+    msg_hi: u32,
+}
+
+impl Slot {
+    fn new(off: u32, msg: MessageId) -> Self {
+        Slot {
+            off,
+            msg_lo: msg as u32,
+            msg_hi: (msg >> 32) as u32,
+        }
+    }
+
+    fn msg(&self) -> MessageId {
+        u64::from(self.msg_lo) | (u64::from(self.msg_hi) << 32)
+    }
+
+    fn set_msg(&mut self, msg: MessageId) {
+        self.msg_lo = msg as u32;
+        self.msg_hi = (msg >> 32) as u32;
+    }
+
+    fn live(&self) -> bool {
+        self.msg() != DEAD
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Chunk {
+    base: u64,
+    /// Sorted by `off`, never empty.
+    slots: VecDeque<Slot>,
+}
+
+impl Chunk {
+    fn id(&self, s: &Slot) -> u64 {
+        self.base + u64::from(s.off)
+    }
+
+    fn first(&self) -> u64 {
+        self.slots.front().map_or(self.base, |s| self.id(s))
+    }
+
+    fn last(&self) -> u64 {
+        self.slots.back().map_or(self.base, |s| self.id(s))
+    }
+
+    /// Whether id `id` (not below `base`) has an offset here.
+    fn fits(&self, id: u64) -> bool {
+        id >= self.base && id - self.base <= u64::from(u32::MAX)
+    }
+
+    fn find(&self, id: u64) -> Result<usize, usize> {
+        if id < self.base {
+            return Err(0);
+        }
+        let Ok(off) = u32::try_from(id - self.base) else {
+            return Err(self.slots.len());
+        };
+        self.slots.binary_search_by_key(&off, |s| s.off)
+    }
+
+    /// Moves the base down to `base` (every offset stays in range: checked by the caller).
+    fn rebase(&mut self, base: u64) {
+        let d = (self.base - base) as u32;
+        for s in &mut self.slots {
+            s.off += d;
+        }
+        self.base = base;
+    }
 }
 
 /// A queue's members by queue-local id.
 #[derive(Debug, Default)]
 pub(crate) struct QueueMembers {
-    slots: VecDeque<Slot>,
+    chunks: VecDeque<Chunk>,
+    /// Delivery counts above 0, by member id.
+    counts: FastMap<u64, u32>,
     live: usize,
+    dead: usize,
 }
 
 impl QueueMembers {
@@ -46,110 +132,196 @@ impl QueueMembers {
         self.live
     }
 
-    fn position(&self, id: u64) -> Result<usize, usize> {
-        match self.slots.back() {
-            None => return Err(0),
-            Some(b) if b.id < id => return Err(self.slots.len()),
-            Some(b) if b.id == id => return Ok(self.slots.len() - 1),
+    /// The chunk `id` falls in: the last one starting at or before it (0 when none does).
+    fn chunk_of(&self, id: u64) -> usize {
+        match self.chunks.back() {
+            None => return 0,
+            Some(b) if b.first() <= id => return self.chunks.len() - 1,
             _ => {}
         }
-        match self.slots.front() {
-            Some(f) if f.id == id => return Ok(0),
-            Some(f) if f.id > id => return Err(0),
-            _ => {}
-        }
-        self.slots.binary_search_by_key(&id, |s| s.id)
+        self.chunks
+            .partition_point(|c| c.first() <= id)
+            .saturating_sub(1)
+    }
+
+    fn slot(&self, id: u64) -> Option<(usize, usize)> {
+        let c = self.chunk_of(id);
+        let i = self.chunks.get(c)?.find(id).ok()?;
+        Some((c, i))
+    }
+
+    fn slot_mut(&mut self, id: u64) -> Option<&mut Slot> {
+        let (c, i) = self.slot(id)?;
+        self.chunks.get_mut(c)?.slots.get_mut(i)
     }
 
     pub(crate) fn get(&self, id: u64) -> Option<MemberEntry> {
-        let i = self.position(id).ok()?;
-        self.slots.get(i).filter(|s| s.live).map(|s| MemberEntry {
-            msg: s.msg,
-            count: s.count,
+        let (c, i) = self.slot(id)?;
+        let s = self.chunks.get(c)?.slots.get(i)?;
+        s.live().then(|| MemberEntry {
+            msg: s.msg(),
+            count: self.count_of(id),
         })
+    }
+
+    fn count_of(&self, id: u64) -> u32 {
+        self.counts.get(&id).copied().unwrap_or(0)
+    }
+
+    fn put_count(&mut self, id: u64, count: u32) {
+        if count == 0 {
+            if self.counts.remove(&id).is_some() {
+                shrink_sparse(&mut self.counts);
+            }
+        } else {
+            self.counts.insert(id, count);
+        }
     }
 
     /// Sets member `id`'s delivery count; false when it does not exist.
     pub(crate) fn set_count(&mut self, id: u64, count: u32) -> bool {
-        let Ok(i) = self.position(id) else {
+        if !self.slot_mut(id).is_some_and(|s| s.live()) {
             return false;
-        };
-        match self.slots.get_mut(i) {
-            Some(s) if s.live => {
-                s.count = count;
-                true
-            }
-            _ => false,
         }
+        self.put_count(id, count);
+        true
     }
 
     /// Adds (or replaces) member `id`.
     pub(crate) fn insert(&mut self, id: u64, e: MemberEntry) {
-        let slot = Slot {
-            id,
-            msg: e.msg,
-            count: e.count,
-            live: true,
-        };
-        match self.position(id) {
-            Ok(i) => {
-                if let Some(s) = self.slots.get_mut(i) {
-                    if !s.live {
-                        self.live += 1;
-                    }
-                    *s = slot;
-                }
-            }
-            Err(i) => {
-                self.slots.insert(i, slot);
-                self.live += 1;
-            }
+        if e.msg == DEAD {
+            return; // never a message id (a log index)
         }
+        self.put_count(id, e.count);
+        if let Some(s) = self.slot_mut(id) {
+            let was_live = s.live();
+            s.set_msg(e.msg);
+            if !was_live {
+                self.live += 1;
+                self.dead -= 1;
+            }
+            return;
+        }
+        self.live += 1;
+        let ci = self.chunk_of(id);
+        let n = self.chunks.len();
+        let Some(c) = self.chunks.get_mut(ci) else {
+            self.chunks.push_back(Self::one(id, e.msg));
+            return;
+        };
+        if id < c.first() {
+            // Below every member (ci == 0).
+            if c.slots.len() < CHUNK && c.last() - id <= u64::from(u32::MAX) {
+                if id < c.base {
+                    c.rebase(id);
+                }
+                let off = (id - c.base) as u32;
+                c.slots.push_front(Slot::new(off, e.msg));
+            } else {
+                self.chunks.push_front(Self::one(id, e.msg));
+            }
+            return;
+        }
+        let at = c.find(id).unwrap_or_else(|i| i);
+        let append = at == c.slots.len();
+        if append && ci + 1 == n && (c.slots.len() >= CHUNK || !c.fits(id)) {
+            self.chunks.push_back(Self::one(id, e.msg));
+            return;
+        }
+        if !c.fits(id) {
+            // Between this chunk and the next, too far from this one's base.
+            self.chunks.insert(ci + 1, Self::one(id, e.msg));
+            return;
+        }
+        let off = (id - c.base) as u32;
+        c.slots.insert(at, Slot::new(off, e.msg));
+        if c.slots.len() > 2 * CHUNK {
+            let mut right = c.slots.split_off(CHUNK);
+            c.slots.shrink_to_fit();
+            right.shrink_to_fit();
+            let base = c.base;
+            self.chunks.insert(ci + 1, Chunk { base, slots: right });
+        }
+    }
+
+    fn one(id: u64, msg: MessageId) -> Chunk {
+        let mut slots = VecDeque::with_capacity(1);
+        slots.push_back(Slot::new(0, msg));
+        Chunk { base: id, slots }
     }
 
     /// Removes member `id`.
     pub(crate) fn remove(&mut self, id: u64) -> Option<MemberEntry> {
-        let i = self.position(id).ok()?;
-        let s = self.slots.get_mut(i).filter(|s| s.live)?;
-        s.live = false;
+        let s = self.slot_mut(id).filter(|s| s.live())?;
+        let msg = s.msg();
+        s.set_msg(DEAD);
         let out = MemberEntry {
-            msg: s.msg,
-            count: s.count,
+            msg,
+            count: self.count_of(id),
         };
+        self.put_count(id, 0);
         self.live -= 1;
+        self.dead += 1;
         self.trim();
         Some(out)
     }
 
     /// Drops tombstones at the ends; compacts once they outnumber the live members; gives
-    /// memory back once the ring is mostly empty (amortised O(1) per removal).
+    /// memory back as chunks empty (amortised O(1) per removal).
     fn trim(&mut self) {
-        while self.slots.front().is_some_and(|s| !s.live) {
-            self.slots.pop_front();
+        while let Some(c) = self.chunks.front_mut() {
+            while c.slots.front().is_some_and(|s| !s.live()) {
+                c.slots.pop_front();
+                self.dead -= 1;
+            }
+            if !c.slots.is_empty() {
+                break;
+            }
+            self.chunks.pop_front();
         }
-        while self.slots.back().is_some_and(|s| !s.live) {
-            self.slots.pop_back();
+        while let Some(c) = self.chunks.back_mut() {
+            while c.slots.back().is_some_and(|s| !s.live()) {
+                c.slots.pop_back();
+                self.dead -= 1;
+            }
+            if !c.slots.is_empty() {
+                break;
+            }
+            self.chunks.pop_back();
         }
-        let dead = self.slots.len() - self.live;
-        if dead > 64 && dead > self.live {
-            self.slots.retain(|s| s.live);
+        if self.dead > 64 && self.dead > self.live {
+            for c in &mut self.chunks {
+                c.slots.retain(Slot::live);
+                c.slots.shrink_to_fit();
+            }
+            self.chunks.retain(|c| !c.slots.is_empty());
+            self.dead = 0;
         }
-        let cap = self.slots.capacity();
-        if cap > 1024 && self.slots.len() * 4 < cap {
-            self.slots.shrink_to(self.slots.len() * 2);
+        if let Some(c) = self.chunks.front_mut() {
+            let cap = c.slots.capacity();
+            if cap > 64 && c.slots.len() * 4 < cap {
+                c.slots.shrink_to(c.slots.len() * 2);
+            }
+        }
+        let cap = self.chunks.capacity();
+        if cap > 64 && self.chunks.len() * 4 < cap {
+            self.chunks.shrink_to(self.chunks.len() * 2);
         }
     }
 
     /// Live members in id order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, MemberEntry)> + '_ {
-        self.slots.iter().filter(|s| s.live).map(|s| {
-            (
-                s.id,
-                MemberEntry {
-                    msg: s.msg,
-                    count: s.count,
-                },
-            )
+        self.chunks.iter().flat_map(move |c| {
+            c.slots.iter().filter(|s| s.live()).map(move |s| {
+                let id = c.id(s);
+                (
+                    id,
+                    MemberEntry {
+                        msg: s.msg(),
+                        count: self.count_of(id),
+                    },
+                )
+            })
         })
     }
 }
@@ -161,8 +333,8 @@ mod tests {
     use std::collections::BTreeMap;
 
     #[test]
-    fn a_slot_is_24_bytes() {
-        assert_eq!(std::mem::size_of::<Slot>(), 24);
+    fn a_slot_is_12_bytes() {
+        assert_eq!(std::mem::size_of::<Slot>(), 12);
     }
 
     #[derive(Debug, Clone)]
@@ -174,11 +346,16 @@ mod tests {
 
     fn op() -> impl Strategy<Value = Op> {
         // Mostly near the back (as members arrive), sometimes anywhere.
-        let id = prop_oneof![3 => 0u64..400, 1 => 0u64..40];
+        let id = prop_oneof![
+            3 => 0u64..400,
+            1 => 0u64..40,
+            1 => (1u64 << 32)..(1u64 << 32) + 40,
+            1 => (u64::MAX - 40)..=u64::MAX,
+        ];
         prop_oneof![
-            3 => (id.clone(), any::<u64>()).prop_map(|(i, m)| Op::Insert(i, m)),
+            3 => (id.clone(), 0..u64::MAX).prop_map(|(i, m)| Op::Insert(i, m)),
             3 => id.clone().prop_map(Op::Remove),
-            1 => (id, any::<u32>()).prop_map(|(i, c)| Op::Count(i, c)),
+            1 => (id, prop_oneof![Just(0u32), any::<u32>()]).prop_map(|(i, c)| Op::Count(i, c)),
         ]
     }
 
@@ -206,7 +383,7 @@ mod tests {
                 let got: Vec<_> = r.iter().collect();
                 let want: Vec<_> = model.iter().map(|(k, v)| (*k, *v)).collect();
                 prop_assert_eq!(got, want);
-                for id in [0, 1, 39, 200, 399, 400] {
+                for id in [0, 1, 39, 200, 399, 400, 1 << 32, u64::MAX] {
                     prop_assert_eq!(r.get(id), model.get(&id).copied());
                 }
             }

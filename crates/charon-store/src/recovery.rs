@@ -11,6 +11,7 @@ use bytes::Bytes;
 use crate::error::OpenError;
 use crate::index::{Index, Loc};
 use crate::record::{self, Payload};
+use crate::recovered_list::RecoveredList;
 use crate::segment::{self, BadHeader, SEGMENT_HEADER_LEN, SegId};
 use crate::spare;
 use crate::storage::{Storage, StorageFile};
@@ -139,6 +140,29 @@ pub(crate) fn recover(storage: &dyn Storage) -> Result<RecoveryOutcome, OpenErro
                     last_index = f.index;
                     pos += f.total_len;
                 }
+                // A zero record header in the newest segment: the preallocated tail (`spare`),
+                // or torn. Decided by scanning the rest through the window, never by growing
+                // it over the whole remainder (up to a segment, 64 MiB, at recovery's peak).
+                Err(reason) if is_last && !win.at_end() && zero_header(rest) => {
+                    if zeros_from(&*file, &mut win, pos, ulen).map_err(io("read", seg))? {
+                        tracing::debug!(
+                            segment = seg,
+                            offset = pos,
+                            "cutting unused segment space"
+                        );
+                    } else {
+                        tracing::warn!(
+                            segment = seg,
+                            offset = pos,
+                            cut = len - pos as u64,
+                            %reason,
+                            "torn tail: truncating the log"
+                        );
+                        truncated_bytes += len - pos as u64;
+                    }
+                    cut(&*file, seg, pos as u64)?;
+                    break;
+                }
                 // Cut by the window, not by the file: read on from here.
                 Err(_) if !win.at_end() => {
                     let at_least = win.held_from(pos).saturating_mul(2);
@@ -184,6 +208,34 @@ pub(crate) fn recover(storage: &dyn Storage) -> Result<RecoveryOutcome, OpenErro
         last_segment,
         spare,
     })
+}
+
+/// Whether `rest` starts with a record header of zeros (never a record: its length is at least
+/// 20).
+fn zero_header(rest: &[u8]) -> bool {
+    !rest.is_empty() && rest.iter().take(record::HEADER_LEN).all(|b| *b == 0)
+}
+
+/// Whether the file is zeros from `from` to its end (read through the window).
+fn zeros_from(
+    file: &dyn StorageFile,
+    win: &mut Window,
+    from: usize,
+    len: usize,
+) -> std::io::Result<bool> {
+    let mut at = from;
+    while at < len {
+        win.load(file, at, 0)?;
+        let held = win.rest(at);
+        if held.is_empty() {
+            break;
+        }
+        if !held.iter().all(|b| *b == 0) {
+            return Ok(false);
+        }
+        at += held.len();
+    }
+    Ok(true)
 }
 
 /// Whether the whole file is zeros (read through the window).
@@ -232,18 +284,19 @@ fn track_definition(defs: &mut BTreeMap<(u8, Bytes), Bytes>, p: &Payload<'_>) {
 }
 
 /// The per-queue lists: ids only (metadata stays on disk, `MetaReader`).
-fn collect_queues(index: &Index) -> std::collections::HashMap<u64, Vec<RecoveredEntry>> {
+/// Packed (`RecoveredList`: a few bytes a member, sized exactly) since the whole index is in
+/// memory meanwhile.
+fn collect_queues(index: &Index) -> std::collections::HashMap<u64, RecoveredList> {
     let mut out = std::collections::HashMap::with_capacity(index.queues.len());
     for (q, members) in &index.queues {
-        let list: Vec<RecoveredEntry> = members
-            .iter()
-            .map(|(id, e)| RecoveredEntry {
+        let list = RecoveredList::exact(|| {
+            members.iter().map(|(id, e)| RecoveredEntry {
                 id,
                 msg: e.msg,
                 delivery_count: e.count,
                 parked: index.parks.get(&(*q, id)).map(|p| (p.due_ms, p.attempt)),
             })
-            .collect();
+        });
         out.insert(*q, list);
     }
     out

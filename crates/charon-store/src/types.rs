@@ -187,7 +187,7 @@ pub struct Recovered {
     /// Current definitions.
     pub definitions: BTreeMap<DefinitionKey, Bytes>,
     /// Live members per queue, in queue-local id order.
-    pub queues: HashMap<QueueId, Vec<RecoveredEntry>>,
+    pub queues: HashMap<QueueId, crate::RecoveredList>,
     /// Every log index up to this one is taken (by a valid record, or by
     /// one since reclaimed); appends continue above it. 0 for a new log.
     pub last_index: u64,

@@ -36,12 +36,13 @@ fn publish_to_two_queues_survives_restart_and_body_is_stored_once() {
         ]
     );
     assert_eq!(
-        rec.queues[&1][0].msg, rec.queues[&2][0].msg,
+        rec.queues[&1].first().expect("member").msg,
+        rec.queues[&2].first().expect("member").msg,
         "one message shared by both queues"
     );
     let a = store
         .meta_reader()
-        .read(rec.queues[&1][0].msg)
+        .read(rec.queues[&1].first().expect("member").msg)
         .expect("metadata");
     assert_eq!(a.exchange, Bytes::from_static(b"amq.direct"));
     assert_eq!(a.properties, Bytes::from_static(&[0x10, 0x00, 2]));
@@ -104,7 +105,7 @@ fn settle_dead_letter_delivery_count_and_definitions() {
             (9, vec![(1, b"dead".to_vec())]),
         ]
     );
-    assert_eq!(rec.queues[&1][0].delivery_count, 3);
+    assert_eq!(rec.queues[&1].first().expect("member").delivery_count, 3);
     assert_eq!(rec.definitions.len(), 1);
     assert_eq!(rec.definitions[&(1, Bytes::from("b"))], Bytes::from("2"));
 }

@@ -9,6 +9,7 @@ mod actor;
 pub(crate) mod admin;
 mod dead_letters;
 pub(crate) mod dl_errors;
+mod held_runs;
 mod idmap;
 mod idset;
 mod page_flow;

@@ -23,7 +23,7 @@ pub(crate) fn spawn_queue(
         Some(p) if meta.durable => Some(p.new_queue_id()),
         _ => None,
     };
-    spawn_queue_with(meta, vhost, vhost_name, store_id, Vec::new())
+    spawn_queue_with(meta, vhost, vhost_name, store_id, Default::default())
 }
 
 /// A recovered member's message, read back from its record (`None`, logged, when it cannot be:
@@ -45,18 +45,18 @@ pub(crate) fn read_recovered(
 
 /// [`spawn_queue`] with its store id and the messages recovered from the store for it. They
 /// come back with their bodies on disk (read when delivered), redelivered if they had been
-/// delivered, expiring by the wall clock from their enqueue time. The entries are consumed one
-/// by one, so each recovered record's metadata is freed as its message enters the queue (recovery
-/// never holds two full copies of a backlog's metadata).
+/// delivered, expiring by the wall clock from their enqueue time. The entries come packed (a few
+/// bytes each) and each message's metadata is read as it enters the queue (recovery never holds
+/// a backlog's metadata); alike messages share one ready slot (a run).
 pub(crate) fn spawn_queue_with(
     meta: &QueueMeta,
     vhost: &Arc<VHostState>,
     vhost_name: &str,
     store_id: Option<u64>,
-    recovered: Vec<charon_store::RecoveredEntry>,
+    recovered: charon_store::RecoveredList,
 ) -> QueueHandle {
     let quorum = meta.args.queue_type == charon_core::QueueType::Quorum;
-    let first_id = recovered.last().map_or(0, |e| e.id + 1);
+    let first_id = recovered.last_id().map_or(0, |id| id + 1);
     let any_recovered = !recovered.is_empty();
     let (handle, rx) = QueueHandle::with_type(meta.name.clone(), quorum, store_id, first_id);
     let effective = vhost.effective_args(meta);
@@ -75,7 +75,7 @@ pub(crate) fn spawn_queue_with(
     let mut parked = Vec::new();
     // The store keeps no metadata per recovered message: each is read from its record here.
     let mut reader = vhost.persistence().map(|p| p.meta_reader());
-    for e in recovered {
+    for e in &recovered {
         let Some(sm) = reader.as_mut().and_then(|r| read_recovered(r, &e)) else {
             continue;
         };

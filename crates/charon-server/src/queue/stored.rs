@@ -20,6 +20,7 @@ use bytes::Bytes;
 use charon_core::{Body, Delivery, Message, MsgId, QueueState};
 use charon_protocol::RawProperties;
 
+use super::held_runs::HeldRuns;
 use super::idmap::IdMap;
 use super::idset::IdSet;
 use crate::persist::Persistence;
@@ -101,6 +102,9 @@ pub(crate) struct StoreSide {
     bodies: IdMap<Held>,
     /// Messages whose bodies are held, oldest first (candidates for paging out).
     held: VecDeque<MsgId>,
+    /// Small transient bodies held and counted, not in `bodies` (runs of ids: nothing a
+    /// message); they move to `bodies` once the budget is exceeded (`page_out`).
+    small: HeldRuns,
     /// Shapes of paged-out messages (no paged-out message keeps a connection's read buffer
     /// alive: its properties are copied).
     shapes: PagedShapes,
@@ -148,6 +152,7 @@ impl StoreSide {
             paged_out: IdSet::default(),
             bodies: IdMap::default(),
             held: VecDeque::new(),
+            small: HeldRuns::default(),
             shapes,
             alias: IdMap::default(),
             alias_back: IdMap::default(),
@@ -222,7 +227,13 @@ impl StoreSide {
     pub(crate) fn renamed(&mut self, old: MsgId, new: MsgId) {
         let stored = self.stored.remove(old);
         let paged = self.paged_out.remove(old);
-        let body = self.bodies.remove(old);
+        let body = self.bodies.remove(old).or_else(|| {
+            self.small.remove(old).map(|bytes| Held {
+                msg: 0,
+                bytes,
+                transient: true,
+            })
+        });
         if !stored && !paged && body.is_none() {
             return;
         }
@@ -278,7 +289,10 @@ impl StoreSide {
             self.stored.insert(id);
         }
         // Not stored: tracked only so that its body can be paged out under pressure.
-        if held > 0 {
+        if held > 0 && stored.is_none() && (held as usize) < TRACK_BYTES {
+            self.small.insert(id, held);
+            self.p.hold(u64::from(held));
+        } else if held > 0 {
             self.bodies.insert(
                 id,
                 Held {
@@ -309,8 +323,13 @@ impl StoreSide {
     pub(crate) fn moved(&mut self, id: MsgId) {
         let id = self.alias_back.get(id).copied().unwrap_or(id);
         self.forget_alias(id);
-        if let Some(b) = self.bodies.remove(id) {
-            self.p.release(u64::from(b.bytes));
+        if let Some(bytes) = self
+            .bodies
+            .remove(id)
+            .map(|b| b.bytes)
+            .or_else(|| self.small.remove(id))
+        {
+            self.p.release(u64::from(bytes));
         }
         self.stored.remove(id);
         self.paged_out.remove(id);
@@ -319,13 +338,23 @@ impl StoreSide {
 
     /// Messages left the queue (acked, expired, dropped, purged, ...): settle the stored ones.
     pub(crate) fn gone(&mut self, ids: Vec<MsgId>) {
-        if self.stored.is_empty() && self.paged_out.is_empty() && self.bodies.is_empty() {
+        if self.stored.is_empty()
+            && self.paged_out.is_empty()
+            && self.bodies.is_empty()
+            && self.small.is_empty()
+        {
             return;
         }
         let mut settled = Vec::new();
         let mut paged = Vec::new();
         for id in ids {
-            let body = self.bodies.remove(id);
+            let body = self.bodies.remove(id).or_else(|| {
+                self.small.remove(id).map(|bytes| Held {
+                    msg: 0,
+                    bytes,
+                    transient: true,
+                })
+            });
             if let Some(b) = body {
                 self.p.release(u64::from(b.bytes));
             }
@@ -359,7 +388,8 @@ impl StoreSide {
     /// The queue is deleted: all its stored messages go.
     pub(crate) fn purge(&mut self) {
         let held: u64 = self.bodies.values().map(|b| u64::from(b.bytes)).sum();
-        self.p.release(held);
+        self.p.release(held + self.small.bytes());
+        self.small = HeldRuns::default();
         self.bodies = IdMap::default();
         self.stored = IdSet::default();
         self.paged_out = IdSet::default();
@@ -475,6 +505,18 @@ impl StoreSide {
         self.lag = PageLag::default();
         if !self.p.over_budget() {
             return;
+        }
+        // Over budget: small bodies become candidates too (after those tracked already).
+        for (id, bytes) in self.small.take_all() {
+            self.bodies.insert(
+                id,
+                Held {
+                    msg: 0,
+                    bytes,
+                    transient: true,
+                },
+            );
+            self.push_held(id);
         }
         self.lag.bytes = self.write_transient(state);
         if !self.pass_allowed() {

@@ -72,7 +72,7 @@ pub fn contents(store: &Store, rec: &Recovered) -> Contents {
             let items = v
                 .iter()
                 .map(|e| {
-                    let (_, body) = read_entry(store, &mut reader, e);
+                    let (_, body) = read_entry(store, &mut reader, &e);
                     (e.id, body.to_vec())
                 })
                 .collect();
@@ -101,7 +101,7 @@ pub fn snapshot(store: &Store, rec: &Recovered) -> Snapshot {
             let items = v
                 .iter()
                 .map(|e| {
-                    let (_, body) = read_entry(store, &mut reader, e);
+                    let (_, body) = read_entry(store, &mut reader, &e);
                     (e.id, digest(&body), e.delivery_count)
                 })
                 .collect();

@@ -6,6 +6,12 @@
 //! instructions and ~100 bytes for the B-tree map plus expiry set this replaces
 //! (docs/performance.md).
 //!
+//! Runs: consecutive ids that share one `Arc<Message>` (paged-out and recovered messages that
+//! look alike share their shape, `PagedShapes` in the server), expiry time, return count and
+//! redelivered flag are one slot (`run` more ids after `id`): a recovered or paged-out backlog
+//! of millions is a handful of slots instead of 32 bytes a message (docs/performance.md,
+//! "Recovery of 10M"). Taking one message out of the middle of a run splits it.
+//!
 //! Expiry: while the expiry times of the slots are non-decreasing in id order (no TTL at all, or
 //! one queue TTL with one publisher: the usual cases) the ring itself is the expiry order and
 //! no index is kept. The first insert that breaks the order builds an expiry set
@@ -19,6 +25,8 @@ use crate::queue::MsgId;
 
 /// No expiry (a slot's `expires_at`).
 const NEVER: u64 = u64::MAX;
+/// `Slot::flags`: the redelivered bit; the bits below it count returns (saturating).
+const REDELIVERED: u32 = 1 << 31;
 
 /// A ready message.
 #[derive(Debug, Clone)]
@@ -31,26 +39,47 @@ pub(crate) struct Ready {
     pub(crate) returns: u32,
 }
 
-/// One place in the ring (32 bytes). A tombstone (`message: None`) keeps its id and expiry so
-/// the ring stays sorted by id and, while monotonic, by expiry.
+fn flags(returns: u32, redelivered: bool) -> u32 {
+    returns.min(REDELIVERED - 1) | if redelivered { REDELIVERED } else { 0 }
+}
+
+/// One place in the ring (32 bytes): ids `id ..= id + run`, alike (same message, expiry,
+/// returns, redelivered). A tombstone (`message: None`, always `run == 0`) keeps its id and
+/// expiry so the ring stays sorted by id and, while monotonic, by expiry.
 #[derive(Debug, Clone)]
 struct Slot {
     id: MsgId,
     message: Option<Arc<Message>>,
     expires_at: u64,
-    returns: u32,
-    redelivered: bool,
+    /// Returns and [`REDELIVERED`].
+    flags: u32,
+    /// More ids in this slot after `id`.
+    run: u32,
 }
 
 impl Slot {
-    fn take(&mut self) -> Option<Ready> {
-        let message = self.message.take()?;
-        Some(Ready {
+    fn last(&self) -> MsgId {
+        self.id + u64::from(self.run)
+    }
+
+    fn ready(&self, message: Arc<Message>) -> Ready {
+        Ready {
             message,
-            redelivered: self.redelivered,
+            redelivered: self.flags & REDELIVERED != 0,
             expires_at: (self.expires_at != NEVER).then_some(self.expires_at),
-            returns: self.returns,
-        })
+            returns: self.flags & !REDELIVERED,
+        }
+    }
+
+    /// Whether a message with these fields at id `last() + 1` can join this slot.
+    fn joins(&self, message: &Arc<Message>, expires_at: u64, flags: u32) -> bool {
+        self.run < u32::MAX
+            && self.expires_at == expires_at
+            && self.flags == flags
+            && self
+                .message
+                .as_ref()
+                .is_some_and(|m| Arc::ptr_eq(m, message))
     }
 }
 
@@ -58,8 +87,10 @@ impl Slot {
 #[derive(Debug, Default)]
 pub(crate) struct ReadyRing {
     slots: VecDeque<Slot>,
-    /// Live (non-tombstone) slots.
+    /// Live messages (ids in live slots, runs counted whole).
     live: usize,
+    /// Tombstones.
+    dead: usize,
     /// `Some` once expiry times stopped being monotonic in id order.
     expiry: Option<BTreeSet<(u64, MsgId)>>,
 }
@@ -74,41 +105,104 @@ impl ReadyRing {
         self.live == 0
     }
 
+    /// `Ok(i)`: slot `i` holds `id` (live or a tombstone); `Err(i)`: `id` would go at `i`.
     fn position(&self, id: MsgId) -> Result<usize, usize> {
         // Fast paths: the back (publish) and the front (delivery, requeue).
         match self.slots.back() {
             None => return Err(0),
-            Some(b) if b.id < id => return Err(self.slots.len()),
+            Some(b) if b.last() < id => return Err(self.slots.len()),
             _ => {}
         }
-        self.slots.binary_search_by_key(&id, |s| s.id)
+        if let Some(f) = self.slots.front() {
+            if id < f.id {
+                return Err(0);
+            }
+            if id <= f.last() {
+                return Ok(0);
+            }
+        }
+        let p = self.slots.partition_point(|s| s.id <= id);
+        match p.checked_sub(1).and_then(|i| self.slots.get(i)) {
+            Some(s) if id <= s.last() => Ok(p - 1),
+            _ => Err(p),
+        }
+    }
+
+    /// Splits the run of slot `i` (which holds `id`) so that `id` has a slot of its own;
+    /// returns its index.
+    fn isolate(&mut self, i: usize, id: MsgId) -> usize {
+        let Some(s) = self.slots.get_mut(i) else {
+            return i;
+        };
+        if s.run == 0 {
+            return i;
+        }
+        let (first, last) = (s.id, s.last());
+        let mut one = s.clone();
+        one.id = id;
+        one.run = 0;
+        let mut at = i;
+        if id > first {
+            s.run = (id - first - 1) as u32;
+            at += 1;
+            self.slots.insert(at, one.clone());
+        } else {
+            *s = one.clone();
+        }
+        if id < last {
+            let mut right = one;
+            right.id = id + 1;
+            right.run = (last - id - 1) as u32;
+            self.slots.insert(at + 1, right);
+        }
+        at
     }
 
     /// Insert `id` (not present as a live message).
     pub(crate) fn insert(&mut self, id: MsgId, r: Ready) {
         let expires_at = r.expires_at.unwrap_or(NEVER);
-        let slot = Slot {
-            id,
-            message: Some(r.message),
-            expires_at,
-            returns: r.returns,
-            redelivered: r.redelivered,
-        };
-        let pos = match self.position(id) {
+        let flags = flags(r.returns, r.redelivered);
+        // The neighbours whose expiry times bound this one's while the ring is the order.
+        let (before, after) = match self.position(id) {
             Ok(i) => {
                 // Its tombstone: the message comes back to its place.
-                if let Some(s) = self.slots.get_mut(i) {
-                    if s.message.is_some() {
-                        return;
-                    }
-                    *s = slot;
+                let Some(s) = self.slots.get_mut(i) else {
+                    return;
+                };
+                if s.message.is_some() {
+                    return;
                 }
-                i
+                *s = Slot {
+                    id,
+                    message: Some(r.message),
+                    expires_at,
+                    flags,
+                    run: 0,
+                };
+                self.dead -= 1;
+                (i.checked_sub(1), i + 1)
             }
-            Err(i) => {
-                self.slots.insert(i, slot);
-                i
-            }
+            Err(i) => match i.checked_sub(1).and_then(|p| self.slots.get_mut(p)) {
+                Some(prev)
+                    if prev.last() + 1 == id && prev.joins(&r.message, expires_at, flags) =>
+                {
+                    prev.run += 1;
+                    (Some(i - 1), i)
+                }
+                _ => {
+                    self.slots.insert(
+                        i,
+                        Slot {
+                            id,
+                            message: Some(r.message),
+                            expires_at,
+                            flags,
+                            run: 0,
+                        },
+                    );
+                    (i.checked_sub(1), i + 1)
+                }
+            },
         };
         self.live += 1;
         match self.expiry.as_mut() {
@@ -118,11 +212,10 @@ impl ReadyRing {
                 }
             }
             None => {
-                let before = pos
-                    .checked_sub(1)
+                let before = before
                     .and_then(|p| self.slots.get(p))
                     .map_or(0, |s| s.expires_at);
-                let after = self.slots.get(pos + 1).map_or(NEVER, |s| s.expires_at);
+                let after = self.slots.get(after).map_or(NEVER, |s| s.expires_at);
                 if before > expires_at || expires_at > after {
                     self.build_expiry_index();
                 }
@@ -135,7 +228,7 @@ impl ReadyRing {
             self.slots
                 .iter()
                 .filter(|s| s.message.is_some() && s.expires_at != NEVER)
-                .map(|s| (s.expires_at, s.id))
+                .flat_map(|s| (s.id..=s.last()).map(move |id| (s.expires_at, id)))
                 .collect(),
         );
     }
@@ -143,14 +236,19 @@ impl ReadyRing {
     /// Remove `id`; `None` when it is not ready.
     pub(crate) fn remove(&mut self, id: MsgId) -> Option<Ready> {
         let i = self.position(id).ok()?;
+        self.slots.get(i)?.message.as_ref()?;
+        let i = self.isolate(i, id);
         self.remove_at(i)
     }
 
+    /// Tombstones slot `i` (a slot of one id).
     fn remove_at(&mut self, i: usize) -> Option<Ready> {
         let slot = self.slots.get_mut(i)?;
-        let r = slot.take()?;
+        let message = slot.message.take()?;
+        let r = slot.ready(message);
         let (t, id) = (slot.expires_at, slot.id);
         self.live -= 1;
+        self.dead += 1;
         if let Some(set) = self.expiry.as_mut()
             && t != NEVER
         {
@@ -160,13 +258,15 @@ impl ReadyRing {
         Some(r)
     }
 
-    /// Drops tombstones at both ends; compacts when tombstones outnumber live slots.
+    /// Drops tombstones at both ends; compacts when tombstones are most of the slots.
     fn trim(&mut self) {
         while self.slots.front().is_some_and(|s| s.message.is_none()) {
             self.slots.pop_front();
+            self.dead -= 1;
         }
         while self.slots.back().is_some_and(|s| s.message.is_none()) {
             self.slots.pop_back();
+            self.dead -= 1;
         }
         if self.live == 0 {
             self.expiry = None;
@@ -175,25 +275,34 @@ impl ReadyRing {
             }
             return;
         }
-        let dead = self.slots.len() - self.live;
-        if dead > 64 && dead > self.live {
+        if self.dead > 64 && self.dead * 2 > self.slots.len() {
             self.slots.retain(|s| s.message.is_some());
+            self.dead = 0;
         }
         if self.slots.capacity() > 1024 && self.slots.len() * 4 < self.slots.capacity() {
             self.slots.shrink_to(self.slots.len() * 2);
         }
     }
 
-    /// The first ready message in id order.
-    pub(crate) fn first_id(&self) -> Option<MsgId> {
-        // `trim` keeps a live slot at the front.
-        self.slots.front().map(|s| s.id)
-    }
-
     /// Remove the first ready message in id order.
     pub(crate) fn pop_first(&mut self) -> Option<(MsgId, Ready)> {
-        let id = self.first_id()?;
-        self.remove_at(0).map(|r| (id, r))
+        let front = self.slots.front_mut()?;
+        let id = front.id;
+        if front.run == 0 {
+            return self.remove_at(0).map(|r| (id, r));
+        }
+        let message = front.message.clone()?;
+        let r = front.ready(message);
+        front.id += 1;
+        front.run -= 1;
+        let t = front.expires_at;
+        self.live -= 1;
+        if let Some(set) = self.expiry.as_mut()
+            && t != NEVER
+        {
+            set.remove(&(t, id));
+        }
+        Some((id, r))
     }
 
     /// The earliest expiry among ready messages.
@@ -208,61 +317,96 @@ impl ReadyRing {
         }
     }
 
-    pub(crate) fn get(&self, id: MsgId) -> Option<&Arc<Message>> {
+    /// The live slot holding `id`.
+    fn live_slot(&self, id: MsgId) -> Option<&Slot> {
         let i = self.position(id).ok()?;
-        self.slots.get(i)?.message.as_ref()
+        self.slots.get(i).filter(|s| s.message.is_some())
+    }
+
+    pub(crate) fn get(&self, id: MsgId) -> Option<&Arc<Message>> {
+        self.live_slot(id)?.message.as_ref()
     }
 
     pub(crate) fn expires_at(&self, id: MsgId) -> Option<u64> {
-        let i = self.position(id).ok()?;
-        let s = self.slots.get(i)?;
-        (s.message.is_some() && s.expires_at != NEVER).then_some(s.expires_at)
+        let s = self.live_slot(id)?;
+        (s.expires_at != NEVER).then_some(s.expires_at)
     }
 
     pub(crate) fn returns_of(&self, id: MsgId) -> Option<u32> {
-        let i = self.position(id).ok()?;
-        let s = self.slots.get(i)?;
-        s.message.as_ref().map(|_| s.returns)
+        self.live_slot(id).map(|s| s.flags & !REDELIVERED)
     }
 
     pub(crate) fn set_returns(&mut self, id: MsgId, returns: u32) {
-        if let Ok(i) = self.position(id)
-            && let Some(s) = self.slots.get_mut(i)
-            && s.message.is_some()
-        {
-            s.returns = returns;
+        let Some(s) = self.live_slot(id) else {
+            return;
+        };
+        let new = flags(returns, s.flags & REDELIVERED != 0);
+        if new == s.flags {
+            return;
+        }
+        if let Ok(i) = self.position(id) {
+            let i = self.isolate(i, id);
+            if let Some(s) = self.slots.get_mut(i) {
+                s.flags = new;
+            }
         }
     }
 
-    /// Replace the message of ready `id`; returns whether it was ready.
+    /// Replace the message of ready `id`; returns whether it was ready. A message that now
+    /// looks like its neighbour (paged out to the same shape) joins its run.
     pub(crate) fn swap(&mut self, id: MsgId, message: Arc<Message>) -> bool {
+        if self.live_slot(id).is_none() {
+            return false;
+        }
         let Ok(i) = self.position(id) else {
             return false;
         };
-        match self.slots.get_mut(i) {
-            Some(s) if s.message.is_some() => {
-                s.message = Some(message);
-                true
-            }
-            _ => false,
+        let i = self.isolate(i, id);
+        let Some(s) = self.slots.get_mut(i) else {
+            return false;
+        };
+        s.message = Some(message.clone());
+        let (expires_at, flags) = (s.expires_at, s.flags);
+        let mut i = i;
+        if let Some(p) = i.checked_sub(1)
+            && let Some(prev) = self.slots.get_mut(p)
+            && prev.last() + 1 == id
+            && prev.joins(&message, expires_at, flags)
+        {
+            prev.run += 1;
+            self.slots.remove(i);
+            i = p;
         }
+        let next = self.slots.get(i + 1).cloned();
+        if let (Some(cur), Some(next)) = (self.slots.get(i), next)
+            && cur.last() + 1 == next.id
+            && u64::from(cur.run) + u64::from(next.run) < u64::from(u32::MAX)
+            && next.expires_at == cur.expires_at
+            && next.flags == cur.flags
+            && next
+                .message
+                .as_ref()
+                .is_some_and(|m| Arc::ptr_eq(m, &message))
+        {
+            if let Some(cur) = self.slots.get_mut(i) {
+                cur.run += next.run + 1;
+            }
+            self.slots.remove(i + 1);
+        }
+        true
     }
 
     /// Ready messages in id order, from id `from` on.
     pub(crate) fn iter_from(&self, from: MsgId) -> impl Iterator<Item = (MsgId, ReadyView<'_>)> {
-        let start = self.slots.partition_point(|s| s.id < from);
-        self.slots.range(start..).filter_map(|s| {
-            s.message.as_ref().map(|m| {
-                (
-                    s.id,
-                    ReadyView {
-                        message: m,
-                        redelivered: s.redelivered,
-                        returns: s.returns,
-                        expires_at: (s.expires_at != NEVER).then_some(s.expires_at),
-                    },
-                )
-            })
+        let start = self.slots.partition_point(|s| s.last() < from);
+        self.slots.range(start..).flat_map(move |s| {
+            let view = s.message.as_ref().map(|m| ReadyView {
+                message: m,
+                redelivered: s.flags & REDELIVERED != 0,
+                returns: s.flags & !REDELIVERED,
+                expires_at: (s.expires_at != NEVER).then_some(s.expires_at),
+            });
+            (s.id.max(from)..=s.last()).filter_map(move |id| view.map(|v| (id, v)))
         })
     }
 
@@ -277,7 +421,7 @@ impl ReadyRing {
             .slots
             .iter()
             .filter(|s| s.message.is_some())
-            .map(|s| s.id)
+            .flat_map(|s| s.id..=s.last())
             .collect();
         *self = ReadyRing::default();
         ids
@@ -373,6 +517,47 @@ mod tests {
         assert!(r.get(4).is_none());
     }
 
+    #[test]
+    fn alike_neighbours_share_a_slot_and_split_when_one_leaves() {
+        let shape = ready(None).message;
+        let alike = |returns| Ready {
+            message: shape.clone(),
+            redelivered: false,
+            expires_at: Some(50),
+            returns,
+        };
+        let mut r = ReadyRing::default();
+        for id in 10..1010 {
+            r.insert(id, alike(0));
+        }
+        assert_eq!((r.slots.len(), r.len()), (1, 1000));
+        assert!(r.remove(500).is_some());
+        assert_eq!(
+            (r.slots.len(), r.len()),
+            (3, 999),
+            "split around a tombstone"
+        );
+        r.set_returns(20, 2);
+        assert_eq!((r.returns_of(20), r.returns_of(21)), (Some(2), Some(0)));
+        assert_eq!(r.pop_first().map(|(id, _)| id), Some(10));
+        assert_eq!(r.next_expiry(), Some((50, 11)));
+        // A message paged out to the same shape joins its neighbours.
+        let own = ready(Some(50)).message;
+        r.insert(
+            1010,
+            Ready {
+                message: own,
+                ..alike(0)
+            },
+        );
+        let before = r.slots.len();
+        assert!(r.swap(1010, shape.clone()));
+        assert_eq!(r.slots.len(), before - 1);
+        let ids: Vec<MsgId> = r.iter_from(498).map(|(id, _)| id).take(3).collect();
+        assert_eq!(ids, vec![498, 499, 501]);
+        assert_eq!(r.clear().len(), 999);
+    }
+
     #[derive(Debug, Clone)]
     enum Op {
         Insert(u8, Option<u8>),
@@ -389,6 +574,94 @@ mod tests {
             1 => Just(Op::PopFirst),
             1 => Just(Op::ExpireFirst),
         ]
+    }
+
+    #[derive(Debug, Clone)]
+    enum RunOp {
+        /// id, shape (0..2), returns (0..2)
+        Insert(u8, u8, u8),
+        Remove(u8),
+        PopFirst,
+        Swap(u8, u8),
+        SetReturns(u8, u8),
+    }
+
+    fn run_op() -> impl proptest::strategy::Strategy<Value = RunOp> {
+        use proptest::prelude::*;
+        let id = prop_oneof![3 => 0u8..40, 1 => any::<u8>()];
+        prop_oneof![
+            6 => (id.clone(), 0u8..2, 0u8..2).prop_map(|(i, m, r)| RunOp::Insert(i, m, r)),
+            2 => id.clone().prop_map(RunOp::Remove),
+            1 => Just(RunOp::PopFirst),
+            1 => (id.clone(), 0u8..3).prop_map(|(i, m)| RunOp::Swap(i, m)),
+            1 => (id, 0u8..3).prop_map(|(i, r)| RunOp::SetReturns(i, r)),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Runs of alike messages (shared `Arc`s, as paged-out and recovered ones) against a
+        /// B-tree model: same messages (by pointer), returns and order, whatever splits them.
+        #[test]
+        fn runs_match_a_btree_model(ops in proptest::collection::vec(run_op(), 1..300)) {
+            use std::collections::BTreeMap;
+            let shapes: Vec<Arc<Message>> = (0..3).map(|_| ready(None).message).collect();
+            let mut ring = ReadyRing::default();
+            let mut model: BTreeMap<MsgId, (usize, u32)> = BTreeMap::new();
+            for op in ops {
+                match op {
+                    RunOp::Insert(id, m, returns) => {
+                        let id = MsgId::from(id);
+                        if let std::collections::btree_map::Entry::Vacant(e) = model.entry(id) {
+                            e.insert((usize::from(m), u32::from(returns)));
+                            ring.insert(id, Ready {
+                                message: shapes[usize::from(m)].clone(),
+                                redelivered: returns > 0,
+                                expires_at: None,
+                                returns: u32::from(returns),
+                            });
+                        }
+                    }
+                    RunOp::Remove(id) => {
+                        let id = MsgId::from(id);
+                        let got = ring.remove(id).map(|r| r.returns);
+                        proptest::prop_assert_eq!(got, model.remove(&id).map(|(_, r)| r));
+                    }
+                    RunOp::PopFirst => {
+                        let got = ring.pop_first().map(|(id, r)| (id, r.returns));
+                        let want = model.iter().next().map(|(id, (_, r))| (*id, *r));
+                        if let Some((id, _)) = want {
+                            model.remove(&id);
+                        }
+                        proptest::prop_assert_eq!(got, want);
+                    }
+                    RunOp::Swap(id, m) => {
+                        let id = MsgId::from(id);
+                        let got = ring.swap(id, shapes[usize::from(m)].clone());
+                        let want = model.get_mut(&id).map(|e| e.0 = usize::from(m)).is_some();
+                        proptest::prop_assert_eq!(got, want);
+                    }
+                    RunOp::SetReturns(id, r) => {
+                        let id = MsgId::from(id);
+                        ring.set_returns(id, u32::from(r));
+                        if let Some(e) = model.get_mut(&id) {
+                            e.1 = u32::from(r);
+                        }
+                    }
+                }
+                proptest::prop_assert_eq!(ring.len(), model.len());
+                let got: Vec<(MsgId, u32)> = ring.iter().map(|(id, v)| (id, v.returns)).collect();
+                let want: Vec<(MsgId, u32)> = model.iter().map(|(id, (_, r))| (*id, *r)).collect();
+                proptest::prop_assert_eq!(got, want);
+                for (id, (m, r)) in &model {
+                    let got = ring.get(*id).is_some_and(|g| Arc::ptr_eq(g, &shapes[*m]));
+                    proptest::prop_assert!(got, "message of {}", id);
+                    proptest::prop_assert_eq!(ring.returns_of(*id), Some(*r));
+                }
+                let from: Vec<MsgId> = ring.iter_from(20).map(|(id, _)| id).collect();
+                let want: Vec<MsgId> = model.range(20..).map(|(id, _)| *id).collect();
+                proptest::prop_assert_eq!(from, want);
+            }
+        }
     }
 
     proptest::proptest! {
