@@ -40,6 +40,9 @@ use writer::Outgoing;
 
 /// Room a busy connection encodes its output into (see [`Connection::flush`]).
 const OUT_CHUNK: usize = 64 * 1024;
+/// Most output room a connection keeps after a direct write (a batch of a thousand deliveries
+/// of small messages is ~100-250 KiB).
+const KEEP_OUT: usize = 16 * OUT_CHUNK;
 
 pub(crate) use transport::Transport;
 
@@ -482,10 +485,12 @@ impl Connection {
                 self.handle
                     .flow()
                     .release(std::mem::take(&mut self.out_deliveries));
-                if self.out.capacity() > 4 * OUT_CHUNK {
-                    // A large batch went out: do not keep its room.
+                if self.out.capacity() > KEEP_OUT {
+                    // An unusually large batch went out: do not keep its room.
                     self.out = BytesMut::new();
                 } else {
+                    // The room is reused: the next batch encodes without growing it again
+                    // (growing copies what is already encoded).
                     self.out.clear();
                 }
                 return;
