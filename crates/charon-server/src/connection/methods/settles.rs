@@ -52,6 +52,25 @@ impl Connection {
         if ch.closing || ch.publish.is_some() || ch.tx.is_some() {
             return Some(frame);
         }
+        if !multiple {
+            // One tag (scenario d's nacks): `take_tags` without its per-call `Vec`s.
+            // An unknown tag changes nothing here: the general path answers it (406).
+            let Some(u) = ch.unacked.remove(&tag) else {
+                return Some(frame);
+            };
+            ch.limit.settle(1);
+            if how == Settle::Ack {
+                crate::admin::ChannelStats::bump(&ch.stats.ack, 1);
+            }
+            ch.stats.set_unacked(ch.unacked.len());
+            match self.settles.last_mut() {
+                Some((last, kind, gathered)) if *kind == how && last.same(&u.queue) => {
+                    gathered.push(u.id);
+                }
+                _ => self.settles.push((u.queue, how, vec![u.id])),
+            }
+            return None;
+        }
         // An unknown tag changes nothing here: the general path answers it (406).
         let Some(groups) = ch.take_tags(tag, multiple) else {
             return Some(frame);
