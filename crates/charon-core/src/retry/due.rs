@@ -15,17 +15,18 @@
 //! keys arrive in order, 48-byte entries) against 32 for a queued one (docs/retries.md).
 
 use std::cmp::{Ordering, Reverse};
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::BinaryHeap;
 use std::sync::Arc;
 
+use super::lane::Lane;
 use crate::message::Message;
 use crate::queue::MsgId;
 
 /// Most lanes; beyond, records go to the heap.
 pub(super) const MAX_LANES: usize = 16;
 
-/// A lane or the heap gives back capacity once it is less than a quarter full (and larger
-/// than this many records).
+/// The heap gives back capacity once it is less than a quarter full (and larger than this
+/// many records; lanes give blocks back as they empty, `retry::lane`).
 const SHRINK_ABOVE: usize = 1024;
 
 /// A parked message (32 bytes).
@@ -71,7 +72,7 @@ impl Ord for ByDue {
 /// Parked messages in `(due, id)` order.
 #[derive(Debug, Default)]
 pub(super) struct DueIndex {
-    lanes: Vec<VecDeque<Parked>>,
+    lanes: Vec<Lane<Parked>>,
     heap: BinaryHeap<Reverse<ByDue>>,
     len: usize,
 }
@@ -103,7 +104,7 @@ impl DueIndex {
         if let Some(lane) = best.and_then(|(_, i)| self.lanes.get_mut(i)) {
             lane.push_back(p);
         } else if self.lanes.len() < MAX_LANES {
-            self.lanes.push(VecDeque::from([p]));
+            self.lanes.push(Lane::with(p));
         } else {
             self.heap.push(Reverse(ByDue(p)));
         }
@@ -141,8 +142,6 @@ impl DueIndex {
                 let p = lane.pop_front();
                 if lane.is_empty() {
                     self.lanes.swap_remove(i);
-                } else if lane.capacity() > SHRINK_ABOVE && lane.len() * 4 < lane.capacity() {
-                    lane.shrink_to(lane.len() * 2);
                 }
                 p
             }

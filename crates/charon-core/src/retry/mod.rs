@@ -15,6 +15,7 @@
 //! Pure: the time (`now_ms`) and the randomness for jitter (`entropy`) are passed in.
 
 mod due;
+mod lane;
 pub mod parking;
 pub mod settings;
 

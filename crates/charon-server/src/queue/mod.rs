@@ -9,6 +9,7 @@ mod actor;
 pub(crate) mod admin;
 mod dead_letters;
 pub(crate) mod dl_errors;
+mod idmap;
 mod idset;
 mod page_flow;
 mod place;

@@ -20,6 +20,7 @@ use bytes::Bytes;
 use charon_core::{Body, Delivery, Message, MsgId, QueueState};
 use charon_protocol::RawProperties;
 
+use super::idmap::IdMap;
 use super::idset::IdSet;
 use crate::persist::Persistence;
 
@@ -76,6 +77,8 @@ impl PagedShapes {
 
 /// Ready body bytes of a queue from which its transient messages are tracked for paging.
 pub(super) const TRACK_BACKLOG: u64 = 4 << 20;
+/// Stale ids `trim_held` may drop per call beyond twice those pushed since the last.
+const TRIM_HELD_MIN: usize = 4096;
 /// Body size from which a transient message is always tracked for paging.
 pub(super) const TRACK_BYTES: usize = 64 << 10;
 
@@ -95,7 +98,7 @@ pub(crate) struct StoreSide {
     /// Transient messages paged out to the page-out area.
     paged_out: IdSet,
     /// Bodies held in memory and counted against the budget.
-    bodies: foldhash::HashMap<MsgId, Held>,
+    bodies: IdMap<Held>,
     /// Messages whose bodies are held, oldest first (candidates for paging out).
     held: VecDeque<MsgId>,
     /// Shapes of paged-out messages (no paged-out message keeps a connection's read buffer
@@ -103,12 +106,14 @@ pub(crate) struct StoreSide {
     shapes: PagedShapes,
     /// Messages retried to the tail under a new id (`queue::retry`): new id → id in the store,
     /// and back. Ids are never reused in a queue, so both directions are unambiguous.
-    alias: foldhash::HashMap<MsgId, MsgId>,
-    alias_back: foldhash::HashMap<MsgId, MsgId>,
+    alias: IdMap<MsgId>,
+    alias_back: IdMap<MsgId>,
     /// After the last page-out pass: page-out's lag (`PageLag`).
     lag: PageLag,
     /// When the last page-out pass ran (the test knob `page_out_test_delay_ms` spaces them).
     last_pass: Option<std::time::Instant>,
+    /// Ids pushed to `held` since the last `trim_held`.
+    held_pushed: usize,
 }
 
 /// How far a queue's page-out lags behind, after a pass.
@@ -141,14 +146,37 @@ impl StoreSide {
             shadow_used: false,
             stored,
             paged_out: IdSet::default(),
-            bodies: foldhash::HashMap::default(),
+            bodies: IdMap::default(),
             held: VecDeque::new(),
             shapes,
-            alias: foldhash::HashMap::default(),
-            alias_back: foldhash::HashMap::default(),
+            alias: IdMap::default(),
+            alias_back: IdMap::default(),
             lag: PageLag::default(),
             last_pass: None,
+            held_pushed: 0,
         }
+    }
+
+    /// `id`'s body is held: a candidate for paging out, after those already held.
+    fn push_held(&mut self, id: MsgId) {
+        self.held.push_back(id);
+        self.held_pushed += 1;
+    }
+
+    /// Drops ids of bodies no longer held from the front of `held` (those that left, or were
+    /// renamed, first): without it a queue that never pages out would keep every id it ever
+    /// tracked. At most a bounded number per call, proportional to what was pushed since the
+    /// last, so no turn of the actor pays for a whole backlog at once.
+    fn trim_held(&mut self) {
+        let mut budget = TRIM_HELD_MIN + 2 * std::mem::take(&mut self.held_pushed);
+        while budget > 0
+            && let Some(&id) = self.held.front()
+            && !self.bodies.contains_key(id)
+        {
+            self.held.pop_front();
+            budget -= 1;
+        }
+        self.shrink();
     }
 
     /// Page-out's lag after the last pass.
@@ -178,7 +206,7 @@ impl StoreSide {
 
     /// The id under which the store knows the queue's message `id`.
     fn store_qid(&self, id: MsgId) -> MsgId {
-        self.alias.get(&id).copied().unwrap_or(id)
+        self.alias.get(id).copied().unwrap_or(id)
     }
 
     /// Stored message `id` was parked until `due` for retry `attempt` (one `Park` record, no
@@ -194,7 +222,7 @@ impl StoreSide {
     pub(crate) fn renamed(&mut self, old: MsgId, new: MsgId) {
         let stored = self.stored.remove(old);
         let paged = self.paged_out.remove(old);
-        let body = self.bodies.remove(&old);
+        let body = self.bodies.remove(old);
         if !stored && !paged && body.is_none() {
             return;
         }
@@ -206,17 +234,21 @@ impl StoreSide {
         }
         if let Some(b) = body {
             self.bodies.insert(new, b);
-            self.held.push_back(new);
+            self.push_held(new);
         }
-        let first = self.alias.remove(&old).unwrap_or(old);
+        if !stored && !paged && body.is_none_or(|b| b.msg == 0) {
+            // A transient body the store never saw: nothing to find under the old id.
+            return;
+        }
+        let first = self.alias.remove(old).unwrap_or(old);
         self.alias_back.insert(first, new);
         self.alias.insert(new, first);
     }
 
     fn forget_alias(&mut self, id: MsgId) -> MsgId {
-        match self.alias.remove(&id) {
+        match self.alias.remove(id) {
             Some(first) => {
-                self.alias_back.remove(&first);
+                self.alias_back.remove(first);
                 first
             }
             None => id,
@@ -256,7 +288,7 @@ impl StoreSide {
                 },
             );
             self.p.hold(u64::from(held));
-            self.held.push_back(id);
+            self.push_held(id);
         }
     }
 
@@ -275,9 +307,9 @@ impl StoreSide {
 
     /// Message `id` left through a record that already removed it (a dead-letter move).
     pub(crate) fn moved(&mut self, id: MsgId) {
-        let id = self.alias_back.get(&id).copied().unwrap_or(id);
+        let id = self.alias_back.get(id).copied().unwrap_or(id);
         self.forget_alias(id);
-        if let Some(b) = self.bodies.remove(&id) {
+        if let Some(b) = self.bodies.remove(id) {
             self.p.release(u64::from(b.bytes));
         }
         self.stored.remove(id);
@@ -293,7 +325,7 @@ impl StoreSide {
         let mut settled = Vec::new();
         let mut paged = Vec::new();
         for id in ids {
-            let body = self.bodies.remove(&id);
+            let body = self.bodies.remove(id);
             if let Some(b) = body {
                 self.p.release(u64::from(b.bytes));
             }
@@ -318,10 +350,6 @@ impl StoreSide {
     /// Gives the tables' memory back once they are mostly empty (a drained backlog would keep
     /// them at their largest). Amortised O(1), as `charon_store`'s index.
     fn shrink(&mut self) {
-        let cap = self.bodies.capacity();
-        if cap > 1024 && self.bodies.len() * 4 < cap {
-            self.bodies.shrink_to(self.bodies.len() * 2);
-        }
         let cap = self.held.capacity();
         if cap > 1024 && self.held.len() * 4 < cap {
             self.held.shrink_to(self.held.len() * 2);
@@ -332,12 +360,12 @@ impl StoreSide {
     pub(crate) fn purge(&mut self) {
         let held: u64 = self.bodies.values().map(|b| u64::from(b.bytes)).sum();
         self.p.release(held);
-        self.bodies = foldhash::HashMap::default();
+        self.bodies = IdMap::default();
         self.stored = IdSet::default();
         self.paged_out = IdSet::default();
         self.held = VecDeque::new();
-        self.alias.clear();
-        self.alias_back.clear();
+        self.alias = IdMap::default();
+        self.alias_back = IdMap::default();
         self.p.purge(self.sid);
         if self.shadow_used && self.shadow != self.sid {
             self.p.purge(self.shadow);
@@ -376,7 +404,7 @@ impl StoreSide {
     ) -> (Arc<Message>, Option<u64>) {
         let stored = self.stored.contains(id);
         if !message.is_paged() {
-            let msg = match self.bodies.get(&id) {
+            let msg = match self.bodies.get(id) {
                 Some(b) if stored => Some(b.msg),
                 // Stored without a counted body (an empty one): asked of the store.
                 _ if stored => self.p.message_of(self.sid, self.store_qid(id)),
@@ -443,6 +471,7 @@ impl StoreSide {
     /// Leaves [`Self::page_lag`]: the written bodies still waiting, and what the next pass
     /// waits for (the actor wakes for it; its publishers wait while the lag is large).
     pub(crate) fn page_out(&mut self, state: &mut QueueState) {
+        self.trim_held();
         self.lag = PageLag::default();
         if !self.p.over_budget() {
             return;
@@ -453,7 +482,7 @@ impl StoreSide {
         }
         let durable = self.p.durable_index();
         while let Some(&id) = self.held.front() {
-            let Some(e) = self.bodies.get(&id).copied() else {
+            let Some(e) = self.bodies.get(id).copied() else {
                 self.held.pop_front();
                 continue;
             };
@@ -489,7 +518,7 @@ impl StoreSide {
             };
             state.swap_message(id, paged);
             self.p.release(u64::from(e.bytes));
-            self.bodies.remove(&id);
+            self.bodies.remove(id);
             if e.transient {
                 self.paged_out.insert(id);
                 self.lag.bytes = self.lag.bytes.saturating_sub(u64::from(e.bytes));
@@ -513,7 +542,7 @@ impl StoreSide {
             if excess == 0 {
                 return written;
             }
-            let Some(e) = self.bodies.get_mut(&id) else {
+            let Some(e) = self.bodies.get_mut(id) else {
                 continue;
             };
             excess = excess.saturating_sub(u64::from(e.bytes));
@@ -529,7 +558,7 @@ impl StoreSide {
             }
             if let Some(msg) = self.p.publish_nowait(
                 m,
-                vec![(self.shadow, self.alias.get(&id).copied().unwrap_or(id))],
+                vec![(self.shadow, self.alias.get(id).copied().unwrap_or(id))],
                 now,
             ) {
                 e.msg = msg;
