@@ -9,18 +9,22 @@
 //! long and the cost is proportional to the segment, not to the number of
 //! live messages.
 
-use std::collections::BTreeSet;
 use std::io;
 
 use bytes::Bytes;
 
+use crate::compact_read;
 use crate::compactor;
 use crate::index::Loc;
 use crate::record::{self, Kind, Payload, encode_carry, encode_command};
-use crate::segment::{self, SEGMENT_HEADER_LEN, SegId};
+use crate::segment::{self, SegId};
 use crate::spare;
 use crate::store::{Shared, State};
 use crate::types::{Command, Member, MessageId};
+
+/// Compaction runs only while at least this fraction of the sealed segments' bytes is dead
+/// (their own dead records and the dead segments waiting for deletion).
+const GARBAGE_FRACTION: f64 = 0.5;
 
 /// Copies appended per lock acquisition.
 const SLICE: usize = 256;
@@ -102,6 +106,19 @@ fn candidate(shared: &Shared) -> Option<(SegId, u64)> {
     if ratio <= 0.0 || st.poisoned.is_some() || st.closed {
         return None;
     }
+    // The log as a whole must be mostly garbage first (RabbitMQ's message store waits for half):
+    // a backlog drained in order leaves at most its head segment partly dead, and that segment
+    // dies whole a moment later; copying its live tail forward would only write it again.
+    let (total, live) = st
+        .index
+        .segs
+        .range(..st.durable_seg)
+        .fold((0u64, 0u64), |(t, l), (_, s)| {
+            (t + s.size, l + s.live_bytes.min(s.size))
+        });
+    if ((total - live) as f64) < GARBAGE_FRACTION * total as f64 {
+        return None;
+    }
     let pinned = st.index.pinned_bytes(st.active);
     st.index
         .segs
@@ -116,92 +133,14 @@ fn candidate(shared: &Shared) -> Option<(SegId, u64)> {
         .map(|(id, size, _)| (id, size))
 }
 
-fn read(shared: &Shared, seg: SegId, offset: u64, len: u64) -> Option<Vec<u8>> {
-    // A record not written yet (a copy just appended to the active segment): in a
-    // preallocated or recycled file the bytes there are zeros or a stale record of the file's
-    // old segment, never to be copied forward (§2.5).
-    if !shared.is_written(seg, offset, len) {
-        return None;
-    }
-    let file = shared.file(seg)?;
-    let mut buf = vec![0u8; usize::try_from(len).ok()?];
-    match file.read_exact_at(&mut buf, offset) {
-        Ok(()) => Some(buf),
-        Err(e) => {
-            tracing::warn!(segment = seg, error = %e, "compaction read failed");
-            None
-        }
-    }
-}
-
-/// What a segment's records may still hold alive.
-#[derive(Default)]
-struct Refs {
-    msgs: BTreeSet<MessageId>,
-    counted: Vec<Member>,
-    defs: Vec<(u8, Bytes, Loc)>,
-    parks: Vec<(Member, Loc)>,
-}
-
-/// Parse a (synced, sealed) segment and list what its records refer to.
-fn scan(seg: SegId, buf: &[u8]) -> Refs {
-    let mut refs = Refs::default();
-    let mut pos = SEGMENT_HEADER_LEN as usize;
-    while let Some(rest) = buf.get(pos..).filter(|r| !r.is_empty()) {
-        let Ok(f) = record::parse(rest) else {
-            tracing::error!(segment = seg, offset = pos, "compaction: record unreadable");
-            break;
-        };
-        match f.payload {
-            Payload::Publish { .. } | Payload::DeadLetter { .. } => {
-                refs.msgs.insert(f.index);
-            }
-            Payload::Carry { msg_id, .. } => {
-                refs.msgs.insert(msg_id);
-            }
-            Payload::Enqueue { msg, .. } => {
-                refs.msgs.insert(msg);
-            }
-            // Its members are items here like an Enqueue's; their message is found by member.
-            Payload::Route { members, .. } => refs.counted.extend(members),
-            Payload::Park { member, .. } => refs.parks.push((
-                member,
-                Loc {
-                    seg,
-                    offset: pos as u64,
-                    len: f.total_len as u32,
-                },
-            )),
-            Payload::DeliveryCount { member, .. } => refs.counted.push(member),
-            Payload::DeliveryCounts { queue, counts } => {
-                refs.counted
-                    .extend(counts.iter().map(|(id, _)| (queue, *id)));
-            }
-            Payload::PutDefinition { kind, key, .. } => refs.defs.push((
-                kind,
-                Bytes::copy_from_slice(key),
-                Loc {
-                    seg,
-                    offset: pos as u64,
-                    len: f.total_len as u32,
-                },
-            )),
-            Payload::Settle { .. } | Payload::DeleteDefinition { .. } | Payload::Purge { .. } => {}
-        }
-        pos += f.total_len;
-    }
-    refs
-}
-
 /// Compacts at most one segment; whether it did.
 pub(crate) fn compact_one(shared: &Shared) -> bool {
     let Some((seg, size)) = candidate(shared) else {
         return false;
     };
-    let Some(buf) = read(shared, seg, 0, size) else {
+    let Some(refs) = compact_read::scan(shared, seg, size) else {
         return false;
     };
-    let refs = scan(seg, &buf);
 
     // Which messages still have an item here, and where their records are.
     let live: Vec<(MessageId, Loc)> = {
@@ -213,27 +152,16 @@ pub(crate) fn compact_one(shared: &Shared) -> bool {
             .filter_map(|id| st.index.messages.get(&id).map(|e| (id, e.loc())))
             .collect()
     };
-    // Their records: from the buffer when here, read when elsewhere.
-    let mut copies: Vec<(MessageId, Loc, Vec<u8>)> = Vec::with_capacity(live.len());
-    for (id, loc) in live {
-        let bytes = if loc.seg == seg {
-            let start = loc.offset as usize;
-            buf.get(start..start + loc.len as usize).map(<[u8]>::to_vec)
-        } else {
-            read(shared, loc.seg, loc.offset, u64::from(loc.len))
-        };
-        if let Some(b) = bytes {
-            copies.push((id, loc, b));
-        }
-    }
-
     let mut carried = 0u64;
-    for slice in copies.chunks(SLICE) {
+    for slice in live.chunks(SLICE) {
+        // Their records, read outside the lock, a slice at a time (the message record may
+        // lie in another segment than the victim).
+        let copies = compact_read::records(shared, slice);
         let mut st = shared.lock();
         if st.poisoned.is_some() || st.closed {
             return true;
         }
-        for (id, loc, rec) in slice {
+        for (id, loc, rec) in &copies {
             // Moved or died since the lookup: nothing to copy.
             let Some(old) = st
                 .index
@@ -287,17 +215,26 @@ pub(crate) fn compact_one(shared: &Shared) -> bool {
         compactor::wake_writer(shared, &mut st);
     }
 
+    // Definition records (few, small) read before taking the lock; still current is checked
+    // under it.
+    let defs: Vec<(u8, Bytes, Loc, Vec<u8>)> = refs
+        .defs
+        .into_iter()
+        .filter_map(|(kind, key, loc)| {
+            compact_read::read(shared, loc.seg, loc.offset, u64::from(loc.len))
+                .map(|rec| (kind, key, loc, rec))
+        })
+        .collect();
     let mut st = shared.lock();
     if st.poisoned.is_some() || st.closed {
         return true;
     }
     let mut copied = 0u64;
-    for (kind, key, loc) in refs.defs {
+    for (kind, key, loc, rec) in defs {
         if st.index.defs.get(&(kind, key.clone())) != Some(&loc) {
             continue;
         }
-        let start = loc.offset as usize;
-        let Some(Ok(framed)) = buf.get(start..start + loc.len as usize).map(record::parse) else {
+        let Ok(framed) = record::parse(&rec) else {
             continue;
         };
         let Payload::PutDefinition { value, .. } = framed.payload else {

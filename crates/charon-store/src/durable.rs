@@ -29,6 +29,19 @@ impl DurableWatch {
         self.0.borrow().index >= index
     }
 
+    /// The durable index now, and whether nothing later will become durable (the store was
+    /// poisoned or closed). Marks the state seen for [`DurableWatch::changed`].
+    pub fn seen(&mut self) -> (u64, bool) {
+        let d = *self.0.borrow_and_update();
+        (d.index, d.poisoned || d.closed)
+    }
+
+    /// Completes when the writer published a state not [`DurableWatch::seen`] yet (once per
+    /// group commit); `false` when the store is gone (nothing will change any more).
+    pub async fn changed(&mut self) -> bool {
+        self.0.changed().await.is_ok()
+    }
+
     /// Completes once every record up to `index` is on disk; an error if the store was
     /// poisoned or closed first. (Completed ⇒ durable, exactly as a [`crate::Commit`].)
     pub async fn reached(&mut self, index: u64) -> Result<(), CommitError> {

@@ -62,6 +62,7 @@
 
 #![deny(clippy::indexing_slicing)]
 
+mod compact_read;
 mod compaction;
 mod compactor;
 mod durable;

@@ -272,12 +272,12 @@ impl State {
     pub(crate) fn push_command(
         &mut self,
         segment_size: u64,
-        cmd: &Command,
+        cmd: Command,
     ) -> Result<(u64, Loc, Option<usize>), AppendError> {
         let active_len = self.active_len;
         let chunk = self.active_chunk();
         let mut start = chunk.bytes.len();
-        let (kind, rec_len, body_at) = record::encode_record(&mut chunk.bytes, cmd)?;
+        let (kind, rec_len, body_at) = record::encode_record(&mut chunk.bytes, &cmd)?;
         if active_len > SEGMENT_HEADER_LEN && active_len + rec_len as u64 > segment_size {
             // Rare (once a segment): the record goes to the next segment's chunk.
             let rec = chunk.bytes.split_off(start);
@@ -304,19 +304,25 @@ impl State {
             unreachable!("the record's chunk");
         };
         let rec = chunk.bytes.get(start + HEADER_LEN..).unwrap_or(&[]);
-        // The hot record (a publish) is applied from the command, not parsed back.
-        let decoded = match (cmd, body_at) {
-            (Command::Publish { message, members }, Some(at)) => Payload::Publish {
-                members: members.clone(),
-                msg: MsgBody {
-                    body_offset: at - HEADER_LEN,
-                    ..MsgBody::of(message)
-                },
-            },
-            _ => Payload::decode(kind as u8, rec)
-                .map_err(|_| AppendError::Invalid("internal encoding error"))?,
-        };
-        self.index.apply(index, loc, &decoded);
+        // The hot record (a publish) is applied from the command (its members moved, not
+        // copied), not parsed back.
+        match (cmd, body_at) {
+            (Command::Publish { message, members }, Some(at)) => {
+                let decoded = Payload::Publish {
+                    members,
+                    msg: MsgBody {
+                        body_offset: at - HEADER_LEN,
+                        ..MsgBody::of(&message)
+                    },
+                };
+                self.index.apply(index, loc, &decoded);
+            }
+            _ => {
+                let decoded = Payload::decode(kind as u8, rec)
+                    .map_err(|_| AppendError::Invalid("internal encoding error"))?;
+                self.index.apply(index, loc, &decoded);
+            }
+        }
         Ok((index, loc, body_at))
     }
 }
@@ -466,14 +472,14 @@ impl Store {
     /// Append `cmd`; the [`Commit`] completes once it is durable.
     pub fn append(&self, cmd: Command) -> Result<(Appended, Commit), AppendError> {
         let (tx, rx) = oneshot::channel();
-        let appended = self.push(&cmd, Some(tx))?;
+        let appended = self.push(cmd, Some(tx))?;
         Ok((appended, Commit { rx }))
     }
 
     /// Append `cmd` without waiting: it goes into the next batch, and is
     /// durable once any later commit completes.
     pub fn append_nowait(&self, cmd: Command) -> Result<Appended, AppendError> {
-        self.push(&cmd, None)
+        self.push(cmd, None)
     }
 
     /// A watch on the durable index: wait for the index of an [`Store::append_nowait`] with
@@ -492,14 +498,16 @@ impl Store {
         Ok(Commit { rx })
     }
 
-    fn push(&self, cmd: &Command, waiter: Option<Waiter>) -> Result<Appended, AppendError> {
-        let body_len = match cmd {
+    fn push(&self, cmd: Command, waiter: Option<Waiter>) -> Result<Appended, AppendError> {
+        let body_len = match &cmd {
             Command::Publish { message, .. } | Command::DeadLetter { message, .. } => {
                 u32::try_from(message.body.len())
                     .map_err(|_| AppendError::Invalid("body too long"))?
             }
             _ => 0,
         };
+        // A dead-letter with no target stores no message.
+        let stored = !matches!(&cmd, Command::DeadLetter { targets, .. } if targets.is_empty());
         let mut st = self.shared.lock();
         check_open(&st)?;
         if st.active >= segment::MAX_SEG {
@@ -511,8 +519,6 @@ impl Store {
         }
         self.wake(&mut st);
         drop(st);
-        // A dead-letter with no target stores no message.
-        let stored = !matches!(cmd, Command::DeadLetter { targets, .. } if targets.is_empty());
         let body = body_at.filter(|_| stored).map(|at| BodyRef {
             msg: index,
             segment: loc.seg,

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::compaction;
 use crate::error::CommitError;
+use crate::record;
 use crate::segment::SEGMENT_HEADER_LEN;
 use crate::spare;
 use crate::storage::StorageFile;
@@ -18,13 +19,13 @@ use crate::store::{Batch, Chunk, Shared};
 /// `end` is where the written bytes of `active` end.
 pub(crate) fn run(shared: Arc<Shared>, mut active: Arc<dyn StorageFile>, mut end: u64) {
     loop {
-        let Some(batch) = next_batch(&shared) else {
+        let Some(mut batch) = next_batch(&shared) else {
             shared.durable_tx.send_modify(|d| d.closed = true);
             return;
         };
         if !batch.is_empty() {
             let written: u64 = batch.chunks.iter().map(|c| c.bytes.len() as u64).sum();
-            match write(&shared, &mut active, &mut end, &batch.chunks) {
+            match write(&shared, &mut active, &mut end, &mut batch.chunks) {
                 Ok(syncs) => {
                     {
                         let mut st = shared.lock();
@@ -109,10 +110,19 @@ fn write(
     shared: &Shared,
     active: &mut Arc<dyn StorageFile>,
     end: &mut u64,
-    chunks: &[Chunk],
+    chunks: &mut [Chunk],
 ) -> io::Result<u64> {
     let mut syncs = 0;
-    for chunk in chunks {
+    for chunk in chunks.iter_mut() {
+        // Checksums are computed here, outside the store lock (`record::seal` leaves them).
+        let first = if chunk.create {
+            SEGMENT_HEADER_LEN as usize
+        } else {
+            0
+        };
+        if let Some(recs) = chunk.bytes.get_mut(first..) {
+            record::set_crcs(recs);
+        }
         if chunk.create {
             // Seal the old segment completely before the new one gets a byte.
             if active.size()? > *end {

@@ -357,6 +357,7 @@ impl Connection {
         loop {
             let on = *alarm.borrow_and_update();
             self.on_alarm(on);
+            self.apply_commits();
             self.flush();
             let mut page_wait = self.page_flow_wait();
             let paused = self.blocked || page_wait.is_some();
@@ -380,6 +381,7 @@ impl Connection {
                     }
                 }
                 _ = alarm.changed() => {}
+                () = self.commits.changed(), if self.commits.waiting() => {}
                 () = async {
                     if let Some(rx) = page_wait.as_mut() {
                         crate::handles::lowered(rx).await;
@@ -467,6 +469,14 @@ impl Connection {
             if let Next::Stop = next {
                 return Next::Stop;
             }
+        }
+    }
+
+    /// Applies the confirms of persistent publishes whose commits are on disk (one answer per
+    /// channel per group commit; `commits.rs`).
+    fn apply_commits(&mut self) {
+        for (channel, answers) in self.commits.take_answers() {
+            self.on_event(ConnEvent::Confirms { channel, answers });
         }
     }
 

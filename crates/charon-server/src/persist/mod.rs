@@ -63,6 +63,23 @@ impl Durable {
         }
     }
 
+    /// A persistent publish's log index (`None` for a write with its own completion, or one
+    /// the store refused): it is on disk once a [`CommitWatch`] has seen that index.
+    pub(crate) fn index(&self) -> Option<u64> {
+        match &self.0 {
+            Ok(Pending::At(index, _)) => Some(*index),
+            _ => None,
+        }
+    }
+
+    /// A watch of the store's durable index, for writes with an [`Durable::index`].
+    pub(crate) fn watch(&self) -> Option<CommitWatch> {
+        match &self.0 {
+            Ok(Pending::At(_, watch)) => Some(CommitWatch(watch.clone())),
+            _ => None,
+        }
+    }
+
     /// Whether the write is on disk (false: the store refused it or failed writing).
     pub(crate) async fn wait(self) -> bool {
         match self.0 {
@@ -72,6 +89,24 @@ impl Durable {
             }
             Err(_) => false,
         }
+    }
+}
+
+/// The store's durable index, followed by a connection's commit waiter: one watch per
+/// connection, woken once per group commit, instead of a wait per publish.
+#[derive(Debug, Clone)]
+pub(crate) struct CommitWatch(DurableWatch);
+
+impl CommitWatch {
+    /// The durable index now, and whether nothing later will become durable (the store was
+    /// poisoned or closed); marks it seen for [`CommitWatch::changed`].
+    pub(crate) fn seen(&mut self) -> (u64, bool) {
+        self.0.seen()
+    }
+
+    /// Completes after the next group commit not seen yet; `false` once the store is gone.
+    pub(crate) async fn changed(&mut self) -> bool {
+        self.0.changed().await
     }
 }
 

@@ -18,7 +18,7 @@ mod spawn;
 mod stored;
 mod take;
 
-pub(crate) use crate::persist::Durable;
+pub(crate) use crate::persist::{CommitWatch, Durable};
 pub(crate) use actor::now_ms;
 pub(crate) use place::{Places, allocate, place, placed};
 pub(crate) use spawn::{read_recovered, spawn_queue, spawn_queue_with};

@@ -69,8 +69,9 @@ pub(crate) fn encode_record(
     ))
 }
 
-/// Sets the length, index, term and CRC of a record [`encode_record`] made (`rec` is exactly
-/// the record's bytes): afterwards it is what [`frame`] writes.
+/// Sets the length, index and term of a record [`encode_record`] made (`rec` is exactly the
+/// record's bytes). Its CRC is set by the writer thread ([`set_crcs`], outside the store lock)
+/// before the record is written; afterwards it is what [`frame`] writes.
 pub(crate) fn seal(rec: &mut [u8], index: u64, term: u64) {
     let len = (rec.len() - 8) as u32;
     if let Some(s) = rec.get_mut(0..4) {
@@ -82,9 +83,23 @@ pub(crate) fn seal(rec: &mut [u8], index: u64, term: u64) {
     if let Some(s) = rec.get_mut(16..24) {
         s.copy_from_slice(&term.to_le_bytes());
     }
-    let crc = crc32c::crc32c(rec.get(8..).unwrap_or(&[]));
-    if let Some(s) = rec.get_mut(4..8) {
-        s.copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Sets the CRC of every record in `recs` (whole records, one after the other, as a batch
+/// chunk holds them after its segment header): the writer does this before writing a batch,
+/// so callers appending under the store lock do not checksum there.
+pub(crate) fn set_crcs(recs: &mut [u8]) {
+    let mut pos = 0usize;
+    while let Some(len) = le_u32(recs, pos) {
+        let end = pos + 8 + len as usize;
+        let Some(covered) = recs.get(pos + 8..end) else {
+            return;
+        };
+        let crc = crc32c::crc32c(covered);
+        if let Some(s) = recs.get_mut(pos + 4..pos + 8) {
+            s.copy_from_slice(&crc.to_le_bytes());
+        }
+        pos = end;
     }
 }
 
@@ -183,6 +198,22 @@ mod tests {
     }
 
     #[test]
+    fn set_crcs_checksums_every_record_of_a_chunk() {
+        let mut framed = Vec::new();
+        frame(&mut framed, 1, 0, Kind::Purge, &9u64.to_le_bytes());
+        frame(&mut framed, 2, 0, Kind::Purge, &[1u8; 8]);
+        frame(&mut framed, 3, 0, Kind::Purge, &7u64.to_le_bytes());
+        let mut unsealed = framed.clone();
+        let second = parse(&framed).expect("valid").total_len;
+        for at in [0, second, 2 * second] {
+            unsealed.get_mut(at + 4..at + 8).expect("crc").fill(0);
+        }
+        assert!(parse(&unsealed).is_err());
+        set_crcs(&mut unsealed);
+        assert_eq!(unsealed, framed);
+    }
+
+    #[test]
     fn a_record_encoded_in_place_and_sealed_is_what_frame_writes() {
         use bytes::Bytes;
         let cmd = Command::Publish {
@@ -204,6 +235,7 @@ mod tests {
         assert_eq!(k2, kind);
         assert_eq!(len, inplace.len() - 3);
         seal(inplace.get_mut(3..).expect("record"), 42, 0);
+        set_crcs(inplace.get_mut(3..).expect("record"));
         assert_eq!(inplace, framed);
         assert_eq!(body_at, at.map(|a| a + HEADER_LEN));
         let rec = inplace.get(3..).expect("record");
