@@ -139,6 +139,18 @@ pub fn decode_frame(buf: &mut BytesMut, frame_max: u32) -> Result<Option<Frame>,
             head: snippet(buf.get(7..end_at).unwrap_or_default()),
         });
     }
+    if frame_type == FRAME_METHOD {
+        // Decoded from the buffer in place: a method keeps nothing of its frame's bytes, so
+        // no split (and no shared handle on the read buffer) per method frame.
+        let method = decode_method(buf.get(7..end_at).unwrap_or_default());
+        buf.advance(end_at + 1);
+        return method.map(|m| {
+            Some(Frame::Method {
+                channel,
+                method: Box::new(m),
+            })
+        });
+    }
     let mut payload = buf.split_to(end_at + 1);
     payload.advance(7);
     payload.truncate(payload.len().saturating_sub(1));

@@ -40,6 +40,9 @@ use writer::Outgoing;
 
 /// Room a busy connection encodes its output into (see [`Connection::flush`]).
 const OUT_CHUNK: usize = 64 * 1024;
+/// Most output room a connection keeps after a direct write (a batch of a thousand deliveries
+/// of small messages is ~100-250 KiB).
+const KEEP_OUT: usize = 16 * OUT_CHUNK;
 
 pub(crate) use transport::Transport;
 
@@ -83,7 +86,7 @@ pub(crate) async fn serve_on<S: Transport>(
     let (mut reader, write_half) = stream.split_io();
     let (handle, events) = ConnHandle::new();
     let (wtx, wrx) = mpsc::unbounded_channel();
-    let writer = tokio::spawn(writer::run(write_half, wrx, handle.flow_arc()));
+    let (writer, direct) = writer::start::<S>(write_half, wrx, handle.flow_arc());
     let impersonator = broker.access().has_tag(&opened.user, "impersonator");
     let id = broker.next_id();
     let admin = broker
@@ -118,6 +121,7 @@ pub(crate) async fn serve_on<S: Transport>(
         out: BytesMut::new(),
         out_deliveries: 0,
         wtx,
+        direct,
         commits: commits::CommitWaiter::new(handle.clone()),
         handle,
         closing: false,
@@ -129,6 +133,7 @@ pub(crate) async fn serve_on<S: Transport>(
         slot: opened.slot,
         owes_close_ok: false,
         confirms_due: Vec::new(),
+        settles: Vec::new(),
     };
     conn.run(&mut reader, buf, events, shutdown).await;
     conn.cleanup().await;
@@ -145,13 +150,12 @@ pub(crate) async fn serve_on<S: Transport>(
     }
     let heartbeat = conn.heartbeat;
     drop(conn);
-    let write_half = writer.await.ok().flatten();
+    let write_half = writer.finish().await;
     if linger && write_half.is_some() {
         discard_until_closed(&mut reader, heartbeat).await;
     }
-    if let Some(mut w) = write_half {
-        use tokio::io::AsyncWriteExt;
-        let _ = w.shutdown().await;
+    if let Some(w) = write_half {
+        w.shutdown().await;
     }
 }
 
@@ -238,6 +242,8 @@ pub(crate) struct Connection {
     pub(crate) out: BytesMut,
     pub(crate) out_deliveries: usize,
     wtx: mpsc::UnboundedSender<Outgoing>,
+    /// Plain TCP: writes without the writer task while it has nothing queued.
+    direct: Option<writer::Direct>,
     pub(crate) handle: ConnHandle,
     /// Waits for the store commits of confirmed persistent publishes.
     pub(crate) commits: commits::CommitWaiter,
@@ -258,6 +264,9 @@ pub(crate) struct Connection {
     pub(crate) slot: crate::limits::ConnectionSlot,
     /// The client sent connection.close: close-ok goes out after cleanup.
     pub(crate) owes_close_ok: bool,
+    /// basic.ack/nack/reject of this read batch not yet sent to their queues
+    /// (`methods/settles.rs`).
+    pub(crate) settles: methods::Gathered,
     /// Channels with confirms settled since the last flush: their acks go out together, as
     /// `multiple=true` runs, when the batch is flushed.
     pub(crate) confirms_due: Vec<u16>,
@@ -425,12 +434,27 @@ impl Connection {
         loop {
             let frame = match decode_frame(buf, self.frame_max) {
                 Ok(Some(f)) => f,
-                Ok(None) => return Next::Continue,
+                Ok(None) => {
+                    if !self.settles.is_empty() {
+                        self.send_settles().await;
+                    }
+                    return Next::Continue;
+                }
                 Err(e) => {
+                    if !self.settles.is_empty() {
+                        self.send_settles().await;
+                    }
                     self.close_connection(e.into());
                     return Next::Stop;
                 }
             };
+            let Some(frame) = self.settle_fast(frame) else {
+                continue;
+            };
+            if !self.settles.is_empty() {
+                // Settles gathered so far go before anything else reaches a queue.
+                self.send_settles().await;
+            }
             let Some(frame) = self.start_publish_fast(frame) else {
                 continue;
             };
@@ -463,6 +487,27 @@ impl Connection {
         }
         if self.out.is_empty() {
             return;
+        }
+        if let Some(direct) = &self.direct {
+            let n = direct.try_write(&self.out);
+            if n == self.out.len() {
+                crate::admin::ChannelStats::bump(&self.admin.send_oct, n as u64);
+                self.handle
+                    .flow()
+                    .release(std::mem::take(&mut self.out_deliveries));
+                if self.out.capacity() > KEEP_OUT {
+                    // An unusually large batch went out: do not keep its room.
+                    self.out = BytesMut::new();
+                } else {
+                    // The room is reused: the next batch encodes without growing it again
+                    // (growing copies what is already encoded).
+                    self.out.clear();
+                }
+                return;
+            }
+            crate::admin::ChannelStats::bump(&self.admin.send_oct, n as u64);
+            bytes::Buf::advance(&mut self.out, n);
+            direct.queue();
         }
         let bytes = self.out.split().freeze();
         if bytes.len() >= OUT_CHUNK / 8 && self.out.capacity() < OUT_CHUNK / 8 {

@@ -20,6 +20,11 @@ pub(crate) trait Transport: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     fn is_tls(&self) -> bool {
         false
     }
+    /// The write half as a TCP socket the connection task may also write to directly
+    /// (`writer::Direct`), or back when it is not one.
+    fn plain_tcp(write: Self::Write) -> Result<tokio::net::tcp::OwnedWriteHalf, Self::Write> {
+        Err(write)
+    }
 }
 
 impl Transport for TcpStream {
@@ -30,6 +35,9 @@ impl Transport for TcpStream {
     }
     fn local_addr_or(&self, fallback: std::net::SocketAddr) -> std::net::SocketAddr {
         self.local_addr().unwrap_or(fallback)
+    }
+    fn plain_tcp(write: Self::Write) -> Result<tokio::net::tcp::OwnedWriteHalf, Self::Write> {
+        Ok(write)
     }
 }
 

@@ -65,6 +65,19 @@ pub(crate) fn place(
     message: &Arc<Message>,
 ) -> (Vec<(QueueHandle, Placed)>, Option<Durable>) {
     let persistent = message.properties.delivery_mode() == Some(2);
+    if !persistent {
+        // Transient: no store member anywhere, so ids and places in one pass (one `Vec`).
+        let placed = targets.into_iter().map(|q| {
+            let id = q.alloc_id();
+            let placed = Placed {
+                message: message.clone(),
+                id,
+                stored: None,
+            };
+            (q, placed)
+        });
+        return (placed.collect(), None);
+    }
     let (places, members) = allocate(targets, persistent);
     let (msg, stored) = match vhost.persistence() {
         Some(p) if !members.is_empty() => {

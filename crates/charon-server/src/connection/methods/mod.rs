@@ -24,7 +24,10 @@ mod exchanges;
 mod fast;
 mod publish;
 mod queues;
+mod settles;
 mod transactions;
+
+pub(crate) use settles::Gathered;
 
 fn method_ids(m: &AMQPClass) -> (u16, u16) {
     (m.get_amqp_class_id(), m.get_amqp_method_id())
