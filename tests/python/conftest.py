@@ -190,7 +190,10 @@ def _start_charon(tmpdir: Path, extra_args=(), config_text=CONFIG_TOML):
         proc.kill()
         proc.wait()
         log.close()
-        raise RuntimeError(f"{log_path.read_text(errors='replace')[-4000:]}")
+        text = log_path.read_text(errors='replace')
+        # The error line comes before a long backtrace: show both ends.
+        shown = text if len(text) <= 6000 else f"{text[:3000]}\n[...]\n{text[-3000:]}"
+        raise RuntimeError(shown)
     return Broker("127.0.0.1", amqp_port, http_port=http_port, proc=proc,
                   data_dir=data_dir, log_path=log_path)
 
