@@ -97,10 +97,20 @@ def pytest_configure(config):
                             "beyond 3.10.8 (skipped against an external broker unless CHARON_TEST_SPEC40=1)")
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing listens on, never one this process handed out before: two calls
+    before either port is bound could otherwise return the same one (a TLS test's AMQPS port
+    came back as the broker's HTTP port: "Address already in use")."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def find_binary():
