@@ -5,7 +5,7 @@
 //! They join the per-message tracking (`StoreSide::bodies`) only when the budget is exceeded
 //! and they may have to be paged out.
 
-use std::collections::VecDeque;
+use std::collections::BTreeMap;
 
 use charon_core::MsgId;
 
@@ -23,10 +23,14 @@ impl Run {
     }
 }
 
-/// Held small bodies by id.
+/// Held small bodies by id: runs by their first id, never overlapping. A B-tree, so that
+/// removing an id from the middle of a run (a retried or a consumed-out-of-order message) costs
+/// O(log runs): the sorted `VecDeque` this was at first shifted every later run for it, which
+/// took the queue actor 20–40 ms per turn once a retried backlog had split into many runs
+/// (release lateness of parked retries, docs/retries.md).
 #[derive(Debug, Default)]
 pub(crate) struct HeldRuns {
-    runs: VecDeque<Run>,
+    runs: BTreeMap<MsgId, Run>,
     /// Bodies held.
     len: usize,
     /// Their bytes.
@@ -45,8 +49,7 @@ impl HeldRuns {
 
     /// Message `id` (not held yet) holds a body of `bytes` bytes.
     pub(crate) fn insert(&mut self, id: MsgId, bytes: u32) {
-        let at = self.runs.partition_point(|r| r.first <= id);
-        if let Some(p) = at.checked_sub(1).and_then(|p| self.runs.get_mut(p)) {
+        if let Some((_, p)) = self.runs.range_mut(..=id).next_back() {
             if id < p.end() {
                 return; // already held
             }
@@ -58,7 +61,7 @@ impl HeldRuns {
             }
         }
         self.runs.insert(
-            at,
+            id,
             Run {
                 first: id,
                 n: 1,
@@ -71,45 +74,28 @@ impl HeldRuns {
 
     /// Message `id` no longer holds its body: its size, when it was held here.
     pub(crate) fn remove(&mut self, id: MsgId) -> Option<u32> {
-        let i = self
-            .runs
-            .partition_point(|r| r.first <= id)
-            .checked_sub(1)?;
-        let r = *self.runs.get(i)?;
+        let (_, run) = self.runs.range_mut(..=id).next_back()?;
+        let r = *run;
         if id >= r.end() {
             return None;
         }
-        if r.n == 1 {
-            self.runs.remove(i);
-        } else if id == r.first {
-            if let Some(x) = self.runs.get_mut(i) {
-                x.first += 1;
-                x.n -= 1;
-            }
-        } else if id + 1 == r.end() {
-            if let Some(x) = self.runs.get_mut(i) {
-                x.n -= 1;
-            }
+        if id + 1 == r.end() && r.n > 1 {
+            // The last of its run: shortened in place.
+            run.n -= 1;
         } else {
-            let left = (id - r.first) as u32;
-            if let Some(x) = self.runs.get_mut(i) {
-                x.n = left;
+            self.runs.remove(&r.first);
+            if id > r.first {
+                let n = (id - r.first) as u32;
+                self.runs.insert(r.first, Run { n, ..r });
             }
-            self.runs.insert(
-                i + 1,
-                Run {
-                    first: id + 1,
-                    n: r.n - left - 1,
-                    bytes: r.bytes,
-                },
-            );
+            if id + 1 < r.end() {
+                let first = id + 1;
+                let n = (r.end() - first) as u32;
+                self.runs.insert(first, Run { first, n, ..r });
+            }
         }
         self.len -= 1;
         self.bytes -= u64::from(r.bytes);
-        let cap = self.runs.capacity();
-        if cap > 1024 && self.runs.len() * 4 < cap {
-            self.runs.shrink_to(self.runs.len() * 2);
-        }
         Some(r.bytes)
     }
 
@@ -117,7 +103,7 @@ impl HeldRuns {
     pub(crate) fn take_all(&mut self) -> Vec<(MsgId, u32)> {
         let out = self
             .runs
-            .iter()
+            .values()
             .flat_map(|r| (r.first..r.end()).map(move |id| (id, r.bytes)))
             .collect();
         *self = HeldRuns::default();
@@ -160,7 +146,8 @@ mod tests {
                 }
                 prop_assert_eq!(h.len, model.len());
                 prop_assert_eq!(h.bytes(), model.values().map(|b| u64::from(*b)).sum::<u64>());
-                prop_assert!(h.runs.iter().zip(h.runs.iter().skip(1)).all(|(a, b)| a.end() <= b.first));
+                prop_assert!(h.runs.values().zip(h.runs.values().skip(1)).all(|(a, b)| a.end() <= b.first));
+                prop_assert!(h.runs.iter().all(|(k, r)| *k == r.first && r.n > 0));
             }
             let all = h.take_all();
             prop_assert_eq!(all, model.into_iter().collect::<Vec<_>>());
