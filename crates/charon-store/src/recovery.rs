@@ -104,7 +104,7 @@ pub(crate) fn recover(storage: &dyn Storage) -> Result<RecoveryOutcome, OpenErro
             Err(BadHeader::Torn) if is_last || len == 0 => {
                 // Torn while being created: nothing in it was ever durable. All zeros: a
                 // preallocated file whose header never reached the disk.
-                if !all_zero(&*file, &mut win, ulen).map_err(io("read", seg))? {
+                if !zeros_from(&*file, &mut win, 0, ulen).map_err(io("read", seg))? {
                     tracing::warn!(segment = seg, len, "segment header torn; emptying it");
                     truncated_bytes += len;
                 }
@@ -224,23 +224,6 @@ fn zeros_from(
     len: usize,
 ) -> std::io::Result<bool> {
     let mut at = from;
-    while at < len {
-        win.load(file, at, 0)?;
-        let held = win.rest(at);
-        if held.is_empty() {
-            break;
-        }
-        if !held.iter().all(|b| *b == 0) {
-            return Ok(false);
-        }
-        at += held.len();
-    }
-    Ok(true)
-}
-
-/// Whether the whole file is zeros (read through the window).
-fn all_zero(file: &dyn StorageFile, win: &mut Window, len: usize) -> std::io::Result<bool> {
-    let mut at = 0;
     while at < len {
         win.load(file, at, 0)?;
         let held = win.rest(at);

@@ -38,21 +38,9 @@ pub(crate) async fn run<W: AsyncWrite + Unpin>(
     let mut batch = Vec::with_capacity(64);
     let mut buf = BytesMut::new();
     while rx.recv_many(&mut batch, 64).await > 0 {
-        let mut delivered = 0;
-        let ok = if let [one] = batch.as_slice() {
-            // The usual case: one chunk (one read batch's replies), written without a copy.
-            delivered = one.deliveries;
-            let ok = socket.write_all(&one.bytes).await.is_ok();
-            batch.clear();
-            ok
-        } else {
-            buf.clear();
-            for o in batch.drain(..) {
-                delivered += o.deliveries;
-                buf.extend_from_slice(&o.bytes);
-            }
-            socket.write_all(&buf).await.is_ok()
-        };
+        let (bytes, delivered) = gather(&mut batch, &mut buf);
+        let ok = socket.write_all(bytes).await.is_ok();
+        batch.clear();
         flow.release(delivered);
         if !ok {
             return None;
@@ -122,20 +110,9 @@ pub(crate) async fn run_shared(
     let mut buf = BytesMut::new();
     while rx.recv_many(&mut batch, 64).await > 0 {
         let chunks = batch.len();
-        let mut delivered = 0;
-        let ok = if let [one] = batch.as_slice() {
-            delivered = one.deliveries;
-            let ok = write_all_shared(&socket, &one.bytes).await;
-            batch.clear();
-            ok
-        } else {
-            buf.clear();
-            for o in batch.drain(..) {
-                delivered += o.deliveries;
-                buf.extend_from_slice(&o.bytes);
-            }
-            write_all_shared(&socket, &buf).await
-        };
+        let (bytes, delivered) = gather(&mut batch, &mut buf);
+        let ok = write_all_shared(&socket, bytes).await;
+        batch.clear();
         flow.release(delivered);
         if !ok {
             return None;
@@ -143,6 +120,23 @@ pub(crate) async fn run_shared(
         queued.fetch_sub(chunks, Ordering::AcqRel);
     }
     Some(socket)
+}
+
+/// What a batch of chunks writes, and the deliveries they carry: the usual single chunk (one
+/// read batch's replies) as it is, without a copy; several gathered into `buf`.
+fn gather<'a>(batch: &'a mut Vec<Outgoing>, buf: &'a mut BytesMut) -> (&'a [u8], usize) {
+    if batch.len() != 1 {
+        buf.clear();
+        let mut delivered = 0;
+        for o in batch.drain(..) {
+            delivered += o.deliveries;
+            buf.extend_from_slice(&o.bytes);
+        }
+        return (&buf[..], delivered);
+    }
+    batch
+        .first()
+        .map_or((&[][..], 0), |one| (&one.bytes[..], one.deliveries))
 }
 
 /// Writes all of `buf`, waiting while the socket is full.
