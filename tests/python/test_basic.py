@@ -401,7 +401,10 @@ def test_prefetch_per_consumer_applies_to_each_consumer(conn, ch):
     got = []
     ch.basic_consume(q1, lambda c, m, p, b: got.append(b))
     ch.basic_consume(q2, lambda c, m, p, b: got.append(b))
-    conn.process_data_events(0.5)
+    deadline = time.monotonic() + 60
+    while len(got) < 4 and time.monotonic() < deadline:
+        conn.process_data_events(0.05)
+    conn.process_data_events(0.3)  # nothing beyond the two prefetch windows
     assert len(got) == 4
 
 
@@ -412,7 +415,10 @@ def test_global_prefetch_is_shared_across_channel_consumers(conn, ch):
     got = []
     ch.basic_consume(q1, lambda c, m, p, b: got.append(b))
     ch.basic_consume(q2, lambda c, m, p, b: got.append(b))
-    conn.process_data_events(0.5)
+    deadline = time.monotonic() + 60
+    while len(got) < 3 and time.monotonic() < deadline:
+        conn.process_data_events(0.05)
+    conn.process_data_events(0.3)  # nothing beyond the shared window
     assert len(got) == 3
 
 

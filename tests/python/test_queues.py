@@ -1,3 +1,4 @@
+import time
 import re
 
 import pika
@@ -26,8 +27,11 @@ def test_declare_ok_reports_message_and_consumer_counts(broker, ch, uniq):
         ch.basic_publish("", q, b"m%d" % i)
     c2 = ch.connection.channel()
     c2.basic_qos(prefetch_count=1)
-    c2.basic_consume(q, lambda *a: None, auto_ack=False)
-    ch.connection.process_data_events(0.2)
+    delivered = []
+    c2.basic_consume(q, lambda *a: delivered.append(a), auto_ack=False)
+    deadline = time.monotonic() + 60
+    while not delivered and time.monotonic() < deadline:
+        ch.connection.process_data_events(0.05)
     r = ch.queue_declare(q, passive=True)
     # one message is unacked at the consumer; message_count counts ready msgs only
     assert r.method.consumer_count == 1
