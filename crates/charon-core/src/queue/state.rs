@@ -22,6 +22,7 @@ use crate::arguments::{Overflow, QueueArgs, QueueType};
 use crate::error::CoreError;
 use crate::message::Message;
 
+mod chunked;
 mod park;
 mod ready;
 

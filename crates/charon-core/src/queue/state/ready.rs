@@ -1,5 +1,5 @@
-//! The ready messages of a queue in id order: a ring ([`VecDeque`]) of compact slots, sorted by
-//! id, with tombstones for messages taken out of the middle (expiry anywhere in the queue,
+//! The ready messages of a queue in id order: a ring of compact slots (in chunks of at most
+//! 256, [`Chunked`]: no growth or shrink copies the backlog at once), sorted by id, with tombstones for messages taken out of the middle (expiry anywhere in the queue,
 //! removal by id, retries). Publishes append at the back, deliveries pop the front and a
 //! requeued message goes back to its id's place (near the front: the ring shifts the shorter
 //! side), so the common operations cost O(1) and about 32 bytes a message, against ~1.7 k
@@ -17,8 +17,10 @@
 //! no index is kept. The first insert that breaks the order builds an expiry set
 //! (`BTreeSet<(time, id)>`), kept until the queue is empty again.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 use std::sync::Arc;
+
+use super::chunked::{Chunked, Pos};
 
 use crate::message::Message;
 use crate::queue::MsgId;
@@ -86,7 +88,7 @@ impl Slot {
 /// Ready messages by id, with their expiry order.
 #[derive(Debug, Default)]
 pub(crate) struct ReadyRing {
-    slots: VecDeque<Slot>,
+    slots: Chunked<Slot>,
     /// Live messages (ids in live slots, runs counted whole).
     live: usize,
     /// Tombstones.
@@ -106,31 +108,35 @@ impl ReadyRing {
     }
 
     /// `Ok(i)`: slot `i` holds `id` (live or a tombstone); `Err(i)`: `id` would go at `i`.
-    fn position(&self, id: MsgId) -> Result<usize, usize> {
+    fn position(&self, id: MsgId) -> Result<Pos, Pos> {
         // Fast paths: the back (publish) and the front (delivery, requeue).
         match self.slots.back() {
-            None => return Err(0),
-            Some(b) if b.last() < id => return Err(self.slots.len()),
+            None => return Err(self.slots.end()),
+            Some(b) if b.last() < id => return Err(self.slots.end()),
             _ => {}
         }
         if let Some(f) = self.slots.front() {
             if id < f.id {
-                return Err(0);
+                return Err(self.slots.first());
             }
             if id <= f.last() {
-                return Ok(0);
+                return Ok(self.slots.first());
             }
         }
         let p = self.slots.partition_point(|s| s.id <= id);
-        match p.checked_sub(1).and_then(|i| self.slots.get(i)) {
-            Some(s) if id <= s.last() => Ok(p - 1),
+        match self
+            .slots
+            .prev(p)
+            .and_then(|i| Some((i, self.slots.get(i)?)))
+        {
+            Some((i, s)) if id <= s.last() => Ok(i),
             _ => Err(p),
         }
     }
 
     /// Splits the run of slot `i` (which holds `id`) so that `id` has a slot of its own;
     /// returns its index.
-    fn isolate(&mut self, i: usize, id: MsgId) -> usize {
+    fn isolate(&mut self, i: Pos, id: MsgId) -> Pos {
         let Some(s) = self.slots.get_mut(i) else {
             return i;
         };
@@ -144,8 +150,7 @@ impl ReadyRing {
         let mut at = i;
         if id > first {
             s.run = (id - first - 1) as u32;
-            at += 1;
-            self.slots.insert(at, one.clone());
+            at = self.slots.insert(self.slots.next(i), one.clone());
         } else {
             *s = one.clone();
         }
@@ -153,7 +158,9 @@ impl ReadyRing {
             let mut right = one;
             right.id = id + 1;
             right.run = (last - id - 1) as u32;
-            self.slots.insert(at + 1, right);
+            // A split chunk may move `at`: it is right before the inserted slot.
+            let r = self.slots.insert(self.slots.next(at), right);
+            at = self.slots.prev(r).unwrap_or(at);
         }
         at
     }
@@ -180,29 +187,32 @@ impl ReadyRing {
                     run: 0,
                 };
                 self.dead -= 1;
-                (i.checked_sub(1), i + 1)
+                (self.slots.prev(i), self.slots.next(i))
             }
-            Err(i) => match i.checked_sub(1).and_then(|p| self.slots.get_mut(p)) {
-                Some(prev)
-                    if prev.last() + 1 == id && prev.joins(&r.message, expires_at, flags) =>
-                {
-                    prev.run += 1;
-                    (Some(i - 1), i)
+            Err(i) => {
+                let p = self.slots.prev(i);
+                match p.and_then(|p| self.slots.get_mut(p)) {
+                    Some(prev)
+                        if prev.last() + 1 == id && prev.joins(&r.message, expires_at, flags) =>
+                    {
+                        prev.run += 1;
+                        (p, i)
+                    }
+                    _ => {
+                        let at = self.slots.insert(
+                            i,
+                            Slot {
+                                id,
+                                message: Some(r.message),
+                                expires_at,
+                                flags,
+                                run: 0,
+                            },
+                        );
+                        (self.slots.prev(at), self.slots.next(at))
+                    }
                 }
-                _ => {
-                    self.slots.insert(
-                        i,
-                        Slot {
-                            id,
-                            message: Some(r.message),
-                            expires_at,
-                            flags,
-                            run: 0,
-                        },
-                    );
-                    (i.checked_sub(1), i + 1)
-                }
-            },
+            }
         };
         self.live += 1;
         match self.expiry.as_mut() {
@@ -242,7 +252,7 @@ impl ReadyRing {
     }
 
     /// Tombstones slot `i` (a slot of one id).
-    fn remove_at(&mut self, i: usize) -> Option<Ready> {
+    fn remove_at(&mut self, i: Pos) -> Option<Ready> {
         let slot = self.slots.get_mut(i)?;
         let message = slot.message.take()?;
         let r = slot.ready(message);
@@ -254,11 +264,29 @@ impl ReadyRing {
         {
             set.remove(&(t, id));
         }
+        // The front one goes in `trim` (every delivery: not worth a look at its chunk).
+        if self.dead > 32 && i != self.slots.first() {
+            self.compact(i);
+        }
         self.trim();
         Some(r)
     }
 
-    /// Drops tombstones at both ends; compacts when tombstones are most of the slots.
+    /// Drops the tombstones of slot `i`'s chunk once they are half of it: past a few dozen
+    /// tombstones no chunk is left more than half tombstones, so the ring has at most about
+    /// one per live message, and compacting costs one chunk, never the whole ring.
+    fn compact(&mut self, i: Pos) {
+        let (mut n, mut dead) = (0, 0);
+        for s in self.slots.chunk_of(i) {
+            n += 1;
+            dead += usize::from(s.message.is_none());
+        }
+        if dead * 2 > n {
+            self.dead -= self.slots.retain_in_chunk(i, |s| s.message.is_some());
+        }
+    }
+
+    /// Drops tombstones at both ends.
     fn trim(&mut self) {
         while self.slots.front().is_some_and(|s| s.message.is_none()) {
             self.slots.pop_front();
@@ -270,17 +298,6 @@ impl ReadyRing {
         }
         if self.live == 0 {
             self.expiry = None;
-            if self.slots.capacity() > 1024 {
-                self.slots = VecDeque::new();
-            }
-            return;
-        }
-        if self.dead > 64 && self.dead * 2 > self.slots.len() {
-            self.slots.retain(|s| s.message.is_some());
-            self.dead = 0;
-        }
-        if self.slots.capacity() > 1024 && self.slots.len() * 4 < self.slots.capacity() {
-            self.slots.shrink_to(self.slots.len() * 2);
         }
     }
 
@@ -289,7 +306,7 @@ impl ReadyRing {
         let front = self.slots.front_mut()?;
         let id = front.id;
         if front.run == 0 {
-            return self.remove_at(0).map(|r| (id, r));
+            return self.remove_at(self.slots.first()).map(|r| (id, r));
         }
         let message = front.message.clone()?;
         let r = front.ready(message);
@@ -368,7 +385,7 @@ impl ReadyRing {
         s.message = Some(message.clone());
         let (expires_at, flags) = (s.expires_at, s.flags);
         let mut i = i;
-        if let Some(p) = i.checked_sub(1)
+        if let Some(p) = self.slots.prev(i)
             && let Some(prev) = self.slots.get_mut(p)
             && prev.last() + 1 == id
             && prev.joins(&message, expires_at, flags)
@@ -377,7 +394,7 @@ impl ReadyRing {
             self.slots.remove(i);
             i = p;
         }
-        let next = self.slots.get(i + 1).cloned();
+        let next = self.slots.get(self.slots.next(i)).cloned();
         if let (Some(cur), Some(next)) = (self.slots.get(i), next)
             && cur.last() + 1 == next.id
             && u64::from(cur.run) + u64::from(next.run) < u64::from(u32::MAX)
@@ -391,7 +408,7 @@ impl ReadyRing {
             if let Some(cur) = self.slots.get_mut(i) {
                 cur.run += next.run + 1;
             }
-            self.slots.remove(i + 1);
+            self.slots.remove(self.slots.next(i));
         }
         true
     }
@@ -399,7 +416,7 @@ impl ReadyRing {
     /// Ready messages in id order, from id `from` on.
     pub(crate) fn iter_from(&self, from: MsgId) -> impl Iterator<Item = (MsgId, ReadyView<'_>)> {
         let start = self.slots.partition_point(|s| s.last() < from);
-        self.slots.range(start..).flat_map(move |s| {
+        self.slots.iter_from(start).flat_map(move |s| {
             let view = s.message.as_ref().map(|m| ReadyView {
                 message: m,
                 redelivered: s.flags & REDELIVERED != 0,
@@ -498,6 +515,43 @@ mod tests {
         assert_eq!(r.next_expiry(), Some((10, 1)));
         r.clear();
         assert!(r.expiry.is_none() && r.is_empty());
+    }
+
+    #[test]
+    fn a_large_ring_in_chunks_keeps_id_order_through_middle_inserts_and_removals() {
+        let mut r = ReadyRing::default();
+        let mut model = std::collections::BTreeSet::new();
+        // Each message its own slot (no runs): thousands of slots, many chunks.
+        for id in (0..20_000).step_by(2) {
+            r.insert(id, ready(None));
+            model.insert(id);
+        }
+        for id in (1..20_000).step_by(4) {
+            r.insert(id, ready(None));
+            model.insert(id);
+        }
+        for id in (0..20_000).step_by(3) {
+            assert_eq!(r.remove(id).is_some(), model.remove(&id));
+        }
+        for id in (0..20_000).step_by(6) {
+            r.insert(id, ready(None));
+            model.insert(id);
+        }
+        assert_eq!(r.len(), model.len());
+        let ids: Vec<MsgId> = r.iter().map(|(id, _)| id).collect();
+        assert_eq!(ids, model.iter().copied().collect::<Vec<_>>());
+        assert_eq!(
+            r.iter_from(10_001)
+                .map(|(id, _)| id)
+                .take(3)
+                .collect::<Vec<_>>(),
+            model.range(10_001..).take(3).copied().collect::<Vec<_>>()
+        );
+        assert!(r.slots.len() < 2 * r.len() + 65);
+        while let Some((id, _)) = r.pop_first() {
+            assert!(model.remove(&id));
+        }
+        assert!(model.is_empty() && r.slots.len() == 0);
     }
 
     #[test]
