@@ -243,9 +243,18 @@ impl StoreSide {
         if paged {
             self.paged_out.insert(new);
         }
-        if let Some(b) = body {
-            self.bodies.insert(new, b);
-            self.push_held(new);
+        match body {
+            // A small transient body not written anywhere stays in the runs (a mass release
+            // is one run of new ids), as when it was accepted: no per-message entry in
+            // `bodies` and `held` for each released message (their growth cost turns).
+            Some(b) if b.transient && b.msg == 0 && (b.bytes as usize) < TRACK_BYTES => {
+                self.small.insert(new, b.bytes);
+            }
+            Some(b) => {
+                self.bodies.insert(new, b);
+                self.push_held(new);
+            }
+            None => {}
         }
         if !stored && !paged && body.is_none_or(|b| b.msg == 0) {
             // A transient body the store never saw: nothing to find under the old id.
@@ -502,6 +511,7 @@ impl StoreSide {
     /// waits for (the actor wakes for it; its publishers wait while the lag is large).
     pub(crate) fn page_out(&mut self, state: &mut QueueState) {
         self.trim_held();
+        crate::turn_cpu::mark("trim_held");
         self.lag = PageLag::default();
         if !self.p.over_budget() {
             return;
@@ -518,7 +528,9 @@ impl StoreSide {
             );
             self.push_held(id);
         }
+        crate::turn_cpu::mark("small_take_all");
         self.lag.bytes = self.write_transient(state);
+        crate::turn_cpu::mark("write_transient");
         if !self.pass_allowed() {
             return;
         }
