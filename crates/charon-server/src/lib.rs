@@ -49,6 +49,7 @@ pub mod queues_info;
 pub mod server;
 pub mod tls;
 pub mod topic_access;
+pub mod turn_cpu;
 pub mod vhost;
 
 pub use config::Config;

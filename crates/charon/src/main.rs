@@ -6,6 +6,7 @@ mod alloc_stats;
 mod ctl;
 mod dlq;
 mod purge;
+mod thread_cpu;
 
 /// mimalloc: the broker allocates and frees many small objects per message (properties, queue
 /// entries, dead-lettered copies); glibc malloc spent over a quarter of the CPU of the mass-expiry
@@ -235,6 +236,7 @@ async fn spawn_tls(
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     purge::init();
+    thread_cpu::init();
     alloc_stats::register();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -139,6 +139,7 @@ async fn run(
             tracing::debug!(queue = %actor.me.name(), late_us = late.as_micros() as u64, "late queue wake");
         }
         let commands = batch.len();
+        crate::turn_cpu::start();
         actor
             .me
             .took_from_inbox(batch.iter().map(crate::handles::inbox_bytes_of).sum());
@@ -149,11 +150,20 @@ async fn run(
             }
         }
         actor.confirms.flush();
+        crate::turn_cpu::mark("handle");
         let handled = t0.elapsed();
         if actor.after_batch(now) == Next::Stop {
             return;
         }
         let total = t0.elapsed();
+        crate::turn_cpu::finish(format_args!(
+            "commands={commands} ready_bytes={} messages={} unacked={} parked={} wall_us={}",
+            actor.state.ready_bytes(),
+            actor.state.message_count(),
+            actor.state.unacked_count(),
+            actor.retry.stats().parked,
+            total.as_micros()
+        ));
         if total >= SLOW_LOOP {
             // A stall delays every timer of this queue (TTLs, parked messages): visible with
             // `--log-level charon_server::queue::actor=debug`.
@@ -368,6 +378,7 @@ impl Actor {
     fn after_batch(&mut self, now: u64) -> Next {
         self.retry
             .release(&mut self.state, &self.me, self.ctx.store.as_mut());
+        crate::turn_cpu::mark("release");
         self.counters.delivered += deliver(
             &mut self.state,
             &self.me,
@@ -379,6 +390,7 @@ impl Actor {
         );
         // A mass expiry goes out in bounded batches: each is dead-lettered before the next
         // is taken, so the buffers stay small and are reused.
+        crate::turn_cpu::mark("deliver");
         let mut came_back = false;
         loop {
             let more = self.state.expire_at_most(now, EXPIRE_BATCH);
@@ -401,12 +413,17 @@ impl Actor {
             );
         }
         self.dl.retry(&self.me, now);
+        crate::turn_cpu::mark("expire");
         let gone = self.state.take_gone();
         self.retry.gone(&mut self.state, &gone, now);
+        crate::turn_cpu::mark("retry_gone");
         if let Some(s) = self.ctx.store.as_mut() {
             s.delivered(&mut self.delivered);
+            crate::turn_cpu::mark("st_delivered");
             s.gone(gone);
+            crate::turn_cpu::mark("st_gone");
             s.page_out(&mut self.state);
+            crate::turn_cpu::mark("page_out");
         }
         super::page_flow::throttle(&self.me, self.ctx.store.as_ref());
         self.delivered.clear();
