@@ -278,8 +278,9 @@ impl Broker {
     /// `crate::memory::MemorySample`) every 500 ms and compares the figure
     /// `vm_memory_calculation_strategy` names with `vm_memory_high_watermark`, setting or
     /// clearing the memory alarm (a resident set over the mark with the live heap under it must
-    /// stay over after a purge); asks the allocator to return freed memory every 5 s, whenever
-    /// memory use dropped (queues drained or deleted) and on every check above 70 % of the mark.
+    /// stay over after a purge); asks the allocator to return freed memory every 5 s and
+    /// whenever memory use dropped (queues drained or deleted), and for a forced collection on
+    /// every runtime thread on every check above 70 % of the mark.
     pub fn spawn_memory_monitor(self: &Arc<Self>) {
         let available = crate::memory::available_bytes().unwrap_or(u64::MAX);
         let limit = self.memory_limit();
@@ -309,7 +310,11 @@ impl Broker {
                 }
                 // Near the mark, freed memory must go back before it counts against us.
                 let near = used > limit / 10 * 7;
-                if ticks.is_multiple_of(10) || used.saturating_add(used / 8) < last || near {
+                if near {
+                    crate::memory::request_forced_purge();
+                } else if ticks.is_multiple_of(10) || used.saturating_add(used / 8) < last {
+                    // Off the runtime's workers: a forced collection there stalls the tasks
+                    // queued behind it (parked retries' release lateness, docs/retries.md).
                     crate::memory::request_purge();
                 }
                 last = used;

@@ -220,16 +220,33 @@ pub fn available_bytes() -> Option<u64> {
 }
 
 static PURGE_GENERATION: AtomicU64 = AtomicU64::new(0);
+static FORCED_PURGE_GENERATION: AtomicU64 = AtomicU64::new(0);
 
-/// Asks every runtime thread to return its freed memory to the OS (the binary's allocator
-/// hook answers on each worker's next park; see [`purge_generation`]).
+/// Asks for freed memory to go back to the OS, without holding up the runtime: each runtime
+/// thread tidies its own heap on its next park (cheap: pages with live blocks are not
+/// visited) and the binary's purge thread, off the runtime, returns the freed pages to the OS
+/// (see [`purge_generation`]).
 pub fn request_purge() {
     PURGE_GENERATION.fetch_add(1, Ordering::Relaxed);
+}
+
+/// [`request_purge`], and every runtime thread collects its whole heap on its next park (a
+/// forced collection: tens of ms on a large heap, during which tasks queued on that thread
+/// wait), for when memory is near the mark (see [`forced_purge_generation`]).
+pub fn request_forced_purge() {
+    FORCED_PURGE_GENERATION.fetch_add(1, Ordering::Relaxed);
+    request_purge();
 }
 
 /// Incremented by each [`request_purge`]; a thread purges when it sees a new value.
 pub fn purge_generation() -> u64 {
     PURGE_GENERATION.load(Ordering::Relaxed)
+}
+
+/// Incremented by each [`request_forced_purge`]; a runtime thread collects its whole heap when
+/// it sees a new value.
+pub fn forced_purge_generation() -> u64 {
+    FORCED_PURGE_GENERATION.load(Ordering::Relaxed)
 }
 
 #[cfg(test)]

@@ -246,6 +246,7 @@ fn main() -> anyhow::Result<()> {
         Command::Server(args) => {
             let config = load_config(args)?;
             init_logging(&config)?;
+            purge::spawn_thread();
             runtime.block_on(serve(config))?;
         }
         Command::Ctl(args) => ctl::run(args),

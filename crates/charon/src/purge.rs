@@ -4,8 +4,15 @@
 //! up as freed-but-resident memory that counts against the memory alarm. So:
 //! - at start the delay is set back to v2's 10 ms ([`init`]);
 //! - the broker's memory monitor asks for purges (`charon_server::memory::request_purge`:
-//!   periodically, after memory use dropped, and near the mark) and each runtime worker answers
-//!   on its next park by collecting its own heap (mimalloc's heaps are per thread).
+//!   periodically and after memory use dropped): each runtime worker answers on its next park
+//!   with a normal collection of its own heap (mimalloc's heaps are per thread; a normal one
+//!   frees its empty pages and skips full ones), and the purge thread ([`spawn_thread`]), off
+//!   the runtime, then forces the purge of every freed page back to the OS (arenas are
+//!   process-wide);
+//! - near the mark (`request_forced_purge`) each worker forces the collection of its own heap
+//!   (every page visited), as before. A forced collection on a worker takes tens of ms on a
+//!   large heap and holds up the tasks queued on it: done routinely (every 5 s and all through
+//!   a drain) it made the release of parked retries late (docs/retries.md).
 
 use std::cell::Cell;
 
@@ -19,7 +26,11 @@ const PURGE_DELAY_MS: std::os::raw::c_long = 10;
 
 thread_local! {
     static SEEN: Cell<u64> = const { Cell::new(0) };
+    static SEEN_FORCED: Cell<u64> = const { Cell::new(0) };
 }
+
+/// How often the purge thread looks for a request.
+const PURGE_THREAD_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Sets the purge delay (call once, at start). Leaves the option alone, with a warning, if it
 /// does not hold one of the documented defaults (another mimalloc, or `MIMALLOC_PURGE_DELAY`
@@ -37,18 +48,44 @@ pub(crate) fn init() {
     }
 }
 
-/// Runtime hook: purges this thread's heap once per purge request.
+/// Runtime hook: collects this thread's heap once per purge request (forced for a forced
+/// request).
 pub(crate) fn on_park() {
+    let forced = charon_server::memory::forced_purge_generation();
     let requested = charon_server::memory::purge_generation();
-    if SEEN.with(|s| s.replace(requested)) != requested {
-        collect();
+    let force = SEEN_FORCED.with(|s| s.replace(forced)) != forced;
+    if SEEN.with(|s| s.replace(requested)) != requested || force {
+        collect(force);
     }
 }
 
-/// Frees this thread's unused mimalloc pages and segments back to the OS.
+/// Starts the purge thread (server only): after each purge request, once the workers had a
+/// moment to collect their heaps, it forces the purge of the freed pages, off the runtime.
+pub(crate) fn spawn_thread() {
+    let spawned = std::thread::Builder::new()
+        .name("charon-purge".into())
+        .spawn(|| {
+            let mut seen = charon_server::memory::purge_generation();
+            loop {
+                std::thread::sleep(PURGE_THREAD_POLL);
+                let requested = charon_server::memory::purge_generation();
+                if requested != seen {
+                    seen = requested;
+                    // The workers collect on their next park: give them a poll interval.
+                    std::thread::sleep(PURGE_THREAD_POLL);
+                    collect(true);
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "cannot start the allocator purge thread");
+    }
+}
+
+/// Frees this thread's unused mimalloc pages (all of them when `force`, visiting pages still
+/// in use too) and returns freed memory to the OS (all of it when `force`, process-wide).
 #[allow(unsafe_code)]
-fn collect() {
-    // SAFETY: `mi_collect` takes no pointers and may be called at any time from any thread;
-    // with `force` it frees this thread's empty pages and returns abandoned segments.
-    unsafe { libmimalloc_sys::mi_collect(true) }
+fn collect(force: bool) {
+    // SAFETY: `mi_collect` takes no pointers and may be called at any time from any thread.
+    unsafe { libmimalloc_sys::mi_collect(force) }
 }
