@@ -263,3 +263,21 @@ impl Config {
         self.vm_memory_high_watermark.validate()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Config;
+
+    #[test]
+    fn worker_threads_reads_and_refuses_zero() {
+        let c = Config::from_toml("worker_threads = 1").expect("parses");
+        assert_eq!(c.worker_threads, Some(1));
+        assert!(c.validate().is_ok());
+        assert_eq!(Config::default().worker_threads, None);
+        let zero = Config::from_toml("worker_threads = 0").expect("parses");
+        assert_eq!(
+            zero.validate(),
+            Err("worker_threads must be at least 1".to_string())
+        );
+    }
+}
