@@ -30,14 +30,11 @@ pub(crate) fn run(shared: Arc<Shared>, mut active: Arc<dyn StorageFile>, mut end
             let written: u64 = batch.chunks.iter().map(|c| c.bytes.len() as u64).sum();
             match write(&shared, &mut active, &mut end, &mut batch.chunks) {
                 Ok(syncs) => {
-                    let sealed = {
+                    let (sealed, index) = {
                         let mut st = shared.lock();
                         let before = st.durable_seg;
                         st.durable_index = st.durable_index.max(batch.last_index);
                         let index = st.durable_index;
-                        shared
-                            .durable_tx
-                            .send_modify(|d| d.index = d.index.max(index));
                         if let Some(c) = batch.chunks.last() {
                             st.durable_seg = st.durable_seg.max(c.seg);
                         }
@@ -46,8 +43,13 @@ pub(crate) fn run(shared: Arc<Shared>, mut active: Arc<dyn StorageFile>, mut end
                         st.stats.bytes_written += written;
                         st.recycle(batch.chunks);
                         st.moved.durable(index);
-                        st.durable_seg > before
+                        (st.durable_seg > before, index)
                     };
+                    // Published after the lock is released: waking the connections that wait
+                    // for it does not hold up appenders (the index only grows).
+                    shared
+                        .durable_tx
+                        .send_modify(|d| d.index = d.index.max(index));
                     // Compaction looks again when a segment was sealed (and on its idle tick,
                     // for segments dying by settles): not after every batch, which woke its
                     // thread and took the store lock a thousand times a second for nothing.
