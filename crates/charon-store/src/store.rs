@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::task::{Context, Poll};
 use std::thread::JoinHandle;
@@ -127,6 +128,10 @@ pub(crate) struct State {
     pub(crate) moved: Moved,
 }
 
+/// Heap bytes of the index a live message with one member costs: its 28-byte entry, ~1 byte
+/// of its id chunk, its 12-byte member slot (measured at 10M: 393 MiB, docs/performance.md).
+pub(crate) const INDEX_BYTES_PER_MESSAGE: u64 = 41;
+
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) state: Mutex<State>,
@@ -144,6 +149,9 @@ pub(crate) struct Shared {
     pub(crate) spare: Mutex<Option<Arc<dyn StorageFile>>>,
     /// The durable index (and poisoning), published by the writer once per batch.
     pub(crate) durable_tx: tokio::sync::watch::Sender<Durability>,
+    /// Live messages in the index, published after each append (read without the lock by
+    /// [`Store::index_bytes`]).
+    pub(crate) live: AtomicU64,
 }
 
 impl Shared {
@@ -417,6 +425,7 @@ impl Store {
         index.add_segment(active, SEGMENT_HEADER_LEN);
         let mut files: HashMap<SegId, Arc<dyn StorageFile>> = out.files.into_iter().collect();
         files.insert(active, file.clone());
+        let live = AtomicU64::new(index.messages.len() as u64);
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 index,
@@ -447,6 +456,7 @@ impl Store {
                 index: last,
                 ..Durability::default()
             }),
+            live,
         });
         let thread_shared = shared.clone();
         let writer = std::thread::Builder::new()
@@ -514,6 +524,9 @@ impl Store {
             return Err(AppendError::Invalid("segment ids exhausted"));
         }
         let (index, loc, body_at) = st.push_command(self.shared.config.segment_size, cmd)?;
+        self.shared
+            .live
+            .store(st.index.messages.len() as u64, Ordering::Relaxed);
         if let Some(w) = waiter {
             st.batch.waiters.push(w);
         }
@@ -681,6 +694,16 @@ impl Store {
         s.live_bytes = st.index.segs.values().map(|g| g.live_bytes).sum();
         s.live_messages = st.index.messages.len();
         s
+    }
+
+    /// Approximate heap bytes of the in-memory index of live messages
+    /// ([`INDEX_BYTES_PER_MESSAGE`] a message; read without the store's lock). The broker
+    /// counts it against its memory budget for held bodies (docs/performance.md).
+    pub fn index_bytes(&self) -> u64 {
+        self.shared
+            .live
+            .load(Ordering::Relaxed)
+            .saturating_mul(INDEX_BYTES_PER_MESSAGE)
     }
 
     /// Why the store refuses writes, if it does.

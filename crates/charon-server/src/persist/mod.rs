@@ -11,8 +11,9 @@
 //! redelivered).
 //!
 //! Memory: the bodies of stored messages count against a broker-wide budget
-//! (`message_memory_budget`); past it, queues keep newly stored bodies on disk only and read
-//! them back when they deliver them (see [`Persistence::over_budget`]).
+//! (`message_memory_budget`, less the store's in-memory index, at least an eighth of it); past
+//! it, queues keep newly stored bodies on disk only and read them back when they deliver them
+//! (see [`Persistence::over_budget`]).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -132,6 +133,9 @@ pub(crate) struct Persistence {
     /// The store's durable index, for publishes' confirms.
     durable: DurableWatch,
 }
+
+/// Held bodies keep at least `budget / BODY_BUDGET_FLOOR_DIV`, however large the index.
+const BODY_BUDGET_FLOOR_DIV: u64 = 8;
 
 /// Memory budget for held bodies and page-out backpressure (`Config`'s
 /// `message_memory_budget`, `page_out_flow_bytes`, `page_out_test_delay_ms`).
@@ -470,16 +474,25 @@ impl Persistence {
         self.resident.load(Ordering::Relaxed)
     }
 
+    /// What held bodies may take now: the budget less the store's index (which a backlog of
+    /// millions needs in memory anyway: 41 bytes a message), but never under an eighth of it,
+    /// so a 10M backlog keeps within the memory a 1M one needs (docs/performance.md).
+    pub(crate) fn body_budget(&self) -> u64 {
+        self.budget
+            .saturating_sub(self.store.index_bytes())
+            .max(self.budget / BODY_BUDGET_FLOOR_DIV)
+    }
+
     /// Bytes held over the budget (0 when within it).
     pub(crate) fn excess(&self) -> u64 {
         self.resident
             .load(Ordering::Relaxed)
-            .saturating_sub(self.budget)
+            .saturating_sub(self.body_budget())
     }
 
     /// Whether held bodies exceed the budget (queues then page newly stored bodies out).
     pub(crate) fn over_budget(&self) -> bool {
-        self.resident.load(Ordering::Relaxed) > self.budget
+        self.resident.load(Ordering::Relaxed) > self.body_budget()
     }
 
     /// Free bytes on the data directory's file system.
