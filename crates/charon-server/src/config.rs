@@ -95,6 +95,10 @@ pub struct Config {
     /// What the memory alarm measures (RabbitMQ's `vm_memory_calculation_strategy`): `rss`
     /// (default, the process's resident set) or `allocated` (what the allocator holds).
     pub vm_memory_calculation_strategy: crate::memory::Strategy,
+    /// Threads running connections and queues (tokio workers); unset: one per core. Fewer
+    /// threads than cores hand messages between tasks on one thread without waking another
+    /// (docs/performance.md, "worker threads").
+    pub worker_threads: Option<usize>,
 }
 
 /// PEM files and peer verification for the TLS listeners (RabbitMQ's `ssl_options`).
@@ -153,6 +157,7 @@ impl Default for Config {
             auth_mechanisms: vec!["PLAIN".into(), "AMQPLAIN".into()],
             ssl_cert_login_from: crate::tls::CertLoginFrom::default(),
             vm_memory_calculation_strategy: crate::memory::Strategy::default(),
+            worker_threads: None,
         }
     }
 }
@@ -237,6 +242,9 @@ impl Config {
                 self.max_message_size
             ));
         }
+        if self.worker_threads == Some(0) {
+            return Err("worker_threads must be at least 1".into());
+        }
         if self.auth_mechanisms.is_empty() {
             return Err("auth_mechanisms must name at least one mechanism".into());
         }
@@ -253,5 +261,23 @@ impl Config {
             return Err("amqps_listen and https_listen need a [tls] table".into());
         }
         self.vm_memory_high_watermark.validate()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Config;
+
+    #[test]
+    fn worker_threads_reads_and_refuses_zero() {
+        let c = Config::from_toml("worker_threads = 1").expect("parses");
+        assert_eq!(c.worker_threads, Some(1));
+        assert!(c.validate().is_ok());
+        assert_eq!(Config::default().worker_threads, None);
+        let zero = Config::from_toml("worker_threads = 0").expect("parses");
+        assert_eq!(
+            zero.validate(),
+            Err("worker_threads must be at least 1".to_string())
+        );
     }
 }

@@ -68,6 +68,9 @@ struct ServerArgs {
     /// Log format: text or json [default: the config file's log_format, else text].
     #[arg(long, env = "CHARON_LOG_FORMAT")]
     log_format: Option<String>,
+    /// Worker threads for connections and queues [default: one per core].
+    #[arg(long, env = "CHARON_WORKER_THREADS")]
+    worker_threads: Option<usize>,
 }
 
 fn load_config(args: ServerArgs) -> anyhow::Result<Config> {
@@ -95,6 +98,9 @@ fn load_config(args: ServerArgs) -> anyhow::Result<Config> {
         (Some(v), _) => config.log_level = v,
         (None, Ok(v)) if !v.is_empty() => config.log_level = v,
         _ => {}
+    }
+    if let Some(v) = args.worker_threads {
+        config.worker_threads = Some(v);
     }
     if let Some(v) = args.log_format {
         config.log_format = match v.as_str() {
@@ -232,22 +238,28 @@ async fn spawn_tls(
     Ok(tasks)
 }
 
+/// The multi-threaded runtime, with `workers` threads (default: one per core).
+fn runtime(workers: Option<usize>) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = workers {
+        builder.worker_threads(n.max(1));
+    }
+    builder.enable_all().on_thread_park(purge::on_park).build()
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     purge::init();
     alloc_stats::register();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .on_thread_park(purge::on_park)
-        .build()?;
     match cli.command {
         Command::Server(args) => {
             let config = load_config(args)?;
             init_logging(&config)?;
-            runtime.block_on(serve(config))?;
+            runtime(config.worker_threads)?.block_on(serve(config))?;
         }
         Command::Ctl(args) => ctl::run(args),
         Command::Bench(args) => {
+            let runtime = runtime(None)?;
             use std::io::IsTerminal;
             tracing_subscriber::fmt()
                 .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())

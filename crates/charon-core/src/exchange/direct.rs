@@ -1,8 +1,6 @@
 //! Direct exchange: a message goes to bindings whose key equals one of its
 //! routing keys. (The default exchange is handled by the vhost.)
 
-use std::collections::HashMap;
-
 use charon_protocol::FieldTable;
 
 use super::{Binding, BindingTable, Destination, remove_from};
@@ -10,7 +8,8 @@ use super::{Binding, BindingTable, Destination, remove_from};
 /// Bindings indexed by binding key.
 #[derive(Debug, Default)]
 pub struct DirectBindings {
-    by_key: HashMap<String, Vec<Binding>>,
+    /// foldhash: looked up once per routed message (SipHash was ~10 % of routing).
+    by_key: foldhash::HashMap<String, Vec<Binding>>,
     count: usize,
 }
 

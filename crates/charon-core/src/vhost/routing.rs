@@ -78,6 +78,9 @@ impl<Q: Clone> VHost<Q> {
             self.route_default(routing_keys, out);
             return;
         }
+        if self.route_direct_to_queues(x, routing_keys, headers, out) {
+            return;
+        }
         let mut queues: Vec<&str> = Vec::new();
         let mut work: Vec<&Exchange> = vec![x];
         let mut seen: Vec<&str> = vec![&x.name];
@@ -110,6 +113,40 @@ impl<Q: Clone> VHost<Q> {
                 out.push(e.handle.clone());
             }
         }
+    }
+
+    /// The usual case of [`VHost::route_via`] without its work lists: `x`'s bindings match only
+    /// queues (no exchange-to-exchange binding) and the alternate exchange is not needed (a
+    /// binding matched, or there is none). Returns false, having pushed nothing, otherwise.
+    fn route_direct_to_queues(
+        &self,
+        x: &Exchange,
+        routing_keys: &[&str],
+        headers: Option<&FieldTable>,
+        out: &mut Vec<Q>,
+    ) -> bool {
+        let mut dests: Vec<&Destination> = Vec::new();
+        x.bindings.route(routing_keys, headers, &mut dests);
+        if dests.is_empty() && x.alternate_exchange().is_some() {
+            return false;
+        }
+        let mut queues: Vec<&str> = Vec::with_capacity(dests.len());
+        for d in &dests {
+            match d {
+                Destination::Queue(q) => queues.push(q),
+                Destination::Exchange(_) => return false,
+            }
+        }
+        if queues.len() > 1 {
+            queues.sort_unstable();
+            queues.dedup();
+        }
+        for q in queues {
+            if let Some(e) = self.queues.get(q) {
+                out.push(e.handle.clone());
+            }
+        }
+        true
     }
 
     fn visit<'a>(&'a self, name: &'a str, work: &mut Vec<&'a Exchange>, seen: &mut Vec<&'a str>) {

@@ -500,3 +500,23 @@ fn routing_counts_publish_in_per_message_and_publish_out_per_queue_reached() {
     assert_eq!(stats("fan"), Some((3, 6)));
     assert_eq!(stats("empty"), Some((1, 0)));
 }
+
+#[test]
+fn queue_only_bindings_route_each_queue_once() {
+    // The path without work lists (`route_direct_to_queues`): bindings that match only queues.
+    let mut v = vh();
+    add_queue(&mut v, "q1");
+    add_queue(&mut v, "q2");
+    let none = FieldTable::default();
+    assert!(v.bind_queue("q1", "amq.direct", "a", &none).is_ok());
+    assert!(v.bind_queue("q1", "amq.direct", "b", &none).is_ok());
+    assert!(v.bind_queue("q2", "amq.direct", "b", &none).is_ok());
+    assert_eq!(
+        routed(&v, "amq.direct", &["a", "b"], None),
+        vec!["q1", "q2"]
+    );
+    assert_eq!(routed(&v, "amq.direct", &["a"], None), vec!["q1"]);
+    assert!(routed(&v, "amq.direct", &["zzz"], None).is_empty());
+    assert!(v.bind_queue("q2", "amq.fanout", "", &none).is_ok());
+    assert_eq!(routed(&v, "amq.fanout", &["x", "y"], None), vec!["q2"]);
+}

@@ -20,21 +20,33 @@ use crate::locks::MutexExt;
 /// Deliveries a connection may have encoded but not yet written to its socket.
 pub const MAX_PENDING_DELIVERIES: usize = 8192;
 
-/// Queues waiting for credit, each at most once.
+/// Queues waiting for credit, each at most once. `any` says whether the list may be non-empty,
+/// so that releasing credit (every flush, every settle) takes the lock only when a queue waits:
+/// a registrant sets it (`SeqCst`) before re-checking the credit, a releaser reads it (`SeqCst`)
+/// after giving credit back, so either the registrant sees the credit or the releaser sees
+/// the flag.
 #[derive(Debug, Default)]
-struct Starved(Mutex<Vec<QueueHandle>>);
+struct Starved {
+    list: Mutex<Vec<QueueHandle>>,
+    any: AtomicBool,
+}
 
 impl Starved {
     fn register(&self, queue: &QueueHandle) {
-        let mut list = self.0.lock_recover();
+        let mut list = self.list.lock_recover();
         if !list.iter().any(|q| q.same(queue)) {
             list.push(queue.clone());
         }
+        self.any.store(true, Ordering::SeqCst);
     }
 
     fn kick_all(&self) {
+        if !self.any.load(Ordering::SeqCst) {
+            return;
+        }
         let drained: Vec<QueueHandle> = {
-            let mut list = self.0.lock_recover();
+            let mut list = self.list.lock_recover();
+            self.any.store(false, Ordering::SeqCst);
             std::mem::take(&mut *list)
         };
         for q in drained {

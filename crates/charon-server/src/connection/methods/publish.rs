@@ -253,19 +253,27 @@ impl Connection {
             Some(d) if headers.is_some() => header_routes(d),
             _ => (Vec::new(), Vec::new()),
         };
-        let mut keys: Vec<&str> = vec![routing_key];
-        keys.extend(cc.iter().chain(&bcc).map(|k| k.as_ref()));
+        // The routing key, then CC and BCC: without those (the usual case) no Vec is made.
+        let with_cc: Vec<&str>;
+        let keys: &[&str] = if cc.is_empty() && bcc.is_empty() {
+            std::slice::from_ref(&routing_key)
+        } else {
+            with_cc = std::iter::once(routing_key)
+                .chain(cc.iter().chain(&bcc).map(|k| k.as_ref()))
+                .collect();
+            &with_cc
+        };
         let mut targets: Vec<QueueHandle> = Vec::new();
         let delay = {
             let topo = self.vhost.topology.read_recover();
             // One exchange lookup for the delay check and the routing.
             let x = topo.exchange(exchange);
             let delay = x.and_then(|x| crate::exchange_delay::delay_through(x, headers));
-            crate::topic_access::check_publish(&self.broker, &topo, &self.user, exchange, &keys)?;
+            crate::topic_access::check_publish(&self.broker, &topo, &self.user, exchange, keys)?;
             if delay.is_none() {
                 match x {
-                    Some(x) => topo.route_from(x, &keys, headers, &mut targets)?,
-                    None => topo.route(exchange, &keys, headers, &mut targets)?,
+                    Some(x) => topo.route_from(x, keys, headers, &mut targets)?,
+                    None => topo.route(exchange, keys, headers, &mut targets)?,
                 }
             }
             delay
