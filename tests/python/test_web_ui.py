@@ -79,16 +79,29 @@ def by_css(driver, css):
 def row_text(d, table_css, text):
     """The text of the first row of `table_css` containing `text` (pages re-render their tables
     every few seconds, so rows are looked up afresh until one is read whole)."""
-    return wait_for(lambda: next((r.text for r in by_css(d, f"{table_css} tbody tr") if text in r.text), None),
+    return wait_for(lambda: next((t for t in rows_text(d, table_css) if text in t), None),
                     f"a row with {text!r} in {table_css}")
+
+
+def rows_text(d, table_css):
+    """The text of every row of `table_css`, read in one script run (so a re-render between
+    rows cannot leave a stale element, however slow the machine)."""
+    return d.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0] + ' tbody tr')).map(r => r.innerText.replace(/\s+/g, ' ').trim())",
+        table_css) or []
 
 
 def click_in_row(d, table_css, text, button="button"):
     """Clicks `button` in the first row of `table_css` containing `text` (retried across re-renders)."""
     def attempt():
-        row = next(r for r in by_css(d, f"{table_css} tbody tr") if text in r.text)
-        row.find_element("css selector", button).click()
-        return True
+        # Found in one script run (a re-render cannot intervene); clicked just after it returns,
+        # since the click may open a confirm dialog, which would block the script.
+        return d.execute_script(
+            "const row = Array.from(document.querySelectorAll(arguments[0] + ' tbody tr'))"
+            "  .find(r => r.innerText.includes(arguments[1]));"
+            "const b = row && row.querySelector(arguments[2]);"
+            "if (!b) return false; setTimeout(() => b.click(), 0); return true;",
+            table_css, text, button)
     wait_for(attempt, f"clicking {button} in the row with {text!r}")
 
 
@@ -162,7 +175,7 @@ def test_ui_login_pages_dlq_peek_and_replay(broker, browser, uniq):
     # Per-reason counts on the queue -> DLX edge and in the table.
     wait_for(lambda: "rejected 3" in by_css(d, "#flow-graph")[0].get_attribute("textContent")
              and "expired 1" in by_css(d, "#flow-graph")[0].get_attribute("textContent"), "counts per reason on the edge")
-    rows = wait_for(lambda: [r.text for r in by_css(d, "#flow-table tbody tr")], "the flow table")
+    rows = wait_for(lambda: rows_text(d, "#flow-table"), "the flow table")
     assert any(work_q in r and "rejected" in r and " 3 " in f" {r} " and dlq in r for r in rows), rows
     shot(d, "10-flow")
 
@@ -408,11 +421,15 @@ def test_ui_archive_groups_replay_edit_audit(broker, browser, uniq):
     shot(d, "30-archive-records")
 
     d.get(f"{base}/#/archive/groups")
-    row = wait_for(lambda: [r for r in by_css(d, "#groups-table tbody tr") if work in r.text and "not found" in r.text],
+    row = wait_for(lambda: [t for t in rows_text(d, "#groups-table") if work in t and "not found" in t],
                    "the 'not found' group")[0]
-    assert " 3 " in f" {row.text} ", row.text
+    assert " 3 " in f" {row} ", row
     shot(d, "31-archive-groups")
-    [b for b in row.find_elements("css selector", "button") if b.text == "Replay group"][0].click()
+    wait_for(lambda: d.execute_script(
+        "const row = Array.from(document.querySelectorAll('#groups-table tbody tr'))"
+        "  .find(r => r.innerText.includes(arguments[0]) && r.innerText.includes('not found'));"
+        "const b = row && Array.from(row.querySelectorAll('button')).find(b => b.innerText === 'Replay group');"
+        "if (!b) return false; setTimeout(() => b.click(), 0); return true;", work), "clicking 'Replay group'")
     toast_says(d, "Replay job")
     got = []
     while len(got) < 3:

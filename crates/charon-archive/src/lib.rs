@@ -7,6 +7,7 @@
 //! - [`sql`]: the connection interface both backends implement ([`sqlite`], [`postgres`]).
 //! - [`ingest`]: the archiver's batch insert (summary counted per batch).
 //! - [`ops`]: list, get, groups, edit, skip, delete, audit, retention, stats.
+//! - [`page_plan`]: which index a SQLite list page walks.
 //! - [`jobs`]: replay jobs and what a restart interrupted.
 //! - [`summary`]: the maintained per-group counts (groups and totals without counting rows).
 //! - [`scope`]: what an API user limited to some vhosts sees.
@@ -23,6 +24,7 @@ pub mod ingest;
 pub mod jobs;
 pub mod json;
 pub mod ops;
+pub mod page_plan;
 pub mod postgres;
 pub mod record;
 pub mod schema;

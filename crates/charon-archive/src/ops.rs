@@ -96,10 +96,19 @@ pub fn list(
     } else {
         format!(" OFFSET {offset}")
     };
+    let inner =
+        format!("SELECT id FROM {{from}} WHERE {cond} ORDER BY {order} LIMIT {page_size}{skip}");
+    let from = crate::page_plan::ids_from(
+        c,
+        &inner,
+        &params,
+        &order,
+        total,
+        offset.saturating_add(page_size),
+    )?;
     let sql = format!(
-        "SELECT {RECORD_COLUMNS} FROM dead_letters WHERE id IN \
-         (SELECT id FROM dead_letters WHERE {cond} ORDER BY {order} LIMIT {page_size}{skip}) \
-         ORDER BY {order}"
+        "SELECT {RECORD_COLUMNS} FROM dead_letters WHERE id IN ({}) ORDER BY {order}",
+        inner.replace("{from}", &from)
     );
     let rows = c.query(&sql, &params)?;
     Ok((

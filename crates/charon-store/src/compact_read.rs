@@ -30,6 +30,44 @@ pub(crate) struct Refs {
     pub(crate) parks: Vec<(Member, Loc)>,
 }
 
+/// At most this many live index entries (messages, definitions, parks) are walked under the
+/// store lock instead of scanning the segment's file, and never more than one per 64 bytes of
+/// the segment (a small segment is scanned: cheaper than walking a larger index).
+const WALK_MAX: usize = 16 << 10;
+
+/// What segment `seg` still holds alive, from the index rather than the file, when the index
+/// is small (`None`: scan the file). A segment sealed while a few messages were in flight (or
+/// holding the one definition record of a queue) otherwise cost a read and parse of its whole
+/// 64 MiB for a handful of items that often died before the scan ended.
+pub(crate) fn from_index(shared: &Shared, seg: SegId, size: u64) -> Option<Refs> {
+    let limit = WALK_MAX.min(usize::try_from(size / 64).unwrap_or(WALK_MAX));
+    let st = shared.lock();
+    let ix = &st.index;
+    if ix.messages.len() + ix.defs.len() + ix.parks.len() > limit {
+        return None;
+    }
+    let mut refs = Refs::default();
+    refs.msgs.extend(
+        ix.messages
+            .iter()
+            .map(|(id, _)| id)
+            .filter(|id| ix.has_item_in(*id, seg)),
+    );
+    refs.defs.extend(
+        ix.defs
+            .iter()
+            .filter(|(_, loc)| loc.seg == seg)
+            .map(|((kind, key), loc)| (*kind, key.clone(), *loc)),
+    );
+    refs.parks.extend(
+        ix.parks
+            .iter()
+            .filter(|(_, p)| p.loc.seg == seg)
+            .map(|(m, p)| (*m, p.loc)),
+    );
+    Some(refs)
+}
+
 /// Whether `rest` holds a whole record (by its length field).
 fn whole(rest: &[u8]) -> bool {
     rest.get(..4)

@@ -138,7 +138,9 @@ pub(crate) fn compact_one(shared: &Shared) -> bool {
     let Some((seg, size)) = candidate(shared) else {
         return false;
     };
-    let Some(refs) = compact_read::scan(shared, seg, size) else {
+    let Some(refs) = compact_read::from_index(shared, seg, size)
+        .or_else(|| compact_read::scan(shared, seg, size))
+    else {
         return false;
     };
 

@@ -124,7 +124,6 @@ impl<V> IdTable<V> {
     }
 
     /// Entries in id order.
-    #[cfg(test)]
     pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, &V)> + '_ {
         self.chunks.iter().flat_map(|(key, c)| {
             let base = key << SHIFT;

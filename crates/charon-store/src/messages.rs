@@ -113,6 +113,11 @@ impl Messages {
         self.map.len() == 0
     }
 
+    /// Every live message with its entry, in id order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (MessageId, &MsgEntry)> + '_ {
+        self.map.iter()
+    }
+
     /// An entry's inline member.
     fn one(&self, e: &MsgEntry) -> Member {
         let q = self.queues.get(e.queue as usize).map_or(0, |(q, _)| *q);

@@ -41,6 +41,10 @@ pub struct StoreConfig {
     /// segment as the next one (default on), so a group commit's `fdatasync` does not also
     /// journal a size change (`docs/storage-format.md` §2.5).
     pub preallocate: bool,
+    /// While appends arrive back to back, the writer waits this long before taking the next
+    /// batch, so a group commit gathers more (default 200 µs; zero: never waits). Nothing
+    /// waits when the writer was idle: a lone publish is written at once.
+    pub gather: Duration,
 }
 
 impl Default for StoreConfig {
@@ -50,8 +54,18 @@ impl Default for StoreConfig {
             compact_ratio: 0.3,
             idle_tick: Duration::from_millis(200),
             preallocate: true,
+            gather: gather_default(),
         }
     }
+}
+
+/// [`StoreConfig::gather`]'s default: 200 µs, or `CHARON_STORE_GATHER_US` (benchmarks).
+fn gather_default() -> Duration {
+    let us = std::env::var("CHARON_STORE_GATHER_US")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    Duration::from_micros(us)
 }
 
 /// Counters and sizes, for metrics and benches.

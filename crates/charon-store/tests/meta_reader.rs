@@ -15,6 +15,7 @@ fn config() -> StoreConfig {
         compact_ratio: 0.5,
         idle_tick: Duration::from_millis(1),
         preallocate: true,
+        ..StoreConfig::default()
     }
 }
 

@@ -173,6 +173,7 @@ fn with_compaction(compact_ratio: f64) -> StoreConfig {
         idle_tick: Duration::from_millis(1),
         // Crashes then hit preallocated and recycled segment files too.
         preallocate: true,
+        ..StoreConfig::default()
     }
 }
 

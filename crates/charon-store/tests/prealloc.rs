@@ -20,6 +20,7 @@ fn config() -> StoreConfig {
         compact_ratio: 0.0,
         idle_tick: Duration::from_millis(1),
         preallocate: true,
+        ..StoreConfig::default()
     }
 }
 

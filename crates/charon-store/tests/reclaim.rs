@@ -17,6 +17,7 @@ fn config() -> StoreConfig {
         compact_ratio: 0.3,
         idle_tick: Duration::from_millis(1),
         preallocate: true,
+        ..StoreConfig::default()
     }
 }
 

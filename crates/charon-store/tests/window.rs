@@ -15,6 +15,7 @@ fn config(preallocate: bool) -> StoreConfig {
         compact_ratio: 0.3,
         idle_tick: Duration::from_millis(5),
         preallocate,
+        ..StoreConfig::default()
     }
 }
 

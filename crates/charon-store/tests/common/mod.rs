@@ -51,6 +51,7 @@ pub fn config() -> StoreConfig {
         compact_ratio: 0.3,
         idle_tick: Duration::from_millis(5),
         preallocate: true,
+        ..StoreConfig::default()
     }
 }
 
