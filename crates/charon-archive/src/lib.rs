@@ -8,6 +8,7 @@
 //! - [`ingest`]: the archiver's batch insert (summary counted per batch).
 //! - [`ops`]: list, get, groups, edit, skip, delete, audit, retention, stats.
 //! - [`page_plan`]: which index a SQLite list page walks.
+//! - [`checkpoint`]: SQLite's WAL checkpoints off the writer's thread.
 //! - [`jobs`]: replay jobs and what a restart interrupted.
 //! - [`summary`]: the maintained per-group counts (groups and totals without counting rows).
 //! - [`scope`]: what an API user limited to some vhosts sees.
@@ -17,6 +18,7 @@
 //! API's reads (so that a page is not queued behind a 4000-record insert or a replay step);
 //! both used from blocking threads.
 
+pub mod checkpoint;
 pub mod error;
 pub mod extract;
 pub mod filter;

@@ -10,6 +10,9 @@ use crate::sql::{Cell, Conn, Dialect, Param};
 /// A SQLite database file.
 pub struct Sqlite {
     conn: rusqlite::Connection,
+    path: std::path::PathBuf,
+    /// The checkpoint thread, started at the first commit (`checkpoint`).
+    checkpointer: Option<crate::checkpoint::Checkpointer>,
 }
 
 impl std::fmt::Debug for Sqlite {
@@ -43,7 +46,18 @@ impl Sqlite {
         conn.pragma_update(None, "temp_store", "MEMORY")?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         conn.set_prepared_statement_cache_capacity(128);
-        Ok(Sqlite { conn })
+        // Checkpoints run on their own thread after each commit (`checkpoint`); the writer's
+        // own automatic checkpoint only bounds the WAL should that thread fall behind.
+        conn.pragma_update(
+            None,
+            "wal_autocheckpoint",
+            crate::checkpoint::WRITER_AUTOCHECKPOINT_PAGES,
+        )?;
+        Ok(Sqlite {
+            conn,
+            path: path.to_path_buf(),
+            checkpointer: None,
+        })
     }
 }
 
@@ -94,6 +108,19 @@ impl Conn for Sqlite {
 
     fn batch(&mut self, sql: &str) -> Result<(), ArchiveError> {
         self.conn.execute_batch(sql)?;
+        if sql == "COMMIT" {
+            if self.checkpointer.is_none() {
+                let c = crate::checkpoint::Checkpointer::start(&self.path);
+                if !c.running() {
+                    // No thread: the writer checkpoints itself, as SQLite does by default.
+                    self.conn.pragma_update(None, "wal_autocheckpoint", 1000)?;
+                }
+                self.checkpointer = Some(c);
+            }
+            if let Some(c) = &self.checkpointer {
+                c.kick();
+            }
+        }
         Ok(())
     }
 
