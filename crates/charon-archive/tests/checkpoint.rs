@@ -4,30 +4,14 @@
 use bytes::Bytes;
 use charon_archive::checkpoint::WRITER_AUTOCHECKPOINT_PAGES;
 use charon_archive::{Archive, NewRecord, ops};
-use serde_json::json;
+
+#[path = "support/record.rs"]
+mod support;
 
 fn rec(i: usize) -> NewRecord {
     NewRecord {
-        stable_key: format!("k{i}"),
-        vhost: "/".into(),
-        queue: "dlq".into(),
-        original_queue: Some("q".into()),
-        original_exchange: Some("x".into()),
-        original_routing_keys: vec!["rk".into()],
-        reason: Some("rejected".into()),
-        death_count: 1,
-        message_id: Some(format!("m{i}")),
-        correlation_id: None,
-        key: None,
-        content_type: None,
-        properties: json!({}),
-        headers: "{}".into(),
-        amqp_properties: Bytes::new(),
         payload: Bytes::from(vec![b'x'; 4096]),
-        error_message: None,
-        error_stacktrace: None,
-        error_fingerprint: None,
-        created_at: 1_700_000_000_000 + i as i64,
+        ..support::record(i)
     }
 }
 

@@ -3,38 +3,22 @@
 //! and every page holds exactly the records a full sort gives, in order, for filters and sorts
 //! with `created_at` out of id order.
 
-use bytes::Bytes;
 use charon_archive::filter::{Filter, order_by};
 use charon_archive::ops::{self, Selection};
 use charon_archive::sql::{Conn, Param};
 use charon_archive::{Archive, NewRecord};
-use serde_json::json;
+
+#[path = "support/record.rs"]
+mod support;
 
 const N: usize = 3000;
 
 fn rec(i: usize) -> NewRecord {
     NewRecord {
-        stable_key: format!("k{i}"),
-        vhost: "/".into(),
-        queue: "dlq".into(),
         original_queue: Some(format!("q{}", i % 3)),
-        original_exchange: Some("x".into()),
-        original_routing_keys: vec!["rk".into()],
-        reason: Some("rejected".into()),
-        death_count: 1,
-        message_id: Some(format!("m{i}")),
-        correlation_id: None,
-        key: None,
-        content_type: None,
-        properties: json!({}),
-        headers: "{}".into(),
-        amqp_properties: Bytes::new(),
-        payload: Bytes::from_static(b"body"),
-        error_message: None,
-        error_stacktrace: None,
-        error_fingerprint: None,
         // A permutation of the ids, with ties: created_at is not in id order.
         created_at: 1_700_000_000_000 + ((i * 7919) % N / 2) as i64 * 10,
+        ..support::record(i)
     }
 }
 
