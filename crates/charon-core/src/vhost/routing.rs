@@ -104,6 +104,11 @@ impl<Q: Clone> VHost<Q> {
                 }
             }
         }
+        self.push_queues(queues, out);
+    }
+
+    /// Pushes the handles of the named queues that exist, each once.
+    fn push_queues(&self, mut queues: Vec<&str>, out: &mut Vec<Q>) {
         if queues.len() > 1 {
             queues.sort_unstable();
             queues.dedup();
@@ -137,15 +142,7 @@ impl<Q: Clone> VHost<Q> {
                 Destination::Exchange(_) => return false,
             }
         }
-        if queues.len() > 1 {
-            queues.sort_unstable();
-            queues.dedup();
-        }
-        for q in queues {
-            if let Some(e) = self.queues.get(q) {
-                out.push(e.handle.clone());
-            }
-        }
+        self.push_queues(queues, out);
         true
     }
 
