@@ -102,10 +102,11 @@ pub(crate) fn reclaim(shared: &Shared) -> io::Result<()> {
 /// would otherwise keep every one of those segments on disk.
 fn candidate(shared: &Shared) -> Option<(SegId, u64)> {
     let ratio = shared.config.compact_ratio;
-    let st = shared.lock();
+    let mut st = shared.lock();
     if ratio <= 0.0 || st.poisoned.is_some() || st.closed {
         return None;
     }
+    st.stats.compaction_checks += 1;
     // The log as a whole must be mostly garbage first (RabbitMQ's message store waits for half):
     // a backlog drained in order leaves at most its head segment partly dead, and that segment
     // dies whole a moment later; copying its live tail forward would only write it again.
@@ -117,6 +118,14 @@ fn candidate(shared: &Shared) -> Option<(SegId, u64)> {
             (t + s.size, l + s.live_bytes.min(s.size))
         });
     if ((total - live) as f64) < GARBAGE_FRACTION * total as f64 {
+        return None;
+    }
+    // And more than a couple of segments must be sealed: one or two sealed segments behind the
+    // active one are mostly the consumers' lag (scenario b: a segment sealed every few seconds
+    // with the last ~10k messages still queued), which dies whole shortly; scanning and copying
+    // it cost a tenth of the broker's CPU there (docs/performance.md, part 5).
+    if st.index.segs.range(..st.durable_seg).count() <= shared.config.compact_min_segments as usize
+    {
         return None;
     }
     let pinned = st.index.pinned_bytes(st.active);

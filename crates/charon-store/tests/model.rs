@@ -170,6 +170,8 @@ fn with_compaction(compact_ratio: f64) -> StoreConfig {
     StoreConfig {
         segment_size: 1024,
         compact_ratio,
+        // Exercise compaction from the first sealed segment on (the default waits for more).
+        compact_min_segments: 0,
         idle_tick: Duration::from_millis(1),
         // Crashes then hit preallocated and recycled segment files too.
         preallocate: true,

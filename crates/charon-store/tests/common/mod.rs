@@ -49,6 +49,8 @@ pub fn config() -> StoreConfig {
     StoreConfig {
         segment_size: 4096,
         compact_ratio: 0.3,
+        // Exercise compaction from the first sealed segment on (the default waits for more).
+        compact_min_segments: 0,
         idle_tick: Duration::from_millis(5),
         preallocate: true,
         ..StoreConfig::default()
