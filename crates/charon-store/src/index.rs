@@ -32,13 +32,12 @@ pub(crate) struct Loc {
 type Item = (SegId, u64);
 
 /// Records other than the message's own that hold a member's state; kept
-/// aside because few members have any.
+/// aside because few members have any. (The record holding a member's delivery count is kept
+/// with the count, in `QueueMembers`.)
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct MemberItems {
     /// The `Enqueue` record that added this member.
     enqueued: Option<Item>,
-    /// The `DeliveryCount` record holding its count.
-    counted: Option<Item>,
 }
 
 /// Accounting for one segment.
@@ -238,19 +237,13 @@ impl Index {
     /// a share of a `DeliveryCounts` one); the record that held it before dies. No-op for a
     /// member that does not exist.
     fn set_count(&mut self, member: Member, count: u32, item: Item, index: u64) {
-        if !self
+        let Some(old) = self
             .queues
             .get_mut(&member.0)
-            .is_some_and(|q| q.set_count(member.1, count))
-        {
+            .and_then(|q| q.set_count(member.1, count, item))
+        else {
             return;
-        }
-        let old = self
-            .member_items
-            .entry(member)
-            .or_default()
-            .counted
-            .replace(item);
+        };
         self.add_item(item);
         if let Some(old) = old {
             self.kill(old, item.0, index);
@@ -280,18 +273,20 @@ impl Index {
                     self.messages.add_member(*msg, *m);
                     let item = (seg, share);
                     self.add_item(item);
-                    self.queues.entry(m.0).or_default().insert(
+                    let old = self.queues.entry(m.0).or_default().insert(
                         m.1,
                         MemberEntry {
                             msg: *msg,
                             count: 0,
                         },
                     );
+                    if let Some(old) = old {
+                        self.kill(old, seg, index);
+                    }
                     self.member_items.insert(
                         *m,
                         MemberItems {
                             enqueued: Some(item),
-                            counted: None,
                         },
                     );
                 }
@@ -333,10 +328,14 @@ impl Index {
             }
             self.remove_member(m, loc.seg, index);
             list.push(m);
-            self.queues
+            let old = self
+                .queues
                 .entry(m.0)
                 .or_default()
                 .insert(m.1, MemberEntry { msg: id, count });
+            if let Some(old) = old {
+                self.kill(old, loc.seg, index);
+            }
         }
         // Fits: checked above.
         let _ = self.messages.insert(id, loc, body_off, list);
@@ -346,17 +345,25 @@ impl Index {
     /// touch the message.
     fn drop_member_entry(&mut self, m: Member, seg: SegId, index: u64) -> Option<MemberEntry> {
         let q = self.queues.get_mut(&m.0)?;
-        let e = q.remove(m.1)?;
+        let (e, counted) = q.remove(m.1)?;
         if q.is_empty() {
             self.queues.remove(&m.0);
         }
-        if let Some(items) = self.member_items.remove(&m) {
+        if let Some(item) = counted {
+            self.kill(item, seg, index);
+        }
+        // Few members have an `Enqueue` item or a park: skip the lookups while there are none.
+        if !self.member_items.is_empty()
+            && let Some(items) = self.member_items.remove(&m)
+        {
             shrink_sparse(&mut self.member_items);
-            for item in [items.enqueued, items.counted].into_iter().flatten() {
+            if let Some(item) = items.enqueued {
                 self.kill(item, seg, index);
             }
         }
-        if let Some(p) = self.parks.remove(&m) {
+        if !self.parks.is_empty()
+            && let Some(p) = self.parks.remove(&m)
+        {
             self.kill(p.item(), seg, index);
         }
         if let Some(msg_seg) = self.messages.get(&e.msg).map(|m| m.seg()) {
@@ -446,12 +453,15 @@ impl Index {
         };
         e.seg() == seg
             || self.messages.members(&msg).any(|m| {
-                self.member_items.get(&m).is_some_and(|it| {
-                    [it.enqueued, it.counted]
-                        .iter()
-                        .flatten()
-                        .any(|(s, _)| *s == seg)
-                })
+                self.member_items
+                    .get(&m)
+                    .and_then(|it| it.enqueued)
+                    .is_some_and(|(s, _)| s == seg)
+                    || self
+                        .queues
+                        .get(&m.0)
+                        .and_then(|q| q.count_item(m.1))
+                        .is_some_and(|(s, _)| s == seg)
             })
     }
 
@@ -558,6 +568,57 @@ mod tests {
         );
         assert!(ix.deletable(1, 2).is_empty());
         assert_eq!(ix.deletable(2, 2), vec![1]);
+    }
+
+    #[test]
+    fn a_delivery_count_record_lives_while_it_holds_a_live_members_count() {
+        let mut ix = index(&[1, 2, 3, 4]);
+        ix.apply(
+            1,
+            loc(1, 16),
+            &Payload::Publish {
+                members: vec![(1, 1), (1, 2)],
+                msg: BODY,
+            },
+        );
+        let counts = |ids: &[u64]| Payload::DeliveryCounts {
+            queue: 1,
+            counts: ids.iter().map(|id| (*id, 1)).collect(),
+        };
+        ix.apply(2, loc(2, 32), &counts(&[1, 2]));
+        assert_eq!(ix.segs[&2].live_items, 2);
+        assert!(ix.has_item_in(1, 2));
+        // A newer count for one member kills its share in segment 2; settling the other kills
+        // the rest, and segment 2 may go (its counts are replaced or gone).
+        ix.apply(3, loc(3, 16), &counts(&[1]));
+        assert_eq!(ix.segs[&2].live_items, 1);
+        ix.apply(
+            4,
+            loc(4, 16),
+            &Payload::Settle {
+                queue: 1,
+                ids: vec![2],
+            },
+        );
+        assert_eq!(ix.segs[&2].live_items, 0);
+        assert!(!ix.has_item_in(1, 2) && ix.has_item_in(1, 3));
+        assert_eq!(ix.deletable(4, 4), vec![2]);
+        assert_eq!(ix.members_of(1), vec![((1, 1), 1)]);
+        // Settling the last member kills its count record's item with the message.
+        ix.apply(
+            5,
+            loc(4, 16),
+            &Payload::Settle {
+                queue: 1,
+                ids: vec![1],
+            },
+        );
+        assert_eq!(ix.segs[&3].live_items, 0);
+        // Segment 3 killed an item in segment 2: it goes once 2 is gone.
+        assert_eq!(ix.deletable(5, 4), vec![1, 2]);
+        ix.remove_segment(1);
+        ix.remove_segment(2);
+        assert_eq!(ix.deletable(5, 4), vec![3]);
     }
 
     #[test]

@@ -9,7 +9,9 @@
 //! at the ends (a FIFO queue settles its front) and compacted away once they outnumber the
 //! live members. Chunks of at most [`CHUNK`] slots (ids as 32-bit offsets from the chunk's
 //! base) grow one at a time: no ring doubling (old and new buffer at once) at millions.
-//! Delivery counts are kept aside (only members delivered before have one).
+//! Delivery counts are kept aside (only members delivered before have one), each with the
+//! record item that holds it (`DeliveryCount`/`DeliveryCounts`, for the index's segment
+//! accounting): one map entry per delivered member, not two.
 
 use std::collections::VecDeque;
 
@@ -27,6 +29,10 @@ const CHUNK: usize = 4096;
 const CHUNK: usize = 8;
 /// The message id of a tombstone (message ids are log indexes: never this one).
 const DEAD: MessageId = u64::MAX;
+
+/// A record's share of a segment's bytes holding a delivery count: `(segment, bytes)` (the
+/// index's live item).
+pub(crate) type CountItem = (u64, u64);
 
 /// One live member (16 bytes: there is one per message per queue).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,6 +105,14 @@ impl Chunk {
         let Ok(off) = u32::try_from(id - self.base) else {
             return Err(self.slots.len());
         };
+        // Offsets are unique and sorted, and a queue hands its ids out in order, so a chunk is
+        // usually dense (tombstones keep their slots): try the slot the offset would have then.
+        if let Some(first) = self.slots.front().map(|s| s.off)
+            && let Some(i) = off.checked_sub(first).map(|d| d as usize)
+            && self.slots.get(i).is_some_and(|s| s.off == off)
+        {
+            return Ok(i);
+        }
         self.slots.binary_search_by_key(&off, |s| s.off)
     }
 
@@ -116,8 +130,9 @@ impl Chunk {
 #[derive(Debug, Default)]
 pub(crate) struct QueueMembers {
     chunks: VecDeque<Chunk>,
-    /// Delivery counts above 0, by member id.
-    counts: FastMap<u64, u32>,
+    /// Delivery counts by member id, with the record item holding each (`None`: held by the
+    /// message's own record, a `Carry`). Members without an entry have count 0 and no item.
+    counts: FastMap<u64, (u32, Option<CountItem>)>,
     live: usize,
     dead: usize,
 }
@@ -138,6 +153,10 @@ impl QueueMembers {
             None => return 0,
             Some(b) if b.first() <= id => return self.chunks.len() - 1,
             _ => {}
+        }
+        // Settles of a FIFO queue fall in the front chunk.
+        if self.chunks.get(1).is_some_and(|c| id < c.first()) {
+            return 0;
         }
         self.chunks
             .partition_point(|c| c.first() <= id)
@@ -165,34 +184,58 @@ impl QueueMembers {
     }
 
     fn count_of(&self, id: u64) -> u32 {
-        self.counts.get(&id).copied().unwrap_or(0)
+        self.counts.get(&id).map_or(0, |c| c.0)
     }
 
-    fn put_count(&mut self, id: u64, count: u32) {
-        if count == 0 {
-            if self.counts.remove(&id).is_some() {
-                shrink_sparse(&mut self.counts);
-            }
-        } else {
-            self.counts.insert(id, count);
+    /// The record item holding member `id`'s delivery count.
+    pub(crate) fn count_item(&self, id: u64) -> Option<CountItem> {
+        self.counts.get(&id).and_then(|c| c.1)
+    }
+
+    /// Forgets member `id`'s count; the item that held it.
+    fn drop_count(&mut self, id: u64) -> Option<CountItem> {
+        if self.counts.is_empty() {
+            return None;
         }
+        let (_, item) = self.counts.remove(&id)?;
+        shrink_sparse(&mut self.counts);
+        item
     }
 
-    /// Sets member `id`'s delivery count; false when it does not exist.
-    pub(crate) fn set_count(&mut self, id: u64, count: u32) -> bool {
+    /// Sets member `id`'s delivery count, now held by `item`: `None` when the member does not
+    /// exist, else the item that held its count before.
+    pub(crate) fn set_count(
+        &mut self,
+        id: u64,
+        count: u32,
+        item: CountItem,
+    ) -> Option<Option<CountItem>> {
         if !self.slot_mut(id).is_some_and(|s| s.live()) {
-            return false;
+            return None;
         }
-        self.put_count(id, count);
-        true
+        Some(
+            self.counts
+                .insert(id, (count, Some(item)))
+                .and_then(|c| c.1),
+        )
     }
 
-    /// Adds (or replaces) member `id`.
-    pub(crate) fn insert(&mut self, id: u64, e: MemberEntry) {
+    /// Adds (or replaces) member `id`, its count held by the message's own record; the item
+    /// that held a replaced member's count.
+    pub(crate) fn insert(&mut self, id: u64, e: MemberEntry) -> Option<CountItem> {
         if e.msg == DEAD {
-            return; // never a message id (a log index)
+            return None; // never a message id (a log index)
         }
-        self.put_count(id, e.count);
+        let old = if e.count == 0 {
+            self.drop_count(id)
+        } else {
+            self.counts.insert(id, (e.count, None)).and_then(|c| c.1)
+        };
+        self.insert_slot(id, e);
+        old
+    }
+
+    fn insert_slot(&mut self, id: u64, e: MemberEntry) {
         if let Some(s) = self.slot_mut(id) {
             let was_live = s.live();
             s.set_msg(e.msg);
@@ -250,20 +293,17 @@ impl QueueMembers {
         Chunk { base: id, slots }
     }
 
-    /// Removes member `id`.
-    pub(crate) fn remove(&mut self, id: u64) -> Option<MemberEntry> {
+    /// Removes member `id`; with the item that held its delivery count.
+    pub(crate) fn remove(&mut self, id: u64) -> Option<(MemberEntry, Option<CountItem>)> {
         let s = self.slot_mut(id).filter(|s| s.live())?;
         let msg = s.msg();
         s.set_msg(DEAD);
-        let out = MemberEntry {
-            msg,
-            count: self.count_of(id),
-        };
-        self.put_count(id, 0);
+        let count = self.count_of(id);
+        let item = self.drop_count(id);
         self.live -= 1;
         self.dead += 1;
         self.trim();
-        Some(out)
+        Some((MemberEntry { msg, count }, item))
     }
 
     /// Drops tombstones at the ends; compacts once they outnumber the live members; gives
@@ -364,27 +404,39 @@ mod tests {
         #[test]
         fn members_match_a_btree_map(ops in prop::collection::vec(op(), 0..400)) {
             let mut r = QueueMembers::default();
-            let mut model: BTreeMap<u64, MemberEntry> = BTreeMap::new();
+            // Each member with the item holding its count.
+            let mut model: BTreeMap<u64, (MemberEntry, Option<CountItem>)> = BTreeMap::new();
             for o in ops {
                 match o {
                     Op::Insert(id, msg) => {
                         let e = MemberEntry { msg, count: 0 };
-                        r.insert(id, e);
-                        model.insert(id, e);
+                        let old = model.insert(id, (e, None)).and_then(|o| o.1);
+                        prop_assert_eq!(r.insert(id, e), old);
                     }
-                    Op::Remove(id) => prop_assert_eq!(r.remove(id), model.remove(&id)),
+                    Op::Remove(id) => {
+                        let got = r.remove(id);
+                        let want = model.remove(&id);
+                        prop_assert_eq!(got.map(|g| g.0), want.map(|w| w.0));
+                        // The item that held the count comes back with the member.
+                        prop_assert_eq!(got.and_then(|g| g.1), want.and_then(|w| w.1));
+                    }
                     Op::Count(id, c) => {
-                        let want = model.get_mut(&id).map(|e| e.count = c).is_some();
-                        prop_assert_eq!(r.set_count(id, c), want);
+                        let item = (id, u64::from(c));
+                        let want = model.get_mut(&id).map(|e| {
+                            e.0.count = c;
+                            e.1.replace(item)
+                        });
+                        prop_assert_eq!(r.set_count(id, c, item), want);
                     }
                 }
                 prop_assert_eq!(r.len(), model.len());
                 prop_assert_eq!(r.is_empty(), model.is_empty());
                 let got: Vec<_> = r.iter().collect();
-                let want: Vec<_> = model.iter().map(|(k, v)| (*k, *v)).collect();
+                let want: Vec<_> = model.iter().map(|(k, v)| (*k, v.0)).collect();
                 prop_assert_eq!(got, want);
                 for id in [0, 1, 39, 200, 399, 400, 1 << 32, u64::MAX] {
-                    prop_assert_eq!(r.get(id), model.get(&id).copied());
+                    prop_assert_eq!(r.get(id), model.get(&id).map(|v| v.0));
+                    prop_assert_eq!(r.count_item(id), model.get(&id).and_then(|v| v.1));
                 }
             }
         }
