@@ -377,9 +377,7 @@ impl Index {
         let Some(e) = self.drop_member_entry(m, seg, index) else {
             return;
         };
-        if self.messages.remove_member(e.msg, m) == Some(true)
-            && let Some((old, _)) = self.messages.remove(&e.msg)
-        {
+        if let Some(old) = self.messages.remove_member_or_message(e.msg, m) {
             self.kill((old.seg(), u64::from(old.loc().len)), seg, index);
         }
     }
@@ -586,12 +584,12 @@ mod tests {
             counts: ids.iter().map(|id| (*id, 1)).collect(),
         };
         ix.apply(2, loc(2, 32), &counts(&[1, 2]));
-        assert_eq!(ix.segs[&2].live_items, 2);
+        assert_eq!(ix.segs.get(&2).map(|s| s.live_items), Some(2));
         assert!(ix.has_item_in(1, 2));
         // A newer count for one member kills its share in segment 2; settling the other kills
         // the rest, and segment 2 may go (its counts are replaced or gone).
         ix.apply(3, loc(3, 16), &counts(&[1]));
-        assert_eq!(ix.segs[&2].live_items, 1);
+        assert_eq!(ix.segs.get(&2).map(|s| s.live_items), Some(1));
         ix.apply(
             4,
             loc(4, 16),
@@ -600,7 +598,7 @@ mod tests {
                 ids: vec![2],
             },
         );
-        assert_eq!(ix.segs[&2].live_items, 0);
+        assert_eq!(ix.segs.get(&2).map(|s| s.live_items), Some(0));
         assert!(!ix.has_item_in(1, 2) && ix.has_item_in(1, 3));
         assert_eq!(ix.deletable(4, 4), vec![2]);
         assert_eq!(ix.members_of(1), vec![((1, 1), 1)]);
@@ -613,7 +611,7 @@ mod tests {
                 ids: vec![1],
             },
         );
-        assert_eq!(ix.segs[&3].live_items, 0);
+        assert_eq!(ix.segs.get(&3).map(|s| s.live_items), Some(0));
         // Segment 3 killed an item in segment 2: it goes once 2 is gone.
         assert_eq!(ix.deletable(5, 4), vec![1, 2]);
         ix.remove_segment(1);

@@ -203,7 +203,9 @@ impl Messages {
         };
         if let [one] = members.as_slice() {
             self.set_one(&mut e, *one);
-            self.multi.remove(&id);
+            if !self.multi.is_empty() {
+                self.multi.remove(&id);
+            }
         } else {
             e.body_off |= MULTI;
             self.multi.insert(id, members);
@@ -229,6 +231,28 @@ impl Messages {
             vec![one]
         };
         Some((e, members))
+    }
+
+    /// Removes member `m` of message `id`; when it was the last, the message too: then its
+    /// entry. (A message with one member, the common case, leaves without a member list.)
+    pub(crate) fn remove_member_or_message(
+        &mut self,
+        id: MessageId,
+        m: Member,
+    ) -> Option<MsgEntry> {
+        let e = self.map.get(&id).copied()?;
+        if e.multi() {
+            return match self.remove_member(id, m) {
+                Some(true) => self.remove(&id).map(|(e, _)| e),
+                _ => None,
+            };
+        }
+        if self.one(&e) != m {
+            return None;
+        }
+        self.map.remove(&id);
+        self.release(e.queue);
+        Some(e)
     }
 
     /// Add member `m` to message `id` (which exists).
@@ -364,6 +388,7 @@ mod tests {
         Insert(u8, Vec<(u8, u8)>),
         Add(u8, (u8, u8)),
         RemoveMember(u8, (u8, u8)),
+        RemoveMemberOrMessage(u8, (u8, u8)),
         Remove(u8),
     }
 
@@ -374,7 +399,8 @@ mod tests {
             (0u8..6, proptest::collection::vec(member.clone(), 0..4))
                 .prop_map(|(i, m)| Op::Insert(i, m)),
             (0u8..6, member.clone()).prop_map(|(i, m)| Op::Add(i, m)),
-            (0u8..6, member).prop_map(|(i, m)| Op::RemoveMember(i, m)),
+            (0u8..6, member.clone()).prop_map(|(i, m)| Op::RemoveMember(i, m)),
+            (0u8..6, member).prop_map(|(i, m)| Op::RemoveMemberOrMessage(i, m)),
             (0u8..6).prop_map(Op::Remove),
         ]
     }
@@ -411,6 +437,16 @@ mod tests {
                             v.retain(|y| *y != m(x));
                             v.is_empty()
                         });
+                        proptest::prop_assert_eq!(got, want);
+                    }
+                    Op::RemoveMemberOrMessage(id, x) => {
+                        let id = u64::from(id);
+                        let got = ms.remove_member_or_message(id, m(x)).map(|e| e.loc());
+                        let last = model.get_mut(&id).is_some_and(|(_, v)| {
+                            v.retain(|y| *y != m(x));
+                            v.is_empty()
+                        });
+                        let want = if last { model.remove(&id).map(|(l, _)| l) } else { None };
                         proptest::prop_assert_eq!(got, want);
                     }
                     Op::Remove(id) => {

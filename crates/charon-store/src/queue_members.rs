@@ -105,6 +105,10 @@ impl Chunk {
         let Ok(off) = u32::try_from(id - self.base) else {
             return Err(self.slots.len());
         };
+        // Beyond the last (a new member at the back).
+        if self.slots.back().is_none_or(|s| s.off < off) {
+            return Err(self.slots.len());
+        }
         // Offsets are unique and sorted, and a queue hands its ids out in order, so a chunk is
         // usually dense (tombstones keep their slots): try the slot the offset would have then.
         if let Some(first) = self.slots.front().map(|s| s.off)
