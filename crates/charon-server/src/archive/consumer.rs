@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use charon_archive::{NewRecord, extract};
+use charon_archive::extract;
 use charon_core::{ConsumerSpec, Delivery};
 use tokio::sync::oneshot;
 
@@ -140,10 +140,10 @@ pub(super) async fn run(svc: Arc<ArchiveService>, vhost: String, queue: QueueHan
     tracing::info!(queue = %queue.name(), "archive queue gone; its archiver stops");
 }
 
-/// Deliveries taken and extracted, not yet written.
+/// Deliveries taken and extracted (their parameters built), not yet written.
 #[derive(Default)]
 struct Batch {
-    records: Vec<NewRecord>,
+    records: charon_archive::ingest::Batch,
     ids: Vec<u64>,
 }
 
@@ -153,21 +153,26 @@ fn spawn_write(
     queue: &QueueHandle,
     batch: Batch,
 ) -> (tokio::task::JoinHandle<()>, Vec<u64>) {
+    tracing::debug!(queue = %queue.name(), records = batch.records.len(), "archive batch: writing");
     let task = tokio::spawn(write(svc.clone(), queue.name().to_string(), batch.records));
     (task, batch.ids)
 }
 
 /// Writes `records` in one transaction, retrying every second until the database takes them.
-async fn write(svc: Arc<ArchiveService>, queue: String, records: Vec<NewRecord>) {
+async fn write(svc: Arc<ArchiveService>, queue: String, records: charon_archive::ingest::Batch) {
     let records = Arc::new(records);
     let mut failures = 0u32;
     loop {
         let recs = records.clone();
+        let t0 = std::time::Instant::now();
         match svc
-            .run(move |c| charon_archive::ops::insert_batch(c, &recs))
+            .run(move |c| charon_archive::ingest::insert_prepared(c, &recs))
             .await
         {
-            Ok(_) => return,
+            Ok(_) => {
+                tracing::debug!(queue = %queue, records = records.len(), took = ?t0.elapsed(), "archive batch: written");
+                return;
+            }
             Err(e) => {
                 if failures.is_multiple_of(30) {
                     tracing::error!(queue = %queue, error = %e, pending = records.len(), "archiving failed; the messages stay in the queue, retrying");
