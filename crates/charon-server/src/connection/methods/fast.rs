@@ -10,45 +10,95 @@
 //! while content is expected, `immediate`) takes the general path and gets its error there.
 
 use charon_protocol::methods::basic;
-use charon_protocol::{AMQPClass, CLASS_BASIC, Frame};
+use charon_protocol::{AMQPClass, CLASS_BASIC, Frame, HotMethod};
 
-use super::super::channel::{PUBLISH_METHOD_ID, PendingPublish};
+use super::super::channel::{PUBLISH_METHOD_ID, PendingPublish, Settle};
 use super::super::{Connection, Next};
 use super::publish::Prepared;
+use super::settles::requeue_or_reject;
 use crate::error::AmqpError;
 use crate::handles::{ConfirmTo, Placed, QueueCmd, QueueHandle};
 
 impl Connection {
     /// Handles `frame` on the fast path, or gives it back for [`Connection::on_frame`].
     pub(in crate::connection) fn start_publish_fast(&mut self, frame: Frame) -> Option<Frame> {
-        if self.closing {
-            return Some(frame);
-        }
-        let Frame::Method { channel, method } = frame else {
+        let Frame::Method { channel, method } = &frame else {
             return Some(frame);
         };
-        let open = channel != 0
-            && self
-                .channels
-                .get(&channel)
-                .is_some_and(|ch| !ch.closing && ch.publish.is_none());
-        match *method {
-            AMQPClass::Basic(basic::AMQPMethod::Publish(p)) if open && !p.immediate => {
-                if let Some(ch) = self.channels.get_mut(&channel) {
-                    ch.publish = Some(PendingPublish {
-                        method: p,
-                        header: None,
-                        body: bytes::BytesMut::new(),
-                        first_body: None,
-                    });
-                }
-                None
-            }
-            other => Some(Frame::Method {
-                channel,
-                method: Box::new(other),
-            }),
+        let AMQPClass::Basic(basic::AMQPMethod::Publish(p)) = &**method else {
+            return Some(frame);
+        };
+        let started = self.start_publish(
+            *channel,
+            p.exchange.as_str(),
+            p.routing_key.as_str(),
+            p.mandatory,
+            p.immediate,
+        );
+        (!started).then_some(frame)
+    }
+
+    /// A basic.publish on an open channel waiting for nothing: its content is expected from
+    /// now on (true). False: nothing changed, the general path answers it.
+    pub(in crate::connection) fn start_publish(
+        &mut self,
+        channel: u16,
+        exchange: &str,
+        routing_key: &str,
+        mandatory: bool,
+        immediate: bool,
+    ) -> bool {
+        if self.closing || channel == 0 || immediate {
+            return false;
         }
+        match self.channels.get_mut(&channel) {
+            Some(ch) if !ch.closing && ch.publish.is_none() => {
+                ch.publish = Some(PendingPublish::new(
+                    &mut ch.shapes,
+                    exchange,
+                    routing_key,
+                    mandatory,
+                ));
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// A hot method frame read in place (`charon_protocol::peek_hot`): a publish or a settle
+    /// handled as [`Connection::start_publish_fast`] and [`Connection::settle_fast`] would;
+    /// otherwise the frame [`charon_protocol::decode_frame`] would have made, for the general
+    /// path.
+    pub(in crate::connection) fn hot_method(
+        &mut self,
+        channel: u16,
+        method: HotMethod<'_>,
+    ) -> Option<Frame> {
+        let handled = match method {
+            HotMethod::Publish {
+                exchange,
+                routing_key,
+                mandatory,
+                immediate,
+            } => self.start_publish(channel, exchange, routing_key, mandatory, immediate),
+            HotMethod::Ack {
+                delivery_tag,
+                multiple,
+            } => self.settle_parts(channel, delivery_tag, multiple, Settle::Ack),
+            HotMethod::Nack {
+                delivery_tag,
+                multiple,
+                requeue,
+            } => self.settle_parts(channel, delivery_tag, multiple, requeue_or_reject(requeue)),
+            HotMethod::Reject {
+                delivery_tag,
+                requeue,
+            } => self.settle_parts(channel, delivery_tag, false, requeue_or_reject(requeue)),
+        };
+        (!handled).then(|| Frame::Method {
+            channel,
+            method: Box::new(method.to_class()),
+        })
     }
 
     /// Whether `frame` is content for [`Connection::content_now`].
