@@ -84,7 +84,7 @@ pub(crate) struct Channel {
     /// Publisher confirms (confirm mode).
     pub(crate) confirms: ConfirmTracker,
     pub(crate) next_tag: u64,
-    pub(crate) unacked: super::tag_ring::TagRing<Unacked>,
+    pub(crate) unacked: charon_core::tag_ring::TagRing<Unacked>,
     pub(crate) consumers: HashMap<Arc<str>, ChannelConsumer>,
     pub(crate) limit: Arc<ChannelLimit>,
     /// Per-consumer prefetch for consumers created from now on (basic.qos global=false).

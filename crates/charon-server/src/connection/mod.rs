@@ -12,7 +12,6 @@ mod handshake;
 mod methods;
 mod read_size;
 mod shapes;
-mod tag_ring;
 mod transport;
 mod writer;
 

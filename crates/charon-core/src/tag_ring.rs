@@ -1,10 +1,13 @@
-//! A channel's unacked deliveries by delivery tag ([`TagRing`]): a ring indexed by tag for
-//! the recent ones, a `BTreeMap` for stragglers.
+//! Unacked deliveries by an increasing key ([`TagRing`]): a ring indexed by key for the
+//! recent ones, a `BTreeMap` for stragglers. Used for a channel's delivery tags
+//! (charon-server) and a queue's unacked message ids ([`crate::queue::QueueState`]).
 //!
-//! Tags are handed out in increasing order and are mostly settled near the front (in order,
-//! or a few out of order), so the ring makes a delivery a `push_back` and a settle an indexed
-//! `take` (with the settled slots at the front popped), where the `BTreeMap` it replaces cost
-//! a node search and rebalancing each way (~350 + ~160 instructions a message in scenario a).
+//! Keys are handed out (mostly) in increasing order and are mostly settled near the front (in
+//! order, or a few out of order), so the ring makes a delivery a `push_back` and a settle an
+//! indexed `take` (with the settled slots at the front popped), where a `BTreeMap` costs a
+//! node search and rebalancing each way (~350 + ~160 instructions a message in scenario a) and
+//! a hash map a hash, a probe and now and then a rehash. A key below the ring's base (a
+//! requeued message delivered again) goes to the map.
 //!
 //! The ring must not grow with the span of tags: a delivery that stays unacked for long while
 //! thousands after it are settled would otherwise keep every slot after it. So the ring is
@@ -20,8 +23,8 @@ use std::collections::{BTreeMap, VecDeque};
 const SLACK: usize = 64;
 
 /// Entries by increasing tag.
-#[derive(Debug)]
-pub(crate) struct TagRing<T> {
+#[derive(Debug, Clone)]
+pub struct TagRing<T> {
     /// Tag of `ring[0]`.
     base: u64,
     /// Slot `i` holds tag `base + i`; the front slot is never empty.
@@ -45,13 +48,13 @@ impl<T> Default for TagRing<T> {
 
 impl<T> TagRing<T> {
     /// How many entries.
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.in_ring + self.old.len()
     }
 
     /// Adds `value` at `tag`, normally above every tag already held (a tag held already is
     /// replaced).
-    pub(crate) fn insert(&mut self, tag: u64, value: T) {
+    pub fn insert(&mut self, tag: u64, value: T) {
         if self.in_ring == 0 {
             if self.old.last_key_value().is_some_and(|(&t, _)| t >= tag) {
                 // Not above the others (not how tags are handed out; kept correct anyway).
@@ -91,7 +94,7 @@ impl<T> TagRing<T> {
     }
 
     /// Takes the entry at `tag`.
-    pub(crate) fn remove(&mut self, tag: u64) -> Option<T> {
+    pub fn remove(&mut self, tag: u64) -> Option<T> {
         let Some(at) = tag.checked_sub(self.base) else {
             return self.old.remove(&tag);
         };
@@ -105,18 +108,34 @@ impl<T> TagRing<T> {
     }
 
     /// Whether an entry is at `tag`.
-    pub(crate) fn contains(&self, tag: u64) -> bool {
+    pub fn contains(&self, tag: u64) -> bool {
+        self.get(tag).is_some()
+    }
+
+    /// The entry at `tag`.
+    pub fn get(&self, tag: u64) -> Option<&T> {
         match tag.checked_sub(self.base) {
-            None => self.old.contains_key(&tag),
+            None => self.old.get(&tag),
             Some(at) => usize::try_from(at)
                 .ok()
                 .and_then(|i| self.ring.get(i))
-                .is_some_and(Option::is_some),
+                .and_then(Option::as_ref),
+        }
+    }
+
+    /// The entry at `tag`, to change it.
+    pub fn get_mut(&mut self, tag: u64) -> Option<&mut T> {
+        match tag.checked_sub(self.base) {
+            None => self.old.get_mut(&tag),
+            Some(at) => usize::try_from(at)
+                .ok()
+                .and_then(|i| self.ring.get_mut(i))
+                .and_then(Option::as_mut),
         }
     }
 
     /// The entry with the lowest tag.
-    pub(crate) fn first(&self) -> Option<&T> {
+    pub fn first(&self) -> Option<&T> {
         match self.old.first_key_value() {
             Some((_, v)) => Some(v),
             None => self.ring.front().and_then(Option::as_ref),
@@ -124,7 +143,7 @@ impl<T> TagRing<T> {
     }
 
     /// Takes every entry with a tag at or below `tag`, in tag order, into `f`; how many.
-    pub(crate) fn take_through(&mut self, tag: u64, mut f: impl FnMut(T)) -> usize {
+    pub fn take_through(&mut self, tag: u64, mut f: impl FnMut(T)) -> usize {
         let mut n = 0;
         if self.old.first_key_value().is_some_and(|(&t, _)| t <= tag) {
             let taken = match tag.checked_add(1) {
@@ -150,7 +169,7 @@ impl<T> TagRing<T> {
     }
 
     /// Takes every entry, in tag order, into `f`; how many.
-    pub(crate) fn take_all(&mut self, f: impl FnMut(T)) -> usize {
+    pub fn take_all(&mut self, f: impl FnMut(T)) -> usize {
         self.take_through(u64::MAX, f)
     }
 
@@ -184,9 +203,11 @@ impl<T> TagRing<T> {
             self.ring.pop_front();
             self.base += 1;
         }
-        if self.ring.is_empty() && self.ring.capacity() > 4 * SLACK {
-            // Do not keep a large ring's room on an idle channel.
-            self.ring = VecDeque::new();
+        let cap = self.ring.capacity();
+        if cap > 4 * SLACK && self.ring.len() * 4 < cap {
+            // Memory back after a burst of unacked deliveries (amortised: only after the ring
+            // fell to a quarter of its room).
+            self.ring.shrink_to(self.ring.len() * 2);
         }
     }
 }
@@ -202,6 +223,8 @@ mod tests {
         Settle(u64),
         Through(u64),
         All,
+        /// A key below the newest again (a requeued message delivered anew).
+        Again(u64),
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -210,6 +233,7 @@ mod tests {
             4 => (0u64..400).prop_map(Op::Settle),
             1 => (0u64..400).prop_map(Op::Through),
             1 => Just(Op::All),
+            2 => (0u64..400).prop_map(Op::Again),
         ]
     }
 
@@ -221,7 +245,7 @@ mod tests {
         assert_eq!(ring.first(), model.values().next());
         for (&t, &v) in model {
             assert!(ring.contains(t));
-            let _ = v;
+            assert_eq!(ring.get(t), Some(&v));
         }
     }
 
@@ -253,6 +277,21 @@ mod tests {
                         let want: Vec<u64> = std::mem::replace(&mut model, rest).into_values().collect();
                         prop_assert_eq!(n, want.len());
                         prop_assert_eq!(got, want);
+                    }
+                    Op::Again(back) => {
+                        let tag = next.saturating_sub(back);
+                        if tag > 0 && !model.contains_key(&tag) {
+                            ring.insert(tag, tag * 7);
+                            model.insert(tag, tag * 7);
+                        }
+                        if let Some(v) = ring.get_mut(tag) {
+                            *v += 1;
+                            let m = model.get_mut(&tag);
+                            prop_assert!(m.is_some());
+                            if let Some(m) = m {
+                                *m += 1;
+                            }
+                        }
                     }
                     Op::All => {
                         let mut got = Vec::new();
