@@ -52,6 +52,11 @@ impl<T> TagRing<T> {
         self.in_ring + self.old.len()
     }
 
+    /// No entries.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Adds `value` at `tag`, normally above every tag already held (a tag held already is
     /// replaced).
     pub fn insert(&mut self, tag: u64, value: T) {
@@ -317,7 +322,7 @@ mod tests {
         assert_eq!(ring.len(), 1);
         assert_eq!(ring.first(), Some(&1));
         assert_eq!(ring.remove(1), Some(1));
-        assert_eq!(ring.len(), 0);
+        assert!(ring.is_empty());
     }
 
     #[test]

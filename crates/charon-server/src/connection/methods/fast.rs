@@ -9,6 +9,9 @@
 //! waits for its content; anything else (closing connection or channel, channel 0, a publish
 //! while content is expected, `immediate`) takes the general path and gets its error there.
 
+use std::sync::Arc;
+
+use charon_core::Message;
 use charon_protocol::methods::basic;
 use charon_protocol::{AMQPClass, CLASS_BASIC, Frame, HotMethod};
 
@@ -143,6 +146,13 @@ impl Connection {
             }) => (seq, targets, message),
             Some(delayed) => return Ok(Some(PublishRest::Prepared(delayed))),
         };
+        let mut targets = targets;
+        if targets.len() == 1
+            && message.properties.delivery_mode() != Some(2)
+            && let Some(q) = targets.pop()
+        {
+            return self.publish_one(channel, seq, q, message);
+        }
         let (placed, stored) = self.place_start(channel, seq, targets, &message)?;
         if stored.is_some() {
             return Ok(Some(PublishRest::Place(seq, placed, stored)));
@@ -163,6 +173,39 @@ impl Connection {
                     return Ok(Some(PublishRest::Send(seq, q, cmd, placed.collect())));
                 }
             }
+        }
+        Ok(None)
+    }
+
+    /// A transient message routed to one queue (the usual case): what `place_start` and the
+    /// loop above do, without their `Vec`s (no store record, one place, one answer).
+    fn publish_one(
+        &mut self,
+        channel: u16,
+        seq: Option<u64>,
+        q: QueueHandle,
+        message: Arc<Message>,
+    ) -> Result<Option<PublishRest>, AmqpError> {
+        if let Some(seq) = seq {
+            self.channel_mut(channel)?.confirms.expect(seq, 1);
+            self.confirm_due(channel);
+        }
+        let placed = Placed {
+            id: q.alloc_id(),
+            message,
+            stored: None,
+        };
+        let confirm = seq.map(|seq| ConfirmTo {
+            conn: self.handle.clone(),
+            channel,
+            seq,
+        });
+        match q.try_send(QueueCmd::Publish { placed, confirm }) {
+            Ok(()) => self.published_to(&q),
+            // The queue is gone (as a failed `send` on the slow path).
+            Err(None) => {}
+            // Full: it waits.
+            Err(Some(cmd)) => return Ok(Some(PublishRest::Send(seq, q, cmd, Vec::new()))),
         }
         Ok(None)
     }

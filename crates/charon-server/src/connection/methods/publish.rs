@@ -259,7 +259,8 @@ impl Connection {
                 .collect();
             &with_cc
         };
-        let mut targets: Vec<QueueHandle> = Vec::new();
+        // Room for the usual one target without growing from empty.
+        let mut targets: Vec<QueueHandle> = Vec::with_capacity(1);
         let delay = {
             let topo = self.vhost.topology.read_recover();
             // One exchange lookup for the delay check and the routing.
