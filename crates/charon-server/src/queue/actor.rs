@@ -483,6 +483,13 @@ impl Actor {
             }
             return true;
         }
+        if self.ctx.store.is_none() {
+            // Nothing to tell a store: the message moves into the state (no second reference).
+            return matches!(
+                self.state.publish_as(id, message, now),
+                PublishOutcome::Enqueued(_)
+            );
+        }
         match self.state.publish_as(id, message.clone(), now) {
             PublishOutcome::Enqueued(_) => {
                 if let Some(s) = self.ctx.store.as_mut() {
