@@ -22,6 +22,9 @@ use std::collections::{BTreeMap, VecDeque};
 /// Empty slots allowed beyond twice the live entries in the ring.
 const SLACK: usize = 64;
 
+/// Slots of room a ring keeps however few entries it holds.
+const KEEP: usize = 1024;
+
 /// Entries by increasing tag.
 #[derive(Debug, Clone)]
 pub struct TagRing<T> {
@@ -209,9 +212,11 @@ impl<T> TagRing<T> {
             self.base += 1;
         }
         let cap = self.ring.capacity();
-        if cap > 4 * SLACK && self.ring.len() * 4 < cap {
+        if cap > KEEP && self.ring.len() * 4 < cap {
             // Memory back after a burst of unacked deliveries (amortised: only after the ring
-            // fell to a quarter of its room).
+            // fell to a quarter of its room; a ring that stays under `KEEP` slots keeps its
+            // room, so a channel whose unacked count swings with each batch does not
+            // reallocate every time).
             self.ring.shrink_to(self.ring.len() * 2);
         }
     }
@@ -323,6 +328,19 @@ mod tests {
         assert_eq!(ring.first(), Some(&1));
         assert_eq!(ring.remove(1), Some(1));
         assert!(ring.is_empty());
+    }
+
+    #[test]
+    fn room_goes_back_after_a_burst() {
+        let mut ring = TagRing::default();
+        for tag in 1..=100_000u64 {
+            ring.insert(tag, tag);
+        }
+        for tag in 1..100_000u64 {
+            assert_eq!(ring.remove(tag), Some(tag));
+        }
+        assert!(ring.ring.capacity() <= KEEP, "{}", ring.ring.capacity());
+        assert_eq!(ring.first(), Some(&100_000));
     }
 
     #[test]
