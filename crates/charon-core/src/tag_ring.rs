@@ -98,7 +98,10 @@ impl<T> TagRing<T> {
         }
         self.ring.push_back(Some(value));
         self.in_ring += 1;
-        self.shrink();
+        // Pushing at the back leaves the front as it was: only the length bound can need work.
+        if self.ring.len() > 2 * self.in_ring + SLACK {
+            self.shrink();
+        }
     }
 
     /// Takes the entry at `tag`.
@@ -111,7 +114,13 @@ impl<T> TagRing<T> {
             .and_then(|i| self.ring.get_mut(i))?;
         let value = slot.take()?;
         self.in_ring -= 1;
-        self.shrink();
+        // Only a settled front slot can leave empty slots at the front.
+        if at == 0 {
+            self.pop_empty_front();
+        }
+        if self.ring.len() > 2 * self.in_ring + SLACK {
+            self.shrink();
+        }
         Some(value)
     }
 
