@@ -22,6 +22,7 @@ pub mod policy;
 pub mod queue;
 pub mod retry;
 pub mod routing;
+pub mod tag_ring;
 pub mod value;
 pub mod vhost;
 

@@ -34,6 +34,7 @@ mod error;
 mod fastpath;
 mod frame;
 mod header;
+mod hot;
 mod method;
 mod properties;
 pub mod raw_table;
@@ -58,6 +59,7 @@ pub use fastpath::{
 };
 pub use frame::{ContentHeader, Frame, decode_frame, peek_frame};
 pub use header::{ProtocolHeaderCheck, check_protocol_header};
+pub use hot::{HotFrame, HotMethod, peek_hot};
 pub use method::decode_method;
 pub use properties::RawProperties;
 pub use table::{MAX_TABLE_NESTING, decode_amqplain};

@@ -62,7 +62,8 @@ pub struct QueueState {
     ready: ReadyRing,
     ready_bytes: u64,
     /// By id (a fast hash: several lookups per delivered message).
-    unacked: foldhash::HashMap<MsgId, Unacked>,
+    /// By id: ids are delivered mostly in increasing order (`crate::tag_ring`).
+    unacked: crate::tag_ring::TagRing<Unacked>,
     /// Priority queues only: ready messages in delivery order, (max - priority, id).
     order: Option<BTreeSet<(u8, MsgId)>>,
     consumers: Consumers,
@@ -105,7 +106,7 @@ impl QueueState {
             next_id: 0,
             ready: ReadyRing::default(),
             ready_bytes: 0,
-            unacked: foldhash::HashMap::default(),
+            unacked: crate::tag_ring::TagRing::default(),
             order,
             consumers: Consumers::default(),
             dead: Vec::new(),
@@ -165,7 +166,7 @@ impl QueueState {
     pub fn expiry_of(&self, id: MsgId) -> Option<u64> {
         self.ready
             .expires_at(id)
-            .or_else(|| self.unacked.get(&id).and_then(|u| u.expires_at))
+            .or_else(|| self.unacked.get(id).and_then(|u| u.expires_at))
     }
 
     /// Set the vhost name used in error texts (default `/`).
@@ -467,12 +468,8 @@ impl QueueState {
     }
 
     fn settle(&mut self, id: MsgId) -> Option<Unacked> {
-        let u = self.unacked.remove(&id)?;
-        // Memory back after a burst of unacked deliveries (amortised: see the ring's `trim`).
-        let cap = self.unacked.capacity();
-        if cap > 1024 && self.unacked.len() * 4 < cap {
-            self.unacked.shrink_to(self.unacked.len() * 2);
-        }
+        // The ring gives its memory back after a burst of unacked deliveries by itself.
+        let u = self.unacked.remove(id)?;
         if let Some(c) = u.consumer {
             self.consumers.settled(c);
         }
@@ -635,7 +632,7 @@ impl QueueState {
         );
         if self.ready.get(id).is_some() {
             self.ready.swap(id, message)
-        } else if let Some(u) = self.unacked.get_mut(&id) {
+        } else if let Some(u) = self.unacked.get_mut(id) {
             u.message = message;
             true
         } else {
@@ -670,6 +667,6 @@ impl QueueState {
 
     /// Is `id` currently unacked?
     pub fn is_unacked(&self, id: MsgId) -> bool {
-        self.unacked.contains_key(&id)
+        self.unacked.contains(id)
     }
 }

@@ -1,12 +1,11 @@
 //! Per-channel state held by the connection task.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use charon_core::{ConsumerId, MsgId};
 use charon_protocol::CLASS_BASIC;
-use charon_protocol::methods::basic;
 
 use super::confirms::ConfirmTracker;
 use crate::error::{AmqpError, ServerError};
@@ -15,13 +14,35 @@ use crate::handles::{ChannelLimit, QueueHandle};
 /// A publish waiting for its content header and body frames.
 #[derive(Debug)]
 pub(crate) struct PendingPublish {
-    pub(crate) method: basic::Publish,
+    /// Exchange and routing key, shared with the channel's previous publish when alike
+    /// (`shapes`).
+    pub(crate) exchange: Arc<str>,
+    pub(crate) routing_key: Arc<str>,
+    pub(crate) mandatory: bool,
     pub(crate) header: Option<(u64, charon_protocol::RawProperties)>,
     pub(crate) body: BytesMut,
     pub(crate) first_body: Option<Bytes>,
 }
 
 impl PendingPublish {
+    /// A publish of `exchange`/`routing_key` waiting for its content.
+    pub(crate) fn new(
+        shapes: &mut super::shapes::Shapes,
+        exchange: &str,
+        routing_key: &str,
+        mandatory: bool,
+    ) -> Self {
+        let (exchange, routing_key) = shapes.names(exchange, routing_key);
+        Self {
+            exchange,
+            routing_key,
+            mandatory,
+            header: None,
+            body: BytesMut::new(),
+            first_body: None,
+        }
+    }
+
     /// 505 for a frame other than the content this publish waits for: its header first, then
     /// body frames (RabbitMQ's `rabbit_command_assembler` texts, reported on basic.publish).
     pub(crate) fn content_expected(&self) -> AmqpError {
@@ -63,7 +84,7 @@ pub(crate) struct Channel {
     /// Publisher confirms (confirm mode).
     pub(crate) confirms: ConfirmTracker,
     pub(crate) next_tag: u64,
-    pub(crate) unacked: BTreeMap<u64, Unacked>,
+    pub(crate) unacked: charon_core::tag_ring::TagRing<Unacked>,
     pub(crate) consumers: HashMap<Arc<str>, ChannelConsumer>,
     pub(crate) limit: Arc<ChannelLimit>,
     /// Per-consumer prefetch for consumers created from now on (basic.qos global=false).
@@ -103,7 +124,7 @@ pub(crate) enum Settle {
 
 impl Channel {
     /// Settles the given tags, grouping message ids per queue. `multiple` takes the whole
-    /// range at once (`BTreeMap::split_off`: no per-tag search and removal).
+    /// range at once (`TagRing::take_through`).
     pub(crate) fn take_tags(
         &mut self,
         tag: u64,
@@ -118,22 +139,12 @@ impl Channel {
             },
         };
         if !multiple {
-            group(self.unacked.remove(&tag)?);
+            group(self.unacked.remove(tag)?);
         } else if tag == 0 {
-            std::mem::take(&mut self.unacked)
-                .into_values()
-                .for_each(group);
-        } else {
+            self.unacked.take_all(group);
+        } else if self.unacked.take_through(tag, group) == 0 {
             // Nothing at or below `tag`: an unknown tag (406).
-            self.unacked.range(..=tag).next()?;
-            let taken = match tag.checked_add(1) {
-                Some(above) => {
-                    let rest = self.unacked.split_off(&above);
-                    std::mem::replace(&mut self.unacked, rest)
-                }
-                None => std::mem::take(&mut self.unacked),
-            };
-            taken.into_values().for_each(group);
+            return None;
         }
         let n: usize = groups.iter().map(|(_, ids)| ids.len()).sum();
         self.limit.settle(u32::try_from(n).unwrap_or(u32::MAX));

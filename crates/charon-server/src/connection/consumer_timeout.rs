@@ -31,7 +31,7 @@ impl Connection {
             .filter(|(_, ch)| !ch.closing)
             .filter_map(|(id, ch)| {
                 // Tags grow in wire order: the first unacked is the oldest delivery.
-                let u = ch.unacked.values().next()?;
+                let u = ch.unacked.first()?;
                 let ms = u
                     .queue
                     .consumer_timeout()

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use charon_core::ConnectionId;
 use charon_protocol::methods::connection;
-use charon_protocol::{AMQPClass, Frame, decode_frame, encode_heartbeat, encode_method};
+use charon_protocol::{AMQPClass, Frame, HotMethod, decode_frame, encode_heartbeat, encode_method};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -432,21 +432,36 @@ impl Connection {
     /// Decodes and handles every complete frame in `buf`.
     async fn process(&mut self, buf: &mut BytesMut) -> Next {
         loop {
-            let frame = match decode_frame(buf, self.frame_max) {
-                Ok(Some(f)) => f,
-                Ok(None) => {
-                    if !self.settles.is_empty() {
+            // basic.publish/ack/nack/reject read in place (`methods/fast.rs`, `hot_method`).
+            let frame = match charon_protocol::peek_hot(buf, self.frame_max) {
+                Some(hot) => {
+                    let len = hot.len;
+                    if matches!(hot.method, HotMethod::Publish { .. }) && !self.settles.is_empty() {
                         self.send_settles().await;
                     }
-                    return Next::Continue;
-                }
-                Err(e) => {
-                    if !self.settles.is_empty() {
-                        self.send_settles().await;
+                    let rest = self.hot_method(hot.channel, hot.method);
+                    bytes::Buf::advance(buf, len);
+                    match rest {
+                        None => continue,
+                        Some(frame) => frame,
                     }
-                    self.close_connection(e.into());
-                    return Next::Stop;
                 }
+                None => match decode_frame(buf, self.frame_max) {
+                    Ok(Some(f)) => f,
+                    Ok(None) => {
+                        if !self.settles.is_empty() {
+                            self.send_settles().await;
+                        }
+                        return Next::Continue;
+                    }
+                    Err(e) => {
+                        if !self.settles.is_empty() {
+                            self.send_settles().await;
+                        }
+                        self.close_connection(e.into());
+                        return Next::Stop;
+                    }
+                },
             };
             let Some(frame) = self.settle_fast(frame) else {
                 continue;

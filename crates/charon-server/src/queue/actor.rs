@@ -483,6 +483,13 @@ impl Actor {
             }
             return true;
         }
+        if self.ctx.store.is_none() {
+            // Nothing to tell a store: the message moves into the state (no second reference).
+            return matches!(
+                self.state.publish_as(id, message, now),
+                PublishOutcome::Enqueued(_)
+            );
+        }
         match self.state.publish_as(id, message.clone(), now) {
             PublishOutcome::Enqueued(_) => {
                 if let Some(s) = self.ctx.store.as_mut() {
@@ -586,7 +593,9 @@ fn deliver(
     }
     // Group consecutive deliveries per consumer, preserving queue order within each consumer.
     let mut grouped: Vec<(ConsumerId, Vec<Delivery>)> = Vec::new();
+    let mut left = out.len();
     for mut d in out.drain(..) {
+        left -= 1;
         if !d.redelivered {
             delivered.push((d.id, 1));
         }
@@ -595,7 +604,14 @@ fn deliver(
         }
         match grouped.iter_mut().find(|(id, _)| *id == d.consumer) {
             Some((_, v)) => v.push(d),
-            None => grouped.push((d.consumer, vec![d])),
+            None => {
+                // Room for the rest too: with one consumer (the usual case) the batch goes
+                // out in one allocation instead of growing by doubling.
+                let mut v = Vec::with_capacity(left + 1);
+                let consumer = d.consumer;
+                v.push(d);
+                grouped.push((consumer, v));
+            }
         }
     }
     for (id, deliveries) in grouped {

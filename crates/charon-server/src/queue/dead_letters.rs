@@ -116,7 +116,11 @@ impl DeadLetterDispatcher {
         // The last copy made: the next dead letter with the same properties, routing and
         // reason becomes the same copy (a mass expiry is mostly alike messages).
         let mut last: Option<Copied> = None;
+        // Dead letters not handled yet, this one included (room for a target's batch).
+        let mut left = dead.len();
         for d in dead {
+            let left_now = left;
+            left -= 1;
             let source = store.as_deref().and_then(|s| s.source_of(d.id));
             let original = match (store.as_deref(), d.id) {
                 (Some(s), Some(id)) => s.load(id, &d.message),
@@ -143,13 +147,26 @@ impl DeadLetterDispatcher {
             if copied.no_route {
                 self.dropped_no_route += 1;
             }
-            let (places, members) = allocate(queues.iter().cloned(), copied.persistent);
             let message = Arc::new(Message::new(
                 target.exchange.clone(),
                 copied.routing_key.clone(),
                 copied.properties.clone(),
                 original.body.clone(),
             ));
+            if !copied.persistent && source.is_none() {
+                // Transient, and not in the store here: no record, no store members, so the
+                // places are made straight from the routed queues (no `Vec` per dead letter).
+                for q in queues {
+                    let placed = Placed {
+                        message: message.clone(),
+                        id: q.alloc_id(),
+                        stored: None,
+                    };
+                    hand(me, &mut local, &mut batches, q, placed, left_now);
+                }
+                continue;
+            }
+            let (places, members) = allocate(queues.iter().cloned(), copied.persistent);
             let stored = match (store.as_deref_mut(), source) {
                 (Some(s), Some(src)) => {
                     s.moved(src.1);
@@ -162,13 +179,7 @@ impl DeadLetterDispatcher {
                 _ => None,
             };
             for (q, placed) in placed(places, &message, stored) {
-                if q.same(me) {
-                    local.push(placed);
-                } else if let Some((_, v)) = batches.iter_mut().find(|(h, _)| h.same(&q)) {
-                    v.push(placed);
-                } else {
-                    batches.push((q, vec![placed]));
-                }
+                hand(me, &mut local, &mut batches, &q, placed, left_now);
             }
         }
         for (q, messages) in batches {
@@ -276,6 +287,27 @@ impl DeadLetterDispatcher {
             }
             Err(Some(_)) => {}
         }
+    }
+}
+
+/// `placed` for queue `q`: kept for `me` itself (`local`) or added to `q`'s batch, made with
+/// room for the `left` dead letters still to come when it is new.
+fn hand(
+    me: &QueueHandle,
+    local: &mut Vec<Placed>,
+    batches: &mut Vec<(QueueHandle, Vec<Placed>)>,
+    q: &QueueHandle,
+    placed: Placed,
+    left: usize,
+) {
+    if q.same(me) {
+        local.push(placed);
+    } else if let Some((_, v)) = batches.iter_mut().find(|(h, _)| h.same(q)) {
+        v.push(placed);
+    } else {
+        let mut v = Vec::with_capacity(left.clamp(1, 4096));
+        v.push(placed);
+        batches.push((q.clone(), v));
     }
 }
 

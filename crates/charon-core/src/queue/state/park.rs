@@ -12,7 +12,7 @@ use crate::queue::MsgId;
 impl QueueState {
     /// The unacked message `id`, if it is unacked.
     pub fn unacked_message(&self, id: MsgId) -> Option<&Arc<Message>> {
-        self.unacked.get(&id).map(|u| &u.message)
+        self.unacked.get(id).map(|u| &u.message)
     }
 
     /// Takes unacked message `id` out of the queue's books without marking it gone (it stays

@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 
-use bytes::BytesMut;
 use charon_core::ConsumerSpec;
 use charon_protocol::methods::basic;
 use charon_protocol::{AMQPClass, CLASS_BASIC, encode_basic_get_ok, encode_content};
@@ -24,12 +23,13 @@ impl Connection {
                 if p.immediate {
                     return Err(ServerError::Immediate.into());
                 }
-                self.channel_mut(channel)?.publish = Some(PendingPublish {
-                    method: p,
-                    header: None,
-                    body: BytesMut::new(),
-                    first_body: None,
-                });
+                let ch = self.channel_mut(channel)?;
+                ch.publish = Some(PendingPublish::new(
+                    &mut ch.shapes,
+                    p.exchange.as_str(),
+                    p.routing_key.as_str(),
+                    p.mandatory,
+                ));
             }
             basic::AMQPMethod::Qos(q) => {
                 // prefetch_size != 0 is refused by the framer (FrameError::PrefetchSize).
@@ -239,7 +239,7 @@ impl Connection {
     ) -> Result<(), AmqpError> {
         let ch = self.channel_mut(channel)?;
         if let Some(buf) = ch.tx.as_mut() {
-            if !(ch.unacked.contains_key(&tag) || multiple && tag == 0) {
+            if !(ch.unacked.contains(tag) || multiple && tag == 0) {
                 return Err(ServerError::UnknownDeliveryTag { tag }.into());
             }
             buf.settles.push((tag, multiple, how));

@@ -9,46 +9,99 @@
 //! waits for its content; anything else (closing connection or channel, channel 0, a publish
 //! while content is expected, `immediate`) takes the general path and gets its error there.
 
-use charon_protocol::methods::basic;
-use charon_protocol::{AMQPClass, CLASS_BASIC, Frame};
+use std::sync::Arc;
 
-use super::super::channel::{PUBLISH_METHOD_ID, PendingPublish};
+use charon_core::Message;
+use charon_protocol::methods::basic;
+use charon_protocol::{AMQPClass, CLASS_BASIC, Frame, HotMethod};
+
+use super::super::channel::{PUBLISH_METHOD_ID, PendingPublish, Settle};
 use super::super::{Connection, Next};
 use super::publish::Prepared;
+use super::settles::requeue_or_reject;
 use crate::error::AmqpError;
 use crate::handles::{ConfirmTo, Placed, QueueCmd, QueueHandle};
 
 impl Connection {
     /// Handles `frame` on the fast path, or gives it back for [`Connection::on_frame`].
     pub(in crate::connection) fn start_publish_fast(&mut self, frame: Frame) -> Option<Frame> {
-        if self.closing {
-            return Some(frame);
-        }
-        let Frame::Method { channel, method } = frame else {
+        let Frame::Method { channel, method } = &frame else {
             return Some(frame);
         };
-        let open = channel != 0
-            && self
-                .channels
-                .get(&channel)
-                .is_some_and(|ch| !ch.closing && ch.publish.is_none());
-        match *method {
-            AMQPClass::Basic(basic::AMQPMethod::Publish(p)) if open && !p.immediate => {
-                if let Some(ch) = self.channels.get_mut(&channel) {
-                    ch.publish = Some(PendingPublish {
-                        method: p,
-                        header: None,
-                        body: bytes::BytesMut::new(),
-                        first_body: None,
-                    });
-                }
-                None
-            }
-            other => Some(Frame::Method {
-                channel,
-                method: Box::new(other),
-            }),
+        let AMQPClass::Basic(basic::AMQPMethod::Publish(p)) = &**method else {
+            return Some(frame);
+        };
+        let started = self.start_publish(
+            *channel,
+            p.exchange.as_str(),
+            p.routing_key.as_str(),
+            p.mandatory,
+            p.immediate,
+        );
+        (!started).then_some(frame)
+    }
+
+    /// A basic.publish on an open channel waiting for nothing: its content is expected from
+    /// now on (true). False: nothing changed, the general path answers it.
+    pub(in crate::connection) fn start_publish(
+        &mut self,
+        channel: u16,
+        exchange: &str,
+        routing_key: &str,
+        mandatory: bool,
+        immediate: bool,
+    ) -> bool {
+        if self.closing || channel == 0 || immediate {
+            return false;
         }
+        match self.channels.get_mut(&channel) {
+            Some(ch) if !ch.closing && ch.publish.is_none() => {
+                ch.publish = Some(PendingPublish::new(
+                    &mut ch.shapes,
+                    exchange,
+                    routing_key,
+                    mandatory,
+                ));
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// A hot method frame read in place (`charon_protocol::peek_hot`): a publish or a settle
+    /// handled as [`Connection::start_publish_fast`] and [`Connection::settle_fast`] would;
+    /// otherwise the frame [`charon_protocol::decode_frame`] would have made, for the general
+    /// path.
+    pub(in crate::connection) fn hot_method(
+        &mut self,
+        channel: u16,
+        method: HotMethod<'_>,
+    ) -> Option<Frame> {
+        let handled = match method {
+            HotMethod::Publish {
+                exchange,
+                routing_key,
+                mandatory,
+                immediate,
+            } => self.start_publish(channel, exchange, routing_key, mandatory, immediate),
+            HotMethod::Ack {
+                delivery_tag,
+                multiple,
+            } => self.settle_parts(channel, delivery_tag, multiple, Settle::Ack),
+            HotMethod::Nack {
+                delivery_tag,
+                multiple,
+                requeue,
+            } => self.settle_parts(channel, delivery_tag, multiple, requeue_or_reject(requeue)),
+            HotMethod::Reject {
+                delivery_tag,
+                requeue,
+            } => self.settle_parts(channel, delivery_tag, false, requeue_or_reject(requeue)),
+        };
+        (!handled).then(|| Frame::Method {
+            channel,
+            method: Box::new(method.to_class()),
+        })
     }
 
     /// Whether `frame` is content for [`Connection::content_now`].
@@ -93,6 +146,13 @@ impl Connection {
             }) => (seq, targets, message),
             Some(delayed) => return Ok(Some(PublishRest::Prepared(delayed))),
         };
+        let mut targets = targets;
+        if targets.len() == 1
+            && message.properties.delivery_mode() != Some(2)
+            && let Some(q) = targets.pop()
+        {
+            return self.publish_one(channel, seq, q, message);
+        }
         let (placed, stored) = self.place_start(channel, seq, targets, &message)?;
         if stored.is_some() {
             return Ok(Some(PublishRest::Place(seq, placed, stored)));
@@ -113,6 +173,39 @@ impl Connection {
                     return Ok(Some(PublishRest::Send(seq, q, cmd, placed.collect())));
                 }
             }
+        }
+        Ok(None)
+    }
+
+    /// A transient message routed to one queue (the usual case): what `place_start` and the
+    /// loop above do, without their `Vec`s (no store record, one place, one answer).
+    fn publish_one(
+        &mut self,
+        channel: u16,
+        seq: Option<u64>,
+        q: QueueHandle,
+        message: Arc<Message>,
+    ) -> Result<Option<PublishRest>, AmqpError> {
+        if let Some(seq) = seq {
+            self.channel_mut(channel)?.confirms.expect(seq, 1);
+            self.confirm_due(channel);
+        }
+        let placed = Placed {
+            id: q.alloc_id(),
+            message,
+            stored: None,
+        };
+        let confirm = seq.map(|seq| ConfirmTo {
+            conn: self.handle.clone(),
+            channel,
+            seq,
+        });
+        match q.try_send(QueueCmd::Publish { placed, confirm }) {
+            Ok(()) => self.published_to(&q),
+            // The queue is gone (as a failed `send` on the slow path).
+            Err(None) => {}
+            // Full: it waits.
+            Err(Some(cmd)) => return Ok(Some(PublishRest::Send(seq, q, cmd, Vec::new()))),
         }
         Ok(None)
     }

@@ -48,12 +48,13 @@ pub(crate) async fn release_channel(ch: Channel) {
         let _ = c.queue.send(QueueCmd::Cancel { id: c.id }).await;
     }
     let mut groups: Vec<(QueueHandle, Vec<u64>)> = Vec::new();
-    for (_, u) in ch.unacked {
-        match groups.iter_mut().find(|(q, _)| q.same(&u.queue)) {
+    let mut unacked = ch.unacked;
+    unacked.take_all(
+        |u| match groups.iter_mut().find(|(q, _)| q.same(&u.queue)) {
             Some((_, ids)) => ids.push(u.id),
             None => groups.push((u.queue, vec![u.id])),
-        }
-    }
+        },
+    );
     for (q, ids) in groups {
         touch(&q);
         // A closed channel's messages go back without counting a failed delivery.

@@ -6,7 +6,6 @@ use bytes::Bytes;
 use charon_core::Message;
 use charon_core::arguments::MAX_EXPIRY;
 use charon_core::routing::{header_routes, strip_bcc};
-use charon_protocol::methods::basic;
 use charon_protocol::{
     BasicProperties, CLASS_BASIC, RawProperties, encode_basic_ack, encode_basic_nack,
     encode_basic_return, encode_content, erlang,
@@ -196,12 +195,10 @@ impl Connection {
             }
             None => p.body.freeze(),
         };
-        let names = ch
-            .shapes
-            .names(p.method.exchange.as_str(), p.method.routing_key.as_str());
+        let names = (p.exchange, p.routing_key);
         let properties = ch.shapes.properties(properties);
         let seq = ch.confirm.then(|| ch.confirms.next_seq());
-        let (message, targets, delay) = self.route(&p.method, names, properties, body)?;
+        let (message, targets, delay) = self.route(names, properties, body)?;
         if let Some((delay, durable)) = delay {
             return Ok(Some(Prepared::Delayed {
                 seq,
@@ -210,7 +207,7 @@ impl Connection {
                 durable,
             }));
         }
-        if targets.is_empty() && p.method.mandatory {
+        if targets.is_empty() && p.mandatory {
             self.return_unroutable(channel, &message);
         }
         if let Some(buf) = self.channel_mut(channel)?.tx.as_mut() {
@@ -232,13 +229,12 @@ impl Connection {
     #[allow(clippy::type_complexity)]
     fn route(
         &self,
-        method: &basic::Publish,
         names: (Arc<str>, Arc<str>),
         properties: RawProperties,
         body: Bytes,
     ) -> Result<(Arc<Message>, Vec<QueueHandle>, Option<(u64, bool)>), AmqpError> {
-        let exchange = method.exchange.as_str();
-        let routing_key = method.routing_key.as_str();
+        let exchange: &str = &names.0;
+        let routing_key: &str = &names.1;
         self.access
             .check(ResourceKind::Exchange, exchange, Permission::Write)?;
         // CC/BCC, headers-exchange matching and the user_id/expiration checks need decoded
@@ -263,7 +259,8 @@ impl Connection {
                 .collect();
             &with_cc
         };
-        let mut targets: Vec<QueueHandle> = Vec::new();
+        // Room for the usual one target without growing from empty.
+        let mut targets: Vec<QueueHandle> = Vec::with_capacity(1);
         let delay = {
             let topo = self.vhost.topology.read_recover();
             // One exchange lookup for the delay check and the routing.

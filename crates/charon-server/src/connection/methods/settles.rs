@@ -43,20 +43,36 @@ impl Connection {
             _ => return Some(frame),
         };
         let channel = *channel;
-        if channel == 0 {
-            return Some(frame);
+        if self.settle_parts(channel, tag, multiple, how) {
+            None
+        } else {
+            Some(frame)
+        }
+    }
+
+    /// Settles `tag` (`multiple`) on `channel` as the fast path does: true when taken, false
+    /// when the general path must answer it (nothing changed then).
+    pub(in crate::connection) fn settle_parts(
+        &mut self,
+        channel: u16,
+        tag: u64,
+        multiple: bool,
+        how: Settle,
+    ) -> bool {
+        if self.closing || channel == 0 {
+            return false;
         }
         let Some(ch) = self.channels.get_mut(&channel) else {
-            return Some(frame);
+            return false;
         };
         if ch.closing || ch.publish.is_some() || ch.tx.is_some() {
-            return Some(frame);
+            return false;
         }
         if !multiple {
             // One tag (scenario d's nacks): `take_tags` without its per-call `Vec`s.
             // An unknown tag changes nothing here: the general path answers it (406).
-            let Some(u) = ch.unacked.remove(&tag) else {
-                return Some(frame);
+            let Some(u) = ch.unacked.remove(tag) else {
+                return false;
             };
             ch.limit.settle(1);
             if how == Settle::Ack {
@@ -69,11 +85,11 @@ impl Connection {
                 }
                 _ => self.settles.push((u.queue, how, vec![u.id])),
             }
-            return None;
+            return true;
         }
         // An unknown tag changes nothing here: the general path answers it (406).
         let Some(groups) = ch.take_tags(tag, multiple) else {
-            return Some(frame);
+            return false;
         };
         if how == Settle::Ack {
             let n: usize = groups.iter().map(|(_, ids)| ids.len()).sum();
@@ -88,7 +104,7 @@ impl Connection {
                 _ => self.settles.push((q, how, ids)),
             }
         }
-        None
+        true
     }
 
     /// Sends the gathered settles' commands, in order (waiting while a queue's channel is
@@ -108,7 +124,7 @@ impl Connection {
     }
 }
 
-fn requeue_or_reject(requeue: bool) -> Settle {
+pub(super) fn requeue_or_reject(requeue: bool) -> Settle {
     if requeue {
         Settle::Requeue
     } else {
