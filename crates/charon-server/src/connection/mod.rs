@@ -10,6 +10,7 @@ mod confirms;
 mod consumer_timeout;
 mod handshake;
 mod methods;
+mod read_pace;
 mod read_size;
 mod shapes;
 mod transport;
@@ -348,6 +349,12 @@ impl Connection {
         let mut shutdown_sent = false;
         let mut close_deadline: Option<Instant> = None;
         let mut sizer = read_size::ReadSizer::default();
+        let mut pace =
+            read_pace::ReadPace::new(self.broker.config().read_pace_min_rate, Instant::now());
+        // Set while reading pauses (`read_pace`): the socket is read again once it fires.
+        let mut pausing = false;
+        let pause = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(pause);
         // Frames that arrived with the handshake's last read.
         if let Next::Stop = self.process(&mut buf).await {
             self.flush();
@@ -362,6 +369,7 @@ impl Connection {
             let mut page_wait = self.page_flow_wait();
             let paused = self.blocked || page_wait.is_some();
             sizer.prepare(&mut buf);
+            let room = buf.capacity() - buf.len();
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled(), if !shutdown_sent => {
@@ -392,7 +400,8 @@ impl Connection {
                     self.close_connection(err);
                     close_deadline = Some(Instant::now() + Duration::from_secs(3));
                 }
-                r = reader.read_buf(&mut buf), if !paused => {
+                () = &mut pause, if pausing => pausing = false,
+                r = reader.read_buf(&mut buf), if !paused && !pausing => {
                     match r {
                         Ok(0) | Err(_) => return,
                         Ok(n) => {
@@ -402,6 +411,12 @@ impl Connection {
                             if let Next::Stop = self.process(&mut buf).await {
                                 self.flush();
                                 return;
+                            }
+                            if pace.after_read(n, n >= room, last_read) {
+                                pausing = true;
+                                pause
+                                    .as_mut()
+                                    .reset(tokio::time::Instant::now() + read_pace::PAUSE);
                             }
                         }
                     }
