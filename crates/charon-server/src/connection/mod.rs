@@ -407,6 +407,7 @@ impl Connection {
                         Ok(n) => {
                             sizer.observe(n);
                             crate::admin::ChannelStats::bump(&self.admin.recv_oct, n as u64);
+                            crate::admin::ChannelStats::bump(&self.admin.recv_cnt, 1);
                             last_read = Instant::now();
                             if let Next::Stop = self.process(&mut buf).await {
                                 self.flush();
