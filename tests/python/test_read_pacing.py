@@ -1,10 +1,11 @@
-"""Read pacing (`read_pace_min_rate`, `connection/read_pace.rs`): while a client streams faster
-than the setting, the broker pauses about a millisecond after each read that left its buffer room,
-so the next read takes many frames at once. Here the setting is 1 byte a second, so every client
-that sends anything is paced: nothing may be lost, reordered or left unread in the socket when
-the client stops sending (a pause ends without more bytes arriving), and a client waiting for an
-answer (a synchronous method, a publisher confirm) still gets it. Nothing here depends on speed:
-every wait is a poll with a generous bound.
+"""Read pacing (`read_pace_min_reads`, `connection/read_pace.rs`): once a connection reads more
+often than the setting, the broker pauses about a millisecond after each read that left its buffer
+room, so the next read takes many frames at once; a pause that gathers little ends pacing for a
+while. Here the setting is 1 read a second, so every client that sends anything is paced: nothing
+may be lost, reordered or left unread in the socket when the client stops sending (a pause ends
+without more bytes arriving), and a client waiting for an answer (a synchronous method, a
+publisher confirm) still gets it. Nothing here depends on speed: every wait is a poll with a
+generous bound.
 """
 
 import time
@@ -17,7 +18,7 @@ from mgmt_helpers import Api, wait_for
 
 pytestmark = pytest.mark.charon_only
 
-PACED = "read_pace_min_rate = 1\n" + CONFIG_TOML
+PACED = "read_pace_min_reads = 1\n" + CONFIG_TOML
 
 
 @pytest.fixture

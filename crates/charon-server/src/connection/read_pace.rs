@@ -6,58 +6,81 @@
 //! publishes. Measured on a quiet machine that was about half of the broker's CPU per message
 //! (docs/performance.md, "Read pacing").
 //!
-//! So while a connection receives faster than `read_pace_min_rate` bytes a second (measured over
-//! windows of [`WINDOW`]), a read that did not fill its buffer is followed by a short pause
-//! ([`PAUSE`], rounded up to the timer's millisecond tick) before the socket is read again: the
-//! client's bytes gather in the socket meanwhile, and the next read takes them all at once. The
-//! pause delays only reading: deliveries, confirms and every other event of the connection go
-//! on. A read that fills its buffer is followed by another at once, and a client below the rate
-//! (an RPC client, a fixed-rate publisher, a consumer's acks) is never paused.
+//! So once a connection reads more often than `read_pace_min_reads` times a second (measured
+//! over a window of [`WINDOW`]), a read that did not fill its buffer is followed by a short
+//! pause ([`PAUSE`], rounded up to the timer's millisecond tick) before the socket is read
+//! again: the client's bytes gather in the socket meanwhile, and the next read takes them all
+//! at once. The pause delays only reading: deliveries, confirms and every other event of the
+//! connection go on. A read that fills its buffer is followed by another at once.
+//!
+//! While pacing, the reads of each window must take at least [`GATHER_MIN`] frames on average;
+//! if not (the client stopped, or it waits for the broker: a consumer with a small prefetch
+//! acking each message, a publisher with a small confirm window), pacing stops and is not tried
+//! again for [`REST`]. A client reading less often than the threshold (an RPC client, a
+//! fixed-rate publisher at thousands a second) is never paused.
 
 use std::time::{Duration, Instant};
 
 /// How long reading pauses after a read while the client streams (the timer rounds it up to
 /// its next millisecond tick).
 pub(crate) const PAUSE: Duration = Duration::from_micros(500);
-/// The window the receive rate is measured over.
+/// The window the read rate is measured over.
 pub(crate) const WINDOW: Duration = Duration::from_millis(4);
+/// Fewest frames a read must take on average, over a window, for pacing to go on.
+pub(crate) const GATHER_MIN: u64 = 128;
+/// How long pacing is not tried again after a pause that gathered too little.
+pub(crate) const REST: Duration = Duration::from_millis(256);
 
-/// Per-connection receive-rate tracker (see the module docs).
+/// Per-connection read pacing state (see the module docs).
 #[derive(Debug)]
 pub(crate) struct ReadPace {
-    /// Bytes a second above which reads pause; 0: never.
-    min_rate: u64,
+    /// Reads a second from which reads are paced; 0: never.
+    min_reads: u64,
     window_start: Instant,
-    window_bytes: u64,
+    window_reads: u64,
+    window_frames: u64,
     streaming: bool,
+    resting_until: Option<Instant>,
 }
 
 impl ReadPace {
-    /// A tracker pausing reads above `min_rate` bytes a second (0: never).
-    pub(crate) fn new(min_rate: u64, now: Instant) -> Self {
+    /// Pacing from `min_reads` reads a second (0: never).
+    pub(crate) fn new(min_reads: u64, now: Instant) -> Self {
         Self {
-            min_rate,
+            min_reads,
             window_start: now,
-            window_bytes: 0,
+            window_reads: 0,
+            window_frames: 0,
             streaming: false,
+            resting_until: None,
         }
     }
 
-    /// Records a read of `n` bytes at `now` (`full`: it filled the room it had). Returns
-    /// whether reading should pause for [`PAUSE`] before the next read.
-    pub(crate) fn after_read(&mut self, n: usize, full: bool, now: Instant) -> bool {
-        if self.min_rate == 0 {
+    /// Records a read of `frames` frames at `now` (`full`: it filled the room it had).
+    /// Returns whether reading should pause for [`PAUSE`] before the next read.
+    pub(crate) fn after_read(&mut self, frames: u64, full: bool, now: Instant) -> bool {
+        if self.min_reads == 0 {
             return false;
         }
-        self.window_bytes = self.window_bytes.saturating_add(n as u64);
+        self.window_reads += 1;
+        self.window_frames = self.window_frames.saturating_add(frames);
         let elapsed = now.saturating_duration_since(self.window_start);
         if elapsed >= WINDOW {
-            // bytes / seconds >= min_rate, without floats: bytes * 1e6 >= min_rate * µs
-            let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
-            self.streaming = u128::from(self.window_bytes) * 1_000_000
-                >= u128::from(self.min_rate) * u128::from(micros);
+            if self.streaming {
+                if self.window_frames < GATHER_MIN.saturating_mul(self.window_reads) {
+                    self.streaming = false;
+                    self.resting_until = Some(now + REST);
+                }
+            } else if self.resting_until.is_none_or(|t| now >= t) {
+                // reads / seconds >= min_reads, without floats: reads * 1e6 >= min_reads * µs
+                let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+                self.streaming = u128::from(self.window_reads) * 1_000_000
+                    >= u128::from(self.min_reads) * u128::from(micros);
+                self.resting_until = None;
+            }
             self.window_start = now;
-            self.window_bytes = 0;
+            self.window_reads = 0;
+            self.window_frames = 0;
         }
         self.streaming && !full
     }
@@ -67,54 +90,75 @@ impl ReadPace {
 mod tests {
     use super::*;
 
-    const MB: u64 = 1_000_000;
+    fn us(t0: Instant, micros: u64) -> Instant {
+        t0 + Duration::from_micros(micros)
+    }
+
+    /// A pacer that just entered pacing: a read every 20 µs (50,000 a second) for 4 ms.
+    fn streaming(t0: Instant) -> ReadPace {
+        let mut p = ReadPace::new(20_000, t0);
+        for i in 1..=199u64 {
+            assert!(!p.after_read(3, false, us(t0, 20 * i)));
+        }
+        // the window (4 ms) is over: the rate is known, from now on reads pause
+        assert!(p.after_read(3, false, us(t0, 4_000)));
+        p
+    }
 
     #[test]
-    fn a_fast_stream_pauses_after_reads_that_do_not_fill_the_buffer() {
+    fn frequent_reads_pause_after_each_read_that_does_not_fill_the_buffer() {
         let t0 = Instant::now();
-        let mut p = ReadPace::new(4 * MB, t0);
-        // 300 B every 20 µs = 15 MB/s
-        let mut paused = Vec::new();
-        for i in 1..=1000u32 {
-            paused.push(p.after_read(300, false, t0 + Duration::from_micros(20 * u64::from(i))));
-        }
-        // the first window (4 ms: 200 reads) measures the rate; from then on every read pauses
-        assert!(paused[..199].iter().all(|p| !p));
-        assert!(paused[200..].iter().all(|p| *p));
+        let mut p = streaming(t0);
         // a full read is followed by another at once
-        assert!(!p.after_read(65536, true, t0 + Duration::from_micros(20_100)));
-    }
-
-    #[test]
-    fn a_slow_client_is_never_paused() {
-        let t0 = Instant::now();
-        let mut p = ReadPace::new(4 * MB, t0);
-        // 100 B every 200 µs = 0.5 MB/s (5,000 small publishes a second)
-        for i in 1..=1000u32 {
-            assert!(!p.after_read(100, false, t0 + Duration::from_micros(200 * u64::from(i))));
+        assert!(!p.after_read(GATHER_MIN, true, us(t0, 4_100)));
+        // reads that take enough keep pacing on, also at the slower read rate pauses cause
+        for i in 1..=40u64 {
+            assert!(p.after_read(GATHER_MIN, false, us(t0, 4_100 + 1_000 * i)));
         }
     }
 
     #[test]
-    fn a_stream_that_stops_is_no_longer_paused() {
+    fn a_client_reading_less_often_is_never_paused() {
         let t0 = Instant::now();
-        let mut p = ReadPace::new(4 * MB, t0);
-        let mut t = t0;
-        for _ in 0..1000 {
-            t += Duration::from_micros(20);
-            p.after_read(300, false, t);
+        let mut p = ReadPace::new(20_000, t0);
+        // a read every 200 µs = 5,000 a second (a fixed-rate publisher)
+        for i in 1..=1000u64 {
+            assert!(!p.after_read(3, false, us(t0, 200 * i)));
         }
-        assert!(p.after_read(300, false, t + Duration::from_micros(20)));
-        // the next read comes after a second of silence
-        assert!(!p.after_read(300, false, t + Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn paced_reads_that_take_too_little_end_pacing_for_a_rest() {
+        let t0 = Instant::now();
+        let mut p = streaming(t0);
+        // the client waits for the broker: one ack a read, a read a millisecond
+        let mut t = 4_000;
+        let mut paused = Vec::new();
+        for _ in 0..10 {
+            t += 1_000;
+            paused.push(p.after_read(1, false, us(t0, t)));
+        }
+        // the window that began at 4 ms ends at 8 ms with one frame a read: pacing stops there
+        assert!(paused[..3].iter().all(|p| *p), "{paused:?}");
+        assert!(paused[3..].iter().all(|p| !p), "{paused:?}");
+        let until = 8_000 + u64::try_from(REST.as_micros()).unwrap_or(u64::MAX);
+        while t + 20 < until {
+            t += 20;
+            assert!(!p.after_read(3, false, us(t0, t)), "paused at {t} µs");
+        }
+        // after the rest, frequent reads are paced again (from the end of the next window)
+        let again: Vec<bool> = (1..=200u64)
+            .map(|i| p.after_read(3, false, us(t0, t + 20 * i)))
+            .collect();
+        assert!(again.iter().any(|p| *p));
     }
 
     #[test]
     fn zero_turns_pacing_off() {
         let t0 = Instant::now();
         let mut p = ReadPace::new(0, t0);
-        for i in 1..=1000u32 {
-            assert!(!p.after_read(60_000, false, t0 + Duration::from_micros(u64::from(i))));
+        for i in 1..=1000u64 {
+            assert!(!p.after_read(GATHER_MIN, false, us(t0, i)));
         }
     }
 }
