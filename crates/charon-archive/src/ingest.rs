@@ -201,9 +201,50 @@ impl<'a> Deltas<'a> {
     }
 }
 
+/// Records ready to insert: each record's parameters are built when it is pushed (string copies,
+/// JSON of the properties and routing keys), so that the archiver builds them while the previous
+/// batch is being written, not on the writer's thread.
+#[derive(Debug, Default)]
+pub struct Batch {
+    records: Vec<NewRecord>,
+    /// Parameters of [`INSERT_CHUNK`] records each (the last one fewer), in [`RECORD_COLS`] order.
+    chunks: Vec<Vec<Param>>,
+}
+
+impl Batch {
+    /// Adds a record.
+    pub fn push(&mut self, r: NewRecord) {
+        if self.records.len().is_multiple_of(INSERT_CHUNK) {
+            self.chunks
+                .push(Vec::with_capacity(INSERT_CHUNK * INSERT_WIDTH));
+        }
+        if let Some(p) = self.chunks.last_mut() {
+            insert_params(&r, p);
+        }
+        self.records.push(r);
+    }
+
+    /// Records in the batch.
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Whether the batch holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+}
+
 /// Inserts records in one transaction; a record whose `stable_key` exists is left alone (and not
 /// counted again). Returns how many were new.
 pub fn insert_batch(c: &mut dyn Conn, recs: &[NewRecord]) -> Result<u64, ArchiveError> {
+    let mut b = Batch::default();
+    recs.iter().cloned().for_each(|r| b.push(r));
+    insert_prepared(c, &b)
+}
+
+/// [`insert_batch`] of a [`Batch`] whose parameters are built already.
+pub fn insert_prepared(c: &mut dyn Conn, batch: &Batch) -> Result<u64, ArchiveError> {
     let full = insert_sql(INSERT_CHUNK);
     transaction(c, |c| {
         c.exec(
@@ -219,16 +260,11 @@ pub fn insert_batch(c: &mut dyn Conn, recs: &[NewRecord]) -> Result<u64, Archive
             .map_or(0, |x| x.int());
         let mut deltas = Deltas::default();
         let mut n = 0;
-        let mut p = Vec::with_capacity(INSERT_CHUNK * INSERT_WIDTH);
-        for rows in recs.chunks(INSERT_CHUNK) {
-            p.clear();
-            for r in rows {
-                insert_params(r, &mut p);
-            }
+        for (rows, p) in batch.records.chunks(INSERT_CHUNK).zip(&batch.chunks) {
             let added = if rows.len() == INSERT_CHUNK {
-                c.exec(&full, &p)?
+                c.exec(&full, p)?
             } else {
-                c.exec(&insert_sql(rows.len()), &p)?
+                c.exec(&insert_sql(rows.len()), p)?
             };
             n += added;
             if added == rows.len() as u64 {
