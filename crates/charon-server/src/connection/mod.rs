@@ -272,7 +272,7 @@ pub(crate) struct Connection {
     /// Channels with confirms settled since the last flush: their acks go out together, as
     /// `multiple=true` runs, when the batch is flushed.
     pub(crate) confirms_due: Vec<u16>,
-    /// Frames decoded so far (read pacing counts what a pause gathered).
+    /// Frames decoded so far (read pacing counts the frames each read took).
     frames_in: u64,
 }
 
