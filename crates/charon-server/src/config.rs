@@ -99,6 +99,11 @@ pub struct Config {
     /// threads than cores hand messages between tasks on one thread without waking another
     /// (docs/performance.md, "worker threads").
     pub worker_threads: Option<usize>,
+    /// Socket reads a second from which a connection's reads are paced: a read that leaves the
+    /// buffer room is followed by a pause of about a millisecond, so the next one takes many
+    /// frames at once (fewer wake-ups and syscalls per message; `connection/read_pace.rs`).
+    /// 0 turns pacing off.
+    pub read_pace_min_reads: u64,
 }
 
 /// PEM files and peer verification for the TLS listeners (RabbitMQ's `ssl_options`).
@@ -158,6 +163,7 @@ impl Default for Config {
             ssl_cert_login_from: crate::tls::CertLoginFrom::default(),
             vm_memory_calculation_strategy: crate::memory::Strategy::default(),
             worker_threads: None,
+            read_pace_min_reads: 20_000,
         }
     }
 }

@@ -10,6 +10,7 @@ mod confirms;
 mod consumer_timeout;
 mod handshake;
 mod methods;
+mod read_pace;
 mod read_size;
 mod shapes;
 mod transport;
@@ -134,6 +135,7 @@ pub(crate) async fn serve_on<S: Transport>(
         owes_close_ok: false,
         confirms_due: Vec::new(),
         settles: Vec::new(),
+        frames_in: 0,
     };
     conn.run(&mut reader, buf, events, shutdown).await;
     conn.cleanup().await;
@@ -270,6 +272,8 @@ pub(crate) struct Connection {
     /// Channels with confirms settled since the last flush: their acks go out together, as
     /// `multiple=true` runs, when the batch is flushed.
     pub(crate) confirms_due: Vec<u16>,
+    /// Frames decoded so far (read pacing counts the frames each read took).
+    frames_in: u64,
 }
 
 /// How the connection loop goes on after a frame.
@@ -348,6 +352,12 @@ impl Connection {
         let mut shutdown_sent = false;
         let mut close_deadline: Option<Instant> = None;
         let mut sizer = read_size::ReadSizer::default();
+        let mut pace =
+            read_pace::ReadPace::new(self.broker.config().read_pace_min_reads, Instant::now());
+        // Set while reading pauses (`read_pace`): the socket is read again once it fires.
+        let mut pausing = false;
+        let pause = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(pause);
         // Frames that arrived with the handshake's last read.
         if let Next::Stop = self.process(&mut buf).await {
             self.flush();
@@ -362,6 +372,9 @@ impl Connection {
             let mut page_wait = self.page_flow_wait();
             let paused = self.blocked || page_wait.is_some();
             sizer.prepare(&mut buf);
+            let room = buf.capacity() - buf.len();
+            // A read's outcome.
+            let mut got: Option<std::io::Result<usize>> = None;
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled(), if !shutdown_sent => {
@@ -392,20 +405,8 @@ impl Connection {
                     self.close_connection(err);
                     close_deadline = Some(Instant::now() + Duration::from_secs(3));
                 }
-                r = reader.read_buf(&mut buf), if !paused => {
-                    match r {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => {
-                            sizer.observe(n);
-                            crate::admin::ChannelStats::bump(&self.admin.recv_oct, n as u64);
-                            last_read = Instant::now();
-                            if let Next::Stop = self.process(&mut buf).await {
-                                self.flush();
-                                return;
-                            }
-                        }
-                    }
-                }
+                () = &mut pause, if pausing => pausing = false,
+                r = reader.read_buf(&mut buf), if !paused && !pausing => got = Some(r),
                 _ = timeouts.tick() => self.check_consumer_timeouts().await,
                 _ = ticker.tick() => {
                     if paused {
@@ -425,6 +426,27 @@ impl Connection {
                     }
                 }
             }
+            if let Some(r) = got {
+                let n = match r {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                sizer.observe(n);
+                crate::admin::ChannelStats::bump(&self.admin.recv_oct, n as u64);
+                crate::admin::ChannelStats::bump(&self.admin.recv_cnt, 1);
+                last_read = Instant::now();
+                let frames = self.frames_in;
+                if let Next::Stop = self.process(&mut buf).await {
+                    self.flush();
+                    return;
+                }
+                if pace.after_read(self.frames_in - frames, n >= room, last_read) {
+                    pausing = true;
+                    pause
+                        .as_mut()
+                        .reset(tokio::time::Instant::now() + read_pace::PAUSE);
+                }
+            }
             self.flush();
         }
     }
@@ -439,6 +461,7 @@ impl Connection {
                     if matches!(hot.method, HotMethod::Publish { .. }) && !self.settles.is_empty() {
                         self.send_settles().await;
                     }
+                    self.frames_in += 1;
                     let rest = self.hot_method(hot.channel, hot.method);
                     bytes::Buf::advance(buf, len);
                     match rest {
@@ -447,7 +470,10 @@ impl Connection {
                     }
                 }
                 None => match decode_frame(buf, self.frame_max) {
-                    Ok(Some(f)) => f,
+                    Ok(Some(f)) => {
+                        self.frames_in += 1;
+                        f
+                    }
                     Ok(None) => {
                         if !self.settles.is_empty() {
                             self.send_settles().await;

@@ -1,0 +1,164 @@
+//! Read pacing: a connection whose client streams to it fast reads in larger pieces.
+//!
+//! A broker that keeps up with a streaming publisher wakes for every few hundred bytes: each
+//! wake-up costs an `epoll_wait`, a `recvfrom` and the ACK that read sends back through
+//! loopback (which runs the peer's receive path on the broker's CPU), for two or three
+//! publishes. Measured on a quiet machine that was about half of the broker's CPU per message
+//! (docs/performance.md, "Read pacing").
+//!
+//! So once a connection reads more often than `read_pace_min_reads` times a second (measured
+//! over a window of [`WINDOW`]), a read that did not fill its buffer is followed by a short
+//! pause ([`PAUSE`], rounded up to the timer's millisecond tick) before the socket is read
+//! again: the client's bytes gather in the socket meanwhile, and the next read takes them all
+//! at once. The pause delays only reading: deliveries, confirms and every other event of the
+//! connection go on. A read that fills its buffer is followed by another at once.
+//!
+//! While pacing, the reads of each window must take at least [`GATHER_MIN`] frames on average;
+//! if not (the client stopped, or it waits for the broker: a consumer with a small prefetch
+//! acking each message, a publisher with a small confirm window), pacing stops and is not tried
+//! again for [`REST`]. A client reading less often than the threshold (an RPC client, a
+//! fixed-rate publisher at thousands a second) is never paused.
+
+use std::time::{Duration, Instant};
+
+/// How long reading pauses after a read while the client streams (the timer rounds it up to
+/// its next millisecond tick).
+pub(crate) const PAUSE: Duration = Duration::from_micros(500);
+/// The window the read rate is measured over.
+pub(crate) const WINDOW: Duration = Duration::from_millis(4);
+/// Fewest frames a read must take on average, over a window, for pacing to go on.
+pub(crate) const GATHER_MIN: u64 = 128;
+/// How long pacing is not tried again after a pause that gathered too little.
+pub(crate) const REST: Duration = Duration::from_millis(256);
+
+/// Per-connection read pacing state (see the module docs).
+#[derive(Debug)]
+pub(crate) struct ReadPace {
+    /// Reads a second from which reads are paced; 0: never.
+    min_reads: u64,
+    window_start: Instant,
+    window_reads: u64,
+    window_frames: u64,
+    streaming: bool,
+    resting_until: Option<Instant>,
+}
+
+impl ReadPace {
+    /// Pacing from `min_reads` reads a second (0: never).
+    pub(crate) fn new(min_reads: u64, now: Instant) -> Self {
+        Self {
+            min_reads,
+            window_start: now,
+            window_reads: 0,
+            window_frames: 0,
+            streaming: false,
+            resting_until: None,
+        }
+    }
+
+    /// Records a read of `frames` frames at `now` (`full`: it filled the room it had).
+    /// Returns whether reading should pause for [`PAUSE`] before the next read.
+    pub(crate) fn after_read(&mut self, frames: u64, full: bool, now: Instant) -> bool {
+        if self.min_reads == 0 {
+            return false;
+        }
+        self.window_reads += 1;
+        self.window_frames = self.window_frames.saturating_add(frames);
+        let elapsed = now.saturating_duration_since(self.window_start);
+        if elapsed >= WINDOW {
+            if self.streaming {
+                if self.window_frames < GATHER_MIN.saturating_mul(self.window_reads) {
+                    self.streaming = false;
+                    self.resting_until = Some(now + REST);
+                }
+            } else if self.resting_until.is_none_or(|t| now >= t) {
+                // reads / seconds >= min_reads, without floats: reads * 1e6 >= min_reads * µs
+                let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+                self.streaming = u128::from(self.window_reads) * 1_000_000
+                    >= u128::from(self.min_reads) * u128::from(micros);
+                self.resting_until = None;
+            }
+            self.window_start = now;
+            self.window_reads = 0;
+            self.window_frames = 0;
+        }
+        self.streaming && !full
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn us(t0: Instant, micros: u64) -> Instant {
+        t0 + Duration::from_micros(micros)
+    }
+
+    /// A pacer that just entered pacing: a read every 20 µs (50,000 a second) for 4 ms.
+    fn streaming(t0: Instant) -> ReadPace {
+        let mut p = ReadPace::new(20_000, t0);
+        for i in 1..=199u64 {
+            assert!(!p.after_read(3, false, us(t0, 20 * i)));
+        }
+        // the window (4 ms) is over: the rate is known, from now on reads pause
+        assert!(p.after_read(3, false, us(t0, 4_000)));
+        p
+    }
+
+    #[test]
+    fn frequent_reads_pause_after_each_read_that_does_not_fill_the_buffer() {
+        let t0 = Instant::now();
+        let mut p = streaming(t0);
+        // a full read is followed by another at once
+        assert!(!p.after_read(GATHER_MIN, true, us(t0, 4_100)));
+        // reads that take enough keep pacing on, also at the slower read rate pauses cause
+        for i in 1..=40u64 {
+            assert!(p.after_read(GATHER_MIN, false, us(t0, 4_100 + 1_000 * i)));
+        }
+    }
+
+    #[test]
+    fn a_client_reading_less_often_is_never_paused() {
+        let t0 = Instant::now();
+        let mut p = ReadPace::new(20_000, t0);
+        // a read every 200 µs = 5,000 a second (a fixed-rate publisher)
+        for i in 1..=1000u64 {
+            assert!(!p.after_read(3, false, us(t0, 200 * i)));
+        }
+    }
+
+    #[test]
+    fn paced_reads_that_take_too_little_end_pacing_for_a_rest() {
+        let t0 = Instant::now();
+        let mut p = streaming(t0);
+        // the client waits for the broker: one ack a read, a read a millisecond
+        let mut t = 4_000;
+        let mut paused = Vec::new();
+        for _ in 0..10 {
+            t += 1_000;
+            paused.push(p.after_read(1, false, us(t0, t)));
+        }
+        // the window that began at 4 ms ends at 8 ms with one frame a read: pacing stops there
+        assert!(paused[..3].iter().all(|p| *p), "{paused:?}");
+        assert!(paused[3..].iter().all(|p| !p), "{paused:?}");
+        let until = 8_000 + u64::try_from(REST.as_micros()).unwrap_or(u64::MAX);
+        while t + 20 < until {
+            t += 20;
+            assert!(!p.after_read(3, false, us(t0, t)), "paused at {t} µs");
+        }
+        // after the rest, frequent reads are paced again (from the end of the next window)
+        let again: Vec<bool> = (1..=200u64)
+            .map(|i| p.after_read(3, false, us(t0, t + 20 * i)))
+            .collect();
+        assert!(again.iter().any(|p| *p));
+    }
+
+    #[test]
+    fn zero_turns_pacing_off() {
+        let t0 = Instant::now();
+        let mut p = ReadPace::new(0, t0);
+        for i in 1..=1000u64 {
+            assert!(!p.after_read(GATHER_MIN, false, us(t0, i)));
+        }
+    }
+}
