@@ -132,6 +132,9 @@ def test_every_confirmed_message_survives_kill_9_mid_stream(tmp_path, node):
         threads = [threading.Thread(target=publisher, args=(k,)) for k in range(3)]
         for t in threads:
             t.start()
+        # The kill point counts from the first confirm of every publisher, however long
+        # connecting takes on a busy machine.
+        wait_until(lambda: all(confirmed[k] for k in confirmed), "a confirm for every publisher")
         time.sleep(kill_after)
         b.proc.send_signal(signal.SIGKILL)
         b.proc.wait(10)
