@@ -147,18 +147,7 @@ fn settled_segments_are_deleted_and_live_ones_compacted() {
         })
         .expect("def");
     for i in 1..400u64 {
-        store
-            .append_nowait(Command::Publish {
-                message: msg(&[0u8; 200]),
-                members: vec![(1, i)],
-            })
-            .expect("append");
-        store
-            .append_nowait(Command::Settle {
-                queue: 1,
-                ids: vec![i],
-            })
-            .expect("settle");
+        common::publish_settled(&store, 1, i, &[0u8; 200]);
     }
     store.sync().expect("sync").wait().expect("durable");
     // Let the writer reclaim and compact (it does so between batches and on idle ticks).
@@ -195,18 +184,7 @@ fn body_refs_follow_compaction() {
         .expect("append");
     c.wait().expect("durable");
     for i in 1..100u64 {
-        store
-            .append_nowait(Command::Publish {
-                message: msg(&[1u8; 300]),
-                members: vec![(2, i)],
-            })
-            .expect("append");
-        store
-            .append_nowait(Command::Settle {
-                queue: 2,
-                ids: vec![i],
-            })
-            .expect("settle");
+        common::publish_settled(&store, 2, i, &[1u8; 300]);
     }
     store.sync().expect("sync").wait().expect("durable");
     let old = a.body.expect("body");

@@ -22,18 +22,7 @@ fn config() -> StoreConfig {
 
 /// Publishes and settles one 200-byte filler on queue 1; the segment its record went to.
 fn filler(store: &Store, id: u64) -> u64 {
-    let a = store
-        .append_nowait(Command::Publish {
-            message: msg(&[0u8; 200]),
-            members: vec![(1, id)],
-        })
-        .expect("append");
-    store
-        .append_nowait(Command::Settle {
-            queue: 1,
-            ids: vec![id],
-        })
-        .expect("settle");
+    let a = common::publish_settled(store, 1, id, &[0u8; 200]);
     a.body.expect("body").segment
 }
 

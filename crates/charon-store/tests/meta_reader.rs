@@ -76,18 +76,7 @@ fn metadata_follows_messages_compaction_moved() {
             "compaction never ran: {:?}",
             store.stats()
         );
-        store
-            .append_nowait(Command::Publish {
-                message: msg(&[9; 300]),
-                members: vec![(3, n)],
-            })
-            .expect("append");
-        store
-            .append_nowait(Command::Settle {
-                queue: 3,
-                ids: vec![n],
-            })
-            .expect("settle");
+        common::publish_settled(&store, 3, n, &[9; 300]);
         n += 1;
         store.sync().expect("sync").wait().expect("durable");
         std::thread::sleep(Duration::from_millis(2));

@@ -126,18 +126,7 @@ fn compaction_keeps_park_states_and_routed_members() {
         .expect("route");
     // Lots of short-lived traffic so the first segments become sparse and get compacted.
     for i in 0..2000u64 {
-        store
-            .append_nowait(Command::Publish {
-                message: msg(&[b'x'; 200]),
-                members: vec![(9, i)],
-            })
-            .expect("publish");
-        store
-            .append_nowait(Command::Settle {
-                queue: 9,
-                ids: vec![i],
-            })
-            .expect("settle");
+        common::publish_settled(&store, 9, i, &[b'x'; 200]);
     }
     let (_, c) = store.sync().map(|c| ((), c)).expect("sync");
     c.wait().expect("commit");

@@ -55,18 +55,7 @@ fn slow_consumer_on_a_backlog_does_not_pin_the_log() {
     let mut max_segments = 0;
     let mut acked = 0u64;
     for i in 0..6000u64 {
-        store
-            .append_nowait(Command::Publish {
-                message: msg(&[2u8; 200]),
-                members: vec![(2, i)],
-            })
-            .expect("append");
-        store
-            .append_nowait(Command::Settle {
-                queue: 2,
-                ids: vec![i],
-            })
-            .expect("settle");
+        common::publish_settled(&store, 2, i, &[2u8; 200]);
         if i % 30 == 0 && acked < BACKLOG / 2 {
             store
                 .append_nowait(Command::Settle {

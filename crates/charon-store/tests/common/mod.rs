@@ -7,7 +7,25 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use charon_store::{MemStorage, NewMessage, Recovered, Store, StoreConfig};
+use charon_store::{Appended, Command, MemStorage, NewMessage, Recovered, Store, StoreConfig};
+
+/// Publishes `body` as message `id` of `queue` and settles it at once (short-lived traffic
+/// that leaves garbage behind for reclamation and compaction); what the publish's append gave.
+pub fn publish_settled(store: &Store, queue: u64, id: u64, body: &[u8]) -> Appended {
+    let a = store
+        .append_nowait(Command::Publish {
+            message: msg(body),
+            members: vec![(queue, id)],
+        })
+        .expect("append");
+    store
+        .append_nowait(Command::Settle {
+            queue,
+            ids: vec![id],
+        })
+        .expect("settle");
+    a
+}
 
 pub fn msg(body: &[u8]) -> NewMessage {
     NewMessage {
