@@ -4,6 +4,8 @@
 
 #[path = "support/pg_cluster.rs"]
 mod pg_cluster;
+#[path = "support/record.rs"]
+mod record;
 
 use bytes::Bytes;
 use charon_archive::filter::Filter;
@@ -24,26 +26,15 @@ fn rec(i: usize, at: i64) -> NewRecord {
     let queue = if i % 4 == 3 { "b|dlq" } else { "dlq" };
     let err = (!i.is_multiple_of(3)).then(|| format!("Order {i} failed: kind {}", i % 5));
     NewRecord {
-        stable_key: format!("k{i}"),
         vhost: if i.is_multiple_of(7) { "other" } else { "/" }.into(),
         queue: queue.into(),
         original_queue: oq,
-        original_exchange: Some("x".into()),
-        original_routing_keys: vec!["rk".into()],
         reason: (!i.is_multiple_of(6)).then(|| "rejected".to_string()),
-        death_count: 1,
-        message_id: Some(format!("m{i}")),
-        correlation_id: None,
-        key: None,
-        content_type: None,
-        properties: json!({}),
-        headers: "{}".into(),
-        amqp_properties: Bytes::new(),
         payload: Bytes::from(vec![b'x'; 10 + i % 13]),
         error_fingerprint: charon_archive::extract::fingerprint(err.as_deref(), None),
         error_message: err,
-        error_stacktrace: None,
         created_at: at + (i as i64 % 17) * 1000,
+        ..record::record(i)
     }
 }
 
