@@ -6,6 +6,7 @@ mod alloc_stats;
 mod ctl;
 mod dlq;
 mod purge;
+mod thp;
 mod thread_cpu;
 
 /// mimalloc: the broker allocates and frees many small objects per message (properties, queue
@@ -257,6 +258,7 @@ fn main() -> anyhow::Result<()> {
         Command::Server(args) => {
             let config = load_config(args)?;
             init_logging(&config)?;
+            thp::init();
             purge::spawn_thread();
             runtime(config.worker_threads)?.block_on(serve(config))?;
         }
