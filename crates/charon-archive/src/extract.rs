@@ -194,57 +194,57 @@ pub fn extract(
 /// `#`, quoted strings `"…"`; only the first line of the message, plus the first `at …` frame of
 /// the stack trace.
 pub fn normalise_error(message: Option<&str>, stacktrace: Option<&str>) -> Option<String> {
-    let first_line = message.map(|m| m.lines().next().unwrap_or("").trim().to_string());
+    let first_line = message.map(|m| m.lines().next().unwrap_or("").trim());
     let frame = stacktrace.and_then(|s| {
         s.lines()
             .map(str::trim)
             .find(|l| l.starts_with("at ") || l.starts_with("File "))
-            .map(str::to_string)
     });
-    if first_line.as_deref().is_none_or(str::is_empty) && frame.is_none() {
+    if first_line.is_none_or(str::is_empty) && frame.is_none() {
         return None;
     }
-    let mut out = normalise(first_line.as_deref().unwrap_or(""));
+    let first_line = first_line.unwrap_or("");
+    let mut out = String::with_capacity(first_line.len() + frame.map_or(0, |f| f.len() + 3));
+    normalise_into(first_line, &mut out);
     if let Some(f) = frame {
         out.push_str(" @ ");
-        out.push_str(&normalise(&f));
+        normalise_into(f, &mut out);
     }
     Some(out)
 }
 
-fn normalise(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let chars: Vec<char> = s.chars().collect();
-    let mut i = 0;
-    while i < chars.len() {
-        let c = chars[i];
+/// A token's characters: words, ids, numbers.
+fn is_token_char(c: char) -> bool {
+    c.is_alphanumeric() || c == '-' || c == '_'
+}
+
+/// Appends `s` normalised to `out`, borrowing slices of `s` (no allocation per token).
+fn normalise_into(s: &str, out: &mut String) {
+    let mut rest = s;
+    while let Some(c) = rest.chars().next() {
+        let w = c.len_utf8();
         if (c == '"' || c == '\'')
-            && let Some(end) = chars[i + 1..].iter().position(|&x| x == c)
+            && let Some(end) = rest[w..].find(c)
         {
             out.push_str("\"…\"");
-            i += end + 2;
+            rest = &rest[w + end + w..];
             continue;
         }
-        if c.is_alphanumeric() || c == '-' || c == '_' {
+        if is_token_char(c) {
             // A token: words stay, tokens with digits (ids, numbers, uuids, hex) become '#'.
-            let start = i;
-            while i < chars.len()
-                && (chars[i].is_alphanumeric() || chars[i] == '-' || chars[i] == '_')
-            {
-                i += 1;
-            }
-            let tok: String = chars[start..i].iter().collect();
-            if tok.chars().any(|c| c.is_ascii_digit()) {
+            let len = rest.find(|x: char| !is_token_char(x)).unwrap_or(rest.len());
+            let tok = &rest[..len];
+            if tok.bytes().any(|b| b.is_ascii_digit()) {
                 out.push('#');
             } else {
-                out.push_str(&tok);
+                out.push_str(tok);
             }
+            rest = &rest[len..];
             continue;
         }
         out.push(c);
-        i += 1;
+        rest = &rest[w..];
     }
-    out
 }
 
 /// FNV-1a 64 of the normalised error, as 16 hex digits.
@@ -370,5 +370,97 @@ mod tests {
         );
         assert_eq!(s1, s2);
         assert_ne!(s1, s3);
+    }
+
+    /// The implementation before the seventh round (a `Vec<char>` and a `String` per token):
+    /// the fingerprints already stored must not change.
+    fn normalise_error_v1(message: Option<&str>, stacktrace: Option<&str>) -> Option<String> {
+        let first_line = message.map(|m| m.lines().next().unwrap_or("").trim().to_string());
+        let frame = stacktrace.and_then(|s| {
+            s.lines()
+                .map(str::trim)
+                .find(|l| l.starts_with("at ") || l.starts_with("File "))
+                .map(str::to_string)
+        });
+        if first_line.as_deref().is_none_or(str::is_empty) && frame.is_none() {
+            return None;
+        }
+        let mut out = normalise_v1(first_line.as_deref().unwrap_or(""));
+        if let Some(f) = frame {
+            out.push_str(" @ ");
+            out.push_str(&normalise_v1(&f));
+        }
+        Some(out)
+    }
+
+    fn normalise_v1(s: &str) -> String {
+        let mut out = String::with_capacity(s.len());
+        let chars: Vec<char> = s.chars().collect();
+        let mut i = 0;
+        while i < chars.len() {
+            let c = chars[i];
+            if (c == '"' || c == '\'')
+                && let Some(end) = chars[i + 1..].iter().position(|&x| x == c)
+            {
+                out.push_str("\"…\"");
+                i += end + 2;
+                continue;
+            }
+            if c.is_alphanumeric() || c == '-' || c == '_' {
+                // A token: words stay, tokens with digits (ids, numbers, uuids, hex) become '#'.
+                let start = i;
+                while i < chars.len()
+                    && (chars[i].is_alphanumeric() || chars[i] == '-' || chars[i] == '_')
+                {
+                    i += 1;
+                }
+                let tok: String = chars[start..i].iter().collect();
+                if tok.chars().any(|c| c.is_ascii_digit()) {
+                    out.push('#');
+                } else {
+                    out.push_str(&tok);
+                }
+                continue;
+            }
+            out.push(c);
+            i += 1;
+        }
+        out
+    }
+
+    #[test]
+    fn normalise_is_unchanged() {
+        let samples = [
+            "",
+            "boom",
+            "Order 123 not found",
+            "Payment declined for 'bob' and \"x y\" then 'unterminated",
+            "id 550e8400-e29b-41d4-a716-446655440000 bad",
+            "ünïcödé wörds 42 «quoted» 'é' \"ß\"",
+            "a_b-c 0x1F __ -- ' \"",
+            "   spaced\tout  \n second line 7",
+            "日本語のエラー 12 件",
+            "'",
+            "\"\"",
+            "x'y'z\"",
+        ];
+        let traces = [
+            None,
+            Some("java.lang.X: boom\n\tat a.B.c(B.java:12)"),
+            Some("Traceback\n  File \"x.py\", line 3, in f"),
+            Some("no frame here"),
+            Some("\tat ünï.Cödé(Ä.java:9) 'q'"),
+        ];
+        for m in samples {
+            for t in traces {
+                for msg in [Some(m), None] {
+                    assert_eq!(
+                        normalise_error(msg, t),
+                        normalise_error_v1(msg, t),
+                        "{msg:?} {t:?}"
+                    );
+                }
+            }
+        }
     }
 }
