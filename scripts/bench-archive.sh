@@ -17,6 +17,7 @@ W=$(mktemp -d /tmp/bench-archive.XXXXXX); chmod 755 "$W"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 P=$(free_port); H=$(free_port)
 ticks() { awk '{print $14+$15+$16+$17}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+sys_ticks() { awk '{print $15+$17}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 pg_ticks() { # the postmaster (with its reaped children) + live backends
   local pm=$1 t; t=$(ticks "$pm")
   for c in $(grep -l "^PPid:[[:space:]]*$pm\$" /proc/[0-9]*/status 2>/dev/null | cut -d/ -f3); do
@@ -93,12 +94,12 @@ while done < n:
 PY
   echo "filled $FILL rows with SQL in $(echo "$(date +%s.%N) - $T0" | bc)s"
 fi
-B0=$(ticks $CPID); G0=0; [ -n "$PGPID" ] && G0=$(pg_ticks "$PGPID")
+B0=$(ticks $CPID); S0=$(sys_ticks $CPID); G0=0; [ -n "$PGPID" ] && G0=$(pg_ticks "$PGPID")
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$BIN" bench --uri "amqp://guest:guest@127.0.0.1:$P/%2f" --http-url "http://127.0.0.1:$H" \
   --scenario archive --pmessages "$N" --size 1024 --broker-pid "$CPID" ${PGPID:+--db-pid "$PGPID"} "$@"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
-B1=$(ticks $CPID); G1=0; [ -n "$PGPID" ] && G1=$(pg_ticks "$PGPID")
+B1=$(ticks $CPID); S1=$(sys_ticks $CPID); G1=0; [ -n "$PGPID" ] && G1=$(pg_ticks "$PGPID")
 HZ=$(getconf CLK_TCK)
-awk -v b=$((B1-B0)) -v g=$((G1-G0)) -v hz=$HZ -v n=$N 'BEGIN{printf "CPU over the whole run (archive + replay + queries): broker %.1fs (%.0f us/record), postgres %.1fs (%.0f us/record)\n", b/hz, b/hz/n*1e6, g/hz, g/hz/n*1e6}'
+awk -v b=$((B1-B0)) -v s=$((S1-S0)) -v g=$((G1-G0)) -v hz=$HZ -v n=$N 'BEGIN{printf "CPU over the whole run (archive + replay + queries): broker %.1fs (%.0f us/record, of which kernel %.0f), postgres %.1fs (%.0f us/record)\n", b/hz, b/hz/n*1e6, s/hz/n*1e6, g/hz, g/hz/n*1e6}'
 if [ -n "${PERF:-}" ]; then kill -INT "$PERFPID"; wait "$PERFPID" || true; perf report -i "$W/perf.data" --no-children --sort dso,symbol --stdio 2>/dev/null | grep -v '^#' | grep '%' | head -40; fi
