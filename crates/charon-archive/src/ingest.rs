@@ -82,30 +82,34 @@ fn insert_sql(d: Dialect, rows: usize) -> String {
     }
 }
 
-/// A record's parameters, in [`RECORD_COLS`] order (the body is shared, not copied).
-fn insert_params(r: &NewRecord, p: &mut Vec<Param>) {
+/// A record's parameters, in [`RECORD_COLS`] order (the body is shared, not copied). The texts
+/// that only the INSERT needs are moved out of `r` (its headers JSON, stack trace, ids, content
+/// type, exchange, properties are left empty); what the batch reads afterwards stays: the stable
+/// key ([`all_archived`], [`inserted_keys`]) and the summary's columns ([`Deltas::add`]).
+fn insert_params(r: &mut NewRecord, p: &mut Vec<Param>) {
+    let take = |s: &mut Option<String>| Param::Text(s.take());
     p.extend([
         Param::from(r.stable_key.clone()),
         r.vhost.clone().into(),
         r.queue.clone().into(),
         r.original_queue.clone().into(),
-        r.original_exchange.clone().into(),
+        take(&mut r.original_exchange),
         serde_json::to_string(&r.original_routing_keys)
             .unwrap_or_else(|_| "[]".into())
             .into(),
         r.reason.clone().into(),
         r.death_count.into(),
-        r.message_id.clone().into(),
-        r.correlation_id.clone().into(),
-        r.key.clone().into(),
-        r.content_type.clone().into(),
-        r.properties.to_string().into(),
-        r.headers.as_str().into(),
+        take(&mut r.message_id),
+        take(&mut r.correlation_id),
+        take(&mut r.key),
+        take(&mut r.content_type),
+        r.properties.take().to_string().into(),
+        std::mem::take(&mut r.headers).into(),
         Param::Shared(r.amqp_properties.clone()),
         Param::Shared(r.payload.clone()),
         (r.payload.len() as i64).into(),
         r.error_message.clone().into(),
-        r.error_stacktrace.clone().into(),
+        take(&mut r.error_stacktrace),
         r.error_fingerprint.clone().into(),
         status::PENDING.into(),
         r.created_at.into(),
@@ -222,6 +226,7 @@ impl<'a> Deltas<'a> {
 /// batch is being written, not on the writer's thread.
 #[derive(Debug, Default)]
 pub struct Batch {
+    /// The records, with only the stable key and the summary's columns left (see [`insert_params`]).
     records: Vec<NewRecord>,
     /// Parameters of [`INSERT_CHUNK`] records each (the last one fewer), in [`RECORD_COLS`] order.
     chunks: Vec<Vec<Param>>,
@@ -229,13 +234,13 @@ pub struct Batch {
 
 impl Batch {
     /// Adds a record.
-    pub fn push(&mut self, r: NewRecord) {
+    pub fn push(&mut self, mut r: NewRecord) {
         if self.records.len().is_multiple_of(INSERT_CHUNK) {
             self.chunks
                 .push(Vec::with_capacity(INSERT_CHUNK * INSERT_WIDTH));
         }
         if let Some(p) = self.chunks.last_mut() {
-            insert_params(&r, p);
+            insert_params(&mut r, p);
         }
         self.records.push(r);
     }
