@@ -35,6 +35,7 @@ mod fastpath;
 mod frame;
 mod header;
 mod hot;
+mod hot_content;
 mod method;
 mod properties;
 pub mod raw_table;
@@ -60,6 +61,7 @@ pub use fastpath::{
 pub use frame::{ContentHeader, Frame, decode_frame, peek_frame};
 pub use header::{ProtocolHeaderCheck, check_protocol_header};
 pub use hot::{HotFrame, HotMethod, peek_hot};
+pub use hot_content::{HotContent, HotContentFrame, peek_content};
 pub use method::decode_method;
 pub use properties::RawProperties;
 pub use table::{MAX_TABLE_NESTING, decode_amqplain};

@@ -23,7 +23,10 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use charon_core::ConnectionId;
 use charon_protocol::methods::connection;
-use charon_protocol::{AMQPClass, Frame, HotMethod, decode_frame, encode_heartbeat, encode_method};
+use charon_protocol::{
+    AMQPClass, FRAME_BODY, FRAME_HEADER, Frame, HotMethod, decode_frame, encode_heartbeat,
+    encode_method,
+};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -469,25 +472,44 @@ impl Connection {
                         Some(frame) => frame,
                     }
                 }
-                None => match decode_frame(buf, self.frame_max) {
-                    Ok(Some(f)) => {
+                None => {
+                    // Content frames read in place (`methods/fast.rs`, `content_in_place`);
+                    // settles gathered so far go first, as below.
+                    if matches!(buf.first(), Some(&(FRAME_HEADER | FRAME_BODY)))
+                        && !self.settles.is_empty()
+                    {
+                        self.send_settles().await;
+                    }
+                    if let Some(rest) = self.content_in_place(buf) {
                         self.frames_in += 1;
-                        f
-                    }
-                    Ok(None) => {
-                        if !self.settles.is_empty() {
-                            self.send_settles().await;
+                        match rest {
+                            None => continue,
+                            Some(rest) => match self.content_rest(rest).await {
+                                Next::Stop => return Next::Stop,
+                                Next::Continue => continue,
+                            },
                         }
-                        return Next::Continue;
                     }
-                    Err(e) => {
-                        if !self.settles.is_empty() {
-                            self.send_settles().await;
+                    match decode_frame(buf, self.frame_max) {
+                        Ok(Some(f)) => {
+                            self.frames_in += 1;
+                            f
                         }
-                        self.close_connection(e.into());
-                        return Next::Stop;
+                        Ok(None) => {
+                            if !self.settles.is_empty() {
+                                self.send_settles().await;
+                            }
+                            return Next::Continue;
+                        }
+                        Err(e) => {
+                            if !self.settles.is_empty() {
+                                self.send_settles().await;
+                            }
+                            self.close_connection(e.into());
+                            return Next::Stop;
+                        }
                     }
-                },
+                }
             };
             let Some(frame) = self.settle_fast(frame) else {
                 continue;

@@ -13,9 +13,12 @@ use std::sync::Arc;
 
 use charon_core::Message;
 use charon_protocol::methods::basic;
-use charon_protocol::{AMQPClass, CLASS_BASIC, Frame, HotMethod};
+use charon_protocol::{
+    AMQPClass, CLASS_BASIC, ContentHeader, Frame, HotContent, HotMethod, peek_content,
+};
 
 use super::super::channel::{PUBLISH_METHOD_ID, PendingPublish, Settle};
+use super::super::shapes::{BodyPart, SMALL_BODY};
 use super::super::{Connection, Next};
 use super::publish::Prepared;
 use super::settles::requeue_or_reject;
@@ -118,9 +121,63 @@ impl Connection {
     pub(in crate::connection) fn content_now(&mut self, frame: Frame) -> Option<ContentRest> {
         let (channel, complete) = match frame {
             Frame::Header { channel, header } => (channel, self.on_header(channel, header)),
-            Frame::Body { channel, payload } => (channel, self.on_body(channel, payload)),
+            Frame::Body { channel, payload } => {
+                (channel, self.on_body(channel, BodyPart::Shared(payload)))
+            }
             other => return Some(ContentRest::Frame(other)),
         };
+        self.content_done(channel, complete)
+    }
+
+    /// A content frame read in place from `buf` (`charon_protocol::peek_content`) and handled
+    /// as [`Connection::content_now`] handles the frame `decode_frame` would have made: a
+    /// header's properties compared with the channel's last ones (`shapes`; checked only when
+    /// they differ, copied only then), a small body copied straight out of the read buffer.
+    /// `None`, with `buf` untouched: not taken (not content on an open channel, incomplete,
+    /// anything the framer must judge, a body larger than `shapes::SMALL_BODY`), for the
+    /// general path. `Some(rest)`: taken and `buf` advanced past it.
+    pub(in crate::connection) fn content_in_place(
+        &mut self,
+        buf: &mut bytes::BytesMut,
+    ) -> Option<Option<ContentRest>> {
+        if self.closing {
+            return None;
+        }
+        let channel = u16::from_be_bytes([*buf.get(1)?, *buf.get(2)?]);
+        if channel == 0 {
+            return None;
+        }
+        let ch = self.channels.get_mut(&channel)?;
+        let hot = peek_content(buf, self.frame_max, ch.shapes.last_properties())?;
+        let len = hot.len;
+        let complete = match hot.content {
+            HotContent::Header {
+                body_size,
+                properties,
+            } => {
+                let properties = ch.shapes.properties_of(properties);
+                let header = ContentHeader {
+                    class_id: CLASS_BASIC,
+                    body_size,
+                    properties,
+                };
+                self.on_header(channel, header)
+            }
+            HotContent::Body(payload) if payload.len() <= SMALL_BODY => {
+                self.on_body(channel, BodyPart::InPlace(payload))
+            }
+            HotContent::Body(_) => return None,
+        };
+        bytes::Buf::advance(buf, len);
+        Some(self.content_done(channel, complete))
+    }
+
+    /// The rest of a content frame once `on_header`/`on_body` took it.
+    fn content_done(
+        &mut self,
+        channel: u16,
+        complete: Result<bool, (u16, AmqpError)>,
+    ) -> Option<ContentRest> {
         match complete {
             Ok(false) => None,
             Ok(true) => match self.publish_now(channel) {
