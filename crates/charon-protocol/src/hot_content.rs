@@ -44,7 +44,11 @@ pub struct HotContentFrame<'a> {
 /// validated as `decode_frame` does unless they are octet for octet `checked` (properties the
 /// caller has seen pass before; `&[]` when there are none). `buf` is not changed: advance it
 /// by [`HotContentFrame::len`] once the frame is handled.
-pub fn peek_content<'a>(buf: &'a [u8], frame_max: u32, checked: &[u8]) -> Option<HotContentFrame<'a>> {
+pub fn peek_content<'a>(
+    buf: &'a [u8],
+    frame_max: u32,
+    checked: &[u8],
+) -> Option<HotContentFrame<'a>> {
     let frame_type = *buf.first()?;
     if frame_type != FRAME_HEADER && frame_type != FRAME_BODY {
         return None;

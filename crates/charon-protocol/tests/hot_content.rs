@@ -55,7 +55,9 @@ fn agrees(bytes: &[u8], frame_max: u32, checked: &[u8]) -> bool {
             assert_eq!(channel, h.channel);
             assert_eq!(&payload[..], p);
         }
-        (other, content) => panic!("peek_content accepted {content:?}, decode_frame gave {other:?}"),
+        (other, content) => {
+            panic!("peek_content accepted {content:?}, decode_frame gave {other:?}")
+        }
     }
     true
 }

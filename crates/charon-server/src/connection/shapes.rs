@@ -34,7 +34,10 @@ impl Shapes {
     pub(crate) fn properties(&mut self, properties: RawProperties) -> RawProperties {
         match &self.properties {
             // Already these (read in place, `properties_of`).
-            Some(last) if last.0.as_ptr() == properties.0.as_ptr() && last.0.len() == properties.0.len() => {
+            Some(last)
+                if last.0.as_ptr() == properties.0.as_ptr()
+                    && last.0.len() == properties.0.len() =>
+            {
                 properties
             }
             _ => self.properties_of(&properties.0),
