@@ -286,7 +286,10 @@ impl Connection {
             Some(p) => p,
             None => properties,
         };
-        let message = Message::new(names.0, names.1, properties, body).with_bcc(bcc);
+        let mut message = Message::new(names.0, names.1, properties, body);
+        if !bcc.is_empty() {
+            message = message.with_bcc(bcc);
+        }
         Ok((Arc::new(message), targets, delay))
     }
 
