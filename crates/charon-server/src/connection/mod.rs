@@ -40,6 +40,7 @@ use crate::locks::RwLockExt;
 use crate::vhost::VHostState;
 use channel::Channel;
 use handshake::HandshakeEnd;
+use methods::HotRest;
 use writer::Outgoing;
 
 /// Room a busy connection encodes its output into (see [`Connection::flush`]).
@@ -456,20 +457,31 @@ impl Connection {
 
     /// Decodes and handles every complete frame in `buf`.
     async fn process(&mut self, buf: &mut BytesMut) -> Next {
+        // The frame at the front is the framer's (a hot method it must refuse).
+        let mut to_framer = false;
         loop {
             // basic.publish/ack/nack/reject read in place (`methods/fast.rs`, `hot_method`).
-            let frame = match charon_protocol::peek_hot(buf, self.frame_max) {
+            let hot = if std::mem::take(&mut to_framer) {
+                None
+            } else {
+                charon_protocol::peek_hot(buf, self.frame_max)
+            };
+            let frame = match hot {
                 Some(hot) => {
                     let len = hot.len;
                     if matches!(hot.method, HotMethod::Publish { .. }) && !self.settles.is_empty() {
                         self.send_settles().await;
                     }
-                    self.frames_in += 1;
                     let rest = self.hot_method(hot.channel, hot.method);
+                    if let HotRest::Framer = rest {
+                        to_framer = true;
+                        continue;
+                    }
+                    self.frames_in += 1;
                     bytes::Buf::advance(buf, len);
                     match rest {
-                        None => continue,
-                        Some(frame) => frame,
+                        HotRest::Frame(frame) => frame,
+                        HotRest::Done | HotRest::Framer => continue,
                     }
                 }
                 None => {

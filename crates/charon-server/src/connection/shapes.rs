@@ -30,6 +30,19 @@ impl Shapes {
         )
     }
 
+    /// [`Shapes::names`] of names read in place as octets: `None` when one is not UTF-8 (only
+    /// names other than the last ones are checked).
+    pub(crate) fn names_of(
+        &mut self,
+        exchange: &[u8],
+        routing_key: &[u8],
+    ) -> Option<(Arc<str>, Arc<str>)> {
+        Some((
+            intern_octets(&mut self.exchange, exchange)?,
+            intern_octets(&mut self.routing_key, routing_key)?,
+        ))
+    }
+
     /// `properties` in a buffer of their own, shared with the previous publish's when equal.
     pub(crate) fn properties(&mut self, properties: RawProperties) -> RawProperties {
         match &self.properties {
@@ -70,6 +83,13 @@ fn intern(slot: &mut Option<Arc<str>>, s: &str) -> Arc<str> {
             *slot = Some(name.clone());
             name
         }
+    }
+}
+
+fn intern_octets(slot: &mut Option<Arc<str>>, s: &[u8]) -> Option<Arc<str>> {
+    match slot {
+        Some(last) if last.as_bytes() == s => Some(last.clone()),
+        _ => Some(intern(slot, std::str::from_utf8(s).ok()?)),
     }
 }
 

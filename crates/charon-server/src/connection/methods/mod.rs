@@ -28,6 +28,8 @@ mod queues;
 mod settles;
 mod transactions;
 
+pub(super) use fast::HotRest;
+
 pub(crate) use settles::Gathered;
 
 fn method_ids(m: &AMQPClass) -> (u16, u16) {
