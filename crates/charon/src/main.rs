@@ -6,6 +6,7 @@ mod alloc_stats;
 mod ctl;
 mod dlq;
 mod purge;
+mod runtime;
 mod thread_cpu;
 
 /// mimalloc: the broker allocates and frees many small objects per message (properties, queue
@@ -72,6 +73,16 @@ struct ServerArgs {
     /// Worker threads for connections and queues [default: one per core].
     #[arg(long, env = "CHARON_WORKER_THREADS")]
     worker_threads: Option<usize>,
+    /// Runtime scheduler: multi_thread or current_thread (every connection and queue on one
+    /// thread) [default: multi_thread].
+    #[arg(long, env = "CHARON_RUNTIME_FLAVOR")]
+    runtime_flavor: Option<charon_server::runtime_settings::RuntimeFlavor>,
+    /// Scheduler ticks between polls of the I/O and timer drivers [default: tokio's].
+    #[arg(long, env = "CHARON_RUNTIME_EVENT_INTERVAL")]
+    runtime_event_interval: Option<u32>,
+    /// Scheduler ticks between looks at the shared run queue [default: tokio's].
+    #[arg(long, env = "CHARON_RUNTIME_GLOBAL_QUEUE_INTERVAL")]
+    runtime_global_queue_interval: Option<u32>,
 }
 
 fn load_config(args: ServerArgs) -> anyhow::Result<Config> {
@@ -102,6 +113,15 @@ fn load_config(args: ServerArgs) -> anyhow::Result<Config> {
     }
     if let Some(v) = args.worker_threads {
         config.worker_threads = Some(v);
+    }
+    if let Some(v) = args.runtime_flavor {
+        config.runtime_flavor = v;
+    }
+    if let Some(v) = args.runtime_event_interval {
+        config.runtime_event_interval = Some(v);
+    }
+    if let Some(v) = args.runtime_global_queue_interval {
+        config.runtime_global_queue_interval = Some(v);
     }
     if let Some(v) = args.log_format {
         config.log_format = match v.as_str() {
@@ -239,15 +259,6 @@ async fn spawn_tls(
     Ok(tasks)
 }
 
-/// The multi-threaded runtime, with `workers` threads (default: one per core).
-fn runtime(workers: Option<usize>) -> std::io::Result<tokio::runtime::Runtime> {
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = workers {
-        builder.worker_threads(n.max(1));
-    }
-    builder.enable_all().on_thread_park(purge::on_park).build()
-}
-
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     purge::init();
@@ -257,12 +268,16 @@ fn main() -> anyhow::Result<()> {
         Command::Server(args) => {
             let config = load_config(args)?;
             init_logging(&config)?;
+            // Checked before the runtime is built from it (tokio panics on a zero interval).
+            config
+                .validate()
+                .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
             purge::spawn_thread();
-            runtime(config.worker_threads)?.block_on(serve(config))?;
+            runtime::build(&config.runtime())?.block_on(serve(config))?;
         }
         Command::Ctl(args) => ctl::run(args),
         Command::Bench(args) => {
-            let runtime = runtime(None)?;
+            let runtime = runtime::build(&Config::default().runtime())?;
             use std::io::IsTerminal;
             tracing_subscriber::fmt()
                 .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
