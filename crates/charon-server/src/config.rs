@@ -95,7 +95,8 @@ pub struct Config {
     /// What the memory alarm measures (RabbitMQ's `vm_memory_calculation_strategy`): `rss`
     /// (default, the process's resident set) or `allocated` (what the allocator holds).
     pub vm_memory_calculation_strategy: crate::memory::Strategy,
-    /// Threads running connections and queues (tokio workers); unset: one per core. Fewer
+    /// Threads running connections and queues (tokio workers); unset: one on a machine with two
+    /// cores or fewer, else one per core (`runtime_settings::default_worker_threads`). Fewer
     /// threads than cores hand messages between tasks on one thread without waking another
     /// (docs/performance.md, "worker threads").
     pub worker_threads: Option<usize>,

@@ -70,7 +70,8 @@ struct ServerArgs {
     /// Log format: text or json [default: the config file's log_format, else text].
     #[arg(long, env = "CHARON_LOG_FORMAT")]
     log_format: Option<String>,
-    /// Worker threads for connections and queues [default: one per core].
+    /// Worker threads for connections and queues [default: one on two cores or fewer, else one
+    /// per core].
     #[arg(long, env = "CHARON_WORKER_THREADS")]
     worker_threads: Option<usize>,
     /// Runtime scheduler: multi_thread or current_thread (every connection and queue on one
@@ -179,7 +180,12 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let http = tokio::net::TcpListener::bind(&config.http_listen)
         .await
         .with_context(|| format!("binding HTTP on {}", config.http_listen))?;
-    tracing::info!(amqp = %config.amqp_listen, http = %config.http_listen, data_dir = %config.data_dir, "charon started");
+    let rt = config.runtime();
+    let workers = match rt.flavor {
+        charon_server::runtime_settings::RuntimeFlavor::MultiThread => runtime::workers(&rt),
+        charon_server::runtime_settings::RuntimeFlavor::CurrentThread => 1,
+    };
+    tracing::info!(amqp = %config.amqp_listen, http = %config.http_listen, data_dir = %config.data_dir, runtime = rt.flavor.as_str(), workers, "charon started");
     let shutdown = CancellationToken::new();
     broker.spawn_disk_monitor();
     broker.spawn_memory_monitor();
@@ -277,7 +283,11 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Ctl(args) => ctl::run(args),
         Command::Bench(args) => {
-            let runtime = runtime::build(&Config::default().runtime())?;
+            // The load tool: one worker per core whatever the broker's default.
+            let mut settings = Config::default().runtime();
+            settings.worker_threads =
+                Some(std::thread::available_parallelism().map_or(1, |n| n.get()));
+            let runtime = runtime::build(&settings)?;
             use std::io::IsTerminal;
             tracing_subscriber::fmt()
                 .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
