@@ -95,8 +95,9 @@ pub struct Config {
     /// What the memory alarm measures (RabbitMQ's `vm_memory_calculation_strategy`): `rss`
     /// (default, the process's resident set) or `allocated` (what the allocator holds).
     pub vm_memory_calculation_strategy: crate::memory::Strategy,
-    /// Threads running connections and queues (tokio workers); unset: one on a machine with two
-    /// cores or fewer, else one per core (`runtime_settings::default_worker_threads`). Fewer
+    /// Threads running connections and queues (tokio workers, `multi_thread`); unset: one per
+    /// core, or one thread in all (`current_thread`) on two cores or fewer
+    /// (`runtime_settings::default_runtime`). Fewer
     /// threads than cores hand messages between tasks on one thread without waking another
     /// (docs/performance.md, "worker threads").
     pub worker_threads: Option<usize>,
@@ -105,9 +106,10 @@ pub struct Config {
     /// frames at once (fewer wake-ups and syscalls per message; `connection/read_pace.rs`).
     /// 0 turns pacing off.
     pub read_pace_min_reads: u64,
-    /// The runtime's scheduler: `multi_thread` (default) or `current_thread`
+    /// The runtime's scheduler: `multi_thread` or `current_thread`; unset: `current_thread` on
+    /// two cores or fewer unless `worker_threads` is set, else `multi_thread`
     /// (`runtime_settings.rs`).
-    pub runtime_flavor: crate::runtime_settings::RuntimeFlavor,
+    pub runtime_flavor: Option<crate::runtime_settings::RuntimeFlavor>,
     /// Scheduler ticks between polls of the I/O and timer drivers; unset: tokio's default.
     pub runtime_event_interval: Option<u32>,
     /// Scheduler ticks between looks at the shared run queue; unset: tokio's default.
@@ -172,7 +174,7 @@ impl Default for Config {
             vm_memory_calculation_strategy: crate::memory::Strategy::default(),
             worker_threads: None,
             read_pace_min_reads: 20_000,
-            runtime_flavor: crate::runtime_settings::RuntimeFlavor::default(),
+            runtime_flavor: None,
             runtime_event_interval: None,
             runtime_global_queue_interval: None,
         }
@@ -300,12 +302,12 @@ mod tests {
             "runtime_flavor = \"current_thread\"\nruntime_event_interval = 11\nruntime_global_queue_interval = 13",
         )
         .expect("parses");
-        assert_eq!(c.runtime_flavor, RuntimeFlavor::CurrentThread);
+        assert_eq!(c.runtime_flavor, Some(RuntimeFlavor::CurrentThread));
         assert_eq!(c.runtime().event_interval, Some(11));
         assert_eq!(c.runtime().global_queue_interval, Some(13));
         assert!(c.validate().is_ok());
         let d = Config::default();
-        assert_eq!(d.runtime_flavor, RuntimeFlavor::MultiThread);
+        assert_eq!(d.runtime_flavor, None);
         assert_eq!(
             (d.runtime_event_interval, d.runtime_global_queue_interval),
             (None, None)

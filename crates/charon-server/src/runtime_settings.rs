@@ -7,11 +7,10 @@
 use serde::Deserialize;
 
 /// Which tokio scheduler runs connections and queues.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RuntimeFlavor {
-    /// Work-stealing workers (`worker_threads` of them, default [`default_worker_threads`]).
-    #[default]
+    /// Work-stealing workers (`worker_threads` of them, default one per core).
     MultiThread,
     /// Every connection and queue on one thread, as LavinMQ 1.0 runs: a hand-off between tasks
     /// never wakes another thread. The store's writer, compaction, the archive's SQL and the
@@ -43,23 +42,28 @@ impl std::str::FromStr for RuntimeFlavor {
     }
 }
 
-/// Worker threads when `worker_threads` is unset, on a machine with `cores` cores: one on two
-/// cores or fewer, else one per core. On two cores the second core is needed by the clients on
-/// the same machine, the store's writer and the kernel's loopback work; a second worker there
-/// only adds a cross-thread wake-up (futex or epoll) to every hop between a connection and a
-/// queue. Measured on two cores (docs/performance.md, "Runtime topology"): broker CPU per message
-/// c (fanout to four consumers) 7.0 → 4.2 µs, d (nack → DLX → DLQ) 9.5 → 6.3 µs, two client
-/// processes on a 1.6 → 1.4 µs at a higher rate; a single client on a 2.2 → 2.5 µs.
-pub fn default_worker_threads(cores: usize) -> usize {
-    if cores <= 2 { 1 } else { cores }
+/// The runtime chosen when neither `runtime_flavor` nor `worker_threads` is set, on a machine
+/// with `cores` cores: everything on one thread (`current_thread`) on two cores or fewer, else one
+/// work-stealing worker per core. On two cores the second core is needed by the clients on the
+/// same machine, the store's writer and the kernel's loopback work; a second worker there adds a
+/// cross-thread wake-up (futex or epoll) to hops between connections and queues. Measured on two
+/// cores (docs/performance.md, "Runtime topology"), broker CPU per message with two workers →
+/// one thread: on a busy machine c 7.0 → 4.0 µs, d 9.5 → 6.1, b 4.2 → 2.3; with the broker on a
+/// core of its own (`chrt`) d 8.7 → 7.3, c 4.7 → 4.7, a 4.1 → 3.2 (runs vary by regime).
+pub fn default_runtime(cores: usize) -> (RuntimeFlavor, usize) {
+    if cores <= 2 {
+        (RuntimeFlavor::CurrentThread, 1)
+    } else {
+        (RuntimeFlavor::MultiThread, cores)
+    }
 }
 
 /// The runtime settings of a configuration, checked together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RuntimeSettings {
-    /// The scheduler.
-    pub flavor: RuntimeFlavor,
-    /// Worker threads (multi_thread only); unset: [`default_worker_threads`].
+    /// The scheduler; unset: [`default_runtime`], or `multi_thread` when `worker_threads` is set.
+    pub flavor: Option<RuntimeFlavor>,
+    /// Worker threads (multi_thread only); unset: one per core.
     pub worker_threads: Option<usize>,
     /// Scheduler ticks between two polls of the I/O and timer drivers (tokio's
     /// `event_interval`, default 61); unset: tokio's default.
@@ -75,7 +79,8 @@ impl RuntimeSettings {
         if self.worker_threads == Some(0) {
             return Err("worker_threads must be at least 1".into());
         }
-        if self.flavor == RuntimeFlavor::CurrentThread && self.worker_threads.is_some_and(|n| n > 1)
+        if self.flavor == Some(RuntimeFlavor::CurrentThread)
+            && self.worker_threads.is_some_and(|n| n > 1)
         {
             return Err(
                 "worker_threads above 1 needs runtime_flavor multi_thread (current_thread runs on one thread)"
@@ -90,6 +95,18 @@ impl RuntimeSettings {
         }
         Ok(())
     }
+
+    /// The scheduler and its thread count on a machine with `cores` cores.
+    pub fn resolve(&self, cores: usize) -> (RuntimeFlavor, usize) {
+        match (self.flavor, self.worker_threads) {
+            (Some(RuntimeFlavor::CurrentThread), _) => (RuntimeFlavor::CurrentThread, 1),
+            (Some(RuntimeFlavor::MultiThread), n) => {
+                (RuntimeFlavor::MultiThread, n.unwrap_or(cores).max(1))
+            }
+            (None, Some(n)) => (RuntimeFlavor::MultiThread, n.max(1)),
+            (None, None) => default_runtime(cores),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -98,7 +115,7 @@ mod tests {
 
     fn settings() -> RuntimeSettings {
         RuntimeSettings {
-            flavor: RuntimeFlavor::MultiThread,
+            flavor: None,
             worker_threads: None,
             event_interval: None,
             global_queue_interval: None,
@@ -114,7 +131,6 @@ mod tests {
             bad,
             Err("unknown runtime_flavor 'single' (multi_thread or current_thread)".into())
         );
-        assert_eq!(RuntimeFlavor::default(), RuntimeFlavor::MultiThread);
         assert_eq!(RuntimeFlavor::CurrentThread.as_str(), "current_thread");
     }
 
@@ -148,17 +164,39 @@ mod tests {
     }
 
     #[test]
-    fn one_worker_by_default_on_two_cores_or_fewer() {
-        assert_eq!(default_worker_threads(1), 1);
-        assert_eq!(default_worker_threads(2), 1);
-        assert_eq!(default_worker_threads(3), 3);
-        assert_eq!(default_worker_threads(16), 16);
+    fn one_thread_by_default_on_two_cores_or_fewer() {
+        use RuntimeFlavor::*;
+        assert_eq!(settings().resolve(1), (CurrentThread, 1));
+        assert_eq!(settings().resolve(2), (CurrentThread, 1));
+        assert_eq!(settings().resolve(3), (MultiThread, 3));
+        assert_eq!(settings().resolve(16), (MultiThread, 16));
+        // worker_threads alone keeps work stealing, as before the flavour existed.
+        let two = RuntimeSettings {
+            worker_threads: Some(2),
+            ..settings()
+        };
+        assert_eq!(two.resolve(2), (MultiThread, 2));
+        let one = RuntimeSettings {
+            worker_threads: Some(1),
+            ..settings()
+        };
+        assert_eq!(one.resolve(16), (MultiThread, 1));
+        let multi = RuntimeSettings {
+            flavor: Some(MultiThread),
+            ..settings()
+        };
+        assert_eq!(multi.resolve(2), (MultiThread, 2));
+        let current = RuntimeSettings {
+            flavor: Some(CurrentThread),
+            ..settings()
+        };
+        assert_eq!(current.resolve(16), (CurrentThread, 1));
     }
 
     #[test]
     fn current_thread_takes_one_worker_at_most() {
         let one = RuntimeSettings {
-            flavor: RuntimeFlavor::CurrentThread,
+            flavor: Some(RuntimeFlavor::CurrentThread),
             worker_threads: Some(1),
             event_interval: Some(7),
             global_queue_interval: Some(3),

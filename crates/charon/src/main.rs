@@ -70,12 +70,13 @@ struct ServerArgs {
     /// Log format: text or json [default: the config file's log_format, else text].
     #[arg(long, env = "CHARON_LOG_FORMAT")]
     log_format: Option<String>,
-    /// Worker threads for connections and queues [default: one on two cores or fewer, else one
-    /// per core].
+    /// Worker threads for connections and queues (multi_thread) [default: one per core; on two
+    /// cores or fewer everything runs on one thread (current_thread) unless this is set].
     #[arg(long, env = "CHARON_WORKER_THREADS")]
     worker_threads: Option<usize>,
     /// Runtime scheduler: multi_thread or current_thread (every connection and queue on one
-    /// thread) [default: multi_thread].
+    /// thread) [default: current_thread on two cores or fewer unless --worker-threads is set,
+    /// else multi_thread].
     #[arg(long, env = "CHARON_RUNTIME_FLAVOR")]
     runtime_flavor: Option<charon_server::runtime_settings::RuntimeFlavor>,
     /// Scheduler ticks between polls of the I/O and timer drivers [default: tokio's].
@@ -116,7 +117,7 @@ fn load_config(args: ServerArgs) -> anyhow::Result<Config> {
         config.worker_threads = Some(v);
     }
     if let Some(v) = args.runtime_flavor {
-        config.runtime_flavor = v;
+        config.runtime_flavor = Some(v);
     }
     if let Some(v) = args.runtime_event_interval {
         config.runtime_event_interval = Some(v);
@@ -180,12 +181,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let http = tokio::net::TcpListener::bind(&config.http_listen)
         .await
         .with_context(|| format!("binding HTTP on {}", config.http_listen))?;
-    let rt = config.runtime();
-    let workers = match rt.flavor {
-        charon_server::runtime_settings::RuntimeFlavor::MultiThread => runtime::workers(&rt),
-        charon_server::runtime_settings::RuntimeFlavor::CurrentThread => 1,
-    };
-    tracing::info!(amqp = %config.amqp_listen, http = %config.http_listen, data_dir = %config.data_dir, runtime = rt.flavor.as_str(), workers, "charon started");
+    let (flavor, workers) = runtime::resolve(&config.runtime());
+    tracing::info!(amqp = %config.amqp_listen, http = %config.http_listen, data_dir = %config.data_dir, runtime = flavor.as_str(), workers, "charon started");
     let shutdown = CancellationToken::new();
     broker.spawn_disk_monitor();
     broker.spawn_memory_monitor();
@@ -285,8 +282,7 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(args) => {
             // The load tool: one worker per core whatever the broker's default.
             let mut settings = Config::default().runtime();
-            settings.worker_threads =
-                Some(std::thread::available_parallelism().map_or(1, |n| n.get()));
+            settings.flavor = Some(charon_server::runtime_settings::RuntimeFlavor::MultiThread);
             let runtime = runtime::build(&settings)?;
             use std::io::IsTerminal;
             tracing_subscriber::fmt()

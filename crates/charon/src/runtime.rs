@@ -3,25 +3,22 @@
 //! one thread, with tokio's scheduler intervals when set. Every worker collects its mimalloc
 //! heap when it parks (`purge::on_park`).
 
-use charon_server::runtime_settings::{RuntimeFlavor, RuntimeSettings, default_worker_threads};
+use charon_server::runtime_settings::{RuntimeFlavor, RuntimeSettings};
 
-/// The worker threads a multi-threaded runtime gets: as configured, else by the machine's cores.
-pub(crate) fn workers(settings: &RuntimeSettings) -> usize {
-    settings.worker_threads.map_or_else(
-        || default_worker_threads(std::thread::available_parallelism().map_or(1, |n| n.get())),
-        |n| n.max(1),
-    )
+/// The scheduler and thread count `settings` give on this machine.
+pub(crate) fn resolve(settings: &RuntimeSettings) -> (RuntimeFlavor, usize) {
+    settings.resolve(std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// The runtime for `settings` (checked by `Config::validate` before).
 pub(crate) fn build(settings: &RuntimeSettings) -> std::io::Result<tokio::runtime::Runtime> {
-    let mut builder = match settings.flavor {
-        RuntimeFlavor::MultiThread => {
+    let mut builder = match resolve(settings) {
+        (RuntimeFlavor::MultiThread, workers) => {
             let mut b = tokio::runtime::Builder::new_multi_thread();
-            b.worker_threads(workers(settings));
+            b.worker_threads(workers);
             b
         }
-        RuntimeFlavor::CurrentThread => tokio::runtime::Builder::new_current_thread(),
+        (RuntimeFlavor::CurrentThread, _) => tokio::runtime::Builder::new_current_thread(),
     };
     if let Some(n) = settings.event_interval {
         builder.event_interval(n.max(1));
