@@ -6,6 +6,7 @@ mod alloc_stats;
 mod ctl;
 mod dlq;
 mod purge;
+mod rcvlowat;
 mod runtime;
 mod thread_cpu;
 
@@ -276,6 +277,7 @@ fn main() -> anyhow::Result<()> {
                 .validate()
                 .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
             purge::spawn_thread();
+            rcvlowat::register();
             runtime::build(&config.runtime())?.block_on(serve(config))?;
         }
         Command::Ctl(args) => ctl::run(args),
