@@ -68,3 +68,49 @@ impl Drop for Quiet {
         self.resume();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// Calls the recording hook saw, for fds the tests below make up (negative: never a real
+    /// socket of another test in this binary).
+    static CALLS: Mutex<Vec<(RawFd, i32)>> = Mutex::new(Vec::new());
+
+    fn record(fd: RawFd, bytes: i32) -> bool {
+        if fd < 0 {
+            CALLS
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push((fd, bytes));
+        }
+        true
+    }
+
+    fn calls(fd: RawFd) -> Vec<i32> {
+        CALLS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .filter(|(f, _)| *f == fd)
+            .map(|(_, b)| *b)
+            .collect()
+    }
+
+    #[test]
+    fn raised_for_a_pause_capped_and_lowered_on_resume_and_drop() {
+        set_hook(record); // nothing else in this test binary registers one
+        let mut q = Quiet::new(Some(-11));
+        q.resume(); // not raised: no call
+        q.pause(4096);
+        q.resume();
+        q.pause(1 << 20);
+        q.pause(0);
+        drop(q); // raised: lowered on drop
+        assert_eq!(calls(-11), vec![4096, 1, MAX_MARK as i32, 1, 1]);
+        let mut none = Quiet::new(None);
+        none.pause(100);
+        drop(none);
+    }
+}
