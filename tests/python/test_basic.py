@@ -8,6 +8,17 @@ import pytest
 from test_exchanges import expect_channel_error
 
 
+def then_sync(ch, send):
+    """`send` (an asynchronous method: publish, ack, reject) followed by a synchronous call.
+
+    pika may see the broker's channel.close while it flushes `send`'s frame (a fast broker) or
+    only at the next synchronous call: the returned callable raises it in either case."""
+    def call():
+        send()
+        ch.queue_declare("", exclusive=True)
+    return call
+
+
 def make_queue(ch, n=0, prefix=b"m"):
     """Exclusive server-named queue pre-filled (with confirms) with n messages."""
     q = ch.queue_declare("", exclusive=True).method.queue
@@ -76,8 +87,7 @@ def test_mandatory_with_confirms_returns_before_ack(conn, uniq):
 
 def test_publish_to_missing_exchange_is_404(ch, uniq):
     x = uniq("nox")
-    ch.basic_publish(x, "k", b"x")
-    expect_channel_error(lambda: ch.queue_declare("", exclusive=True), 404,
+    expect_channel_error(then_sync(ch, lambda: ch.basic_publish(x, "k", b"x")), 404,
                          f"NOT_FOUND - no exchange '{x}' in vhost '/'")
 
 
@@ -270,14 +280,12 @@ def test_reject_requeue_and_discard(ch):
 
 def test_unknown_delivery_tag_ack_is_406(ch):
     make_queue(ch)
-    ch.basic_ack(42)
-    expect_channel_error(lambda: ch.queue_declare("", exclusive=True), 406,
+    expect_channel_error(then_sync(ch, lambda: ch.basic_ack(42)), 406,
                          "PRECONDITION_FAILED - unknown delivery tag 42")
 
 
 def test_unknown_delivery_tag_reject_is_406(ch):
-    ch.basic_reject(7)
-    expect_channel_error(lambda: ch.queue_declare("", exclusive=True), 406,
+    expect_channel_error(then_sync(ch, lambda: ch.basic_reject(7)), 406,
                          "PRECONDITION_FAILED - unknown delivery tag 7")
 
 
@@ -285,16 +293,14 @@ def test_double_ack_is_406(ch):
     q = make_queue(ch, 1)
     m, _, _ = ch.basic_get(q)
     ch.basic_ack(m.delivery_tag)
-    ch.basic_ack(m.delivery_tag)
-    expect_channel_error(lambda: ch.queue_declare("", exclusive=True), 406,
+    expect_channel_error(then_sync(ch, lambda: ch.basic_ack(m.delivery_tag)), 406,
                          "PRECONDITION_FAILED - unknown delivery tag 1")
 
 
 def test_ack_of_autoack_delivery_is_406(ch):
     q = make_queue(ch, 1)
     m, _, _ = ch.basic_get(q, auto_ack=True)
-    ch.basic_ack(m.delivery_tag)
-    expect_channel_error(lambda: ch.queue_declare("", exclusive=True), 406,
+    expect_channel_error(then_sync(ch, lambda: ch.basic_ack(m.delivery_tag)), 406,
                          "PRECONDITION_FAILED - unknown delivery tag 1")
 
 

@@ -19,7 +19,6 @@ const EXACT: &[(&str, &str)] = &[
     ("error_fingerprint", "error_fingerprint"),
     ("message_id", "message_id"),
     ("correlation_id", "correlation_id"),
-    ("key", "message_key"),
     ("content_type", "content_type"),
 ];
 
@@ -120,7 +119,11 @@ impl Filter {
         let mut conds = Vec::new();
         let mut params = Vec::new();
         for (k, v) in &self.terms {
-            if let Some((_, col)) = EXACT.iter().find(|(key, _)| key == k) {
+            if k == "key" {
+                conds.push(crate::index_diet::key_condition(d).to_string());
+                params.push(Param::from(v.as_str()));
+                params.push(Param::from(v.as_str()));
+            } else if let Some((_, col)) = EXACT.iter().find(|(key, _)| key == k) {
                 conds.push(format!("{col} = ?"));
                 params.push(Param::from(v.as_str()));
             } else if k == "since" || k == "until" {
@@ -168,7 +171,7 @@ impl Filter {
 
 fn check_key(k: &str) -> Result<(), ArchiveError> {
     let ok = EXACT.iter().any(|(key, _)| *key == k)
-        || matches!(k, "since" | "until" | "error" | "body" | "id")
+        || matches!(k, "key" | "since" | "until" | "error" | "body" | "id")
         || k.strip_prefix("header.").is_some_and(|n| !n.is_empty());
     if ok {
         Ok(())

@@ -18,10 +18,15 @@ use crate::summary::{INSERT_COLS, key_expr, postgres_add, sqlite_add};
 /// The `archive_counters` row that tells the insert trigger the archiver counts its own batch.
 pub const SUMMARY_FLAG: &str = "summary_by_archiver";
 
-/// Rows per multi-row INSERT (PostgreSQL: one round trip each; SQLite: one statement journal
-/// and one VDBE run per 250 rows instead of per row: 27 → 23 µs of CPU per record with the
-/// bench's dead letters, `examples/ingest.rs`).
-const INSERT_CHUNK: usize = 250;
+/// The summary's insert trigger on `dead_letters` (migration 3, again in migration 5).
+const INSERT_TRIGGER: &str = "dead_letter_groups_insert";
+
+/// Rows per multi-row INSERT (PostgreSQL: one round trip each; SQLite: one VDBE run per 100
+/// rows instead of per row: 27 → 23 µs of CPU per record with the bench's dead letters,
+/// `examples/ingest.rs`). SQLite prepares the statement again in every batch (the batch drops
+/// and re-creates the insert trigger, see [`insert_trigger_aside`]): 100 rows cost less to
+/// prepare than 250 (callgrind: 59,300 against 60,400 instructions per record on the writer).
+const INSERT_CHUNK: usize = 100;
 /// Columns per inserted row.
 const INSERT_WIDTH: usize = 23;
 const RECORD_COLS: &str = "stable_key, vhost, queue, original_queue, original_exchange, \
@@ -57,13 +62,24 @@ CREATE OR REPLACE FUNCTION dead_letter_groups_insert() RETURNS trigger LANGUAGE 
     }
 }
 
-/// The INSERT of `rows` records.
-fn insert_sql(rows: usize) -> String {
+/// The INSERT of `rows` records; a record whose `stable_key` is archived already is skipped.
+///
+/// SQLite: `INSERT OR IGNORE`, which needs no statement journal (an `ON CONFLICT DO NOTHING`
+/// keeps the NOT NULL columns' ABORT, so SQLite copied every page the statement touched first:
+/// 4,300 instructions per record). It would also skip a row with a NULL in a NOT NULL column
+/// (a [`NewRecord`] cannot have one): [`insert_prepared`] checks that every record of a
+/// short chunk is in the table before it commits.
+fn insert_sql(d: Dialect, rows: usize) -> String {
     let row = format!("({})", vec!["?"; INSERT_WIDTH].join(", "));
-    format!(
-        "INSERT INTO dead_letters ({RECORD_COLS}) VALUES {} ON CONFLICT (stable_key) DO NOTHING",
-        vec![row; rows].join(", ")
-    )
+    let values = vec![row; rows].join(", ");
+    match d {
+        Dialect::Sqlite => {
+            format!("INSERT OR IGNORE INTO dead_letters ({RECORD_COLS}) VALUES {values}")
+        }
+        Dialect::Postgres => format!(
+            "INSERT INTO dead_letters ({RECORD_COLS}) VALUES {values} ON CONFLICT (stable_key) DO NOTHING"
+        ),
+    }
 }
 
 /// A record's parameters, in [`RECORD_COLS`] order (the body is shared, not copied).
@@ -245,8 +261,9 @@ pub fn insert_batch(c: &mut dyn Conn, recs: &[NewRecord]) -> Result<u64, Archive
 
 /// [`insert_batch`] of a [`Batch`] whose parameters are built already.
 pub fn insert_prepared(c: &mut dyn Conn, batch: &Batch) -> Result<u64, ArchiveError> {
-    let full = insert_sql(INSERT_CHUNK);
+    let full = insert_sql(c.dialect(), INSERT_CHUNK);
     transaction(c, |c| {
+        let trigger = insert_trigger_aside(c)?;
         c.exec(
             "INSERT INTO archive_counters (name, value) VALUES (?, 1) ON CONFLICT (name) DO NOTHING",
             &[SUMMARY_FLAG.into()],
@@ -264,9 +281,12 @@ pub fn insert_prepared(c: &mut dyn Conn, batch: &Batch) -> Result<u64, ArchiveEr
             let added = if rows.len() == INSERT_CHUNK {
                 c.exec(&full, p)?
             } else {
-                c.exec(&insert_sql(rows.len()), p)?
+                c.exec(&insert_sql(c.dialect(), rows.len()), p)?
             };
             n += added;
+            if added < rows.len() as u64 {
+                all_archived(c, rows)?;
+            }
             if added == rows.len() as u64 {
                 rows.iter().for_each(|r| deltas.add(r));
             } else if added > 0 {
@@ -282,8 +302,63 @@ pub fn insert_prepared(c: &mut dyn Conn, batch: &Batch) -> Result<u64, ArchiveEr
             "DELETE FROM archive_counters WHERE name = ?",
             &[SUMMARY_FLAG.into()],
         )?;
+        if let Some(sql) = trigger {
+            c.batch(&sql)?;
+        }
         Ok(n)
     })
+}
+
+/// SQLite: takes the summary's insert trigger out of the schema for the rest of the batch's
+/// transaction and returns its SQL (read from `sqlite_schema`, so exactly what is there), which
+/// [`insert_prepared`] runs again before its COMMIT. While a table has a row trigger, SQLite
+/// copies every row of a multi-row INSERT into a temporary table first (page splits of 3 KB
+/// rows: ~17,000 instructions per record, docs/archive.md "Sixth round"); the archiver counts
+/// its batch itself anyway. No other connection ever sees the table without the trigger (the
+/// drop and the re-creation commit together, or neither does). PostgreSQL: `None` (its
+/// statement trigger returns at once while the batch's flag row exists).
+fn insert_trigger_aside(c: &mut dyn Conn) -> Result<Option<String>, ArchiveError> {
+    if c.dialect() != Dialect::Sqlite {
+        return Ok(None);
+    }
+    let sql = c
+        .query(
+            "SELECT sql FROM sqlite_schema WHERE type = 'trigger' AND name = ?",
+            &[INSERT_TRIGGER.into()],
+        )?
+        .into_iter()
+        .next()
+        .and_then(|r| r.into_iter().next())
+        .and_then(|x| x.opt_text());
+    if sql.is_some() {
+        c.batch(&format!("DROP TRIGGER {INSERT_TRIGGER}"))?;
+    }
+    Ok(sql)
+}
+
+/// Fails unless every record of `rows` is in the table (inserted now or archived before): a
+/// row the INSERT skipped for another reason than its stable key must not be acked.
+fn all_archived(c: &mut dyn Conn, rows: &[NewRecord]) -> Result<(), ArchiveError> {
+    let keys: HashSet<&str> = rows.iter().map(|r| r.stable_key.as_str()).collect();
+    let marks = vec!["?"; keys.len()].join(", ");
+    let p: Vec<Param> = keys.iter().map(|k| Param::from(*k)).collect();
+    let found = c
+        .query(
+            &format!("SELECT COUNT(*) FROM dead_letters WHERE stable_key IN ({marks})"),
+            &p,
+        )?
+        .first()
+        .and_then(|r| r.first())
+        .map_or(0, |x| x.int());
+    if found == keys.len() as i64 {
+        Ok(())
+    } else {
+        Err(ArchiveError::Db(format!(
+            "{} of {} records were neither inserted nor archived before",
+            keys.len() as i64 - found,
+            keys.len()
+        )))
+    }
 }
 
 /// Which of `rows`' stable keys this transaction inserted (ids above `before`).

@@ -22,6 +22,7 @@ pub mod checkpoint;
 pub mod error;
 pub mod extract;
 pub mod filter;
+pub mod index_diet;
 pub mod ingest;
 pub mod jobs;
 pub mod json;

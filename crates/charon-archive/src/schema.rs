@@ -129,10 +129,14 @@ const MIGRATIONS: &[&str] = &[
     crate::summary::V3_GROUPS,
     V4_JOB_COUNTS,
     V5_INGEST,
+    V6_INDEX_DIET,
 ];
 
 /// Migration 5 (rendered per dialect by [`crate::ingest::v5`]).
 const V5_INGEST: &str = "{V5_INGEST}";
+
+/// Migration 6 (rendered per dialect by [`crate::index_diet::v6`]).
+const V6_INDEX_DIET: &str = "{V6_INDEX_DIET}";
 
 fn render(sql: &str, d: Dialect) -> String {
     let (id, blob) = match d {
@@ -145,6 +149,9 @@ fn render(sql: &str, d: Dialect) -> String {
     };
     if sql == V5_INGEST {
         return crate::ingest::v5(d);
+    }
+    if sql == V6_INDEX_DIET {
+        return crate::index_diet::v6(d);
     }
     crate::summary::render(
         &sql.replace("{ID}", id)

@@ -72,32 +72,58 @@ pub(crate) fn sqlite_add(r: &str) -> String {
     )
 }
 
-/// SQLite: row triggers.
-fn sqlite_triggers() -> String {
-    let add = sqlite_add;
-    let bare = key_expr("");
-    let sub = |r: &str| {
-        let k = key_expr(&format!("{r}."));
-        format!(
-            "UPDATE dead_letter_groups SET records = records - 1, payload_bytes = payload_bytes - {r}.payload_bytes, \
-             oldest = CASE WHEN {r}.created_at <= oldest THEN COALESCE((SELECT MIN(created_at) FROM dead_letters WHERE {bare} = {k}), oldest) ELSE oldest END, \
-             newest = CASE WHEN {r}.created_at >= newest THEN COALESCE((SELECT MAX(created_at) FROM dead_letters WHERE {bare} = {k}), newest) ELSE newest END \
-             WHERE group_key = {k};
-             DELETE FROM dead_letter_groups WHERE group_key = {k} AND records <= 0;"
-        )
-    };
+/// SQLite (migration 3): the records of row `r`'s group, through the group key's expression
+/// index `dead_letters_group_key`.
+fn sqlite_same_group_by_key(r: &str) -> String {
+    format!("{} = {}", key_expr(""), key_expr(&format!("{r}.")))
+}
+
+/// SQLite (migration 6): the records of row `r`'s group, through the column index
+/// `dead_letters_group` (`IS` matches NULLs and is an index equality in SQLite).
+pub(crate) fn sqlite_same_group_by_columns(r: &str) -> String {
     format!(
-        "CREATE TRIGGER dead_letter_groups_insert AFTER INSERT ON dead_letters BEGIN {ins} END;
-CREATE TRIGGER dead_letter_groups_delete AFTER DELETE ON dead_letters BEGIN {del} END;
+        "vhost = {r}.vhost AND queue = {r}.queue AND original_queue IS {r}.original_queue AND reason IS {r}.reason \
+         AND error_fingerprint IS {r}.error_fingerprint AND status = {r}.status"
+    )
+}
+
+/// SQLite: the statements that take row `r` (`old`) out of its group; a removed bound is looked
+/// up again among the records `same_group` selects.
+fn sqlite_sub(r: &str, same_group: fn(&str) -> String) -> String {
+    let k = key_expr(&format!("{r}."));
+    let g = same_group(r);
+    format!(
+        "UPDATE dead_letter_groups SET records = records - 1, payload_bytes = payload_bytes - {r}.payload_bytes, \
+         oldest = CASE WHEN {r}.created_at <= oldest THEN COALESCE((SELECT MIN(created_at) FROM dead_letters WHERE {g}), oldest) ELSE oldest END, \
+         newest = CASE WHEN {r}.created_at >= newest THEN COALESCE((SELECT MAX(created_at) FROM dead_letters WHERE {g}), newest) ELSE newest END \
+         WHERE group_key = {k};
+         DELETE FROM dead_letter_groups WHERE group_key = {k} AND records <= 0;"
+    )
+}
+
+/// SQLite: the delete and update triggers (bounds looked up through `same_group`).
+pub(crate) fn sqlite_remove_triggers(same_group: fn(&str) -> String) -> String {
+    let sub = |r: &str| sqlite_sub(r, same_group);
+    format!(
+        "CREATE TRIGGER dead_letter_groups_delete AFTER DELETE ON dead_letters BEGIN {del} END;
 CREATE TRIGGER dead_letter_groups_update AFTER UPDATE OF vhost, queue, original_queue, reason, error_fingerprint, status, payload_bytes, created_at ON dead_letters
     WHEN {ko} <> {kn} OR old.payload_bytes <> new.payload_bytes OR old.created_at <> new.created_at
     BEGIN {del_old} {ins_new} END;",
-        ins = add("new"),
         del = sub("old"),
         ko = key_expr("old."),
         kn = key_expr("new."),
         del_old = sub("old"),
-        ins_new = add("new"),
+        ins_new = sqlite_add("new"),
+    )
+}
+
+/// SQLite: row triggers (migration 3).
+fn sqlite_triggers() -> String {
+    format!(
+        "CREATE TRIGGER dead_letter_groups_insert AFTER INSERT ON dead_letters BEGIN {ins} END;
+{remove}",
+        ins = sqlite_add("new"),
+        remove = sqlite_remove_triggers(sqlite_same_group_by_key),
     )
 }
 

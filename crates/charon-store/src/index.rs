@@ -326,7 +326,10 @@ impl Index {
             if list.contains(&m) {
                 continue;
             }
-            self.remove_member(m, loc.seg, index);
+            // A new member (past the queue's last, the common case) belongs to no message yet.
+            if !self.queues.get(&m.0).is_none_or(|q| q.above_all(m.1)) {
+                self.remove_member(m, loc.seg, index);
+            }
             list.push(m);
             let old = self
                 .queues

@@ -297,6 +297,15 @@ impl QueueMembers {
         Chunk { base: id, slots }
     }
 
+    /// Whether `id` is above every slot of the queue (live or tombstone): no member has it, so
+    /// a removal would find nothing (a publish's new member, `Index::create`).
+    pub(crate) fn above_all(&self, id: u64) -> bool {
+        match self.chunks.back() {
+            None => true,
+            Some(c) => c.slots.back().is_some_and(|s| c.id(s) < id),
+        }
+    }
+
     /// Removes member `id`; with the item that held its delivery count.
     pub(crate) fn remove(&mut self, id: u64) -> Option<(MemberEntry, Option<CountItem>)> {
         let s = self.slot_mut(id).filter(|s| s.live())?;
@@ -441,6 +450,16 @@ mod tests {
                 for id in [0, 1, 39, 200, 399, 400, 1 << 32, u64::MAX] {
                     prop_assert_eq!(r.get(id), model.get(&id).map(|v| v.0));
                     prop_assert_eq!(r.count_item(id), model.get(&id).and_then(|v| v.1));
+                    // Above every member: nothing there (live or with a count).
+                    if r.above_all(id) {
+                        prop_assert!(model.range(id..).next().is_none());
+                    }
+                }
+                if let Some((&last, _)) = model.iter().next_back() {
+                    prop_assert!(!r.above_all(last));
+                    if last < u64::MAX {
+                        prop_assert!(r.above_all(last + 1));
+                    }
                 }
             }
         }

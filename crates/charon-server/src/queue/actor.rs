@@ -490,10 +490,18 @@ impl Actor {
                 PublishOutcome::Enqueued(_)
             );
         }
+        // Over the body budget a stored message enters already paged out (`StoreSide::admit`).
+        let (message, kept) = match self.ctx.store.as_mut() {
+            Some(s) => s.admit(&self.state, id, stored, message),
+            None => (message, None),
+        };
         match self.state.publish_as(id, message.clone(), now) {
             PublishOutcome::Enqueued(_) => {
                 if let Some(s) = self.ctx.store.as_mut() {
                     s.accept(id, stored, &message, self.state.ready_bytes());
+                    if let (Some(body), Some(msg)) = (kept, stored) {
+                        s.keep_until_durable(id, msg, body);
+                    }
                 }
                 true
             }
@@ -599,7 +607,10 @@ fn deliver(
         if !d.redelivered {
             delivered.push((d.id, 1));
         }
-        if let Some(s) = store {
+        // `load_many` gave most their bodies and store ids already.
+        if let Some(s) = store
+            && (d.stored.is_none() || d.message.is_paged())
+        {
             (d.message, d.stored) = s.load_stored(d.id, &d.message);
         }
         match grouped.iter_mut().find(|(id, _)| *id == d.consumer) {

@@ -13,6 +13,7 @@ mod held_runs;
 mod idmap;
 mod idset;
 mod page_flow;
+mod pending_bodies;
 mod place;
 mod retry;
 mod spawn;

@@ -23,6 +23,7 @@ use charon_protocol::RawProperties;
 use super::held_runs::HeldRuns;
 use super::idmap::IdMap;
 use super::idset::IdSet;
+use super::pending_bodies::Pending;
 use crate::persist::Persistence;
 
 /// A message whose body the queue holds in memory, counted against the budget (only these
@@ -118,6 +119,11 @@ pub(crate) struct StoreSide {
     last_pass: Option<std::time::Instant>,
     /// Ids pushed to `held` since the last `trim_held`.
     held_pushed: usize,
+    /// Stored messages put into the queue already paged out (over budget, [`Self::admit`]),
+    /// their bodies kept here until their records are durable.
+    pending: Pending,
+    /// The last message [`Self::admit`] let in paged out.
+    last_admitted_paged: Option<MsgId>,
 }
 
 /// How far a queue's page-out lags behind, after a pass.
@@ -159,6 +165,8 @@ impl StoreSide {
             lag: PageLag::default(),
             last_pass: None,
             held_pushed: 0,
+            pending: Pending::default(),
+            last_admitted_paged: None,
         }
     }
 
@@ -315,6 +323,67 @@ impl StoreSide {
         }
     }
 
+    /// What the queue keeps of `message` (its `id`, to be stored under store id `stored`):
+    /// while bodies are over the budget, a stored message goes into the queue already paged
+    /// out (its body is in the store's record; alike messages share one `Arc`), and the body
+    /// comes back to be kept aside only until that record is durable
+    /// ([`Self::keep_until_durable`]). Before, it entered with its body and a later pass
+    /// swapped it out of the ready ring once durable. A queue whose last such message is still
+    /// ready goes on admitting paged out while held bodies stay above half the budget, so a
+    /// backlog does not alternate between the two ways as group commits free kept bodies.
+    pub(crate) fn admit(
+        &mut self,
+        state: &QueueState,
+        id: MsgId,
+        stored: Option<u64>,
+        message: Arc<Message>,
+    ) -> (Arc<Message>, Option<Bytes>) {
+        let body = match (&message.body, stored) {
+            (Body::Resident(b), Some(_)) if !b.is_empty() && message.bcc.is_empty() => b,
+            _ => return (message, None),
+        };
+        let paging = self.p.over_budget()
+            || (self
+                .last_admitted_paged
+                .is_some_and(|l| state.ready_message(l).is_some())
+                && self.p.held_bytes() > self.p.body_budget() / 2);
+        if !paging {
+            return (message, None);
+        }
+        let body = body.clone();
+        let paged = self.shapes.get(
+            message.exchange.as_bytes(),
+            message.routing_key.as_bytes(),
+            &message.properties.0,
+            message.body_size(),
+        );
+        self.last_admitted_paged = Some(id);
+        (paged, Some(body))
+    }
+
+    /// Keeps the body of stored message `msg`, admitted paged out as the queue's `id`, in
+    /// memory until its record is durable: reads find it here meanwhile (never the store,
+    /// which would wait for the writer), and a store that fails keeps it readable.
+    pub(crate) fn keep_until_durable(&mut self, id: MsgId, msg: u64, body: Bytes) {
+        self.p.hold(body.len() as u64);
+        self.pending.push(id, msg, body);
+    }
+
+    /// Drops kept bodies whose records are durable now (they are read from the store from
+    /// now on); the actor wakes for the oldest still waiting.
+    fn release_pending(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let freed = self.pending.drop_durable(self.p.durable_index());
+        if freed > 0 {
+            self.p.release(freed);
+        }
+        if let Some(msg) = self.pending.first_msg() {
+            self.lag.waiting_for = Some(self.lag.waiting_for.map_or(msg, |w| w.min(msg)));
+        }
+    }
+
     /// A stored message the queue did not take (refused at publish): it leaves the store.
     pub(crate) fn refused(&mut self, id: MsgId) {
         self.p.settle(self.sid, vec![id]);
@@ -397,7 +466,9 @@ impl StoreSide {
     /// The queue is deleted: all its stored messages go.
     pub(crate) fn purge(&mut self) {
         let held: u64 = self.bodies.values().map(|b| u64::from(b.bytes)).sum();
-        self.p.release(held + self.small.bytes());
+        self.p
+            .release(held + self.small.bytes() + self.pending.bytes());
+        self.pending = Pending::default();
         self.small = HeldRuns::default();
         self.bodies = IdMap::default();
         self.stored = IdSet::default();
@@ -451,6 +522,9 @@ impl StoreSide {
             };
             return (message.clone(), msg);
         }
+        if stored && let Some((msg, body)) = self.pending.get(id) {
+            return (Arc::new(message.with_body(body.clone())), Some(msg));
+        }
         let area = if stored {
             self.sid
         } else if self.paged_out.contains(id) {
@@ -472,14 +546,21 @@ impl StoreSide {
     /// store reads runs of neighbouring records with one positioned read each (a backlog
     /// delivered in order lies mostly in consecutive records) instead of one read and one
     /// allocation per message. What it cannot read stays paged ([`Self::load`] then tries
-    /// again, alone).
+    /// again, alone). A stored message it gives its body gets its store id too
+    /// (`Delivery::stored`: [`Self::load_stored`] need not ask the store again).
     pub(crate) fn load_many(&self, deliveries: &mut [Delivery]) {
         let mut paged: Vec<(usize, u64)> = Vec::new();
-        for (i, d) in deliveries.iter().enumerate() {
+        for (i, d) in deliveries.iter_mut().enumerate() {
             if !d.message.is_paged() {
                 continue;
             }
-            let area = if self.stored.contains(d.id) {
+            let stored = self.stored.contains(d.id);
+            if stored && let Some((msg, body)) = self.pending.get(d.id) {
+                d.message = Arc::new(d.message.with_body(body.clone()));
+                d.stored = Some(msg);
+                continue;
+            }
+            let area = if stored {
                 self.sid
             } else if self.paged_out.contains(d.id) {
                 self.shadow
@@ -487,6 +568,9 @@ impl StoreSide {
                 continue;
             };
             if let Some(msg) = self.p.message_of(area, self.store_qid(d.id)) {
+                if stored {
+                    d.stored = Some(msg);
+                }
                 paged.push((i, msg));
             }
         }
@@ -513,6 +597,12 @@ impl StoreSide {
         self.trim_held();
         crate::turn_cpu::mark("trim_held");
         self.lag = PageLag::default();
+        self.page_out_held(state);
+        self.release_pending();
+    }
+
+    /// [`Self::page_out`]'s pass over the held bodies.
+    fn page_out_held(&mut self, state: &mut QueueState) {
         if !self.p.over_budget() {
             return;
         }
