@@ -141,7 +141,8 @@ pub(crate) async fn serve_on<S: Transport>(
         settles: Vec::new(),
         frames_in: 0,
     };
-    conn.run(&mut reader, buf, events, shutdown).await;
+    let fd = S::read_fd(&reader);
+    conn.run(&mut reader, fd, buf, events, shutdown).await;
     conn.cleanup().await;
     conn.broker.admin().connections.deregister(conn.id);
     let linger = conn.owes_close_ok;
@@ -338,6 +339,7 @@ impl Connection {
     async fn run<R: AsyncRead + Unpin>(
         &mut self,
         reader: &mut R,
+        fd: Option<std::os::fd::RawFd>,
         mut buf: BytesMut,
         mut events: mpsc::UnboundedReceiver<ConnEvent>,
         shutdown: CancellationToken,
@@ -360,6 +362,8 @@ impl Connection {
             read_pace::ReadPace::new(self.broker.config().read_pace_min_reads, Instant::now());
         // Set while reading pauses (`read_pace`): the socket is read again once it fires.
         let mut pausing = false;
+        // The socket signals readable only once a read's worth is there while reading pauses.
+        let mut quiet = crate::quiet_socket::Quiet::new(fd);
         let pause = tokio::time::sleep(Duration::ZERO);
         tokio::pin!(pause);
         // Frames that arrived with the handshake's last read.
@@ -409,7 +413,10 @@ impl Connection {
                     self.close_connection(err);
                     close_deadline = Some(Instant::now() + Duration::from_secs(3));
                 }
-                () = &mut pause, if pausing => pausing = false,
+                () = &mut pause, if pausing => {
+                    pausing = false;
+                    quiet.resume();
+                }
                 r = reader.read_buf(&mut buf), if !paused && !pausing => got = Some(r),
                 _ = timeouts.tick() => self.check_consumer_timeouts().await,
                 _ = ticker.tick() => {
@@ -446,6 +453,7 @@ impl Connection {
                 }
                 if pace.after_read(self.frames_in - frames, n >= room, last_read) {
                     pausing = true;
+                    quiet.pause(room);
                     pause
                         .as_mut()
                         .reset(tokio::time::Instant::now() + read_pace::PAUSE);
