@@ -46,6 +46,32 @@ def test_headers_dlx_routes_dead_letters_by_headers(ch, uniq):
     assert get_within(ch, d) is not None
 
 
+def test_headers_exchange_behind_the_dlx_matches_the_dead_letters_headers(ch, uniq):
+    # A fanout DLX bound to a headers exchange (and a direct DLX whose alternate exchange is a
+    # headers exchange): the dead letter's headers, x-death included, still reach the match.
+    hx = uniq("hdr")
+    ch.exchange_declare(hx, "headers")
+    keep, skip = uniq("dlq-keep"), uniq("dlq-skip")
+    ch.queue_declare(keep)
+    ch.queue_declare(skip)
+    ch.queue_bind(keep, hx, arguments={"x-match": "all", "kind": "bad"})
+    ch.queue_bind(skip, hx, arguments={"x-match": "all", "kind": "other"})
+    fan = uniq("fan-dlx")
+    ch.exchange_declare(fan, "fanout")
+    ch.exchange_bind(destination=hx, source=fan)
+    direct = uniq("direct-dlx")
+    ch.exchange_declare(direct, "direct", arguments={"alternate-exchange": hx})
+    for x in (fan, direct):
+        q = src(ch, uniq, x)
+        ch.basic_publish("", q, b"h", props(headers={"kind": "bad"}))
+        reject_one(ch, q)
+        m = get_within(ch, keep)
+        assert m is not None, x
+        deaths = m[1].headers["x-death"]
+        assert deaths[0]["queue"] == q and deaths[0]["reason"] == "rejected"
+    assert_empty_for(ch, skip)
+
+
 def test_internal_dlx_receives_dead_letters(ch, uniq):
     x = uniq("internal-dlx")
     ch.exchange_declare(x, "fanout", internal=True)

@@ -162,6 +162,24 @@ def test_501_truncated_method_arguments(broker):
     other_connection_still_works(broker)
 
 
+def test_501_publish_with_a_routing_key_that_is_not_utf8(broker, uniq):
+    # A channel that just published with valid names: the next publish's names differ from
+    # them and are checked; one that is not UTF-8 is a frame error, and nothing is routed.
+    q = uniq("utf8")
+    with broker.connect() as conn:
+        conn.channel().queue_declare(q)
+    with raw_open(broker) as c:
+        c.publish(1, "", q, b"first")
+        args = struct.pack(">HHH", 60, 40, 0) + b"\x00" + bytes([2, 0xFF, 0xFE]) + b"\x00"
+        c.send_raw_frame(1, 1, args)
+        m = expect_connection_close(c, 501, None, 60, 40)
+        assert m.reply_text.startswith("FRAME_ERROR"), m.reply_text
+    with broker.connect() as conn:
+        ch = conn.channel()
+        assert ch.basic_get(q, auto_ack=True)[2] == b"first"
+        assert ch.basic_get(q, auto_ack=True)[0] is None
+
+
 def test_unknown_method_class_kills_only_that_connection(broker):
     with broker.connect() as bystander:
         bch = bystander.channel()

@@ -76,6 +76,19 @@ def by_css(driver, css):
     return driver.find_elements(By.CSS_SELECTOR, css)
 
 
+def select_value(driver, css, value):
+    """Chooses `value` in the <select> at `css`, again if the page re-rendered it meanwhile
+    (a stale element after a refresh), until the select shows it."""
+    from selenium.webdriver.support.ui import Select
+
+    def attempt():
+        choice = Select(by_css(driver, css)[0])
+        choice.select_by_value(value)
+        return Select(by_css(driver, css)[0]).first_selected_option.get_attribute("value") == value
+
+    wait_for(attempt, f"{css} set to {value!r}")
+
+
 def row_text(d, table_css, text):
     """The text of the first row of `table_css` containing `text` (pages re-render their tables
     every few seconds, so rows are looked up afresh until one is read whole)."""
@@ -136,7 +149,6 @@ def dead_letter_topology(broker, uniq):
 
 
 def test_ui_login_pages_dlq_peek_and_replay(broker, browser, uniq):
-    from selenium.webdriver.support.ui import Select
 
     work_x, work_q, dlx, dlq = dead_letter_topology(broker, uniq)
     base = f"http://127.0.0.1:{broker.http_port}"
@@ -200,16 +212,16 @@ def test_ui_login_pages_dlq_peek_and_replay(broker, browser, uniq):
     assert ch.queue_declare(dlq, passive=True).method.message_count == 4
 
     # Filter by reason, select what is shown, replay.
-    Select(by_css(d, "#filter-reason")[0]).select_by_value("rejected")
+    select_value(d, "#filter-reason", "rejected")
     wait_for(lambda: len(by_css(d, "#messages-table tr.message")) == 3, "3 rejected messages after filtering")
-    Select(by_css(d, "#filter-queue")[0]).select_by_value(work_q)
+    select_value(d, "#filter-queue", work_q)
     assert len(by_css(d, "#messages-table tr.message")) == 3
     by_css(d, "#select-all")[0].click()
     wait_for(lambda: "3 selected" in by_css(d, "#selected-count")[0].text, "3 selected")
     shot(d, "13-dlq-selected")
     by_css(d, "#replay-button")[0].click()
     wait_for(lambda: "Replayed: 3" in by_css(d, "#toasts")[0].text, "the replay notice")
-    Select(by_css(d, "#filter-reason")[0]).select_by_value("")
+    select_value(d, "#filter-reason", "")
     wait_for(lambda: len(by_css(d, "#messages-table tr.message")) == 1, "only the expired message left in the DLQ")
     shot(d, "14-dlq-after-replay")
 
@@ -276,7 +288,6 @@ def test_ui_usual_actions(broker, browser, uniq):
     """Declare a queue with arguments, publish and get through the UI, bind/unbind, set and clear a
     policy, add a user and a vhost and delete them, close a connection: each checked from outside
     (pika or the API)."""
-    from selenium.webdriver.support.ui import Select
 
     from dlx_helpers import api
 
@@ -300,7 +311,7 @@ def test_ui_usual_actions(broker, browser, uniq):
     by_css(d, ".publish-form textarea[name=payload]")[0].send_keys("from the UI")
     by_css(d, ".publish-form button")[0].click()
     toast_says(d, "Message published")
-    Select(by_css(d, "#get-form select[name=ackmode]")[0]).select_by_value("ack_requeue_false")
+    select_value(d, "#get-form select[name=ackmode]", "ack_requeue_false")
     by_css(d, "#get-button")[0].click()
     wait_for(lambda: "from the UI" in by_css(d, "#get-results")[0].text, "the message got")
     shot(d, "20-queue-get")
@@ -312,7 +323,7 @@ def test_ui_usual_actions(broker, browser, uniq):
     d.get(f"{base}/#/exchanges")
     wait_for(lambda: by_css(d, "#add-exchange input[name=name]"), "the add-exchange form")
     by_css(d, "#add-exchange input[name=name]")[0].send_keys(x)
-    Select(by_css(d, "#add-exchange select[name=type]")[0]).select_by_value("topic")
+    select_value(d, "#add-exchange select[name=type]", "topic")
     by_css(d, "#add-exchange button.primary")[0].click()
     toast_says(d, f"Exchange {x} declared")
     d.get(f"{base}/#/exchange/%2F/{x}")

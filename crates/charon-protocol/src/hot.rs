@@ -1,6 +1,9 @@
 //! The four method frames a busy connection receives most — `basic.publish`, `basic.ack`,
 //! `basic.nack`, `basic.reject` — read in place from the read buffer: no [`AMQPClass`], no
-//! `Box`, no `String` for the publish's names ([`peek_hot`]).
+//! `Box`, no `String` for the publish's names ([`peek_hot`]). The names are left as octets, not
+//! checked for UTF-8 here: a publisher sends the same names again and again, and the caller
+//! compares them with the ones it checked before (checking only new ones); a frame whose names
+//! are not UTF-8 ([`HotMethod::to_class`] is `None`) belongs to `decode_frame`, which refuses it.
 //!
 //! Anything unusual (another method, a frame not complete yet, a size over `frame_max`, a bad
 //! end octet, arguments that the fast decoders in `fastpath` would decline) is `None`, and the
@@ -18,10 +21,10 @@ use crate::{AMQPClass, FRAME_END, FRAME_METHOD, ShortString};
 pub enum HotMethod<'a> {
     /// basic.publish (60.40).
     Publish {
-        /// Exchange name (valid UTF-8, at most 255 bytes).
-        exchange: &'a str,
-        /// Routing key (valid UTF-8, at most 255 bytes).
-        routing_key: &'a str,
+        /// Exchange name (at most 255 octets; not checked for UTF-8).
+        exchange: &'a [u8],
+        /// Routing key (at most 255 octets; not checked for UTF-8).
+        routing_key: &'a [u8],
         /// The mandatory bit.
         mandatory: bool,
         /// The immediate bit.
@@ -64,8 +67,9 @@ pub struct HotFrame<'a> {
 }
 
 impl HotMethod<'_> {
-    /// The method as [`crate::decode_frame`] returns it (for the general path).
-    pub fn to_class(&self) -> AMQPClass {
+    /// The method as [`crate::decode_frame`] returns it (for the general path); `None` for a
+    /// publish whose names are not UTF-8 (`decode_frame` refuses the frame).
+    pub fn to_class(&self) -> Option<AMQPClass> {
         let m = match *self {
             HotMethod::Publish {
                 exchange,
@@ -73,8 +77,8 @@ impl HotMethod<'_> {
                 mandatory,
                 immediate,
             } => basic::AMQPMethod::Publish(basic::Publish {
-                exchange: ShortString::from(exchange),
-                routing_key: ShortString::from(routing_key),
+                exchange: ShortString::from(std::str::from_utf8(exchange).ok()?),
+                routing_key: ShortString::from(std::str::from_utf8(routing_key).ok()?),
                 mandatory,
                 immediate,
             }),
@@ -102,12 +106,13 @@ impl HotMethod<'_> {
                 requeue,
             }),
         };
-        AMQPClass::Basic(m)
+        Some(AMQPClass::Basic(m))
     }
 }
 
 /// The hot method frame at the front of `buf`, if there is a complete one that decodes
-/// without question; `None` for anything else (see the module docs). `buf` is not changed:
+/// without question (but for the UTF-8 of a publish's names, see the module docs); `None` for
+/// anything else. `buf` is not changed:
 /// advance it by [`HotFrame::len`] once the frame is handled.
 pub fn peek_hot(buf: &[u8], frame_max: u32) -> Option<HotFrame<'_>> {
     if *buf.first()? != FRAME_METHOD {
@@ -130,8 +135,8 @@ pub fn peek_hot(buf: &[u8], frame_max: u32) -> Option<HotFrame<'_>> {
     let method = match method_id {
         40 => {
             r.skip(2)?; // reserved-1 (ticket)
-            let exchange = std::str::from_utf8(r.short_str()?).ok()?;
-            let routing_key = std::str::from_utf8(r.short_str()?).ok()?;
+            let exchange = r.short_str()?;
+            let routing_key = r.short_str()?;
             let bits = r.u8()?;
             HotMethod::Publish {
                 exchange,

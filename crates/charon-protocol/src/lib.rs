@@ -35,6 +35,7 @@ mod fastpath;
 mod frame;
 mod header;
 mod hot;
+mod hot_content;
 mod method;
 mod properties;
 pub mod raw_table;
@@ -53,13 +54,14 @@ pub use amq_protocol::types::{
 pub use encode::{encode_content, encode_heartbeat, encode_method};
 pub use error::{FrameError, MAX_ARGS_IN_TEXT};
 pub use fastpath::{
-    decode_basic_ack, decode_basic_nack, decode_basic_publish, decode_basic_reject,
+    DeliveryFrames, decode_basic_ack, decode_basic_nack, decode_basic_publish, decode_basic_reject,
     encode_basic_ack, encode_basic_deliver, encode_basic_get_ok, encode_basic_nack,
-    encode_basic_return,
+    encode_basic_return, encode_delivery,
 };
 pub use frame::{ContentHeader, Frame, decode_frame, peek_frame};
 pub use header::{ProtocolHeaderCheck, check_protocol_header};
 pub use hot::{HotFrame, HotMethod, peek_hot};
+pub use hot_content::{HotContent, HotContentFrame, peek_content};
 pub use method::decode_method;
 pub use properties::RawProperties;
 pub use table::{MAX_TABLE_NESTING, decode_amqplain};

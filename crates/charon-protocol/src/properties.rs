@@ -133,35 +133,7 @@ impl RawProperties {
     /// Short strings are not checked for UTF-8 (RabbitMQ does not either);
     /// [`decode`](Self::decode) still fails on invalid UTF-8.
     pub fn validate(&self) -> Result<(), FrameError> {
-        if self.0.is_empty() {
-            return Ok(());
-        }
-        let mut r = Reader::new(&self.0);
-        let flags = r
-            .u16()
-            .ok_or_else(|| malformed(0, "property flags truncated"))?;
-        for (i, kind) in KINDS.iter().enumerate() {
-            if flags & (1 << (15 - i)) == 0 {
-                continue;
-            }
-            let at = r.pos();
-            let ok = match kind {
-                Kind::Short => r.short_str().map(|_| ()),
-                Kind::Octet => r.skip(1),
-                Kind::Timestamp => r.skip(8),
-                Kind::Table => {
-                    skip_table(&mut r, 0, 0).map_err(|e| malformed(e.offset, e.reason))?;
-                    Some(())
-                }
-            };
-            if ok.is_none() {
-                return Err(malformed(at, "property value truncated"));
-            }
-        }
-        if r.remaining() != 0 {
-            return Err(malformed(r.pos(), "trailing bytes after the last property"));
-        }
-        Ok(())
+        validate_properties(&self.0)
     }
 
     /// Full decode via `amq-protocol`.
@@ -191,6 +163,39 @@ impl RawProperties {
             Err(_) => RawProperties::empty(),
         }
     }
+}
+
+/// [`RawProperties::validate`] of property octets (flags + property list).
+pub(crate) fn validate_properties(bytes: &[u8]) -> Result<(), FrameError> {
+    if bytes.is_empty() {
+        return Ok(());
+    }
+    let mut r = Reader::new(bytes);
+    let flags = r
+        .u16()
+        .ok_or_else(|| malformed(0, "property flags truncated"))?;
+    for (i, kind) in KINDS.iter().enumerate() {
+        if flags & (1 << (15 - i)) == 0 {
+            continue;
+        }
+        let at = r.pos();
+        let ok = match kind {
+            Kind::Short => r.short_str().map(|_| ()),
+            Kind::Octet => r.skip(1),
+            Kind::Timestamp => r.skip(8),
+            Kind::Table => {
+                skip_table(&mut r, 0, 0).map_err(|e| malformed(e.offset, e.reason))?;
+                Some(())
+            }
+        };
+        if ok.is_none() {
+            return Err(malformed(at, "property value truncated"));
+        }
+    }
+    if r.remaining() != 0 {
+        return Err(malformed(r.pos(), "trailing bytes after the last property"));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

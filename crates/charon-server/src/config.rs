@@ -95,7 +95,9 @@ pub struct Config {
     /// What the memory alarm measures (RabbitMQ's `vm_memory_calculation_strategy`): `rss`
     /// (default, the process's resident set) or `allocated` (what the allocator holds).
     pub vm_memory_calculation_strategy: crate::memory::Strategy,
-    /// Threads running connections and queues (tokio workers); unset: one per core. Fewer
+    /// Threads running connections and queues (tokio workers, `multi_thread`); unset: one per
+    /// core, or one thread in all (`current_thread`) on two cores or fewer
+    /// (`runtime_settings::default_runtime`). Fewer
     /// threads than cores hand messages between tasks on one thread without waking another
     /// (docs/performance.md, "worker threads").
     pub worker_threads: Option<usize>,
@@ -104,6 +106,14 @@ pub struct Config {
     /// frames at once (fewer wake-ups and syscalls per message; `connection/read_pace.rs`).
     /// 0 turns pacing off.
     pub read_pace_min_reads: u64,
+    /// The runtime's scheduler: `multi_thread` or `current_thread`; unset: `current_thread` on
+    /// two cores or fewer unless `worker_threads` is set, else `multi_thread`
+    /// (`runtime_settings.rs`).
+    pub runtime_flavor: Option<crate::runtime_settings::RuntimeFlavor>,
+    /// Scheduler ticks between polls of the I/O and timer drivers; unset: tokio's default.
+    pub runtime_event_interval: Option<u32>,
+    /// Scheduler ticks between looks at the shared run queue; unset: tokio's default.
+    pub runtime_global_queue_interval: Option<u32>,
 }
 
 /// PEM files and peer verification for the TLS listeners (RabbitMQ's `ssl_options`).
@@ -164,6 +174,9 @@ impl Default for Config {
             vm_memory_calculation_strategy: crate::memory::Strategy::default(),
             worker_threads: None,
             read_pace_min_reads: 20_000,
+            runtime_flavor: None,
+            runtime_event_interval: None,
+            runtime_global_queue_interval: None,
         }
     }
 }
@@ -240,6 +253,16 @@ impl Config {
         toml::from_str(text)
     }
 
+    /// The runtime settings, to check and to build the runtime from.
+    pub fn runtime(&self) -> crate::runtime_settings::RuntimeSettings {
+        crate::runtime_settings::RuntimeSettings {
+            flavor: self.runtime_flavor,
+            worker_threads: self.worker_threads,
+            event_interval: self.runtime_event_interval,
+            global_queue_interval: self.runtime_global_queue_interval,
+        }
+    }
+
     /// Checks settings that parse but cannot work.
     pub fn validate(&self) -> Result<(), String> {
         if self.max_message_size > MAX_MSG_SIZE {
@@ -248,9 +271,7 @@ impl Config {
                 self.max_message_size
             ));
         }
-        if self.worker_threads == Some(0) {
-            return Err("worker_threads must be at least 1".into());
-        }
+        self.runtime().validate()?;
         if self.auth_mechanisms.is_empty() {
             return Err("auth_mechanisms must name at least one mechanism".into());
         }
@@ -273,6 +294,34 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::Config;
+
+    #[test]
+    fn runtime_settings_read_from_the_file_and_are_checked() {
+        use crate::runtime_settings::RuntimeFlavor;
+        let c = Config::from_toml(
+            "runtime_flavor = \"current_thread\"\nruntime_event_interval = 11\nruntime_global_queue_interval = 13",
+        )
+        .expect("parses");
+        assert_eq!(c.runtime_flavor, Some(RuntimeFlavor::CurrentThread));
+        assert_eq!(c.runtime().event_interval, Some(11));
+        assert_eq!(c.runtime().global_queue_interval, Some(13));
+        assert!(c.validate().is_ok());
+        let d = Config::default();
+        assert_eq!(d.runtime_flavor, None);
+        assert_eq!(
+            (d.runtime_event_interval, d.runtime_global_queue_interval),
+            (None, None)
+        );
+        assert!(Config::from_toml("runtime_flavor = \"single\"").is_err());
+        let zero = Config::from_toml("runtime_event_interval = 0").expect("parses");
+        assert_eq!(
+            zero.validate(),
+            Err("runtime_event_interval must be at least 1".to_string())
+        );
+        let two = Config::from_toml("runtime_flavor = \"current_thread\"\nworker_threads = 2")
+            .expect("parses");
+        assert!(two.validate().is_err());
+    }
 
     #[test]
     fn worker_threads_reads_and_refuses_zero() {

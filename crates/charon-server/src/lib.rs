@@ -46,6 +46,8 @@ pub(crate) mod queue;
 pub mod queue_remove;
 pub mod queue_replay;
 pub mod queues_info;
+pub mod quiet_socket;
+pub mod runtime_settings;
 pub mod server;
 pub mod tls;
 pub mod topic_access;

@@ -6,6 +6,8 @@ mod alloc_stats;
 mod ctl;
 mod dlq;
 mod purge;
+mod rcvlowat;
+mod runtime;
 mod thp;
 mod thread_cpu;
 
@@ -70,9 +72,21 @@ struct ServerArgs {
     /// Log format: text or json [default: the config file's log_format, else text].
     #[arg(long, env = "CHARON_LOG_FORMAT")]
     log_format: Option<String>,
-    /// Worker threads for connections and queues [default: one per core].
+    /// Worker threads for connections and queues (multi_thread) [default: one per core; on two
+    /// cores or fewer everything runs on one thread (current_thread) unless this is set].
     #[arg(long, env = "CHARON_WORKER_THREADS")]
     worker_threads: Option<usize>,
+    /// Runtime scheduler: multi_thread or current_thread (every connection and queue on one
+    /// thread) [default: current_thread on two cores or fewer unless --worker-threads is set,
+    /// else multi_thread].
+    #[arg(long, env = "CHARON_RUNTIME_FLAVOR")]
+    runtime_flavor: Option<charon_server::runtime_settings::RuntimeFlavor>,
+    /// Scheduler ticks between polls of the I/O and timer drivers [default: tokio's].
+    #[arg(long, env = "CHARON_RUNTIME_EVENT_INTERVAL")]
+    runtime_event_interval: Option<u32>,
+    /// Scheduler ticks between looks at the shared run queue [default: tokio's].
+    #[arg(long, env = "CHARON_RUNTIME_GLOBAL_QUEUE_INTERVAL")]
+    runtime_global_queue_interval: Option<u32>,
 }
 
 fn load_config(args: ServerArgs) -> anyhow::Result<Config> {
@@ -103,6 +117,15 @@ fn load_config(args: ServerArgs) -> anyhow::Result<Config> {
     }
     if let Some(v) = args.worker_threads {
         config.worker_threads = Some(v);
+    }
+    if let Some(v) = args.runtime_flavor {
+        config.runtime_flavor = Some(v);
+    }
+    if let Some(v) = args.runtime_event_interval {
+        config.runtime_event_interval = Some(v);
+    }
+    if let Some(v) = args.runtime_global_queue_interval {
+        config.runtime_global_queue_interval = Some(v);
     }
     if let Some(v) = args.log_format {
         config.log_format = match v.as_str() {
@@ -160,7 +183,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let http = tokio::net::TcpListener::bind(&config.http_listen)
         .await
         .with_context(|| format!("binding HTTP on {}", config.http_listen))?;
-    tracing::info!(amqp = %config.amqp_listen, http = %config.http_listen, data_dir = %config.data_dir, "charon started");
+    let (flavor, workers) = runtime::resolve(&config.runtime());
+    tracing::info!(amqp = %config.amqp_listen, http = %config.http_listen, data_dir = %config.data_dir, runtime = flavor.as_str(), workers, "charon started");
     let shutdown = CancellationToken::new();
     broker.spawn_disk_monitor();
     broker.spawn_memory_monitor();
@@ -240,15 +264,6 @@ async fn spawn_tls(
     Ok(tasks)
 }
 
-/// The multi-threaded runtime, with `workers` threads (default: one per core).
-fn runtime(workers: Option<usize>) -> std::io::Result<tokio::runtime::Runtime> {
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = workers {
-        builder.worker_threads(n.max(1));
-    }
-    builder.enable_all().on_thread_park(purge::on_park).build()
-}
-
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     purge::init();
@@ -258,13 +273,21 @@ fn main() -> anyhow::Result<()> {
         Command::Server(args) => {
             let config = load_config(args)?;
             init_logging(&config)?;
+            // Checked before the runtime is built from it (tokio panics on a zero interval).
+            config
+                .validate()
+                .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
             thp::init();
             purge::spawn_thread();
-            runtime(config.worker_threads)?.block_on(serve(config))?;
+            rcvlowat::register();
+            runtime::build(&config.runtime())?.block_on(serve(config))?;
         }
         Command::Ctl(args) => ctl::run(args),
         Command::Bench(args) => {
-            let runtime = runtime(None)?;
+            // The load tool: one worker per core whatever the broker's default.
+            let mut settings = Config::default().runtime();
+            settings.flavor = Some(charon_server::runtime_settings::RuntimeFlavor::MultiThread);
+            let runtime = runtime::build(&settings)?;
             use std::io::IsTerminal;
             tracing_subscriber::fmt()
                 .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())

@@ -67,6 +67,36 @@ impl<Q: Clone> VHost<Q> {
         }
     }
 
+    /// Whether routing through `exchange` can read a message's headers: a headers exchange is
+    /// reachable from it (through exchange-to-exchange bindings or alternate exchanges). When
+    /// not, a router may pass no headers and skip decoding the message's properties (the
+    /// dead-letter path, whose copies are mostly routed by fanout or direct exchanges).
+    pub fn routing_reads_headers(&self, exchange: &str) -> bool {
+        let mut work: Vec<&str> = vec![exchange];
+        let mut seen: Vec<&str> = Vec::new();
+        while let Some(name) = work.pop() {
+            if seen.contains(&name) {
+                continue;
+            }
+            seen.push(name);
+            let Some(x) = self.exchanges.get(name) else {
+                continue;
+            };
+            if x.kind == crate::exchange::ExchangeKind::Headers {
+                return true;
+            }
+            if let Some(ae) = x.alternate_exchange() {
+                work.push(ae);
+            }
+            for b in x.bindings.bindings() {
+                if let Destination::Exchange(e) = &b.destination {
+                    work.push(e);
+                }
+            }
+        }
+        false
+    }
+
     fn route_via(
         &self,
         x: &Exchange,

@@ -520,3 +520,30 @@ fn queue_only_bindings_route_each_queue_once() {
     assert!(v.bind_queue("q2", "amq.fanout", "", &none).is_ok());
     assert_eq!(routed(&v, "amq.fanout", &["x", "y"], None), vec!["q2"]);
 }
+
+#[test]
+fn routing_reads_headers_only_when_a_headers_exchange_is_reachable() {
+    let mut v = vh();
+    add_queue(&mut v, "q");
+    let none = FieldTable::default();
+    assert!(v.declare_exchange(&xd("fan", "fanout")).is_ok());
+    assert!(v.bind_queue("q", "fan", "", &none).is_ok());
+    assert!(!v.routing_reads_headers("fan"));
+    assert!(!v.routing_reads_headers(""));
+    assert!(!v.routing_reads_headers("amq.direct"));
+    assert!(!v.routing_reads_headers("missing"));
+    assert!(v.routing_reads_headers("amq.match"));
+    // Through an exchange-to-exchange binding (with a cycle back).
+    assert!(v.declare_exchange(&xd("mid", "direct")).is_ok());
+    assert!(v.bind_exchange("mid", "fan", "", &none).is_ok());
+    assert!(v.bind_exchange("fan", "mid", "k", &none).is_ok());
+    assert!(!v.routing_reads_headers("fan"));
+    assert!(v.bind_exchange("amq.headers", "mid", "k", &none).is_ok());
+    assert!(v.routing_reads_headers("fan"));
+    assert!(v.routing_reads_headers("mid"));
+    // Through an alternate exchange.
+    let mut ae = xd("with-ae", "direct");
+    ae.arguments = table(&[("alternate-exchange", s("amq.match"))]);
+    assert!(v.declare_exchange(&ae).is_ok());
+    assert!(v.routing_reads_headers("with-ae"));
+}

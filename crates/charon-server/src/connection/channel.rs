@@ -33,6 +33,11 @@ impl PendingPublish {
         mandatory: bool,
     ) -> Self {
         let (exchange, routing_key) = shapes.names(exchange, routing_key);
+        Self::named(exchange, routing_key, mandatory)
+    }
+
+    /// A publish of names already shared (`Shapes::names_of`) waiting for its content.
+    pub(crate) fn named(exchange: Arc<str>, routing_key: Arc<str>, mandatory: bool) -> Self {
         Self {
             exchange,
             routing_key,

@@ -23,7 +23,10 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use charon_core::ConnectionId;
 use charon_protocol::methods::connection;
-use charon_protocol::{AMQPClass, Frame, HotMethod, decode_frame, encode_heartbeat, encode_method};
+use charon_protocol::{
+    AMQPClass, FRAME_BODY, FRAME_HEADER, Frame, HotMethod, decode_frame, encode_heartbeat,
+    encode_method,
+};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -37,6 +40,7 @@ use crate::locks::RwLockExt;
 use crate::vhost::VHostState;
 use channel::Channel;
 use handshake::HandshakeEnd;
+use methods::HotRest;
 use writer::Outgoing;
 
 /// Room a busy connection encodes its output into (see [`Connection::flush`]).
@@ -137,7 +141,8 @@ pub(crate) async fn serve_on<S: Transport>(
         settles: Vec::new(),
         frames_in: 0,
     };
-    conn.run(&mut reader, buf, events, shutdown).await;
+    let fd = S::read_fd(&reader);
+    conn.run(&mut reader, fd, buf, events, shutdown).await;
     conn.cleanup().await;
     conn.broker.admin().connections.deregister(conn.id);
     let linger = conn.owes_close_ok;
@@ -334,6 +339,7 @@ impl Connection {
     async fn run<R: AsyncRead + Unpin>(
         &mut self,
         reader: &mut R,
+        fd: Option<std::os::fd::RawFd>,
         mut buf: BytesMut,
         mut events: mpsc::UnboundedReceiver<ConnEvent>,
         shutdown: CancellationToken,
@@ -356,6 +362,8 @@ impl Connection {
             read_pace::ReadPace::new(self.broker.config().read_pace_min_reads, Instant::now());
         // Set while reading pauses (`read_pace`): the socket is read again once it fires.
         let mut pausing = false;
+        // The socket signals readable only once a read's worth is there while reading pauses.
+        let mut quiet = crate::quiet_socket::Quiet::new(fd);
         let pause = tokio::time::sleep(Duration::ZERO);
         tokio::pin!(pause);
         // Frames that arrived with the handshake's last read.
@@ -405,7 +413,10 @@ impl Connection {
                     self.close_connection(err);
                     close_deadline = Some(Instant::now() + Duration::from_secs(3));
                 }
-                () = &mut pause, if pausing => pausing = false,
+                () = &mut pause, if pausing => {
+                    pausing = false;
+                    quiet.resume();
+                }
                 r = reader.read_buf(&mut buf), if !paused && !pausing => got = Some(r),
                 _ = timeouts.tick() => self.check_consumer_timeouts().await,
                 _ = ticker.tick() => {
@@ -442,6 +453,7 @@ impl Connection {
                 }
                 if pace.after_read(self.frames_in - frames, n >= room, last_read) {
                     pausing = true;
+                    quiet.pause(room);
                     pause
                         .as_mut()
                         .reset(tokio::time::Instant::now() + read_pace::PAUSE);
@@ -453,41 +465,71 @@ impl Connection {
 
     /// Decodes and handles every complete frame in `buf`.
     async fn process(&mut self, buf: &mut BytesMut) -> Next {
+        // The frame at the front is the framer's (a hot method it must refuse).
+        let mut to_framer = false;
         loop {
             // basic.publish/ack/nack/reject read in place (`methods/fast.rs`, `hot_method`).
-            let frame = match charon_protocol::peek_hot(buf, self.frame_max) {
+            let hot = if std::mem::take(&mut to_framer) {
+                None
+            } else {
+                charon_protocol::peek_hot(buf, self.frame_max)
+            };
+            let frame = match hot {
                 Some(hot) => {
                     let len = hot.len;
                     if matches!(hot.method, HotMethod::Publish { .. }) && !self.settles.is_empty() {
                         self.send_settles().await;
                     }
-                    self.frames_in += 1;
                     let rest = self.hot_method(hot.channel, hot.method);
+                    if let HotRest::Framer = rest {
+                        to_framer = true;
+                        continue;
+                    }
+                    self.frames_in += 1;
                     bytes::Buf::advance(buf, len);
                     match rest {
-                        None => continue,
-                        Some(frame) => frame,
+                        HotRest::Frame(frame) => frame,
+                        HotRest::Done | HotRest::Framer => continue,
                     }
                 }
-                None => match decode_frame(buf, self.frame_max) {
-                    Ok(Some(f)) => {
+                None => {
+                    // Content frames read in place (`methods/fast.rs`, `content_in_place`);
+                    // settles gathered so far go first, as below.
+                    if matches!(buf.first(), Some(&(FRAME_HEADER | FRAME_BODY)))
+                        && !self.settles.is_empty()
+                    {
+                        self.send_settles().await;
+                    }
+                    if let Some(rest) = self.content_in_place(buf) {
                         self.frames_in += 1;
-                        f
-                    }
-                    Ok(None) => {
-                        if !self.settles.is_empty() {
-                            self.send_settles().await;
+                        match rest {
+                            None => continue,
+                            Some(rest) => match self.content_rest(rest).await {
+                                Next::Stop => return Next::Stop,
+                                Next::Continue => continue,
+                            },
                         }
-                        return Next::Continue;
                     }
-                    Err(e) => {
-                        if !self.settles.is_empty() {
-                            self.send_settles().await;
+                    match decode_frame(buf, self.frame_max) {
+                        Ok(Some(f)) => {
+                            self.frames_in += 1;
+                            f
                         }
-                        self.close_connection(e.into());
-                        return Next::Stop;
+                        Ok(None) => {
+                            if !self.settles.is_empty() {
+                                self.send_settles().await;
+                            }
+                            return Next::Continue;
+                        }
+                        Err(e) => {
+                            if !self.settles.is_empty() {
+                                self.send_settles().await;
+                            }
+                            self.close_connection(e.into());
+                            return Next::Stop;
+                        }
                     }
-                },
+                }
             };
             let Some(frame) = self.settle_fast(frame) else {
                 continue;

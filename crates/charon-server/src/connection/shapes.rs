@@ -30,16 +30,48 @@ impl Shapes {
         )
     }
 
+    /// [`Shapes::names`] of names read in place as octets: `None` when one is not UTF-8 (only
+    /// names other than the last ones are checked).
+    pub(crate) fn names_of(
+        &mut self,
+        exchange: &[u8],
+        routing_key: &[u8],
+    ) -> Option<(Arc<str>, Arc<str>)> {
+        Some((
+            intern_octets(&mut self.exchange, exchange)?,
+            intern_octets(&mut self.routing_key, routing_key)?,
+        ))
+    }
+
     /// `properties` in a buffer of their own, shared with the previous publish's when equal.
     pub(crate) fn properties(&mut self, properties: RawProperties) -> RawProperties {
         match &self.properties {
-            Some(last) if last.0 == properties.0 => last.clone(),
+            // Already these (read in place, `properties_of`).
+            Some(last)
+                if last.0.as_ptr() == properties.0.as_ptr()
+                    && last.0.len() == properties.0.len() =>
+            {
+                properties
+            }
+            _ => self.properties_of(&properties.0),
+        }
+    }
+
+    /// Property octets read in place, as [`Shapes::properties`] makes them.
+    pub(crate) fn properties_of(&mut self, octets: &[u8]) -> RawProperties {
+        match &self.properties {
+            Some(last) if last.0 == octets => last.clone(),
             _ => {
-                let own = RawProperties(Bytes::copy_from_slice(&properties.0));
+                let own = RawProperties(Bytes::copy_from_slice(octets));
                 self.properties = Some(own.clone());
                 own
             }
         }
+    }
+
+    /// The last properties published with (none: empty): they passed the framer's check.
+    pub(crate) fn last_properties(&self) -> &[u8] {
+        self.properties.as_ref().map_or(&[], |p| &p.0[..])
     }
 }
 
@@ -54,12 +86,46 @@ fn intern(slot: &mut Option<Arc<str>>, s: &str) -> Arc<str> {
     }
 }
 
+fn intern_octets(slot: &mut Option<Arc<str>>, s: &[u8]) -> Option<Arc<str>> {
+    match slot {
+        Some(last) if last.as_bytes() == s => Some(last.clone()),
+        _ => Some(intern(slot, std::str::from_utf8(s).ok()?)),
+    }
+}
+
 /// A small body copied out of the read buffer; a larger one as it is.
 pub(crate) fn own_body(body: Bytes) -> Bytes {
     if body.len() <= SMALL_BODY {
         Bytes::copy_from_slice(&body)
     } else {
         body
+    }
+}
+
+/// A body frame's payload: a slice of the read buffer split off by the framer, or read in
+/// place (small bodies only, `methods/fast.rs` `content_in_place`).
+pub(crate) enum BodyPart<'a> {
+    /// Split off the read buffer (`decode_frame`).
+    Shared(Bytes),
+    /// Still in the read buffer.
+    InPlace(&'a [u8]),
+}
+
+impl BodyPart<'_> {
+    /// The payload's octets.
+    pub(crate) fn octets(&self) -> &[u8] {
+        match self {
+            BodyPart::Shared(b) => b,
+            BodyPart::InPlace(s) => s,
+        }
+    }
+
+    /// A whole body in a buffer of its own when small ([`own_body`]).
+    pub(crate) fn into_owned(self) -> Bytes {
+        match self {
+            BodyPart::Shared(b) => own_body(b),
+            BodyPart::InPlace(s) => Bytes::copy_from_slice(s),
+        }
     }
 }
 

@@ -25,6 +25,10 @@ pub(crate) trait Transport: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     fn plain_tcp(write: Self::Write) -> Result<tokio::net::tcp::OwnedWriteHalf, Self::Write> {
         Err(write)
     }
+    /// The read half's socket when it is plain TCP (`quiet_socket`), else None.
+    fn read_fd(_read: &Self::Read) -> Option<std::os::fd::RawFd> {
+        None
+    }
 }
 
 impl Transport for TcpStream {
@@ -38,6 +42,10 @@ impl Transport for TcpStream {
     }
     fn plain_tcp(write: Self::Write) -> Result<tokio::net::tcp::OwnedWriteHalf, Self::Write> {
         Ok(write)
+    }
+    fn read_fd(read: &Self::Read) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        Some(AsRef::<TcpStream>::as_ref(read).as_raw_fd())
     }
 }
 

@@ -208,18 +208,20 @@ impl DeadLetterDispatcher {
         now: u64,
     ) -> Copied {
         let copy = dead_letter::make_copy(original, me.name(), reason, target, now);
-        // Headers are read only by headers exchanges: the default exchange needs none (a copy
-        // made on the encoded properties is not decoded then).
-        let decoded = match (&copy.properties, target.exchange.is_empty()) {
-            (_, true) => None,
-            (Some(p), false) => Some(p.clone()),
-            (None, false) => copy.message.properties.decode().ok(),
-        };
-        let headers = decoded.as_ref().and_then(|p| p.headers().as_ref());
         let keys: Vec<&str> = copy.routing_keys.iter().map(|k| k.as_ref()).collect();
         let mut queues: Vec<QueueHandle> = Vec::new();
         let routed = {
             let topo = self.vhost.topology.read_recover();
+            // Headers are read only by headers exchanges: when none is reachable from the
+            // dead-letter exchange (the default exchange, a fanout to the DLQ), the copy's
+            // properties are not decoded for routing (a copy made on the encoded properties is
+            // not decoded at all then).
+            let decoded = match &copy.properties {
+                _ if !topo.routing_reads_headers(&target.exchange) => None,
+                Some(p) => Some(p.clone()),
+                None => copy.message.properties.decode().ok(),
+            };
+            let headers = decoded.as_ref().and_then(|p| p.headers().as_ref());
             topo.route_dead_letter(&target.exchange, &keys, headers, &mut queues)
         };
         let no_route = routed && queues.is_empty();

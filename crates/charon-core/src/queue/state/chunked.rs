@@ -13,6 +13,9 @@ use std::collections::VecDeque;
 /// Most items in one chunk.
 pub(crate) const CHUNK: usize = 256;
 
+/// Room of the first chunk of an empty sequence.
+const FIRST_CHUNK: usize = 16;
+
 /// Where an item is: chunk `c`, offset `o` in it. The end of the sequence is `(chunks, 0)`.
 /// Like an index, a position is invalidated by inserting or removing before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -117,11 +120,13 @@ impl<T> Chunked<T> {
         match self.chunks.back_mut() {
             Some(ch) if ch.len() < CHUNK => ch.push_back(item),
             full => {
-                // A queue that filled a chunk gets whole chunks; a short one stays small.
+                // A queue that filled a chunk gets whole chunks; a short one stays small, but
+                // starts with room for a few (a queue its consumers keep empty makes a new
+                // chunk for every batch: growing it from 4 slots cost two reallocations each).
                 let mut ch = if full.is_some() {
                     VecDeque::with_capacity(CHUNK)
                 } else {
-                    VecDeque::new()
+                    VecDeque::with_capacity(FIRST_CHUNK)
                 };
                 ch.push_back(item);
                 self.chunks.push_back(ch);

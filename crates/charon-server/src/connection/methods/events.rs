@@ -1,7 +1,7 @@
 //! Events from queue actors: deliveries, confirms, consumer cancellations.
 
 use charon_protocol::methods::basic;
-use charon_protocol::{AMQPClass, CLASS_BASIC, encode_basic_deliver, encode_content};
+use charon_protocol::{AMQPClass, DeliveryFrames, encode_delivery};
 
 use super::super::Connection;
 use super::super::channel::Unacked;
@@ -57,15 +57,6 @@ impl Connection {
                         );
                     }
                     let m = &d.message;
-                    encode_basic_deliver(
-                        &mut self.out,
-                        channel,
-                        &consumer_tag,
-                        tag,
-                        d.redelivered,
-                        &m.exchange,
-                        &m.routing_key,
-                    );
                     let quorum_props = quorum
                         .then(|| {
                             charon_core::queue::quorum::delivery_properties(
@@ -74,14 +65,17 @@ impl Connection {
                             )
                         })
                         .flatten();
-                    encode_content(
-                        &mut self.out,
+                    let frames = DeliveryFrames {
                         channel,
-                        CLASS_BASIC,
-                        quorum_props.as_ref().unwrap_or(&m.properties),
-                        m.body.wire_bytes(),
-                        self.frame_max,
-                    );
+                        consumer_tag: &consumer_tag,
+                        delivery_tag: tag,
+                        redelivered: d.redelivered,
+                        exchange: &m.exchange,
+                        routing_key: &m.routing_key,
+                        properties: quorum_props.as_ref().unwrap_or(&m.properties),
+                        body: m.body.wire_bytes(),
+                    };
+                    encode_delivery(&mut self.out, &frames, self.frame_max);
                 }
                 ch.stats.set_unacked(ch.unacked.len());
                 self.out_deliveries += n;

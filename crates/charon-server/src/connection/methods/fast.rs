@@ -13,9 +13,12 @@ use std::sync::Arc;
 
 use charon_core::Message;
 use charon_protocol::methods::basic;
-use charon_protocol::{AMQPClass, CLASS_BASIC, Frame, HotMethod};
+use charon_protocol::{
+    AMQPClass, CLASS_BASIC, ContentHeader, Frame, HotContent, HotMethod, peek_content,
+};
 
 use super::super::channel::{PUBLISH_METHOD_ID, PendingPublish, Settle};
+use super::super::shapes::{BodyPart, SMALL_BODY};
 use super::super::{Connection, Next};
 use super::publish::Prepared;
 use super::settles::requeue_or_reject;
@@ -33,57 +36,59 @@ impl Connection {
         };
         let started = self.start_publish(
             *channel,
-            p.exchange.as_str(),
-            p.routing_key.as_str(),
+            p.exchange.as_str().as_bytes(),
+            p.routing_key.as_str().as_bytes(),
             p.mandatory,
             p.immediate,
         );
-        (!started).then_some(frame)
+        (started != Some(true)).then_some(frame)
     }
 
     /// A basic.publish on an open channel waiting for nothing: its content is expected from
-    /// now on (true). False: nothing changed, the general path answers it.
+    /// now on (`Some(true)`). `Some(false)`: nothing changed, the general path answers it.
+    /// `None`: a name is not UTF-8 (nothing changed; the framer refuses the frame). The names
+    /// are compared with the channel's last ones first (`shapes`), checked only when new.
     pub(in crate::connection) fn start_publish(
         &mut self,
         channel: u16,
-        exchange: &str,
-        routing_key: &str,
+        exchange: &[u8],
+        routing_key: &[u8],
         mandatory: bool,
         immediate: bool,
-    ) -> bool {
+    ) -> Option<bool> {
         if self.closing || channel == 0 || immediate {
-            return false;
+            return Some(false);
         }
         match self.channels.get_mut(&channel) {
             Some(ch) if !ch.closing && ch.publish.is_none() => {
-                ch.publish = Some(PendingPublish::new(
-                    &mut ch.shapes,
-                    exchange,
-                    routing_key,
-                    mandatory,
-                ));
-                true
+                let (exchange, routing_key) = ch.shapes.names_of(exchange, routing_key)?;
+                ch.publish = Some(PendingPublish::named(exchange, routing_key, mandatory));
+                Some(true)
             }
-            _ => false,
+            _ => Some(false),
         }
     }
 
     /// A hot method frame read in place (`charon_protocol::peek_hot`): a publish or a settle
-    /// handled as [`Connection::start_publish_fast`] and [`Connection::settle_fast`] would;
-    /// otherwise the frame [`charon_protocol::decode_frame`] would have made, for the general
-    /// path.
+    /// handled as [`Connection::start_publish_fast`] and [`Connection::settle_fast`] would
+    /// ([`HotRest::Done`]); otherwise the frame [`charon_protocol::decode_frame`] would have
+    /// made, for the general path, or — a publish whose names are not UTF-8 — the framer's
+    /// to refuse ([`HotRest::Framer`]: the frame is not consumed).
     pub(in crate::connection) fn hot_method(
         &mut self,
         channel: u16,
         method: HotMethod<'_>,
-    ) -> Option<Frame> {
+    ) -> HotRest {
         let handled = match method {
             HotMethod::Publish {
                 exchange,
                 routing_key,
                 mandatory,
                 immediate,
-            } => self.start_publish(channel, exchange, routing_key, mandatory, immediate),
+            } => match self.start_publish(channel, exchange, routing_key, mandatory, immediate) {
+                Some(started) => started,
+                None => return HotRest::Framer,
+            },
             HotMethod::Ack {
                 delivery_tag,
                 multiple,
@@ -98,10 +103,16 @@ impl Connection {
                 requeue,
             } => self.settle_parts(channel, delivery_tag, false, requeue_or_reject(requeue)),
         };
-        (!handled).then(|| Frame::Method {
-            channel,
-            method: Box::new(method.to_class()),
-        })
+        if handled {
+            return HotRest::Done;
+        }
+        match method.to_class() {
+            Some(class) => HotRest::Frame(Frame::Method {
+                channel,
+                method: Box::new(class),
+            }),
+            None => HotRest::Framer,
+        }
     }
 
     /// Whether `frame` is content for [`Connection::content_now`].
@@ -118,9 +129,63 @@ impl Connection {
     pub(in crate::connection) fn content_now(&mut self, frame: Frame) -> Option<ContentRest> {
         let (channel, complete) = match frame {
             Frame::Header { channel, header } => (channel, self.on_header(channel, header)),
-            Frame::Body { channel, payload } => (channel, self.on_body(channel, payload)),
+            Frame::Body { channel, payload } => {
+                (channel, self.on_body(channel, BodyPart::Shared(payload)))
+            }
             other => return Some(ContentRest::Frame(other)),
         };
+        self.content_done(channel, complete)
+    }
+
+    /// A content frame read in place from `buf` (`charon_protocol::peek_content`) and handled
+    /// as [`Connection::content_now`] handles the frame `decode_frame` would have made: a
+    /// header's properties compared with the channel's last ones (`shapes`; checked only when
+    /// they differ, copied only then), a small body copied straight out of the read buffer.
+    /// `None`, with `buf` untouched: not taken (not content on an open channel, incomplete,
+    /// anything the framer must judge, a body larger than `shapes::SMALL_BODY`), for the
+    /// general path. `Some(rest)`: taken and `buf` advanced past it.
+    pub(in crate::connection) fn content_in_place(
+        &mut self,
+        buf: &mut bytes::BytesMut,
+    ) -> Option<Option<ContentRest>> {
+        if self.closing {
+            return None;
+        }
+        let channel = u16::from_be_bytes([*buf.get(1)?, *buf.get(2)?]);
+        if channel == 0 {
+            return None;
+        }
+        let ch = self.channels.get_mut(&channel)?;
+        let hot = peek_content(buf, self.frame_max, ch.shapes.last_properties())?;
+        let len = hot.len;
+        let complete = match hot.content {
+            HotContent::Header {
+                body_size,
+                properties,
+            } => {
+                let properties = ch.shapes.properties_of(properties);
+                let header = ContentHeader {
+                    class_id: CLASS_BASIC,
+                    body_size,
+                    properties,
+                };
+                self.on_header(channel, header)
+            }
+            HotContent::Body(payload) if payload.len() <= SMALL_BODY => {
+                self.on_body(channel, BodyPart::InPlace(payload))
+            }
+            HotContent::Body(_) => return None,
+        };
+        bytes::Buf::advance(buf, len);
+        Some(self.content_done(channel, complete))
+    }
+
+    /// The rest of a content frame once `on_header`/`on_body` took it.
+    fn content_done(
+        &mut self,
+        channel: u16,
+        complete: Result<bool, (u16, AmqpError)>,
+    ) -> Option<ContentRest> {
         match complete {
             Ok(false) => None,
             Ok(true) => match self.publish_now(channel) {
@@ -237,6 +302,16 @@ impl Connection {
             }
         }
     }
+}
+
+/// What [`Connection::hot_method`] left of a hot method frame.
+pub(in crate::connection) enum HotRest {
+    /// Handled: the frame is consumed.
+    Done,
+    /// The frame is consumed; the general path handles this.
+    Frame(Frame),
+    /// Not consumed: `decode_frame` decides (and refuses it).
+    Framer,
 }
 
 /// What a content frame left to do that may wait.

@@ -12,6 +12,7 @@ use charon_protocol::methods::{channel as chm, confirm, connection, queue};
 use charon_protocol::{AMQPClass, FRAME_BODY, FRAME_HEADER, FRAME_HEARTBEAT, Frame, encode_method};
 
 use super::channel::Channel;
+use super::shapes::BodyPart;
 use super::{Connection, Next};
 use crate::access::{Permission, ResourceKind};
 use crate::error::{AmqpError, ServerError};
@@ -26,6 +27,8 @@ mod publish;
 mod queues;
 mod settles;
 mod transactions;
+
+pub(super) use fast::HotRest;
 
 pub(crate) use settles::Gathered;
 
@@ -110,7 +113,7 @@ impl Connection {
                 self.complete_if(channel, complete).await
             }
             Frame::Body { channel, payload } => {
-                let complete = self.on_body(channel, payload);
+                let complete = self.on_body(channel, BodyPart::Shared(payload));
                 self.complete_if(channel, complete).await
             }
         };

@@ -14,7 +14,7 @@ use charon_protocol::{
 use super::super::Connection;
 use super::super::channel::{PUBLISH_METHOD_ID, PendingPublish};
 use super::super::confirms::ConfirmReply;
-use super::super::shapes::own_body;
+use super::super::shapes::BodyPart;
 
 use crate::access::{Permission, ResourceKind};
 use crate::error::{AmqpError, ReplyCode, ServerError};
@@ -44,7 +44,7 @@ impl Connection {
     /// A content header; `Ok(true)`: the content is complete (an empty body), the caller
     /// completes the publish ([`Connection::complete_publish`] or the fast path's
     /// `publish_now`).
-    pub(super) fn on_header(
+    pub(in crate::connection) fn on_header(
         &mut self,
         channel: u16,
         header: charon_protocol::ContentHeader,
@@ -102,10 +102,10 @@ impl Connection {
 
     /// A content body frame; `Ok(true)`: the content is complete, as for
     /// [`Connection::on_header`].
-    pub(super) fn on_body(
+    pub(in crate::connection) fn on_body(
         &mut self,
         channel: u16,
-        payload: bytes::Bytes,
+        payload: BodyPart<'_>,
     ) -> Result<bool, (u16, AmqpError)> {
         let Some(p) = self.pending_publish(channel)? else {
             return Ok(false);
@@ -115,15 +115,17 @@ impl Connection {
         };
         let size = *size;
         let had = p.first_body.as_ref().map_or(p.body.len(), |b| b.len()) as u64;
-        if had + payload.len() as u64 > size {
+        let len = payload.octets().len() as u64;
+        if had + len > size {
             // RabbitMQ's command assembler: a frame error, closing the connection.
             return Err((
                 channel,
                 AmqpError::from(ServerError::ContentBodyOverrun).on(CLASS_BASIC, PUBLISH_METHOD_ID),
             ));
         }
-        if p.first_body.is_none() && p.body.is_empty() && payload.len() as u64 == size {
-            p.first_body = Some(payload);
+        if p.first_body.is_none() && p.body.is_empty() && len == size {
+            // A small body copied out of the read buffer (`shapes::own_body`).
+            p.first_body = Some(payload.into_owned());
         } else {
             if p.body.is_empty() {
                 // One allocation of the body's size: growing by doubling would hold up to
@@ -135,7 +137,7 @@ impl Connection {
             if let Some(first) = p.first_body.take() {
                 p.body.extend_from_slice(&first);
             }
-            p.body.extend_from_slice(&payload);
+            p.body.extend_from_slice(payload.octets());
         }
         let have = p.first_body.as_ref().map_or(p.body.len(), |b| b.len()) as u64;
         Ok(have >= size)
@@ -188,7 +190,7 @@ impl Connection {
         };
         crate::admin::ChannelStats::bump(&ch.stats.publish, 1);
         let body = match p.first_body {
-            Some(b) => own_body(b),
+            Some(b) => b,
             // A large body that outgrew its first allocation: copied once to its size.
             None if p.body.capacity() - p.body.len() > p.body.len() / 4 => {
                 bytes::Bytes::copy_from_slice(&p.body)
@@ -284,7 +286,10 @@ impl Connection {
             Some(p) => p,
             None => properties,
         };
-        let message = Message::new(names.0, names.1, properties, body).with_bcc(bcc);
+        let mut message = Message::new(names.0, names.1, properties, body);
+        if !bcc.is_empty() {
+            message = message.with_bcc(bcc);
+        }
         Ok((Arc::new(message), targets, delay))
     }
 
