@@ -4,6 +4,8 @@
 
 #[path = "support/pg_cluster.rs"]
 mod pg_cluster;
+#[path = "support/summary_check.rs"]
+mod summary_check;
 
 use bytes::Bytes;
 use charon_archive::filter::Filter;
@@ -11,6 +13,7 @@ use charon_archive::ops;
 use charon_archive::sql::{Cell, Conn, Dialect, Param};
 use charon_archive::{Archive, NewRecord, schema};
 use serde_json::json;
+use summary_check::{check_summary, rows};
 
 fn rec(i: usize, at: i64) -> NewRecord {
     let err = format!("Order {i} failed: kind {}", i % 3);
@@ -79,34 +82,13 @@ fn insert_plain(c: &mut dyn Conn, r: &NewRecord) {
     .expect("plain insert");
 }
 
-fn rows(c: &mut dyn Conn, sql: &str) -> Vec<Vec<Cell>> {
-    let mut r = c.query(sql, &[]).expect("query");
-    r.sort_by_key(|row| format!("{row:?}"));
-    r
-}
-
-/// Every record's columns (for "intact"), and the summary against a recount.
+/// Every record's columns (for "intact").
 fn snapshot(c: &mut dyn Conn) -> Vec<Vec<Cell>> {
     rows(
         c,
         "SELECT id, stable_key, queue, original_queue, message_id, headers, amqp_properties, payload, payload_bytes, \
          error_message, error_fingerprint, status, created_at FROM dead_letters",
     )
-}
-
-fn check_summary(c: &mut dyn Conn, when: &str) {
-    let cols = "vhost, queue, original_queue, reason, error_fingerprint, status";
-    let want = rows(
-        c,
-        &format!(
-            "SELECT {cols}, COUNT(*), MIN(created_at), MAX(created_at), CAST(SUM(payload_bytes) AS BIGINT) FROM dead_letters GROUP BY {cols}"
-        ),
-    );
-    let have = rows(
-        c,
-        &format!("SELECT {cols}, records, oldest, newest, payload_bytes FROM dead_letter_groups"),
-    );
-    assert_eq!(have, want, "summary after {when}");
 }
 
 fn upgrade(url: &str, mut old: Box<dyn Conn>) {

@@ -8,11 +8,14 @@
 mod pg_cluster;
 #[path = "support/record.rs"]
 mod record;
+#[path = "support/summary_check.rs"]
+mod summary_check;
 
 use charon_archive::filter::Filter;
 use charon_archive::ops::{self, Selection};
 use charon_archive::sql::{Cell, Conn, Dialect};
 use charon_archive::{Archive, NewRecord, schema};
+use summary_check::{check_summary, rows};
 
 /// Record `i`: its key is its message id (i % 3 == 0, no `key_header`), a header's value
 /// (i % 3 == 1), or absent (i % 3 == 2: a `key_header` the message did not carry); two queues,
@@ -41,33 +44,12 @@ fn rec(i: usize, at: i64) -> NewRecord {
     }
 }
 
-fn rows(c: &mut dyn Conn, sql: &str) -> Vec<Vec<Cell>> {
-    let mut r = c.query(sql, &[]).expect("query");
-    r.sort_by_key(|row| format!("{row:?}"));
-    r
-}
-
 fn snapshot(c: &mut dyn Conn) -> Vec<Vec<Cell>> {
     rows(
         c,
         "SELECT id, stable_key, queue, original_queue, message_id, message_key, headers, payload, \
          payload_bytes, error_fingerprint, status, created_at FROM dead_letters",
     )
-}
-
-fn check_summary(c: &mut dyn Conn, when: &str) {
-    let cols = "vhost, queue, original_queue, reason, error_fingerprint, status";
-    let want = rows(
-        c,
-        &format!(
-            "SELECT {cols}, COUNT(*), MIN(created_at), MAX(created_at), CAST(SUM(payload_bytes) AS BIGINT) FROM dead_letters GROUP BY {cols}"
-        ),
-    );
-    let have = rows(
-        c,
-        &format!("SELECT {cols}, records, oldest, newest, payload_bytes FROM dead_letter_groups"),
-    );
-    assert_eq!(have, want, "summary after {when}");
 }
 
 /// The ids the `key` filter finds (through the API's list), against a scan of `message_key`.

@@ -6,13 +6,16 @@
 mod pg_cluster;
 #[path = "support/record.rs"]
 mod record;
+#[path = "support/summary_check.rs"]
+mod summary_check;
 
 use bytes::Bytes;
 use charon_archive::filter::Filter;
 use charon_archive::ops::{self, Edit, Selection};
-use charon_archive::sql::{Cell, Conn};
+use charon_archive::sql::Conn;
 use charon_archive::{Archive, NewRecord, jobs};
 use serde_json::json;
+use summary_check::{check_summary, rows};
 
 fn rec(i: usize, at: i64) -> NewRecord {
     // Groups with NULLs in every nullable key column, and values that would collide if the key
@@ -38,26 +41,9 @@ fn rec(i: usize, at: i64) -> NewRecord {
     }
 }
 
-fn rows(c: &mut dyn Conn, sql: &str) -> Vec<Vec<Cell>> {
-    let mut r = c.query(sql, &[]).expect("query");
-    r.sort_by_key(|row| format!("{row:?}"));
-    r
-}
-
 /// The summary equals a count over the records.
 fn check(c: &mut dyn Conn, when: &str) {
-    let cols = "vhost, queue, original_queue, reason, error_fingerprint, status";
-    let want = rows(
-        c,
-        &format!(
-            "SELECT {cols}, COUNT(*), MIN(created_at), MAX(created_at), CAST(SUM(payload_bytes) AS BIGINT) FROM dead_letters GROUP BY {cols}"
-        ),
-    );
-    let have = rows(
-        c,
-        &format!("SELECT {cols}, records, oldest, newest, payload_bytes FROM dead_letter_groups"),
-    );
-    assert_eq!(have, want, "summary after {when}");
+    check_summary(c, when);
     // Groups and totals through the API's functions agree with a scan.
     for by in [
         "original_queue,reason,error_fingerprint,status",
