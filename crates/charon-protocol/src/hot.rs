@@ -13,7 +13,7 @@
 
 use amq_protocol::protocol::basic;
 
-use crate::wire::{Reader, be_u16_at, be_u32_at};
+use crate::wire::{Reader, be_u16_at, frame_payload_at};
 use crate::{AMQPClass, FRAME_END, FRAME_METHOD, ShortString};
 
 /// A hot method, borrowing the names of a publish from the read buffer.
@@ -118,15 +118,7 @@ pub fn peek_hot(buf: &[u8], frame_max: u32) -> Option<HotFrame<'_>> {
     if *buf.first()? != FRAME_METHOD {
         return None;
     }
-    let (channel, size) = (be_u16_at(buf, 1)?, be_u32_at(buf, 3)?);
-    if frame_max != 0 && size > frame_max {
-        return None;
-    }
-    let end_at = usize::try_from(size).ok()?.checked_add(7)?;
-    if *buf.get(end_at)? != FRAME_END {
-        return None;
-    }
-    let payload = buf.get(7..end_at)?;
+    let (channel, payload) = frame_payload_at(buf, frame_max, FRAME_END)?;
     let (class_id, method_id) = (be_u16_at(payload, 0)?, be_u16_at(payload, 2)?);
     if class_id != 60 {
         return None;
@@ -172,6 +164,6 @@ pub fn peek_hot(buf: &[u8], frame_max: u32) -> Option<HotFrame<'_>> {
     Some(HotFrame {
         channel,
         method,
-        len: end_at + 1,
+        len: payload.len() + 8,
     })
 }

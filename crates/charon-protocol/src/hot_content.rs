@@ -11,7 +11,7 @@
 //! proptests against `decode_frame` (`tests/hot_content.rs`).
 
 use crate::properties::validate_properties;
-use crate::wire::{Reader, be_u16_at, be_u32_at};
+use crate::wire::{Reader, frame_payload_at};
 use crate::{CLASS_BASIC, FRAME_BODY, FRAME_END, FRAME_HEADER};
 
 /// A content frame's content, borrowed from the read buffer.
@@ -53,15 +53,7 @@ pub fn peek_content<'a>(
     if frame_type != FRAME_HEADER && frame_type != FRAME_BODY {
         return None;
     }
-    let (channel, size) = (be_u16_at(buf, 1)?, be_u32_at(buf, 3)?);
-    if frame_max != 0 && size > frame_max {
-        return None;
-    }
-    let end_at = usize::try_from(size).ok()?.checked_add(7)?;
-    if *buf.get(end_at)? != FRAME_END {
-        return None;
-    }
-    let payload = buf.get(7..end_at)?;
+    let (channel, payload) = frame_payload_at(buf, frame_max, FRAME_END)?;
     let content = if frame_type == FRAME_BODY {
         HotContent::Body(payload)
     } else {
@@ -82,6 +74,6 @@ pub fn peek_content<'a>(
     Some(HotContentFrame {
         channel,
         content,
-        len: end_at + 1,
+        len: payload.len() + 8,
     })
 }

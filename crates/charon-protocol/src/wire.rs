@@ -88,3 +88,19 @@ pub(crate) fn be_u32_at(buf: &[u8], at: usize) -> Option<u32> {
     let b = buf.get(at..at.checked_add(4)?)?;
     Some(u32::from_be_bytes(b.try_into().ok()?))
 }
+
+/// The whole frame at the start of `buf`, read in place: its channel and payload, if `buf` holds
+/// all of it (frame end octet included) and its size is within `frame_max` (0: no limit). The
+/// caller has checked the frame type octet.
+#[inline]
+pub(crate) fn frame_payload_at(buf: &[u8], frame_max: u32, frame_end: u8) -> Option<(u16, &[u8])> {
+    let (channel, size) = (be_u16_at(buf, 1)?, be_u32_at(buf, 3)?);
+    if frame_max != 0 && size > frame_max {
+        return None;
+    }
+    let end_at = usize::try_from(size).ok()?.checked_add(7)?;
+    if *buf.get(end_at)? != frame_end {
+        return None;
+    }
+    Some((channel, buf.get(7..end_at)?))
+}
