@@ -88,6 +88,28 @@ pub struct DeliveryFrames<'a> {
     pub body: &'a [u8],
 }
 
+/// The general path of [`encode_delivery`]: [`encode_basic_deliver`], then
+/// [`crate::encode_content`] (class basic), any body size and `frame_max`.
+pub fn encode_delivery_apart(out: &mut BytesMut, d: &DeliveryFrames<'_>, frame_max: u32) {
+    encode_basic_deliver(
+        out,
+        d.channel,
+        d.consumer_tag,
+        d.delivery_tag,
+        d.redelivered,
+        d.exchange,
+        d.routing_key,
+    );
+    crate::encode_content(
+        out,
+        d.channel,
+        crate::CLASS_BASIC,
+        d.properties,
+        d.body,
+        frame_max,
+    );
+}
+
 /// `basic.deliver` followed by the content-header frame and the body frames: byte for byte
 /// what [`encode_basic_deliver`] and then [`crate::encode_content`] (class basic) write, with
 /// one reservation and each frame's fixed octets written as one piece when the body fits one
@@ -98,16 +120,7 @@ pub fn encode_delivery(out: &mut BytesMut, d: &DeliveryFrames<'_>, frame_max: u3
         || d.body.len()
             <= usize::try_from(frame_max.saturating_sub(8).max(1)).unwrap_or(usize::MAX);
     if !fits {
-        encode_basic_deliver(
-            out,
-            d.channel,
-            d.consumer_tag,
-            d.delivery_tag,
-            d.redelivered,
-            d.exchange,
-            d.routing_key,
-        );
-        crate::encode_content(out, d.channel, 60, d.properties, d.body, frame_max);
+        encode_delivery_apart(out, d, frame_max);
         return;
     }
     let (ct, ex, rk) = (

@@ -1,7 +1,7 @@
-//! `encode_delivery` against the two encoders it stands for: `encode_basic_deliver` followed by
-//! `encode_content` (class basic) write the very same octets, for any names (including ones
-//! longer than a short string), tags, properties, body sizes and frame_max (bodies split over
-//! several frames included).
+//! `encode_delivery` against the two encoders it stands for (`encode_delivery_apart`:
+//! `encode_basic_deliver` followed by `encode_content`, class basic): the very same octets for
+//! any names (including ones longer than a short string), tags, properties, body sizes and
+//! frame_max (bodies split over several frames included).
 #![allow(clippy::unwrap_used)]
 
 use bytes::BytesMut;
@@ -12,23 +12,7 @@ fn both(d: &DeliveryFrames<'_>, frame_max: u32, prefix: &[u8]) -> (BytesMut, Byt
     let mut fused = BytesMut::from(prefix);
     encode_delivery(&mut fused, d, frame_max);
     let mut apart = BytesMut::from(prefix);
-    encode_basic_deliver(
-        &mut apart,
-        d.channel,
-        d.consumer_tag,
-        d.delivery_tag,
-        d.redelivered,
-        d.exchange,
-        d.routing_key,
-    );
-    encode_content(
-        &mut apart,
-        d.channel,
-        CLASS_BASIC,
-        d.properties,
-        d.body,
-        frame_max,
-    );
+    encode_delivery_apart(&mut apart, d, frame_max);
     (fused, apart)
 }
 
