@@ -7,8 +7,9 @@
 //! arrived (or the peer closed); when the pause ends it is set back to 1, and Linux signals a
 //! socket that already holds data at once (`tcp_set_rcvlowat`). What the pause gathers is read
 //! as before. The mark is at most [`MAX_MARK`]: Linux grows the receive buffer, and clamps the
-//! window to the mark, for a mark whose room is above the buffer it has. The `setsockopt` itself is FFI: the binary registers it ([`set_hook`]); without a
-//! hook (tests of this crate, TLS) nothing changes.
+//! window to the mark, for a mark whose room is above the buffer it has. The `setsockopt`
+//! itself is FFI: the binary registers it ([`set_hook`]); without a hook (tests of this crate,
+//! TLS) nothing changes.
 
 use std::os::fd::RawFd;
 use std::sync::OnceLock;
