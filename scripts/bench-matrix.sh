@@ -12,12 +12,20 @@
 #   SCENARIOS      default "a a@5000 b d c f"; E_SCENARIO=0 skips scenario e (1M mass expiry)
 #   REPS           repetitions (default 1); DUR seconds per a-d run (default 15)
 #   OUT            results file (default /tmp/bench-matrix-<time>.jsonl)
-# Ports: RabbitMQ 5682, LavinMQ 5702, Charon 5712 (all loopback).
+# Ports: RabbitMQ 5682, LavinMQ 5702, Charon 5712 (all loopback), each plus PORT_OFFSET (default 0).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 CHARON=${1:-$ROOT/target/release/charon}
 LOAD_DIR=${AMQP_LOAD_DIR:-$ROOT/../shared/tools/amqp-load}
+if [ -z "${AMQP_LOAD_DIR:-}" ] && [ ! -d "$LOAD_DIR" ]; then
+    # from a git worktree: the shared tools sit beside the main checkout
+    LOAD_DIR=$(cd "$(git -C "$ROOT" rev-parse --git-common-dir)/../.." && pwd)/shared/tools/amqp-load
+fi
+# PORT_OFFSET shifts every port (and RabbitMQ's node name) so two runs on one machine do not collide
+OFF=${PORT_OFFSET:-0}
+C_PORT=$((5712 + OFF)); C_HTTP=$((15712 + OFF)); R_PORT=$((5682 + OFF)); R_DIST=$((25682 + OFF))
+L_PORT=$((5702 + OFF)); L_HTTP=$((15702 + OFF)); RNODE=bench-matrix$OFF@localhost
 SCENARIOS=${SCENARIOS:-"a a@5000 b d c f"}
 REPS=${REPS:-1}
 OUT=${OUT:-/tmp/bench-matrix-$(date +%Y%m%d-%H%M%S).jsonl}
@@ -26,7 +34,7 @@ chmod 755 "$WORK"
 PIDS=()
 log() { echo "==> $*" >&2; }
 cleanup() {
-    [ -n "${RMQ_UP:-}" ] && RABBITMQ_NODENAME=bench-matrix@localhost rabbitmqctl -n bench-matrix@localhost stop >/dev/null 2>&1
+    [ -n "${RMQ_UP:-}" ] && RABBITMQ_NODENAME=$RNODE rabbitmqctl -n $RNODE stop >/dev/null 2>&1
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
     rm -rf "$WORK"
 }
@@ -41,40 +49,40 @@ fi
 [ -x "$CHARON" ] || { log "no Charon binary at $CHARON (cargo build --release -p charon)"; exit 1; }
 
 BROKERS=()
-log "starting Charon on 5712"
+log "starting Charon on $C_PORT"
 mkdir -p "$WORK/charon"
-"$CHARON" server --amqp-listen 127.0.0.1:5712 --http-listen 127.0.0.1:15712 --data-dir "$WORK/charon" \
+"$CHARON" server --amqp-listen 127.0.0.1:$C_PORT --http-listen 127.0.0.1:$C_HTTP --data-dir "$WORK/charon" \
     >"$WORK/charon.log" 2>&1 &
 PIDS+=($!)
-wait_port 127.0.0.1 5712 30 || { log "Charon did not start"; tail "$WORK/charon.log"; exit 1; }
-BROKERS+=("charon|amqp://guest:guest@127.0.0.1:5712/%2f|$!")
+wait_port 127.0.0.1 $C_PORT 30 || { log "Charon did not start"; tail "$WORK/charon.log"; exit 1; }
+BROKERS+=("charon|amqp://guest:guest@127.0.0.1:$C_PORT/%2f|$!")
 
 if [ -z "${SKIP_RABBITMQ:-}" ] && command -v rabbitmq-server >/dev/null; then
-    log "starting RabbitMQ on 5682"
+    log "starting RabbitMQ on $R_PORT"
     mkdir -p "$WORK/rmq"; echo '[].' >"$WORK/rmq/enabled_plugins"
     [ "$(id -u)" = 0 ] && id rabbitmq >/dev/null 2>&1 && chown -R rabbitmq:rabbitmq "$WORK/rmq"
-    RABBITMQ_NODENAME=bench-matrix@localhost RABBITMQ_NODE_PORT=5682 RABBITMQ_DIST_PORT=25682 \
+    RABBITMQ_NODENAME=$RNODE RABBITMQ_NODE_PORT=$R_PORT RABBITMQ_DIST_PORT=$R_DIST \
         RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 RABBITMQ_MNESIA_BASE=$WORK/rmq/mnesia RABBITMQ_LOG_BASE=$WORK/rmq/log \
         RABBITMQ_PID_FILE=$WORK/rmq/pid RABBITMQ_ENABLED_PLUGINS_FILE=$WORK/rmq/enabled_plugins \
         rabbitmq-server >"$WORK/rmq/stdout" 2>&1 &
-    if wait_port 127.0.0.1 5682 120; then
+    if wait_port 127.0.0.1 $R_PORT 120; then
         RMQ_UP=1
-        RPID=$(rabbitmqctl -n bench-matrix@localhost status 2>/dev/null | sed -n 's/^OS PID: *//p')
+        RPID=$(rabbitmqctl -n $RNODE status 2>/dev/null | sed -n 's/^OS PID: *//p')
         [ -z "$RPID" ] && RPID=$(cat "$WORK/rmq/pid" 2>/dev/null)
-        BROKERS+=("rabbitmq|amqp://guest:guest@127.0.0.1:5682/%2f|$RPID")
+        BROKERS+=("rabbitmq|amqp://guest:guest@127.0.0.1:$R_PORT/%2f|$RPID")
     else
         log "RabbitMQ did not start"; tail -5 "$WORK/rmq/stdout" >&2
     fi
 fi
 
 if [ -n "${LAVINMQ_BIN:-}" ]; then
-    log "starting LavinMQ on 5702 (tcp_nodelay on, as Charon)"
+    log "starting LavinMQ on $L_PORT (tcp_nodelay on, as Charon)"
     printf '[main]\ntcp_nodelay = true\n' >"$WORK/lavinmq.ini"
-    "$LAVINMQ_BIN" -c "$WORK/lavinmq.ini" -D "$WORK/lavinmq" -b 127.0.0.1 -p 5702 --http-port 15702 -l warn \
+    "$LAVINMQ_BIN" -c "$WORK/lavinmq.ini" -D "$WORK/lavinmq" -b 127.0.0.1 -p $L_PORT --http-port $L_HTTP -l warn \
         >"$WORK/lavinmq.log" 2>&1 &
     PIDS+=($!)
-    if wait_port 127.0.0.1 5702 30; then
-        BROKERS+=("lavinmq|amqp://guest:guest@127.0.0.1:5702/%2f|$!")
+    if wait_port 127.0.0.1 $L_PORT 30; then
+        BROKERS+=("lavinmq|amqp://guest:guest@127.0.0.1:$L_PORT/%2f|$!")
     else
         log "LavinMQ did not start"; tail -5 "$WORK/lavinmq.log" >&2
     fi
