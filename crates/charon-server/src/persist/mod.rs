@@ -117,6 +117,8 @@ const KIND_POLICIES: u8 = 2;
 const KIND_ACCESS: u8 = 3;
 /// A vhost's operator policies (same body as [`KIND_POLICIES`]).
 const KIND_OPERATOR_POLICIES: u8 = 4;
+/// A durable queue's delivered mark (`queue::marks`), key: the queue's store id (`u64` LE).
+const KIND_DELIVERED_MARK: u8 = 5;
 
 /// The broker's handle on its store.
 #[derive(Debug)]
@@ -391,6 +393,30 @@ impl Persistence {
         }
     }
 
+    /// Writes queue `queue`'s delivered mark (`queue::marks`; goes with the next group
+    /// commit, replacing the one before).
+    pub(crate) fn put_mark(&self, queue: u64, mark: Vec<u8>) {
+        let cmd = Command::PutDefinition {
+            kind: KIND_DELIVERED_MARK,
+            key: Bytes::copy_from_slice(&queue.to_le_bytes()),
+            value: Bytes::from(mark),
+        };
+        if let Err(e) = self.store.append_nowait(cmd) {
+            tracing::error!(error = %e, "could not record deliveries");
+        }
+    }
+
+    /// Forgets queue `queue`'s delivered mark (the queue is deleted).
+    pub(crate) fn forget_mark(&self, queue: u64) {
+        let cmd = Command::DeleteDefinition {
+            kind: KIND_DELIVERED_MARK,
+            key: Bytes::copy_from_slice(&queue.to_le_bytes()),
+        };
+        if let Err(e) = self.store.append_nowait(cmd) {
+            tracing::error!(error = %e, "could not forget a queue's delivered mark");
+        }
+    }
+
     /// Removes every message of queue `queue` (deleted, or unknown at recovery).
     pub(crate) fn purge(&self, queue: u64) {
         if let Err(e) = self.store.append_nowait(Command::Purge { queue }) {
@@ -518,6 +544,18 @@ pub(crate) fn policies_of(rec: &Recovered, vhost: &str) -> Option<Bytes> {
     rec.definitions
         .get(&(KIND_POLICIES, Bytes::copy_from_slice(vhost.as_bytes())))
         .cloned()
+}
+
+/// The recovered delivered marks, by queue store id (their stored form, `queue::marks`).
+pub(crate) fn marks_of(rec: &Recovered) -> std::collections::HashMap<u64, Bytes> {
+    rec.definitions
+        .iter()
+        .filter(|((kind, _), _)| *kind == KIND_DELIVERED_MARK)
+        .filter_map(|((_, key), v)| {
+            let q = u64::from_le_bytes(key.as_ref().try_into().ok()?);
+            Some((q, v.clone()))
+        })
+        .collect()
 }
 
 /// A vhost's operator policies record.
