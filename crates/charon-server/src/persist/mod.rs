@@ -159,11 +159,40 @@ fn own_expiry(message: &Message, now: u64) -> Option<u64> {
     Some(now.saturating_add(ttl))
 }
 
+thread_local! {
+    /// The last exchange and routing key stored from this thread, as `Bytes`: consecutive
+    /// publishes share their names' `Arc<str>` (`connection/shapes.rs`), so a steady publisher
+    /// costs no allocation and copy per message for them.
+    static NAMES: std::cell::RefCell<[Option<(Arc<str>, Bytes)>; 2]> =
+        const { std::cell::RefCell::new([None, None]) };
+}
+
+/// `name` as `Bytes`, shared with the last one of slot `slot` when it is the same `Arc`.
+fn name_bytes(slot: usize, name: &Arc<str>) -> Bytes {
+    if name.is_empty() {
+        return Bytes::new();
+    }
+    NAMES.with(|n| {
+        let mut n = n.borrow_mut();
+        let Some(entry) = n.get_mut(slot) else {
+            return Bytes::copy_from_slice(name.as_bytes());
+        };
+        match entry {
+            Some((a, b)) if Arc::ptr_eq(a, name) => b.clone(),
+            _ => {
+                let b = Bytes::copy_from_slice(name.as_bytes());
+                *entry = Some((name.clone(), b.clone()));
+                b
+            }
+        }
+    })
+}
+
 /// The store's form of `message`, enqueued at `now`.
 fn new_message(message: &Message, now: u64) -> NewMessage {
     NewMessage {
-        exchange: Bytes::copy_from_slice(message.exchange.as_bytes()),
-        routing_key: Bytes::copy_from_slice(message.routing_key.as_bytes()),
+        exchange: name_bytes(0, &message.exchange),
+        routing_key: name_bytes(1, &message.routing_key),
         properties: message.properties.0.clone(),
         // A published or dead-lettered message is always resident when it is stored.
         body: message.body.resident().cloned().unwrap_or_default(),
