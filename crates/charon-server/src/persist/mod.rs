@@ -159,11 +159,14 @@ fn own_expiry(message: &Message, now: u64) -> Option<u64> {
     Some(now.saturating_add(ttl))
 }
 
+/// A name and its `Bytes` form.
+type NameBytes = Option<(Arc<str>, Bytes)>;
+
 thread_local! {
     /// The last exchange and routing key stored from this thread, as `Bytes`: consecutive
     /// publishes share their names' `Arc<str>` (`connection/shapes.rs`), so a steady publisher
     /// costs no allocation and copy per message for them.
-    static NAMES: std::cell::RefCell<[Option<(Arc<str>, Bytes)>; 2]> =
+    static NAMES: std::cell::RefCell<[NameBytes; 2]> =
         const { std::cell::RefCell::new([None, None]) };
 }
 
