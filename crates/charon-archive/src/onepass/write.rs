@@ -101,17 +101,42 @@ pub(super) fn write_value(out: &mut String, v: Val<'_>, depth: usize) -> Option<
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
-/// A JSON string, escaped as serde_json escapes it.
+/// Whether any of the 8 octets of `w` must be escaped (below 0x20, `"` or `\\`): the classic
+/// "has a zero byte" / "has a byte less than n" word tests, exact as a yes/no answer.
+fn any_to_escape(w: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let below = w.wrapping_sub(ONES * 0x20) & !w;
+    let q = w ^ (ONES * u64::from(b'"'));
+    let quote = q.wrapping_sub(ONES) & !q;
+    let b = w ^ (ONES * u64::from(b'\\'));
+    let backslash = b.wrapping_sub(ONES) & !b;
+    (below | quote | backslash) & HIGH != 0
+}
+
+/// A JSON string, escaped as serde_json escapes it. Runs of 8 octets that need no escape are
+/// skipped a word at a time.
 pub(super) fn write_str(out: &mut String, s: &str) {
     out.reserve(s.len() + 2);
     out.push('"');
+    let bytes = s.as_bytes();
     let mut start = 0;
-    for (i, &c) in s.as_bytes().iter().enumerate() {
+    let mut i = 0;
+    while i < bytes.len() {
+        if let Some(w) = bytes.get(i..i + 8)
+            && let Ok(w) = <[u8; 8]>::try_from(w)
+            && !any_to_escape(u64::from_le_bytes(w))
+        {
+            i += 8;
+            continue;
+        }
+        let c = bytes.get(i).copied().unwrap_or_default();
+        i += 1;
         if c >= 0x20 && c != b'"' && c != b'\\' {
             continue;
         }
-        // `c` is ASCII: `i` is a character boundary.
-        out.push_str(s.get(start..i).unwrap_or_default());
+        // `c` is ASCII: `i - 1` is a character boundary.
+        out.push_str(s.get(start..i - 1).unwrap_or_default());
         match c {
             b'"' => out.push_str("\\\""),
             b'\\' => out.push_str("\\\\"),
@@ -126,8 +151,26 @@ pub(super) fn write_str(out: &mut String, s: &str) {
                 out.push(char::from(HEX[usize::from(c & 15)]));
             }
         }
-        start = i + 1;
+        start = i;
     }
     out.push_str(s.get(start..).unwrap_or_default());
     out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_as_serde_json() {
+        let mut all: Vec<u8> = (0u8..0x80).collect();
+        all.extend_from_slice("é日\"\\ plain run of text, then \u{1}".as_bytes());
+        let s = String::from_utf8(all).expect("utf-8");
+        for start in 0..s.len() {
+            let Some(t) = s.get(start..) else { continue };
+            let mut out = String::new();
+            write_str(&mut out, t);
+            assert_eq!(out, serde_json::to_string(t).expect("json"), "{t:?}");
+        }
+    }
 }
