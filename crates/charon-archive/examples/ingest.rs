@@ -4,8 +4,11 @@
 //! 1 KiB body) and inserts them in transactions of BATCH (default 4000), then prints records/s and
 //! this process's CPU µs per record (extraction and insert separately) and, on PostgreSQL, the
 //! CPU µs per record of the backend serving the connection (from /proc: same machine only).
+//! `INGEST_GENERAL=1` extracts by the general path (`extract_general`: properties decoded with
+//! `amq-protocol`) instead of the one-pass walk, for an A/B in one build.
 
 use bytes::Bytes;
+use charon_archive::extract::extract_general;
 use charon_archive::{Archive, ExtractConfig, extract, ingest};
 use charon_protocol::{
     AMQPValue, BasicProperties, FieldArray, FieldTable, LongString, RawProperties,
@@ -95,6 +98,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let db0 = backend.as_deref().map_or(0, cpu_us_of);
     let cfg = ExtractConfig::default();
+    let how = if std::env::var_os("INGEST_GENERAL").is_some() {
+        extract_general
+    } else {
+        extract
+    };
     let raw: Vec<RawProperties> = (0..n).map(props).collect();
     let body = Bytes::from(vec![b'x'; 1024]);
     let boot = charon_archive::time::now_ms();
@@ -110,7 +118,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // batch is written; the insert is what the writer's thread does.
         let mut recs = ingest::Batch::default();
         for j in i..i + k {
-            recs.push(extract(
+            recs.push(how(
                 &cfg,
                 format!("t:{boot}:1:{j}"),
                 "/",

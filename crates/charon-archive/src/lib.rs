@@ -3,6 +3,7 @@
 //!
 //! - [`extract`]: an AMQP message as a record (original queue, reason, failure, fingerprint).
 //! - [`json`]: AMQP values and properties as JSON and back.
+//! - `onepass`: [`extract`] in one walk over the encoded properties (no decoded field table).
 //! - [`schema`]: the tables as versioned migrations.
 //! - [`sql`]: the connection interface both backends implement ([`sqlite`], [`postgres`]).
 //! - [`ingest`]: the archiver's batch insert (summary counted per batch).
@@ -26,6 +27,7 @@ pub mod index_diet;
 pub mod ingest;
 pub mod jobs;
 pub mod json;
+mod onepass;
 pub mod ops;
 pub mod page_plan;
 pub mod postgres;

@@ -61,9 +61,11 @@ pub(super) async fn run(svc: Arc<ArchiveService>, vhost: String, queue: QueueHan
     // The next batch: each delivery is extracted as it arrives, while the previous batch is
     // being written on the writer's thread (extraction is ~6 µs per record: done after the
     // write, it was on the hand-over's serial path).
-    let mut batch = Batch::default();
+    let mut batch = Batch::with_capacity(MAX_BATCH);
     // The batch being written: its task and the deliveries to ack once it committed.
-    let mut writing: Option<(tokio::task::JoinHandle<()>, Vec<u64>)> = None;
+    let mut writing: Option<(tokio::task::JoinHandle<Batch>, Vec<u64>)> = None;
+    // The last batch written, emptied: the next batch is filled in its memory.
+    let mut spare: Option<Batch> = None;
     let mut gone = false;
     let handle = |ev: ConnEvent, batch: &mut Batch| match ev {
         ConnEvent::Deliver { deliveries, .. } => {
@@ -96,10 +98,12 @@ pub(super) async fn run(svc: Arc<ArchiveService>, vhost: String, queue: QueueHan
                 tokio::select! {
                     biased;
                     r = task => {
-                        if r.is_err() {
+                        let Ok(mut done) = r else {
                             tracing::error!(queue = %queue.name(), "archive writer failed; its batch stays unacked");
                             return;
-                        }
+                        };
+                        done.clear();
+                        spare = Some(done);
                         written = true;
                     }
                     ev = rx.recv(), if !gone && batch.ids.len() < MAX_BATCH => match ev {
@@ -122,8 +126,8 @@ pub(super) async fn run(svc: Arc<ArchiveService>, vhost: String, queue: QueueHan
         }
         if written && let Some((_, ids)) = writing.take() {
             // The next batch is written first (it is ready), then the last one is acked.
-            let ready = (!batch.ids.is_empty()).then(|| std::mem::take(&mut batch));
-            if let Some(next) = ready {
+            if !batch.ids.is_empty() {
+                let next = std::mem::replace(&mut batch, spare.take().unwrap_or_default());
                 writing = Some(spawn_write(&svc, &queue, next));
             }
             let n = u32::try_from(ids.len()).unwrap_or(u32::MAX);
@@ -135,7 +139,8 @@ pub(super) async fn run(svc: Arc<ArchiveService>, vhost: String, queue: QueueHan
         if writing.is_some() || batch.ids.is_empty() {
             continue;
         }
-        writing = Some(spawn_write(&svc, &queue, std::mem::take(&mut batch)));
+        let next = std::mem::replace(&mut batch, spare.take().unwrap_or_default());
+        writing = Some(spawn_write(&svc, &queue, next));
     }
     tracing::info!(queue = %queue.name(), "archive queue gone; its archiver stops");
 }
@@ -147,19 +152,48 @@ struct Batch {
     ids: Vec<u64>,
 }
 
-/// Starts writing `batch`; returns the task and the deliveries to ack once it is done.
+impl Batch {
+    fn with_capacity(n: usize) -> Batch {
+        Batch {
+            records: charon_archive::ingest::Batch::with_capacity(n),
+            ids: Vec::with_capacity(n),
+        }
+    }
+
+    /// Empty, its memory kept.
+    fn clear(&mut self) {
+        self.records.clear();
+        self.ids.clear();
+    }
+}
+
+/// Starts writing `batch`; returns the task (which gives the batch back, ids emptied, once
+/// written) and the deliveries to ack once it is done.
 fn spawn_write(
     svc: &Arc<ArchiveService>,
     queue: &QueueHandle,
-    batch: Batch,
-) -> (tokio::task::JoinHandle<()>, Vec<u64>) {
+    mut batch: Batch,
+) -> (tokio::task::JoinHandle<Batch>, Vec<u64>) {
     tracing::debug!(queue = %queue.name(), records = batch.records.len(), "archive batch: writing");
-    let task = tokio::spawn(write(svc.clone(), queue.name().to_string(), batch.records));
-    (task, batch.ids)
+    let ids = std::mem::take(&mut batch.ids);
+    let (svc, name) = (svc.clone(), queue.name().to_string());
+    let task = tokio::spawn(async move {
+        let records = write(svc, name, batch.records).await;
+        Batch {
+            records,
+            ids: batch.ids,
+        }
+    });
+    (task, ids)
 }
 
-/// Writes `records` in one transaction, retrying every second until the database takes them.
-async fn write(svc: Arc<ArchiveService>, queue: String, records: charon_archive::ingest::Batch) {
+/// Writes `records` in one transaction, retrying every second until the database takes them;
+/// gives them back (their memory serves the next batch).
+async fn write(
+    svc: Arc<ArchiveService>,
+    queue: String,
+    records: charon_archive::ingest::Batch,
+) -> charon_archive::ingest::Batch {
     let records = Arc::new(records);
     let mut failures = 0u32;
     loop {
@@ -171,7 +205,7 @@ async fn write(svc: Arc<ArchiveService>, queue: String, records: charon_archive:
         {
             Ok(_) => {
                 tracing::debug!(queue = %queue, records = records.len(), took = ?t0.elapsed(), "archive batch: written");
-                return;
+                return Arc::try_unwrap(records).unwrap_or_default();
             }
             Err(e) => {
                 if failures.is_multiple_of(30) {
