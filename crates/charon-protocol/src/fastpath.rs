@@ -187,7 +187,14 @@ pub fn encode_delivery(out: &mut BytesMut, d: &DeliveryFrames<'_>, frame_max: u3
 /// its room at once: growing the output buffer delivery by delivery copies what is already
 /// encoded each time it doubles).
 pub fn delivery_len(d: &DeliveryFrames<'_>, frame_max: u32) -> usize {
-    let method = 8 + 4 + 1 + short(d.consumer_tag).len() + 8 + 1 + 1 + short(d.exchange).len()
+    let method = 8
+        + 4
+        + 1
+        + short(d.consumer_tag).len()
+        + 8
+        + 1
+        + 1
+        + short(d.exchange).len()
         + 1
         + short(d.routing_key).len();
     let header = 8 + 12 + d.properties.wire_bytes().len();

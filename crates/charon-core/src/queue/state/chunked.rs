@@ -72,6 +72,10 @@ impl<T> Chunked<T> {
         self.chunks.back()?.back()
     }
 
+    pub(crate) fn back_mut(&mut self) -> Option<&mut T> {
+        self.chunks.back_mut()?.back_mut()
+    }
+
     pub(crate) fn get(&self, p: Pos) -> Option<&T> {
         self.chunks.get(p.c)?.get(p.o)
     }
