@@ -360,7 +360,12 @@ impl ReadyRing {
             {
                 set.remove(&(slot.expires_at, id));
             }
-            self.trim();
+            // The ends are never tombstones at rest: only a new front can be one.
+            if self.dead > 0 {
+                self.trim();
+            } else if self.live == 0 {
+                self.expiry = None;
+            }
             return Some((id, slot.ready(message)));
         }
         let message = front.message.clone()?;
