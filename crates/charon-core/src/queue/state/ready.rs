@@ -113,6 +113,8 @@ impl ReadyRing {
         match self.slots.back() {
             None => return Err(self.slots.end()),
             Some(b) if b.last() < id => return Err(self.slots.end()),
+            // In the back slot (the newest message, or the run it joined).
+            Some(b) if b.id <= id => return Ok(self.slots.last()),
             _ => {}
         }
         if let Some(f) = self.slots.front() {
