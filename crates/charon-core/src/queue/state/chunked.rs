@@ -55,7 +55,10 @@ impl<T> Chunked<T> {
     /// The position of the last item (the first, [`Self::first`], when empty).
     pub(crate) fn last(&self) -> Pos {
         let c = self.chunks.len().saturating_sub(1);
-        let o = self.chunks.back().map_or(0, |ch| ch.len().saturating_sub(1));
+        let o = self
+            .chunks
+            .back()
+            .map_or(0, |ch| ch.len().saturating_sub(1));
         Pos { c, o }
     }
 

@@ -215,6 +215,8 @@ impl Connection {
         if targets.len() == 1
             && let Some(q) = targets.pop()
         {
+            // The emptied list serves the next publish.
+            self.spare_targets = targets;
             return self.publish_one(channel, seq, q, message);
         }
         let (placed, stored) = self.place_start(channel, seq, targets, &message)?;
