@@ -126,10 +126,15 @@ impl Dialect {
             Dialect::Postgres => format!("position(? in {col}) > 0"),
         }
     }
-    /// The JSON text of key `?` of JSON object column `col` (strings unquoted).
+    /// The JSON text of key `?` of JSON object column `col` (strings unquoted, booleans `true` /
+    /// `false` as PostgreSQL's `->>` gives them; SQLite's `json_extract` made them 1 and 0). On
+    /// SQLite through `json_each`, so that a key with `"` or `.` in it is found too.
     pub fn json_field(self, col: &str) -> String {
         match self {
-            Dialect::Sqlite => format!("CAST(json_extract({col}, '$.\"' || ? || '\"') AS TEXT)"),
+            Dialect::Sqlite => format!(
+                "(SELECT CASE j.type WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' ELSE CAST(j.value AS TEXT) END \
+                 FROM json_each({col}) AS j WHERE j.key = ?)"
+            ),
             Dialect::Postgres => format!("(({col})::jsonb ->> ?)"),
         }
     }

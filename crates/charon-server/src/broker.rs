@@ -225,6 +225,7 @@ impl Broker {
         let _ = self.store.set(p.clone());
         let mut restored = 0usize;
         let mut known = std::collections::HashSet::new();
+        let mut marks = persist::marks_of(&rec);
         // Users, vhosts and permissions changed at run time (before the vhosts are visited).
         self.restore_access(&rec);
         for v in self.vhosts() {
@@ -243,7 +244,10 @@ impl Broker {
                     // Taken out, so each queue's recovered metadata goes as the queue fills.
                     let msgs = rec.queues.remove(&sid).unwrap_or_default();
                     restored += msgs.len();
-                    queue::spawn_queue_with(meta, &v, &name, Some(sid), msgs)
+                    let mark = marks
+                        .remove(&sid)
+                        .and_then(|m| queue::marks::Mark::decode(&m));
+                    queue::spawn_queue_with(meta, &v, &name, Some(sid), msgs, mark)
                 });
                 if restored_ok.is_none() {
                     tracing::warn!(vhost = %name, "the saved topology is damaged; restored what could be read");
@@ -257,8 +261,44 @@ impl Broker {
         for sid in rec.queues.keys().filter(|q| !known.contains(*q)) {
             p.purge(*sid);
         }
+        // Delivered marks of queues that no longer exist.
+        for sid in marks.keys().filter(|q| !known.contains(*q)) {
+            p.forget_mark(*sid);
+        }
         tracing::info!(messages = restored, "store opened and recovered");
         Ok(())
+    }
+
+    /// At a clean shutdown, once the connections are closed: lets every queue finish what
+    /// reached it (two turns each: what a turn writes to the store goes at its end — delivered
+    /// marks, `queue::marks`) and waits until everything written is durable, so redelivered
+    /// flags are exact after a clean restart (docs/storage-format.md, "delivered mark").
+    /// At most `bound`.
+    pub async fn quiesce(&self, bound: std::time::Duration) {
+        let handles: Vec<crate::handles::QueueHandle> = self
+            .vhosts()
+            .iter()
+            .flat_map(|v| {
+                let topo = v.topology.read_recover();
+                topo.queues().map(|e| e.handle.clone()).collect::<Vec<_>>()
+            })
+            .collect();
+        let _ = tokio::time::timeout(bound, async {
+            for _ in 0..2 {
+                let mut waits = Vec::with_capacity(handles.len());
+                for h in &handles {
+                    let (tx, rx) = tokio::sync::oneshot::channel();
+                    if h.send(crate::handles::QueueCmd::Stats { reply: tx }).await {
+                        waits.push(rx);
+                    }
+                }
+                for rx in waits {
+                    let _ = rx.await;
+                }
+            }
+            self.wait_durable().await;
+        })
+        .await;
     }
 
     /// The store, once opened (every vhost shares it).

@@ -321,16 +321,26 @@ impl Index {
             return;
         }
         self.add_item((loc.seg, u64::from(loc.len)));
-        let mut list: Vec<Member> = Vec::with_capacity(1);
+        // One member (the common case) needs no list.
+        let mut first: Option<Member> = None;
+        let mut list: Vec<Member> = Vec::new();
         for (m, count) in members {
-            if list.contains(&m) {
+            if first == Some(m) || list.contains(&m) {
                 continue;
             }
             // A new member (past the queue's last, the common case) belongs to no message yet.
             if !self.queues.get(&m.0).is_none_or(|q| q.above_all(m.1)) {
                 self.remove_member(m, loc.seg, index);
             }
-            list.push(m);
+            match first {
+                None => first = Some(m),
+                Some(f) => {
+                    if list.is_empty() {
+                        list.push(f);
+                    }
+                    list.push(m);
+                }
+            }
             let old = self
                 .queues
                 .entry(m.0)
@@ -341,7 +351,11 @@ impl Index {
             }
         }
         // Fits: checked above.
-        let _ = self.messages.insert(id, loc, body_off, list);
+        let members = match &first {
+            Some(f) if list.is_empty() => std::slice::from_ref(f),
+            _ => list.as_slice(),
+        };
+        let _ = self.messages.insert(id, loc, body_off, members);
     }
 
     /// Remove a member's queue entry and kill the records it owns; does not

@@ -185,7 +185,7 @@ impl Messages {
         id: MessageId,
         loc: Loc,
         body_off: u32,
-        members: Vec<Member>,
+        members: &[Member],
     ) -> Option<()> {
         let seg = u32::try_from(loc.seg).ok()?;
         let offset = u32::try_from(loc.offset).ok()?;
@@ -201,14 +201,14 @@ impl Messages {
             qid_lo: 0,
             qid_hi: 0,
         };
-        if let [one] = members.as_slice() {
+        if let [one] = members {
             self.set_one(&mut e, *one);
             if !self.multi.is_empty() {
                 self.multi.remove(&id);
             }
         } else {
             e.body_off |= MULTI;
-            self.multi.insert(id, members);
+            self.multi.insert(id, members.to_vec());
         }
         if let Some(old) = self.map.insert(id, e)
             && !old.multi()
@@ -354,7 +354,7 @@ mod tests {
     #[test]
     fn members_move_between_inline_and_the_side_map() {
         let mut ms = Messages::default();
-        ms.insert(7, loc(3), 40, vec![(1, 1)]).expect("fits");
+        ms.insert(7, loc(3), 40, &[(1, 1)]).expect("fits");
         assert_eq!(ms.members(&7).collect::<Vec<_>>(), [(1, 1)]);
         let e = *ms.get(&7).expect("entry");
         assert_eq!(e.loc(), loc(3));
@@ -420,7 +420,7 @@ mod tests {
                         let id = u64::from(id);
                         let members: Vec<Member> = members.into_iter().map(m).collect();
                         let place = Loc { seg: n as u64 + 1, offset: 24 + n as u64, len: 100 };
-                        ms.insert(id, place, 60, members.clone()).expect("fits");
+                        ms.insert(id, place, 60, &members).expect("fits");
                         model.insert(id, (place, members));
                     }
                     Op::Add(id, x) => {
@@ -482,13 +482,13 @@ mod tests {
     #[test]
     fn places_beyond_the_limits_are_refused() {
         let mut ms = Messages::default();
-        assert!(ms.insert(1, loc(1 << 32), 40, vec![(1, 1)]).is_none());
+        assert!(ms.insert(1, loc(1 << 32), 40, &[(1, 1)]).is_none());
         let far = Loc {
             seg: 1,
             offset: 1 << 32,
             len: 50,
         };
-        assert!(ms.insert(1, far, 40, vec![(1, 1)]).is_none());
+        assert!(ms.insert(1, far, 40, &[(1, 1)]).is_none());
         assert!(ms.is_empty());
     }
 }

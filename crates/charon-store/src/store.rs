@@ -347,6 +347,16 @@ impl State {
                 };
                 self.index.apply(index, loc, &decoded);
             }
+            // Settles and delivery counts (every queue batch) are applied from the command too:
+            // no parse and no second id list.
+            (Command::Settle { queue, ids }, _) => {
+                self.index
+                    .apply(index, loc, &Payload::Settle { queue, ids });
+            }
+            (Command::DeliveryCounts { queue, counts }, _) => {
+                self.index
+                    .apply(index, loc, &Payload::DeliveryCounts { queue, counts });
+            }
             _ => {
                 let decoded = Payload::decode(kind as u8, rec)
                     .map_err(|_| AppendError::Invalid("internal encoding error"))?;

@@ -206,7 +206,11 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         }
     }
     let tls_tasks = spawn_tls(&config, &broker, &shutdown).await?;
-    let amqp_task = tokio::spawn(charon_server::server::run(amqp, broker, shutdown.clone()));
+    let amqp_task = tokio::spawn(charon_server::server::run(
+        amqp,
+        broker.clone(),
+        shutdown.clone(),
+    ));
     tokio::select! {
         _ = int.recv() => {}
         _ = term.recv() => {}
@@ -218,6 +222,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     for t in tls_tasks {
         let _ = t.await;
     }
+    // Queues finish what the closed connections sent them; the store makes it durable.
+    broker.quiesce(std::time::Duration::from_secs(5)).await;
     Ok(())
 }
 

@@ -117,6 +117,8 @@ const KIND_POLICIES: u8 = 2;
 const KIND_ACCESS: u8 = 3;
 /// A vhost's operator policies (same body as [`KIND_POLICIES`]).
 const KIND_OPERATOR_POLICIES: u8 = 4;
+/// A durable queue's delivered mark (`queue::marks`), key: the queue's store id (`u64` LE).
+const KIND_DELIVERED_MARK: u8 = 5;
 
 /// The broker's handle on its store.
 #[derive(Debug)]
@@ -157,11 +159,43 @@ fn own_expiry(message: &Message, now: u64) -> Option<u64> {
     Some(now.saturating_add(ttl))
 }
 
+/// A name and its `Bytes` form.
+type NameBytes = Option<(Arc<str>, Bytes)>;
+
+thread_local! {
+    /// The last exchange and routing key stored from this thread, as `Bytes`: consecutive
+    /// publishes share their names' `Arc<str>` (`connection/shapes.rs`), so a steady publisher
+    /// costs no allocation and copy per message for them.
+    static NAMES: std::cell::RefCell<[NameBytes; 2]> =
+        const { std::cell::RefCell::new([None, None]) };
+}
+
+/// `name` as `Bytes`, shared with the last one of slot `slot` when it is the same `Arc`.
+fn name_bytes(slot: usize, name: &Arc<str>) -> Bytes {
+    if name.is_empty() {
+        return Bytes::new();
+    }
+    NAMES.with(|n| {
+        let mut n = n.borrow_mut();
+        let Some(entry) = n.get_mut(slot) else {
+            return Bytes::copy_from_slice(name.as_bytes());
+        };
+        match entry {
+            Some((a, b)) if Arc::ptr_eq(a, name) => b.clone(),
+            _ => {
+                let b = Bytes::copy_from_slice(name.as_bytes());
+                *entry = Some((name.clone(), b.clone()));
+                b
+            }
+        }
+    })
+}
+
 /// The store's form of `message`, enqueued at `now`.
 fn new_message(message: &Message, now: u64) -> NewMessage {
     NewMessage {
-        exchange: Bytes::copy_from_slice(message.exchange.as_bytes()),
-        routing_key: Bytes::copy_from_slice(message.routing_key.as_bytes()),
+        exchange: name_bytes(0, &message.exchange),
+        routing_key: name_bytes(1, &message.routing_key),
         properties: message.properties.0.clone(),
         // A published or dead-lettered message is always resident when it is stored.
         body: message.body.resident().cloned().unwrap_or_default(),
@@ -391,6 +425,30 @@ impl Persistence {
         }
     }
 
+    /// Writes queue `queue`'s delivered mark (`queue::marks`; goes with the next group
+    /// commit, replacing the one before).
+    pub(crate) fn put_mark(&self, queue: u64, mark: Vec<u8>) {
+        let cmd = Command::PutDefinition {
+            kind: KIND_DELIVERED_MARK,
+            key: Bytes::copy_from_slice(&queue.to_le_bytes()),
+            value: Bytes::from(mark),
+        };
+        if let Err(e) = self.store.append_nowait(cmd) {
+            tracing::error!(error = %e, "could not record deliveries");
+        }
+    }
+
+    /// Forgets queue `queue`'s delivered mark (the queue is deleted).
+    pub(crate) fn forget_mark(&self, queue: u64) {
+        let cmd = Command::DeleteDefinition {
+            kind: KIND_DELIVERED_MARK,
+            key: Bytes::copy_from_slice(&queue.to_le_bytes()),
+        };
+        if let Err(e) = self.store.append_nowait(cmd) {
+            tracing::error!(error = %e, "could not forget a queue's delivered mark");
+        }
+    }
+
     /// Removes every message of queue `queue` (deleted, or unknown at recovery).
     pub(crate) fn purge(&self, queue: u64) {
         if let Err(e) = self.store.append_nowait(Command::Purge { queue }) {
@@ -518,6 +576,18 @@ pub(crate) fn policies_of(rec: &Recovered, vhost: &str) -> Option<Bytes> {
     rec.definitions
         .get(&(KIND_POLICIES, Bytes::copy_from_slice(vhost.as_bytes())))
         .cloned()
+}
+
+/// The recovered delivered marks, by queue store id (their stored form, `queue::marks`).
+pub(crate) fn marks_of(rec: &Recovered) -> std::collections::HashMap<u64, Bytes> {
+    rec.definitions
+        .iter()
+        .filter(|((kind, _), _)| *kind == KIND_DELIVERED_MARK)
+        .filter_map(|((_, key), v)| {
+            let q = u64::from_le_bytes(key.as_ref().try_into().ok()?);
+            Some((q, v.clone()))
+        })
+        .collect()
 }
 
 /// A vhost's operator policies record.

@@ -418,7 +418,10 @@ impl Actor {
         self.retry.gone(&mut self.state, &gone, now);
         crate::turn_cpu::mark("retry_gone");
         if let Some(s) = self.ctx.store.as_mut() {
-            s.delivered(&mut self.delivered);
+            // Priorities and retries deliver out of id order: no delivered mark (`marks`).
+            let a = self.state.args();
+            let fifo = a.max_priority.is_none() && a.retry.is_none();
+            s.delivered(&mut self.delivered, fifo);
             crate::turn_cpu::mark("st_delivered");
             s.gone(gone);
             crate::turn_cpu::mark("st_gone");

@@ -30,6 +30,19 @@ impl IdSet {
     }
 
     pub(crate) fn contains(&self, id: u64) -> bool {
+        // The common cases without a range search: the first run (a FIFO queue's oldest
+        // messages, being delivered and settled) and the last (the newest).
+        if let Some((s, e)) = self.runs.first_key_value()
+            && *s <= id
+            && id < *e
+        {
+            return true;
+        }
+        if let Some((s, e)) = self.runs.last_key_value()
+            && *s <= id
+        {
+            return id < *e;
+        }
         self.run_at(id).is_some_and(|(_, e)| id < e)
     }
 
@@ -61,6 +74,17 @@ impl IdSet {
 
     /// Remove `id`; false when it was not there.
     pub(crate) fn remove(&mut self, id: u64) -> bool {
+        // The common case: the oldest id of a FIFO queue leaves (no range search).
+        if let Some(first) = self.runs.first_entry()
+            && *first.key() == id
+        {
+            let e = first.remove();
+            if id + 1 < e {
+                self.runs.insert(id + 1, e);
+            }
+            self.len -= 1;
+            return true;
+        }
         let Some((s, e)) = self.run_at(id).filter(|(_, e)| id < *e) else {
             return false;
         };

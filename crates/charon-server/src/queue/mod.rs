@@ -12,6 +12,7 @@ pub(crate) mod dl_errors;
 mod held_runs;
 mod idmap;
 mod idset;
+pub(crate) mod marks;
 mod page_flow;
 mod pending_bodies;
 mod place;

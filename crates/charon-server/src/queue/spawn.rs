@@ -7,6 +7,7 @@ use charon_core::{QueueMeta, QueueState};
 
 use super::actor::{self, QueueContext};
 use super::idset::IdSet;
+use super::marks::{DeliveryMarks, Mark};
 use super::stored::{PagedShapes, StoreSide};
 use crate::handles::QueueHandle;
 use crate::vhost::VHostState;
@@ -23,7 +24,7 @@ pub(crate) fn spawn_queue(
         Some(p) if meta.durable => Some(p.new_queue_id()),
         _ => None,
     };
-    spawn_queue_with(meta, vhost, vhost_name, store_id, Default::default())
+    spawn_queue_with(meta, vhost, vhost_name, store_id, Default::default(), None)
 }
 
 /// A recovered member's message, read back from its record (`None`, logged, when it cannot be:
@@ -54,6 +55,7 @@ pub(crate) fn spawn_queue_with(
     vhost_name: &str,
     store_id: Option<u64>,
     recovered: charon_store::RecoveredList,
+    mark: Option<Mark>,
 ) -> QueueHandle {
     let quorum = meta.args.queue_type == charon_core::QueueType::Quorum;
     let first_id = recovered.last_id().map_or(0, |id| id + 1);
@@ -73,6 +75,8 @@ pub(crate) fn spawn_queue_with(
     let mut persisted = IdSet::default();
     let mut shapes = PagedShapes::default();
     let mut parked = Vec::new();
+    // A recovered member the delivered mark covers comes back redelivered (`queue::marks`).
+    let mut marks = DeliveryMarks::restored(mark.as_ref());
     // The store keeps no metadata per recovered message: each is read from its record here.
     let mut reader = vhost.persistence().map(|p| p.meta_reader());
     for e in &recovered {
@@ -90,12 +94,15 @@ pub(crate) fn spawn_queue_with(
             expires_at = Some(expires_at.map_or(own, |q| q.min(own)));
         }
         persisted.insert(e.id);
+        let delivered =
+            e.delivery_count > 0 || mark.as_ref().is_some_and(|m| m.covers(e.id, e.msg));
+        marks.recovered(e.id, e.msg, delivered);
         if let Some((due, attempt)) = e.parked {
             // Parked for a retry: the actor parks it again (queue/retry.rs).
             parked.push((due, e.id, message, attempt));
             continue;
         }
-        state.restore(e.id, message, expires_at, e.delivery_count > 0);
+        state.restore(e.id, message, expires_at, delivered);
         // The store keeps failed deliveries + 1 (`DeliveryCount`, docs/storage-format.md).
         state.set_returns(e.id, e.delivery_count.saturating_sub(1));
     }
@@ -109,7 +116,7 @@ pub(crate) fn spawn_queue_with(
         auto_delete: meta.auto_delete,
         store: persist.map(|(p, sid)| {
             let shadow = p.new_queue_id();
-            StoreSide::new(p, sid.unwrap_or(shadow), shadow, persisted, shapes)
+            StoreSide::new(p, sid.unwrap_or(shadow), shadow, persisted, shapes, marks)
         }),
     };
     actor::spawn(state, &handle, rx, ctx);

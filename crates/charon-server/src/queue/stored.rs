@@ -11,7 +11,8 @@
 //!
 //! Who writes what: the publishing channel writes a persistent message once for all its durable
 //! queues (`Publish`); the dead-lettering queue writes the move (`DeadLetter`); the queue itself
-//! writes removals (`Settle`, `Purge`), first deliveries (`DeliveryCount`) and its page-outs.
+//! writes removals (`Settle`, `Purge`), first deliveries (its delivered mark, `queue::marks`;
+//! `DeliveryCounts` for what the mark does not cover) and its page-outs.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -23,6 +24,7 @@ use charon_protocol::RawProperties;
 use super::held_runs::HeldRuns;
 use super::idmap::IdMap;
 use super::idset::IdSet;
+use super::marks::DeliveryMarks;
 use super::pending_bodies::Pending;
 use crate::persist::Persistence;
 
@@ -124,6 +126,8 @@ pub(crate) struct StoreSide {
     pending: Pending,
     /// The last message [`Self::admit`] let in paged out.
     last_admitted_paged: Option<MsgId>,
+    /// First deliveries as one delivered mark (`queue::marks`).
+    marks: DeliveryMarks,
 }
 
 /// How far a queue's page-out lags behind, after a pass.
@@ -148,8 +152,10 @@ impl StoreSide {
         shadow: u64,
         stored: IdSet,
         shapes: PagedShapes,
+        marks: DeliveryMarks,
     ) -> Self {
         StoreSide {
+            marks,
             p,
             sid,
             shadow,
@@ -302,8 +308,9 @@ impl StoreSide {
         if stored.is_none() && backlog < TRACK_BACKLOG && (held as usize) < TRACK_BYTES {
             return;
         }
-        if stored.is_some() {
+        if let Some(msg) = stored {
             self.stored.insert(id);
+            self.marks.arrived(id, msg);
         }
         // Not stored: tracked only so that its body can be paged out under pressure.
         if held > 0 && stored.is_none() && (held as usize) < TRACK_BYTES {
@@ -386,6 +393,7 @@ impl StoreSide {
 
     /// A stored message the queue did not take (refused at publish): it leaves the store.
     pub(crate) fn refused(&mut self, id: MsgId) {
+        self.marks.left(id);
         self.p.settle(self.sid, vec![id]);
     }
 
@@ -400,7 +408,8 @@ impl StoreSide {
     /// Message `id` left through a record that already removed it (a dead-letter move).
     pub(crate) fn moved(&mut self, id: MsgId) {
         let id = self.alias_back.get(id).copied().unwrap_or(id);
-        self.forget_alias(id);
+        let qid = self.forget_alias(id);
+        self.marks.left(qid);
         if let Some(bytes) = self
             .bodies
             .remove(id)
@@ -437,7 +446,9 @@ impl StoreSide {
                 self.p.release(u64::from(b.bytes));
             }
             if self.stored.remove(id) {
-                settled.push(self.forget_alias(id));
+                let qid = self.forget_alias(id);
+                self.marks.left(qid);
+                settled.push(qid);
             } else if self.paged_out.remove(id) || body.is_some_and(|b| b.msg != 0) {
                 // A transient body written to the page-out area.
                 paged.push(self.forget_alias(id));
@@ -477,15 +488,22 @@ impl StoreSide {
         self.alias = IdMap::default();
         self.alias_back = IdMap::default();
         self.p.purge(self.sid);
+        if self.marks.any() {
+            self.p.forget_mark(self.sid);
+        }
+        self.marks = DeliveryMarks::default();
         if self.shadow_used && self.shadow != self.sid {
             self.p.purge(self.shadow);
         }
     }
 
-    /// Delivery counters of messages `ids` (`DeliveryCount` = failed deliveries + 1, written at
-    /// the first delivery and at every failed one): recovered after a crash, they come back
+    /// Delivery counters of messages `ids` (failed deliveries + 1, written at the first
+    /// delivery and at every failed one): recovered after a crash, they come back
     /// redelivered, with their failed-delivery counts (`x-delivery-count`, delivery limits).
-    pub(crate) fn delivered(&self, ids: &mut Vec<(MsgId, u32)>) {
+    /// First deliveries in id order (`fifo`: the queue delivers so) advance the queue's
+    /// delivered mark (one small record for the batch, `queue::marks`); the rest are written
+    /// one by one in one `DeliveryCounts` record.
+    pub(crate) fn delivered(&mut self, ids: &mut Vec<(MsgId, u32)>, fifo: bool) {
         if self.stored.is_empty() {
             ids.clear();
             return;
@@ -493,6 +511,9 @@ impl StoreSide {
         ids.retain(|(id, _)| self.stored.contains(*id));
         for (id, _) in ids.iter_mut() {
             *id = self.store_qid(*id);
+        }
+        if let Some(mark) = self.marks.take(ids, fifo) {
+            self.p.put_mark(self.sid, mark.encode());
         }
         if !ids.is_empty() {
             self.p.delivered(self.sid, ids);
