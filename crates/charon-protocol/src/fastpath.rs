@@ -183,6 +183,29 @@ pub fn encode_delivery(out: &mut BytesMut, d: &DeliveryFrames<'_>, frame_max: u3
     out.extend_from_slice(&[FRAME_END]);
 }
 
+/// How many octets [`encode_delivery`] writes for `d` (so a batch of deliveries can be given
+/// its room at once: growing the output buffer delivery by delivery copies what is already
+/// encoded each time it doubles).
+pub fn delivery_len(d: &DeliveryFrames<'_>, frame_max: u32) -> usize {
+    let method = 8
+        + 4
+        + 1
+        + short(d.consumer_tag).len()
+        + 8
+        + 1
+        + 1
+        + short(d.exchange).len()
+        + 1
+        + short(d.routing_key).len();
+    let header = 8 + 12 + d.properties.wire_bytes().len();
+    let chunk = if frame_max == 0 {
+        d.body.len().max(1)
+    } else {
+        usize::try_from(frame_max.saturating_sub(8).max(1)).unwrap_or(usize::MAX)
+    };
+    method + header + d.body.len() + 8 * d.body.len().div_ceil(chunk)
+}
+
 fn frame_size(size: usize) -> [u8; 4] {
     u32::try_from(size).unwrap_or(u32::MAX).to_be_bytes()
 }

@@ -55,7 +55,7 @@ pub use encode::{encode_content, encode_heartbeat, encode_method};
 pub use error::{FrameError, MAX_ARGS_IN_TEXT};
 pub use fastpath::{
     DeliveryFrames, decode_basic_ack, decode_basic_nack, decode_basic_publish, decode_basic_reject,
-    encode_basic_ack, encode_basic_deliver, encode_basic_get_ok, encode_basic_nack,
+    delivery_len, encode_basic_ack, encode_basic_deliver, encode_basic_get_ok, encode_basic_nack,
     encode_basic_return, encode_delivery, encode_delivery_apart,
 };
 pub use frame::{ContentHeader, Frame, decode_frame, peek_frame};

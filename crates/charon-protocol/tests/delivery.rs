@@ -32,6 +32,7 @@ fn a_usual_delivery_is_the_same_octets() {
                 body,
             };
             let (fused, apart) = both(&d, frame_max, b"xy");
+            assert_eq!(fused.len() - 2, delivery_len(&d, frame_max));
             assert_eq!(fused, apart);
         }
     }
@@ -77,6 +78,7 @@ proptest! {
             body: &body,
         };
         let (fused, apart) = both(&d, frame_max, &prefix);
+        prop_assert_eq!(fused.len() - prefix.len(), delivery_len(&d, frame_max));
         prop_assert_eq!(fused, apart);
     }
 }

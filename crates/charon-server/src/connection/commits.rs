@@ -80,6 +80,26 @@ impl CommitWaiter {
         let _ = tx.send(waiting).await;
     }
 
+    /// [`CommitWaiter::wait_for`] when it would not wait: a persistent publish's log index
+    /// taken while there is room. Otherwise `durable` comes back for `wait_for`.
+    pub(crate) fn try_wait_for(
+        &mut self,
+        channel: u16,
+        seq: u64,
+        durable: Durable,
+    ) -> Result<(), Durable> {
+        match durable.index() {
+            Some(index) if self.at.len() + 1 < CAPACITY => {
+                if self.watch.is_none() {
+                    self.watch = durable.watch();
+                }
+                self.at.push_back((channel, seq, index));
+                Ok(())
+            }
+            _ => Err(durable),
+        }
+    }
+
     /// Whether publishes wait for a commit ([`CommitWaiter::changed`] then has work).
     pub(crate) fn waiting(&self) -> bool {
         !self.at.is_empty()

@@ -138,6 +138,7 @@ pub(crate) async fn serve_on<S: Transport>(
         slot: opened.slot,
         owes_close_ok: false,
         confirms_due: Vec::new(),
+        spare_targets: Vec::new(),
         settles: Vec::new(),
         frames_in: 0,
     };
@@ -277,6 +278,9 @@ pub(crate) struct Connection {
     /// Channels with confirms settled since the last flush: their acks go out together, as
     /// `multiple=true` runs, when the batch is flushed.
     pub(crate) confirms_due: Vec<u16>,
+    /// An emptied target list of an earlier publish, kept for the next one's routing (no
+    /// allocation per publish routed to one queue).
+    pub(crate) spare_targets: Vec<crate::handles::QueueHandle>,
     /// Frames decoded so far (read pacing counts the frames each read took).
     frames_in: u64,
 }

@@ -23,6 +23,6 @@ mod take;
 
 pub(crate) use crate::persist::{CommitWatch, Durable};
 pub(crate) use actor::now_ms;
-pub(crate) use place::{Places, allocate, place, placed};
+pub(crate) use place::{Places, allocate, place, place_one, placed};
 pub(crate) use spawn::{read_recovered, spawn_queue, spawn_queue_with};
 pub(crate) use stored::PagedShapes;

@@ -88,3 +88,27 @@ pub(crate) fn place(
     };
     (placed(places, message, msg).collect(), stored)
 }
+
+/// [`place`] for a message routed to exactly one queue (the usual case): the same id, store
+/// record and `Placed`, without `place`'s three `Vec`s (only the store record's member list).
+pub(crate) fn place_one(
+    vhost: &VHostState,
+    q: &QueueHandle,
+    message: Arc<Message>,
+) -> (Placed, Option<Durable>) {
+    let id = q.alloc_id();
+    let persistent = message.properties.delivery_mode() == Some(2);
+    let (stored, durable) = match (persistent, q.store_id(), vhost.persistence()) {
+        (true, Some(sid), Some(p)) => {
+            let (msg, durable) = p.publish(&message, vec![(sid, id)], now_ms());
+            (msg, Some(durable))
+        }
+        _ => (None, None),
+    };
+    let placed = Placed {
+        message,
+        id,
+        stored,
+    };
+    (placed, durable)
+}

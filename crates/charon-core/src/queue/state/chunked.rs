@@ -52,6 +52,16 @@ impl<T> Chunked<T> {
         Pos { c: 0, o: 0 }
     }
 
+    /// The position of the last item (the first, [`Self::first`], when empty).
+    pub(crate) fn last(&self) -> Pos {
+        let c = self.chunks.len().saturating_sub(1);
+        let o = self
+            .chunks
+            .back()
+            .map_or(0, |ch| ch.len().saturating_sub(1));
+        Pos { c, o }
+    }
+
     /// The position after the last item.
     pub(crate) fn end(&self) -> Pos {
         Pos {
@@ -70,6 +80,10 @@ impl<T> Chunked<T> {
 
     pub(crate) fn back(&self) -> Option<&T> {
         self.chunks.back()?.back()
+    }
+
+    pub(crate) fn back_mut(&mut self) -> Option<&mut T> {
+        self.chunks.back_mut()?.back_mut()
     }
 
     pub(crate) fn get(&self, p: Pos) -> Option<&T> {

@@ -113,6 +113,8 @@ impl ReadyRing {
         match self.slots.back() {
             None => return Err(self.slots.end()),
             Some(b) if b.last() < id => return Err(self.slots.end()),
+            // In the back slot (the newest message, or the run it joined).
+            Some(b) if b.id <= id => return Ok(self.slots.last()),
             _ => {}
         }
         if let Some(f) = self.slots.front() {
@@ -167,6 +169,47 @@ impl ReadyRing {
 
     /// Insert `id` (not present as a live message).
     pub(crate) fn insert(&mut self, id: MsgId, r: Ready) {
+        if let Err(r) = self.push_back(id, r) {
+            self.insert_anywhere(id, r);
+        }
+    }
+
+    /// [`Self::insert`] of an id above every slot (a publish: the usual case) whose expiry keeps
+    /// the ring in expiry order: joins the back slot's run or becomes the new back slot, without
+    /// the general path's search and neighbour lookups (the same ring as that path makes:
+    /// `ReadyRing::insert_anywhere`, proptest `fast_paths_make_the_general_paths_ring`).
+    /// Otherwise the message comes back.
+    fn push_back(&mut self, id: MsgId, r: Ready) -> Result<(), Ready> {
+        let expires_at = r.expires_at.unwrap_or(NEVER);
+        let flags = flags(r.returns, r.redelivered);
+        match self.slots.back_mut() {
+            Some(b) if b.last() >= id || (self.expiry.is_none() && b.expires_at > expires_at) => {
+                return Err(r);
+            }
+            Some(b) if b.last() + 1 == id && b.joins(&r.message, expires_at, flags) => {
+                b.run += 1;
+            }
+            _ => self.slots.push_back(Slot {
+                id,
+                message: Some(r.message),
+                expires_at,
+                flags,
+                run: 0,
+            }),
+        }
+        self.live += 1;
+        if let Some(set) = self.expiry.as_mut()
+            && expires_at != NEVER
+        {
+            set.insert((expires_at, id));
+        }
+        Ok(())
+    }
+
+    /// [`Self::insert`] anywhere: in its id's place (a requeue, a tombstone refilled), joining
+    /// a neighbour's run when alike; builds the expiry index once expiry times stop rising
+    /// with ids.
+    fn insert_anywhere(&mut self, id: MsgId, r: Ready) {
         let expires_at = r.expires_at.unwrap_or(NEVER);
         let flags = flags(r.returns, r.redelivered);
         // The neighbours whose expiry times bound this one's while the ring is the order.
@@ -306,7 +349,26 @@ impl ReadyRing {
         let front = self.slots.front_mut()?;
         let id = front.id;
         if front.run == 0 {
-            return self.remove_at(self.slots.first()).map(|r| (id, r));
+            if front.message.is_none() {
+                return self.remove_at(self.slots.first()).map(|r| (id, r));
+            }
+            // A slot of one message: it leaves the ring at once (the general path,
+            // `remove_at`, makes it a tombstone that `trim` then drops: the same ring).
+            let mut slot = self.slots.pop_front()?;
+            let message = slot.message.take()?;
+            self.live -= 1;
+            if let Some(set) = self.expiry.as_mut()
+                && slot.expires_at != NEVER
+            {
+                set.remove(&(slot.expires_at, id));
+            }
+            // The ends are never tombstones at rest: only a new front can be one.
+            if self.dead > 0 {
+                self.trim();
+            } else if self.live == 0 {
+                self.expiry = None;
+            }
+            return Some((id, slot.ready(message)));
         }
         let message = front.message.clone()?;
         let r = front.ready(message);
@@ -650,6 +712,136 @@ mod tests {
             1 => (id.clone(), 0u8..3).prop_map(|(i, m)| RunOp::Swap(i, m)),
             1 => (id, 0u8..3).prop_map(|(i, r)| RunOp::SetReturns(i, r)),
         ]
+    }
+
+    impl ReadyRing {
+        /// `pop_first` the general way: the front slot tombstoned, then trimmed.
+        fn pop_first_general(&mut self) -> Option<(MsgId, Ready)> {
+            let front = self.slots.front()?;
+            let id = front.id;
+            if front.run == 0 {
+                return self.remove_at(self.slots.first()).map(|r| (id, r));
+            }
+            self.pop_first()
+        }
+
+        /// Everything that makes the ring: slots (message by pointer), chunks, counts, the
+        /// expiry index.
+        #[allow(clippy::type_complexity)]
+        fn snapshot(
+            &self,
+        ) -> (
+            Vec<(MsgId, u32, u64, u32, Option<usize>)>,
+            Vec<usize>,
+            (usize, usize),
+            Option<Vec<(u64, MsgId)>>,
+        ) {
+            let slots = self
+                .slots
+                .iter()
+                .map(|s| {
+                    let m = s.message.as_ref().map(|m| Arc::as_ptr(m) as usize);
+                    (s.id, s.run, s.expires_at, s.flags, m)
+                })
+                .collect();
+            let expiry = self.expiry.as_ref().map(|e| e.iter().copied().collect());
+            (
+                slots,
+                self.slots.chunk_lens(),
+                (self.live, self.dead),
+                expiry,
+            )
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum FastOp {
+        /// The next id (a publish): shape (0..2 shared, 2 own), expiry, returns.
+        Publish(u8, Option<u8>, u8),
+        /// Some id below the next (a requeue or a refill), same fields.
+        Back(u16, u8, Option<u8>, u8),
+        /// Skip ids (other queues' publishes of a shared id counter).
+        Skip(u8),
+        PopFirst,
+        Remove(u16),
+    }
+
+    fn fast_op() -> impl proptest::strategy::Strategy<Value = FastOp> {
+        use proptest::prelude::*;
+        let fields = || (0u8..3, proptest::option::of(0u8..4), 0u8..2);
+        prop_oneof![
+            8 => fields().prop_map(|(m, t, r)| FastOp::Publish(m, t, r)),
+            1 => (any::<u16>(), fields()).prop_map(|(i, (m, t, r))| FastOp::Back(i, m, t, r)),
+            1 => (0u8..3).prop_map(FastOp::Skip),
+            5 => Just(FastOp::PopFirst),
+            1 => any::<u16>().prop_map(FastOp::Remove),
+        ]
+    }
+
+    proptest::proptest! {
+        /// The fast paths (`push_back` for appends, a single slot leaving the front at once)
+        /// make exactly the ring the general paths make (`insert_anywhere`, tombstone + trim):
+        /// same slots, runs, chunks, counts and expiry index, same messages returned.
+        #[test]
+        fn fast_paths_make_the_general_paths_ring(
+            ops in proptest::collection::vec(fast_op(), 1..600),
+        ) {
+            let shapes: Vec<Arc<Message>> = (0..2).map(|_| ready(None).message).collect();
+            let (mut fast, mut general) = (ReadyRing::default(), ReadyRing::default());
+            let mut next: MsgId = 0;
+            let mut live = std::collections::BTreeSet::new();
+            let make = |m: u8, t: Option<u8>, returns: u8| Ready {
+                message: shapes
+                    .get(usize::from(m))
+                    .cloned()
+                    .unwrap_or_else(|| ready(None).message),
+                redelivered: returns > 0,
+                expires_at: t.map(|t| 10 + u64::from(t)),
+                returns: u32::from(returns),
+            };
+            for op in ops {
+                match op {
+                    FastOp::Publish(m, t, r) => {
+                        let ready = make(m, t, r);
+                        fast.insert(next, ready.clone());
+                        general.insert_anywhere(next, ready);
+                        live.insert(next);
+                        next += 1;
+                    }
+                    FastOp::Back(i, m, t, r) => {
+                        let id = MsgId::from(i) % next.max(1);
+                        if live.insert(id) {
+                            let ready = make(m, t, r);
+                            fast.insert(id, ready.clone());
+                            general.insert_anywhere(id, ready);
+                        }
+                    }
+                    FastOp::Skip(n) => next += MsgId::from(n),
+                    FastOp::PopFirst => {
+                        let a = fast.pop_first();
+                        let b = general.pop_first_general();
+                        if let Some((id, _)) = &a {
+                            live.remove(id);
+                        }
+                        let key = |x: &Option<(MsgId, Ready)>| {
+                            x.as_ref().map(|(id, r)| {
+                                (*id, Arc::as_ptr(&r.message) as usize, r.expires_at, r.returns, r.redelivered)
+                            })
+                        };
+                        proptest::prop_assert_eq!(key(&a), key(&b));
+                    }
+                    FastOp::Remove(i) => {
+                        let id = MsgId::from(i) % next.max(1);
+                        let a = fast.remove(id).map(|r| Arc::as_ptr(&r.message) as usize);
+                        let b = general.remove(id).map(|r| Arc::as_ptr(&r.message) as usize);
+                        live.remove(&id);
+                        proptest::prop_assert_eq!(a, b);
+                    }
+                }
+                proptest::prop_assert_eq!(fast.snapshot(), general.snapshot());
+                proptest::prop_assert_eq!(fast.next_expiry(), general.next_expiry());
+            }
+        }
     }
 
     proptest::proptest! {

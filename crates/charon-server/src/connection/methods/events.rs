@@ -1,7 +1,7 @@
 //! Events from queue actors: deliveries, confirms, consumer cancellations.
 
 use charon_protocol::methods::basic;
-use charon_protocol::{AMQPClass, DeliveryFrames, encode_delivery};
+use charon_protocol::{AMQPClass, DeliveryFrames, delivery_len, encode_delivery};
 
 use super::super::Connection;
 use super::super::channel::Unacked;
@@ -40,6 +40,27 @@ impl Connection {
                     },
                     n as u64,
                 );
+                // The batch's room at once: growing the buffer delivery by delivery copies
+                // what is already encoded at every doubling (a large batch of 1 KiB bodies
+                // copied about one body's worth per delivery).
+                let room: usize = deliveries
+                    .iter()
+                    .map(|d| {
+                        let m = &d.message;
+                        let frames = DeliveryFrames {
+                            channel,
+                            consumer_tag: &consumer_tag,
+                            delivery_tag: 0,
+                            redelivered: false,
+                            exchange: &m.exchange,
+                            routing_key: &m.routing_key,
+                            properties: &m.properties,
+                            body: m.body.wire_bytes(),
+                        };
+                        delivery_len(&frames, self.frame_max)
+                    })
+                    .sum();
+                self.out.reserve(room);
                 for d in deliveries {
                     if d.redelivered {
                         crate::admin::ChannelStats::bump(&ch.stats.redeliver, 1);

@@ -213,9 +213,10 @@ impl Connection {
         };
         let mut targets = targets;
         if targets.len() == 1
-            && message.properties.delivery_mode() != Some(2)
             && let Some(q) = targets.pop()
         {
+            // The emptied list serves the next publish.
+            self.spare_targets = targets;
             return self.publish_one(channel, seq, q, message);
         }
         let (placed, stored) = self.place_start(channel, seq, targets, &message)?;
@@ -242,8 +243,11 @@ impl Connection {
         Ok(None)
     }
 
-    /// A transient message routed to one queue (the usual case): what `place_start` and the
-    /// loop above do, without their `Vec`s (no store record, one place, one answer).
+    /// A message routed to one queue (the usual case): what `place_start` and the loop above
+    /// do, without their `Vec`s (one place, one answer, plus the store's commit for a
+    /// persistent message to a durable queue). A stored message's commit is taken by the
+    /// commit waiter before the queue gets the message, as in `place_finish`; only when the
+    /// waiter is full does the rest wait there.
     fn publish_one(
         &mut self,
         channel: u16,
@@ -251,15 +255,28 @@ impl Connection {
         q: QueueHandle,
         message: Arc<Message>,
     ) -> Result<Option<PublishRest>, AmqpError> {
-        if let Some(seq) = seq {
-            self.channel_mut(channel)?.confirms.expect(seq, 1);
-            self.confirm_due(channel);
-        }
-        let placed = Placed {
-            id: q.alloc_id(),
-            message,
-            stored: None,
+        let (placed, stored) = if message.properties.delivery_mode() == Some(2) {
+            crate::queue::place_one(&self.vhost, &q, message)
+        } else {
+            let placed = Placed {
+                id: q.alloc_id(),
+                message,
+                stored: None,
+            };
+            (placed, None)
         };
+        if let Some(seq) = seq {
+            // One answer from the queue, plus one for the store's commit.
+            let n = 1 + u32::from(stored.is_some());
+            self.channel_mut(channel)?.confirms.expect(seq, n);
+            self.confirm_due(channel);
+            if let Some(stored) = stored
+                && let Err(stored) = self.commits.try_wait_for(channel, seq, stored)
+            {
+                let placed = vec![(q, placed)];
+                return Ok(Some(PublishRest::Place(Some(seq), placed, Some(stored))));
+            }
+        }
         let confirm = seq.map(|seq| ConfirmTo {
             conn: self.handle.clone(),
             channel,

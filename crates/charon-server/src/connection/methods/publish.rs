@@ -200,7 +200,8 @@ impl Connection {
         let names = (p.exchange, p.routing_key);
         let properties = ch.shapes.properties(properties);
         let seq = ch.confirm.then(|| ch.confirms.next_seq());
-        let (message, targets, delay) = self.route(names, properties, body)?;
+        let targets = std::mem::take(&mut self.spare_targets);
+        let (message, targets, delay) = self.route(names, properties, body, targets)?;
         if let Some((delay, durable)) = delay {
             return Ok(Some(Prepared::Delayed {
                 seq,
@@ -234,6 +235,7 @@ impl Connection {
         names: (Arc<str>, Arc<str>),
         properties: RawProperties,
         body: Bytes,
+        mut targets: Vec<QueueHandle>,
     ) -> Result<(Arc<Message>, Vec<QueueHandle>, Option<(u64, bool)>), AmqpError> {
         let exchange: &str = &names.0;
         let routing_key: &str = &names.1;
@@ -261,8 +263,10 @@ impl Connection {
                 .collect();
             &with_cc
         };
-        // Room for the usual one target without growing from empty.
-        let mut targets: Vec<QueueHandle> = Vec::with_capacity(1);
+        // `targets` is empty (a spare list, or new): room for the usual one target without
+        // growing from empty.
+        targets.clear();
+        targets.reserve(1);
         let delay = {
             let topo = self.vhost.topology.read_recover();
             // One exchange lookup for the delay check and the routing.
