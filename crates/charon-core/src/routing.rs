@@ -135,7 +135,7 @@ mod tests {
             }
             let raw = RawProperties::encode(&p);
             let found = has_header_routes(&raw);
-            let keys = p.headers().as_ref().map_or(false, |h| {
+            let keys = p.headers().as_ref().is_some_and(|h| {
                 h.inner().contains_key(&ShortString::from("CC"))
                     || h.inner().contains_key(&ShortString::from("BCC"))
             });
