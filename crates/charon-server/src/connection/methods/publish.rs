@@ -5,7 +5,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use charon_core::Message;
 use charon_core::arguments::MAX_EXPIRY;
-use charon_core::routing::{header_routes, strip_bcc};
+use charon_core::routing::{has_header_routes, header_routes, strip_bcc};
 use charon_protocol::{
     BasicProperties, CLASS_BASIC, RawProperties, encode_basic_ack, encode_basic_nack,
     encode_basic_return, encode_content, erlang,
@@ -241,9 +241,13 @@ impl Connection {
         let routing_key: &str = &names.1;
         self.access
             .check(ResourceKind::Exchange, exchange, Permission::Write)?;
-        // CC/BCC, headers-exchange matching and the user_id/expiration checks need decoded
-        // properties; decode only when one of those is present.
-        let decoded = if properties.flags() & (FLAG_HEADERS | FLAG_EXPIRATION | FLAG_USER_ID) != 0 {
+        // CC/BCC, headers-exchange matching, the delayed exchange's `x-delay` and the
+        // user_id/expiration checks need decoded properties; decode only when one of those
+        // can apply (headers without CC/BCC keys, routed where no header is read, are not).
+        let flags = properties.flags();
+        let decoded = if flags & (FLAG_EXPIRATION | FLAG_USER_ID) != 0
+            || (flags & FLAG_HEADERS != 0 && !self.headers_unused(exchange, &properties))
+        {
             properties.decode().ok()
         } else {
             None
@@ -295,6 +299,17 @@ impl Connection {
             message = message.with_bcc(bcc);
         }
         Ok((Arc::new(message), targets, delay))
+    }
+
+    /// Whether a publish's headers change nothing: no `CC`/`BCC` key (read raw) and neither a
+    /// delayed exchange nor a reachable headers exchange reads them. Then routing without
+    /// decoding them gives what routing with them gives.
+    fn headers_unused(&self, exchange: &str, properties: &RawProperties) -> bool {
+        if has_header_routes(properties) != Some(false) {
+            return false;
+        }
+        let topo = self.vhost.topology.read_recover();
+        !topo.exchange(exchange).is_some_and(|x| x.delayed) && !topo.routing_reads_headers(exchange)
     }
 
     /// The checks RabbitMQ's channel makes on a publish's properties (406 when refused).
