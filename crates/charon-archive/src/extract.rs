@@ -121,29 +121,17 @@ pub fn extract(
     body: Bytes,
     now_ms: i64,
 ) -> NewRecord {
-    let Some(p) = onepass::parse(&properties.0) else {
+    let Some(mut p) = onepass::parse(&properties.0) else {
         return extract_general(cfg, stable_key, vhost, queue, properties, body, now_ms);
     };
+    let headers_json = std::mem::take(&mut p.headers_json);
     let h = |k: &str| p.header_text(k);
     let original_queue = h("x-first-death-queue");
     let original_exchange = h("x-first-death-exchange").or_else(|| h("x-original-exchange"));
     let reason = h("x-first-death-reason");
-    let (death_count, mut routing_keys) = p.deaths(&original_queue, &reason);
-    if routing_keys.is_empty()
-        && let Some(k) = h("x-original-routingKey")
-    {
-        routing_keys.push(k);
-    }
+    let (death_count, routing_keys) = p.deaths(&original_queue, &reason);
     let message_id = p.props.message_id.map(str::to_string);
-    let key = match &cfg.key_header {
-        Some(hk) => h(hk),
-        None => message_id.clone(),
-    };
-    let first = |names: &[String]| names.iter().find_map(|n| h(n));
-    let error_message = first(&cfg.error_message_headers);
-    let error_stacktrace = first(&cfg.error_stacktrace_headers);
-    let error_fingerprint = fingerprint(error_message.as_deref(), error_stacktrace.as_deref());
-    NewRecord {
+    let record = NewRecord {
         stable_key,
         vhost: vhost.to_string(),
         queue: queue.to_string(),
@@ -154,17 +142,43 @@ pub fn extract(
         death_count,
         message_id,
         correlation_id: p.props.correlation_id.map(str::to_string),
-        key,
+        key: None,
         content_type: p.props.content_type.map(str::to_string),
         properties: p.props.to_json(),
-        headers: p.headers_json,
+        headers: headers_json,
         amqp_properties: properties.0.clone(),
         payload: body,
-        error_message,
-        error_stacktrace,
-        error_fingerprint,
+        error_message: None,
+        error_stacktrace: None,
+        error_fingerprint: None,
         created_at: now_ms,
+    };
+    with_headers_read(record, cfg, h)
+}
+
+/// What both ways of reading a record take from its headers (`h`: a header as text) once the
+/// rest is filled: Spring AMQP's `x-original-routingKey` when no x-death entry gave routing
+/// keys, the message key (`key_header`, default the message id) and the error texts with their
+/// fingerprint.
+fn with_headers_read(
+    mut r: NewRecord,
+    cfg: &ExtractConfig,
+    h: impl Fn(&str) -> Option<String>,
+) -> NewRecord {
+    if r.original_routing_keys.is_empty()
+        && let Some(k) = h("x-original-routingKey")
+    {
+        r.original_routing_keys.push(k);
     }
+    r.key = match &cfg.key_header {
+        Some(hk) => h(hk),
+        None => r.message_id.clone(),
+    };
+    let first = |names: &[String]| names.iter().find_map(|n| h(n));
+    r.error_message = first(&cfg.error_message_headers);
+    r.error_stacktrace = first(&cfg.error_stacktrace_headers);
+    r.error_fingerprint = fingerprint(r.error_message.as_deref(), r.error_stacktrace.as_deref());
+    r
 }
 
 /// Whether [`extract`] takes the one-pass walk for these properties (tests: the walk must take
@@ -215,21 +229,8 @@ pub fn extract_general(
             }
         }
     }
-    if routing_keys.is_empty()
-        && let Some(k) = h("x-original-routingKey")
-    {
-        routing_keys.push(k);
-    }
     let message_id = props.message_id().as_ref().map(|s| s.as_str().to_string());
-    let key = match &cfg.key_header {
-        Some(hk) => h(hk),
-        None => message_id.clone(),
-    };
-    let first = |names: &[String]| names.iter().find_map(|n| h(n));
-    let error_message = first(&cfg.error_message_headers);
-    let error_stacktrace = first(&cfg.error_stacktrace_headers);
-    let error_fingerprint = fingerprint(error_message.as_deref(), error_stacktrace.as_deref());
-    NewRecord {
+    let record = NewRecord {
         stable_key,
         vhost: vhost.to_string(),
         queue: queue.to_string(),
@@ -243,7 +244,7 @@ pub fn extract_general(
             .correlation_id()
             .as_ref()
             .map(|s| s.as_str().to_string()),
-        key,
+        key: None,
         content_type: props
             .content_type()
             .as_ref()
@@ -252,11 +253,12 @@ pub fn extract_general(
         headers: table_to_json_text(headers),
         amqp_properties: properties.0.clone(),
         payload: body,
-        error_message,
-        error_stacktrace,
-        error_fingerprint,
+        error_message: None,
+        error_stacktrace: None,
+        error_fingerprint: None,
         created_at: now_ms,
-    }
+    };
+    with_headers_read(record, cfg, h)
 }
 
 /// The error with what varies between occurrences taken out: numbers, hex ids and UUIDs become
