@@ -218,6 +218,16 @@ def stop_charon(b: Broker):
             b.proc.wait()
 
 
+def restart_charon(tmpdir: Path, b: Broker, hard=False):
+    """Stops `b` (kill -9 when `hard`, else SIGTERM) and starts Charon again on its data dir."""
+    if hard:
+        b.proc.send_signal(signal.SIGKILL)
+        b.proc.wait(10)
+    else:
+        stop_charon(b)
+    return start_charon(tmpdir)
+
+
 @pytest.fixture(scope="session")
 def broker():
     url = os.environ.get("CHARON_TEST_URL")

@@ -5,7 +5,6 @@ gone, none is lost; after a clean restart the flags are exact; the same across a
 (first deliveries of recovered messages), and for a priority queue (which writes its first
 deliveries one by one)."""
 
-import signal
 import time
 
 import pika
@@ -26,13 +25,7 @@ def node(tmp_path):
     conftest.stop_charon(box["b"])
 
 
-def restart(tmp_path, b, hard):
-    if hard:
-        b.proc.send_signal(signal.SIGKILL)
-        b.proc.wait(10)
-    else:
-        conftest.stop_charon(b)
-    return conftest.start_charon(tmp_path)
+restart = conftest.restart_charon
 
 
 def count_q(ch, q, args):

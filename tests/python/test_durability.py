@@ -16,13 +16,7 @@ from dlx_helpers import api, get_n, get_within, set_policy
 pytestmark = pytest.mark.charon_only
 
 
-def restart(tmp_path, b, hard=False):
-    if hard:
-        b.proc.send_signal(signal.SIGKILL)
-        b.proc.wait(10)
-    else:
-        conftest.stop_charon(b)
-    return conftest.start_charon(tmp_path)
+restart = conftest.restart_charon
 
 
 def publish_persistent(b, queue, bodies):

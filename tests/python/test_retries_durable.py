@@ -3,7 +3,6 @@ parked in a durable queue survives a clean restart and kill -9, comes back no ea
 due time with its x-retry-count, exactly once; one whose due time passed while the broker was down
 comes back at once. Lower bounds on delays are strict; upper bounds generous (UPPER_SLACK_S)."""
 
-import signal
 import time
 
 import pika
@@ -24,13 +23,7 @@ def node(tmp_path):
     conftest.stop_charon(box["b"])
 
 
-def restart(tmp_path, b, hard):
-    if hard:
-        b.proc.send_signal(signal.SIGKILL)
-        b.proc.wait(10)
-    else:
-        conftest.stop_charon(b)
-    return conftest.start_charon(tmp_path)
+restart = conftest.restart_charon
 
 
 def wait_parked(b, q, n):
