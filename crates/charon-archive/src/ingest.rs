@@ -309,9 +309,21 @@ pub fn insert_prepared(c: &mut dyn Conn, batch: &Batch) -> Result<u64, ArchiveEr
             .map_or(0, |x| x.int());
         let mut deltas = Deltas::default();
         let mut n = 0;
-        for (rows, p) in batch.records.chunks(INSERT_CHUNK).zip(&batch.chunks) {
+        let chunks: Vec<(&[NewRecord], &[Param])> = batch
+            .records
+            .chunks(INSERT_CHUNK)
+            .zip(batch.chunks.iter().map(Vec::as_slice))
+            .collect();
+        // The full chunks through one statement (SQLite: bound without copies), then the rest.
+        let full_sets: Vec<&[Param]> = chunks
+            .iter()
+            .filter(|(rows, _)| rows.len() == INSERT_CHUNK)
+            .map(|(_, p)| *p)
+            .collect();
+        let mut counts = c.exec_each(&full, &full_sets)?.into_iter();
+        for (rows, p) in &chunks {
             let added = if rows.len() == INSERT_CHUNK {
-                c.exec(&full, p)?
+                counts.next().unwrap_or(0)
             } else {
                 c.exec(&insert_sql(c.dialect(), rows.len()), p)?
             };

@@ -146,6 +146,11 @@ pub trait Conn: Send {
     fn dialect(&self) -> Dialect;
     /// Runs a statement; the number of rows it changed.
     fn exec(&mut self, sql: &str, params: &[Param]) -> Result<u64, ArchiveError>;
+    /// Runs one statement once per parameter set (the archiver's chunks of rows); the rows
+    /// each run changed. SQLite binds the values in place, without copies (`sqlite_static`).
+    fn exec_each(&mut self, sql: &str, sets: &[&[Param]]) -> Result<Vec<u64>, ArchiveError> {
+        sets.iter().map(|p| self.exec(sql, p)).collect()
+    }
     /// Runs a query; its rows.
     fn query(&mut self, sql: &str, params: &[Param]) -> Result<Vec<Vec<Cell>>, ArchiveError>;
     /// Runs several statements without parameters (DDL).

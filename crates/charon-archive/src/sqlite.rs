@@ -85,6 +85,10 @@ impl Conn for Sqlite {
         Ok(n as u64)
     }
 
+    fn exec_each(&mut self, sql: &str, sets: &[&[Param]]) -> Result<Vec<u64>, ArchiveError> {
+        crate::sqlite_static::exec_each(&self.conn, sql, sets)
+    }
+
     fn query(&mut self, sql: &str, params: &[Param]) -> Result<Vec<Vec<Cell>>, ArchiveError> {
         let mut st = self.conn.prepare_cached(sql)?;
         let cols = st.column_count();
