@@ -14,6 +14,7 @@ use crate::extract::NewRecord;
 use crate::record::status;
 use crate::sql::{Conn, Dialect, Param, transaction};
 use crate::summary::{INSERT_COLS, key_expr, postgres_add, sqlite_add};
+use crate::wal_sync::WalSync;
 
 /// The `archive_counters` row that tells the insert trigger the archiver counts its own batch.
 pub const SUMMARY_FLAG: &str = "summary_by_archiver";
@@ -289,6 +290,21 @@ pub fn insert_batch(c: &mut dyn Conn, recs: &[NewRecord]) -> Result<u64, Archive
     let mut b = Batch::default();
     recs.iter().cloned().for_each(|r| b.push(r));
     insert_prepared(c, &b)
+}
+
+/// [`insert_prepared`] with its COMMIT not waiting for the disk where the backend allows it
+/// (SQLite, `wal_sync`): the batch is durable only once the returned [`WalSync`] has synced, so
+/// its messages must not be acked before. `None`: durable when this returns (PostgreSQL).
+pub fn insert_prepared_sync_later(
+    c: &mut dyn Conn,
+    batch: &Batch,
+) -> Result<(u64, Option<WalSync>), ArchiveError> {
+    let later = c.commit_unsynced(true)?;
+    let r = insert_prepared(c, batch);
+    let restored = c.commit_unsynced(false);
+    let n = r?;
+    restored?;
+    Ok((n, later))
 }
 
 /// [`insert_batch`] of a [`Batch`] whose parameters are built already.
