@@ -130,3 +130,50 @@ fn postgres_batch_values_exact() {
     };
     exercise(&Archive::open(&pg.url).expect("open postgres"));
 }
+
+/// The archiver's commit without the fsync (`wal_sync`): the records are there, the returned
+/// sync works, and the connection's later commits are synced again (`synchronous=FULL`).
+#[test]
+fn sqlite_sync_later_then_full_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("archive.db");
+    let a = Archive::open(&format!("sqlite://{}", path.display())).expect("open");
+    let now = charon_archive::time::now_ms();
+    let mut batch = charon_archive::ingest::Batch::default();
+    (0..120).for_each(|i| batch.push(rec(i, now)));
+    a.with(|c| {
+        let (n, sync) =
+            charon_archive::ingest::insert_prepared_sync_later(c, &batch).expect("insert");
+        assert_eq!(n, 120);
+        sync.expect("SQLite returns its WAL sync")
+            .sync()
+            .expect("sync");
+        let mode = c.query("PRAGMA synchronous", &[]).expect("pragma");
+        assert_eq!(mode[0][0].int(), 2, "FULL again after the batch");
+        let all: Vec<NewRecord> = (0..120).map(|i| rec(i, now)).collect();
+        check_all(c, &all);
+    });
+    // A database whose files are gone has nothing to sync.
+    let gone = charon_archive::wal_sync::WalSync::of(&dir.path().join("none.db"));
+    gone.sync().expect("nothing to sync");
+}
+
+#[test]
+fn postgres_sync_later_is_synced_already() {
+    let Some(pg) = pg_cluster::PgCluster::start() else {
+        return;
+    };
+    let a = Archive::open(&pg.url).expect("open postgres");
+    let mut batch = charon_archive::ingest::Batch::default();
+    let now = charon_archive::time::now_ms();
+    (0..3).for_each(|i| batch.push(rec(i, now)));
+    a.with(|c| {
+        let (n, sync) =
+            charon_archive::ingest::insert_prepared_sync_later(c, &batch).expect("insert");
+        assert_eq!(n, 3);
+        assert!(
+            sync.is_none(),
+            "PostgreSQL commits are durable when they return"
+        );
+    });
+}
