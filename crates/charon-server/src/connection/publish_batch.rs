@@ -10,8 +10,10 @@
 
 use crate::handles::{ConnHandle, Placed, QueueCmd, QueueHandle};
 
-/// Most publishes in one command (a queue's turn takes up to `BATCH` commands).
-pub(crate) const MAX: usize = 64;
+/// Most publishes in one command: a queue's turn takes up to 512 commands and its channel holds
+/// 4,096, so at most 16 times as many publishes as before wait in a queue's inbox or are handled
+/// in one turn (their bodies still count against `page_out_flow_bytes`, as one by one).
+pub(crate) const MAX: usize = 16;
 
 /// One queue's gathered publishes: each with its channel and, in confirm mode, its sequence
 /// number.
@@ -55,8 +57,8 @@ impl PublishBatches {
         match at.and_then(|i| self.pending.get_mut(i)) {
             Some(g) if g.placed.len() < MAX => g.placed.push((placed, confirm)),
             _ => {
-                // Room for a typical read batch's share without growing step by step.
-                let mut gathered = Vec::with_capacity(16);
+                // Room for a full command at once (no growing step by step).
+                let mut gathered = Vec::with_capacity(MAX);
                 gathered.push((placed, confirm));
                 self.pending.push(Gathered {
                     q,
