@@ -14,6 +14,7 @@ use crate::extract::NewRecord;
 use crate::record::status;
 use crate::sql::{Conn, Dialect, Param, transaction};
 use crate::summary::{INSERT_COLS, key_expr, postgres_add, sqlite_add};
+use crate::wal_sync::WalSync;
 
 /// The `archive_counters` row that tells the insert trigger the archiver counts its own batch.
 pub const SUMMARY_FLAG: &str = "summary_by_archiver";
@@ -291,6 +292,21 @@ pub fn insert_batch(c: &mut dyn Conn, recs: &[NewRecord]) -> Result<u64, Archive
     insert_prepared(c, &b)
 }
 
+/// [`insert_prepared`] with its COMMIT not waiting for the disk where the backend allows it
+/// (SQLite, `wal_sync`): the batch is durable only once the returned [`WalSync`] has synced, so
+/// its messages must not be acked before. `None`: durable when this returns (PostgreSQL).
+pub fn insert_prepared_sync_later(
+    c: &mut dyn Conn,
+    batch: &Batch,
+) -> Result<(u64, Option<WalSync>), ArchiveError> {
+    let later = c.commit_unsynced(true)?;
+    let r = insert_prepared(c, batch);
+    let restored = c.commit_unsynced(false);
+    let n = r?;
+    restored?;
+    Ok((n, later))
+}
+
 /// [`insert_batch`] of a [`Batch`] whose parameters are built already.
 pub fn insert_prepared(c: &mut dyn Conn, batch: &Batch) -> Result<u64, ArchiveError> {
     let full = insert_sql(c.dialect(), INSERT_CHUNK);
@@ -309,9 +325,21 @@ pub fn insert_prepared(c: &mut dyn Conn, batch: &Batch) -> Result<u64, ArchiveEr
             .map_or(0, |x| x.int());
         let mut deltas = Deltas::default();
         let mut n = 0;
-        for (rows, p) in batch.records.chunks(INSERT_CHUNK).zip(&batch.chunks) {
+        let chunks: Vec<(&[NewRecord], &[Param])> = batch
+            .records
+            .chunks(INSERT_CHUNK)
+            .zip(batch.chunks.iter().map(Vec::as_slice))
+            .collect();
+        // The full chunks through one statement (SQLite: bound without copies), then the rest.
+        let full_sets: Vec<&[Param]> = chunks
+            .iter()
+            .filter(|(rows, _)| rows.len() == INSERT_CHUNK)
+            .map(|(_, p)| *p)
+            .collect();
+        let mut counts = c.exec_each(&full, &full_sets)?.into_iter();
+        for (rows, p) in &chunks {
             let added = if rows.len() == INSERT_CHUNK {
-                c.exec(&full, p)?
+                counts.next().unwrap_or(0)
             } else {
                 c.exec(&insert_sql(c.dialect(), rows.len()), p)?
             };

@@ -10,6 +10,8 @@
 //! - [`ops`]: list, get, groups, edit, skip, delete, audit, retention, stats.
 //! - [`page_plan`]: which index a SQLite list page walks.
 //! - [`checkpoint`]: SQLite's WAL checkpoints off the writer's thread.
+//! - [`wal_sync`]: an archiver batch's COMMIT without the fsync, synced before its acks.
+//! - `sqlite_static`: the archiver's INSERT bound without copies (the crate's only `unsafe`).
 //! - [`jobs`]: replay jobs and what a restart interrupted.
 //! - [`summary`]: the maintained per-group counts (groups and totals without counting rows).
 //! - [`scope`]: what an API user limited to some vhosts sees.
@@ -36,8 +38,10 @@ pub mod schema;
 pub mod scope;
 pub mod sql;
 pub mod sqlite;
+mod sqlite_static;
 pub mod summary;
 pub mod time;
+pub mod wal_sync;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 

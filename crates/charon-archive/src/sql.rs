@@ -2,6 +2,7 @@
 //! for both backends: parameters, result cells, and the dialect's differences.
 
 use crate::error::ArchiveError;
+use crate::wal_sync::WalSync;
 
 /// A bound parameter (write `?` in the SQL; PostgreSQL's adapter renumbers them `$n`).
 #[derive(Debug, Clone, PartialEq)]
@@ -146,6 +147,18 @@ pub trait Conn: Send {
     fn dialect(&self) -> Dialect;
     /// Runs a statement; the number of rows it changed.
     fn exec(&mut self, sql: &str, params: &[Param]) -> Result<u64, ArchiveError>;
+    /// Runs one statement once per parameter set (the archiver's chunks of rows); the rows
+    /// each run changed. SQLite binds the values in place, without copies (`sqlite_static`).
+    fn exec_each(&mut self, sql: &str, sets: &[&[Param]]) -> Result<Vec<u64>, ArchiveError> {
+        sets.iter().map(|p| self.exec(sql, p)).collect()
+    }
+    /// `true`: this connection's next commits may return before they are on disk, and what
+    /// makes them durable is returned (SQLite: `synchronous=NORMAL` and a [`WalSync`]); `false`:
+    /// commits are durable when they return again. `None`: they always are (PostgreSQL).
+    fn commit_unsynced(&mut self, on: bool) -> Result<Option<WalSync>, ArchiveError> {
+        let _ = on;
+        Ok(None)
+    }
     /// Runs a query; its rows.
     fn query(&mut self, sql: &str, params: &[Param]) -> Result<Vec<Vec<Cell>>, ArchiveError>;
     /// Runs several statements without parameters (DDL).

@@ -6,6 +6,7 @@ use rusqlite::types::{ToSqlOutput, ValueRef};
 
 use crate::error::ArchiveError;
 use crate::sql::{Cell, Conn, Dialect, Param};
+use crate::wal_sync::WalSync;
 
 /// A SQLite database file.
 pub struct Sqlite {
@@ -83,6 +84,16 @@ impl Conn for Sqlite {
         let mut st = self.conn.prepare_cached(sql)?;
         let n = st.execute(rusqlite::params_from_iter(params.iter()))?;
         Ok(n as u64)
+    }
+
+    fn exec_each(&mut self, sql: &str, sets: &[&[Param]]) -> Result<Vec<u64>, ArchiveError> {
+        crate::sqlite_static::exec_each(&self.conn, sql, sets)
+    }
+
+    fn commit_unsynced(&mut self, on: bool) -> Result<Option<WalSync>, ArchiveError> {
+        let mode = if on { "NORMAL" } else { "FULL" };
+        self.conn.pragma_update(None, "synchronous", mode)?;
+        Ok(on.then(|| WalSync::of(&self.path)))
     }
 
     fn query(&mut self, sql: &str, params: &[Param]) -> Result<Vec<Vec<Cell>>, ArchiveError> {

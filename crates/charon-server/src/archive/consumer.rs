@@ -1,22 +1,26 @@
 //! One archive queue's internal consumer: takes deliveries like a client consumer with a
 //! prefetch, writes each batch to the archive in one transaction, and acks the batch only once
-//! that transaction committed. One batch is written while the next is taken and extracted (the
-//! broker's hand-over and the SQL overlap). While the database fails, the batch stays unacked
+//! that transaction committed and is on disk (SQLite: the WAL synced after the COMMIT, on
+//! another thread, `charon_archive::wal_sync`). One batch is written while the next is taken
+//! and extracted (the broker's hand-over and the SQL overlap), and while the one before is
+//! synced. While the database fails, the batch stays unacked
 //! and is retried; the rest of the queue waits.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
 use charon_archive::extract;
+use charon_archive::wal_sync::WalSync;
 use charon_core::{ConsumerSpec, Delivery};
 use tokio::sync::oneshot;
 
 use super::ArchiveService;
 use crate::handles::{ChannelLimit, ConnEvent, ConnHandle, ConsumerTarget, QueueCmd, QueueHandle};
 
-/// Unacked deliveries the archiver takes from its queue at once (a batch being written, the
-/// next being taken, and some in flight).
-const PREFETCH: u16 = 12000;
+/// Unacked deliveries the archiver takes from its queue at once (a batch being synced, one
+/// being written, the next being taken, and some in flight).
+const PREFETCH: u16 = 16000;
 /// Most records written in one transaction.
 const MAX_BATCH: usize = 4000;
 
@@ -62,8 +66,11 @@ pub(super) async fn run(svc: Arc<ArchiveService>, vhost: String, queue: QueueHan
     // being written on the writer's thread (extraction is ~6 µs per record: done after the
     // write, it was on the hand-over's serial path).
     let mut batch = Batch::with_capacity(MAX_BATCH);
-    // The batch being written: its task and the deliveries to ack once it committed.
-    let mut writing: Option<(tokio::task::JoinHandle<Batch>, Vec<u64>)> = None;
+    // The batch being written: its task and the deliveries to ack once it is durable.
+    let mut writing: Option<(tokio::task::JoinHandle<Written>, Vec<u64>)> = None;
+    // Batches written whose sync runs (SQLite: committed without the fsync, `wal_sync`), oldest
+    // first: each is acked once its sync is done, in order.
+    let mut syncing: VecDeque<(tokio::task::JoinHandle<()>, Vec<u64>)> = VecDeque::new();
     // The last batch written, emptied: the next batch is filled in its memory.
     let mut spare: Option<Batch> = None;
     let mut gone = false;
@@ -89,34 +96,39 @@ pub(super) async fn run(svc: Arc<ArchiveService>, vhost: String, queue: QueueHan
         ConnEvent::Confirm { .. } | ConnEvent::Confirms { .. } => false,
     };
     loop {
-        if gone && writing.is_none() && batch.ids.is_empty() {
+        if gone && writing.is_none() && syncing.is_empty() && batch.ids.is_empty() {
             break;
         }
-        let mut written = false;
-        match writing.as_mut() {
-            Some((task, _)) => {
-                tokio::select! {
-                    biased;
-                    r = task => {
-                        let Ok(mut done) = r else {
-                            tracing::error!(queue = %queue.name(), "archive writer failed; its batch stays unacked");
-                            return;
-                        };
-                        done.clear();
-                        spare = Some(done);
-                        written = true;
-                    }
-                    ev = rx.recv(), if !gone && batch.ids.len() < MAX_BATCH => match ev {
-                        Some(ev) => gone |= handle(ev, &mut batch),
-                        None => return,
-                    },
+        tokio::select! {
+            biased;
+            r = pending_or(syncing.front_mut().map(|s| &mut s.0)) => {
+                let Some((_, ids)) = syncing.pop_front() else { continue };
+                if r.is_err() {
+                    tracing::error!(queue = %queue.name(), "archive sync failed; its batch stays unacked");
+                    return;
                 }
+                let n = u32::try_from(ids.len()).unwrap_or(u32::MAX);
+                if !queue.send(QueueCmd::Ack { ids }).await {
+                    return;
+                }
+                limit.settle(n);
             }
-            None if !gone => match rx.recv().await {
+            r = pending_or(writing.as_mut().map(|w| &mut w.0)) => {
+                let Some((_, ids)) = writing.take() else { continue };
+                let Ok(Written { mut batch, sync }) = r else {
+                    tracing::error!(queue = %queue.name(), "archive writer failed; its batch stays unacked");
+                    return;
+                };
+                batch.clear();
+                spare = Some(batch);
+                // Its sync starts now; the next batch is written meanwhile (below).
+                syncing.push_back((tokio::spawn(sync_batch(queue.name().to_string(), sync)), ids));
+            }
+            ev = rx.recv(), if !gone && batch.ids.len() < MAX_BATCH => match ev {
                 Some(ev) => gone |= handle(ev, &mut batch),
                 None => return,
             },
-            None => {}
+            else => {}
         }
         while batch.ids.len() < MAX_BATCH {
             match rx.try_recv() {
@@ -124,23 +136,10 @@ pub(super) async fn run(svc: Arc<ArchiveService>, vhost: String, queue: QueueHan
                 Err(_) => break,
             }
         }
-        if written && let Some((_, ids)) = writing.take() {
-            // The next batch is written first (it is ready), then the last one is acked.
-            if !batch.ids.is_empty() {
-                let next = std::mem::replace(&mut batch, spare.take().unwrap_or_default());
-                writing = Some(spawn_write(&svc, &queue, next));
-            }
-            let n = u32::try_from(ids.len()).unwrap_or(u32::MAX);
-            if !queue.send(QueueCmd::Ack { ids }).await {
-                return;
-            }
-            limit.settle(n);
+        if writing.is_none() && !batch.ids.is_empty() {
+            let next = std::mem::replace(&mut batch, spare.take().unwrap_or_default());
+            writing = Some(spawn_write(&svc, &queue, next));
         }
-        if writing.is_some() || batch.ids.is_empty() {
-            continue;
-        }
-        let next = std::mem::replace(&mut batch, spare.take().unwrap_or_default());
-        writing = Some(spawn_write(&svc, &queue, next));
     }
     tracing::info!(queue = %queue.name(), "archive queue gone; its archiver stops");
 }
@@ -167,45 +166,85 @@ impl Batch {
     }
 }
 
+/// A batch written (committed), and what makes it durable before its acks (`None`: it is).
+struct Written {
+    batch: Batch,
+    sync: Option<WalSync>,
+}
+
+/// Waits for `h`, or forever when there is none (a disabled `select!` branch).
+async fn pending_or<T>(
+    h: Option<&mut tokio::task::JoinHandle<T>>,
+) -> Result<T, tokio::task::JoinError> {
+    match h {
+        Some(h) => h.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Makes a written batch durable (`sync` on a blocking thread), retrying every second until
+/// the sync succeeds; the batch's messages are acked only after.
+async fn sync_batch(queue: String, sync: Option<WalSync>) {
+    let Some(sync) = sync else { return };
+    let mut failures = 0u32;
+    loop {
+        let s = sync.clone();
+        match tokio::task::spawn_blocking(move || s.sync()).await {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => {
+                if failures.is_multiple_of(30) {
+                    tracing::error!(queue = %queue, error = %e, "archive sync failed; the batch stays unacked, retrying");
+                }
+            }
+            Err(e) => tracing::error!(queue = %queue, error = %e, "archive sync task"),
+        }
+        failures += 1;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
 /// Starts writing `batch`; returns the task (which gives the batch back, ids emptied, once
-/// written) and the deliveries to ack once it is done.
+/// written, with what makes it durable) and the deliveries to ack once it is durable.
 fn spawn_write(
     svc: &Arc<ArchiveService>,
     queue: &QueueHandle,
     mut batch: Batch,
-) -> (tokio::task::JoinHandle<Batch>, Vec<u64>) {
+) -> (tokio::task::JoinHandle<Written>, Vec<u64>) {
     tracing::debug!(queue = %queue.name(), records = batch.records.len(), "archive batch: writing");
     let ids = std::mem::take(&mut batch.ids);
     let (svc, name) = (svc.clone(), queue.name().to_string());
     let task = tokio::spawn(async move {
-        let records = write(svc, name, batch.records).await;
-        Batch {
-            records,
-            ids: batch.ids,
+        let (records, sync) = write(svc, name, batch.records).await;
+        Written {
+            batch: Batch {
+                records,
+                ids: batch.ids,
+            },
+            sync,
         }
     });
     (task, ids)
 }
 
 /// Writes `records` in one transaction, retrying every second until the database takes them;
-/// gives them back (their memory serves the next batch).
+/// gives them back (their memory serves the next batch) with what makes them durable.
 async fn write(
     svc: Arc<ArchiveService>,
     queue: String,
     records: charon_archive::ingest::Batch,
-) -> charon_archive::ingest::Batch {
+) -> (charon_archive::ingest::Batch, Option<WalSync>) {
     let records = Arc::new(records);
     let mut failures = 0u32;
     loop {
         let recs = records.clone();
         let t0 = std::time::Instant::now();
         match svc
-            .run(move |c| charon_archive::ingest::insert_prepared(c, &recs))
+            .run(move |c| charon_archive::ingest::insert_prepared_sync_later(c, &recs))
             .await
         {
-            Ok(_) => {
+            Ok((_, sync)) => {
                 tracing::debug!(queue = %queue, records = records.len(), took = ?t0.elapsed(), "archive batch: written");
-                return Arc::try_unwrap(records).unwrap_or_default();
+                return (Arc::try_unwrap(records).unwrap_or_default(), sync);
             }
             Err(e) => {
                 if failures.is_multiple_of(30) {
