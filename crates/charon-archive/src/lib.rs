@@ -10,6 +10,7 @@
 //! - [`ops`]: list, get, groups, edit, skip, delete, audit, retention, stats.
 //! - [`page_plan`]: which index a SQLite list page walks.
 //! - [`checkpoint`]: SQLite's WAL checkpoints off the writer's thread.
+//! - [`search_index`], [`indexer`]: the trigram index of the text filters, filled behind the writer.
 //! - [`jobs`]: replay jobs and what a restart interrupted.
 //! - [`summary`]: the maintained per-group counts (groups and totals without counting rows).
 //! - [`scope`]: what an API user limited to some vhosts sees.
@@ -24,6 +25,7 @@ pub mod error;
 pub mod extract;
 pub mod filter;
 pub mod index_diet;
+pub mod indexer;
 pub mod ingest;
 pub mod jobs;
 pub mod json;
@@ -34,6 +36,7 @@ pub mod postgres;
 pub mod record;
 pub mod schema;
 pub mod scope;
+pub mod search_index;
 pub mod sql;
 pub mod sqlite;
 pub mod summary;
@@ -99,6 +102,18 @@ fn connect(url: &str) -> Result<Box<dyn Conn>, ArchiveError> {
     )
 }
 
+/// The file of a SQLite URL (as [`connect`] reads it); `None` for PostgreSQL.
+fn sqlite_path(url: &str) -> Option<&std::path::Path> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return None;
+    }
+    let path = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        .or_else(|| (!url.contains("://")).then_some(url))?;
+    Some(std::path::Path::new(path))
+}
+
 impl Archive {
     /// Opens the database `url` names (`sqlite:///path`, `sqlite:path`, a bare path, or
     /// `postgres(ql)://…`) and applies migrations.
@@ -111,6 +126,9 @@ impl Archive {
             full_url: Arc::from(url),
         };
         schema::migrate(a.lock().as_mut())?;
+        if let Some(path) = sqlite_path(url) {
+            indexer::start(path, Arc::downgrade(&a.conn));
+        }
         Ok(a)
     }
 

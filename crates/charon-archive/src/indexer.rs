@@ -1,0 +1,235 @@
+//! The background indexer of the search index ([`crate::search_index`], SQLite): fills it from the
+//! records above its watermark, in small batches on its own connection and thread, behind the
+//! archiver (never inside its transaction).
+//!
+//! Low priority: a batch runs only while it holds the archive's writer mutex, taken with
+//! `try_lock` (when the writer is busy the indexer waits), and is bounded ([`BATCH`] records), so
+//! the writer waits for at most one short batch. Each batch is one transaction that moves the
+//! watermark with the rows it indexed: a kill at any moment leaves the index and its watermark
+//! consistent, and a restart resumes from it (nothing missed, nothing twice). Records edited after
+//! they were indexed (`dead_letter_search_scan`, kind `edited`) are indexed again.
+//!
+//! `CHARON_ARCHIVE_INDEXER=off` keeps it from starting (benchmarks comparing ingest with and
+//! without it, and tests that query while the index is behind).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, Weak};
+use std::time::Duration;
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::search_index::HEADER_LINES;
+use crate::sql::Conn;
+
+/// Records per batch (one transaction).
+pub const BATCH: i64 = 500;
+
+/// Whether the environment turned the indexer off.
+pub fn disabled() -> bool {
+    std::env::var("CHARON_ARCHIVE_INDEXER").is_ok_and(|v| v == "off")
+}
+
+/// Starts the indexer of the SQLite archive at `path`; it stops when `writer` is dropped.
+pub fn start(path: &Path, writer: Weak<Mutex<Box<dyn Conn>>>) {
+    if disabled() {
+        tracing::info!("archive search indexer off (CHARON_ARCHIVE_INDEXER=off)");
+        return;
+    }
+    let path = path.to_path_buf();
+    let spawned = std::thread::Builder::new()
+        .name("charon-archive-indexer".into())
+        .spawn(move || run(path, writer));
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "archive search indexer: no thread; text filters scan");
+    }
+}
+
+fn open(path: &PathBuf) -> rusqlite::Result<Connection> {
+    let c = Connection::open(path)?;
+    c.busy_timeout(Duration::from_secs(5))?;
+    // The index can always be rebuilt from the records, and WAL keeps a NORMAL commit atomic: no
+    // fsync per batch.
+    c.pragma_update(None, "synchronous", "NORMAL")?;
+    c.pragma_update(None, "cache_size", -16384)?;
+    Ok(c)
+}
+
+fn run(path: PathBuf, writer: Weak<Mutex<Box<dyn Conn>>>) {
+    let mut conn = None;
+    loop {
+        let Some(w) = writer.upgrade() else {
+            return;
+        };
+        let c = match conn.take() {
+            Some(c) => c,
+            None => match open(&path) {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(error = %e, "archive search indexer: cannot open the database");
+                    drop(w);
+                    std::thread::sleep(Duration::from_secs(5));
+                    continue;
+                }
+            },
+        };
+        // Only while the writer is idle; it waits for at most this one batch.
+        let done = match w.try_lock() {
+            Ok(guard) => {
+                let r = batch(&c, BATCH);
+                drop(guard);
+                Some(r)
+            }
+            Err(_) => None,
+        };
+        drop(w);
+        let pause = match done {
+            None => Duration::from_millis(5),
+            Some(Ok(0)) => Duration::from_millis(200),
+            Some(Ok(_)) => Duration::from_millis(2),
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "archive search indexer: batch failed; retrying");
+                Duration::from_secs(1)
+            }
+        };
+        conn = Some(c);
+        std::thread::sleep(pause);
+    }
+}
+
+/// One batch in one transaction: records edited since they were indexed, then up to `max`
+/// records above the watermark. Returns how many records it indexed.
+pub fn batch(c: &Connection, max: i64) -> rusqlite::Result<usize> {
+    c.execute_batch("BEGIN IMMEDIATE")?;
+    match batch_in(c, max) {
+        Ok(n) => {
+            c.execute_batch("COMMIT")?;
+            Ok(n)
+        }
+        Err(e) => {
+            let _ = c.execute_batch("ROLLBACK");
+            Err(e)
+        }
+    }
+}
+
+fn batch_in(c: &Connection, max: i64) -> rusqlite::Result<usize> {
+    let wm: i64 = c.query_row(
+        "SELECT watermark FROM dead_letter_search_state WHERE one = 1",
+        [],
+        |r| r.get(0),
+    )?;
+    let mut n = 0usize;
+    let mut bytes = 0i64;
+    let edited: Vec<i64> = {
+        let mut st = c.prepare_cached(
+            "SELECT id FROM dead_letter_search_scan WHERE kind = 'edited' ORDER BY id LIMIT ?",
+        )?;
+        st.query_map([max], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?
+    };
+    for id in edited {
+        c.execute("DELETE FROM dead_letter_search_scan WHERE id = ?", [id])?;
+        let sql = format!(
+            "SELECT id, error_message, error_stacktrace, payload, {HEADER_LINES} FROM dead_letters WHERE id = ?"
+        );
+        let row = c
+            .prepare_cached(&sql)?
+            .query_row([id], read_row)
+            .optional()?;
+        if let Some(row) = row {
+            bytes += index_row(c, &row)?;
+            n += 1;
+        }
+    }
+    let sql = format!(
+        "SELECT id, error_message, error_stacktrace, payload, {HEADER_LINES} FROM dead_letters WHERE id > ? ORDER BY id LIMIT ?"
+    );
+    let rows: Vec<Row> = {
+        let mut st = c.prepare_cached(&sql)?;
+        st.query_map(params![wm, max], read_row)?
+            .collect::<rusqlite::Result<_>>()?
+    };
+    let mut top = wm;
+    for row in &rows {
+        bytes += index_row(c, row)?;
+        top = row.id;
+        n += 1;
+    }
+    if n > 0 {
+        c.prepare_cached(
+            "UPDATE dead_letter_search_state SET watermark = ?, indexed_records = indexed_records + ?, \
+             indexed_bytes = indexed_bytes + ? WHERE one = 1",
+        )?
+        .execute(params![top, n as i64, bytes])?;
+    }
+    Ok(n)
+}
+
+/// A record's texts as read for the index.
+struct Row {
+    id: i64,
+    message: Option<String>,
+    stacktrace: Option<String>,
+    payload: Vec<u8>,
+    headers: Option<String>,
+}
+
+fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
+    Ok(Row {
+        id: r.get(0)?,
+        message: r.get(1)?,
+        stacktrace: r.get(2)?,
+        payload: r.get(3)?,
+        headers: r.get(4)?,
+    })
+}
+
+/// Indexes one record (its index rows are absent); the bytes of text it indexed.
+fn index_row(c: &Connection, row: &Row) -> rusqlite::Result<i64> {
+    let mut error = String::new();
+    for part in [&row.message, &row.stacktrace].into_iter().flatten() {
+        if !error.is_empty() {
+            error.push('\n');
+        }
+        error.push_str(part);
+    }
+    let headers = row.headers.as_deref().unwrap_or("");
+    if error.contains('\0') || headers.contains('\0') {
+        // Not indexable: every text filter scans it.
+        c.prepare_cached(
+            "INSERT OR REPLACE INTO dead_letter_search_scan (id, kind) VALUES (?, 'raw')",
+        )?
+        .execute([row.id])?;
+        return Ok(0);
+    }
+    let mut bytes = 0;
+    for (table, text) in [
+        ("dead_letter_search_error", error.as_str()),
+        ("dead_letter_search_headers", headers),
+    ] {
+        bytes += insert(c, table, row.id, text)?;
+    }
+    match std::str::from_utf8(&row.payload) {
+        Ok(body) if !body.contains('\0') => {
+            bytes += insert(c, "dead_letter_search_body", row.id, body)?;
+        }
+        _ => {
+            // Not text: the body filter scans it (docs/archive.md).
+            c.prepare_cached(
+                "INSERT OR REPLACE INTO dead_letter_search_scan (id, kind) VALUES (?, 'body')",
+            )?
+            .execute([row.id])?;
+        }
+    }
+    Ok(bytes)
+}
+
+fn insert(c: &Connection, table: &str, id: i64, text: &str) -> rusqlite::Result<i64> {
+    // Under three characters a text has no trigram: nothing to store.
+    if text.chars().nth(2).is_none() {
+        return Ok(0);
+    }
+    c.prepare_cached(&format!("INSERT INTO {table} (rowid, text) VALUES (?, ?)"))?
+        .execute(params![id, text])?;
+    Ok(text.len() as i64)
+}

@@ -1,0 +1,139 @@
+//! Migration 7: the trigram search index behind the `error`, `body` and `header.NAME` filters
+//! (SQLite; docs/archive.md "Migration 7"). What it holds, and the filter conditions that read it.
+//!
+//! The index is filled behind the writer by [`crate::indexer`], never inside the archiver's
+//! transaction. A filter on it is exact: its candidates are the index's matches among the records
+//! up to the watermark, plus every record above the watermark and every record the index does not
+//! cover (`dead_letter_search_scan`); the filter's own predicate then runs on those candidates.
+
+use crate::sql::{Dialect, Param};
+
+/// Migration 7 on SQLite: three contentless trigram FTS5 tables (one per text, `detail=none`:
+/// rowids only), the watermark, the records the index does not cover, and the triggers that keep
+/// it right when a record is edited or deleted (none on INSERT: ingest is untouched).
+pub const V7_SQLITE: &str = "
+CREATE VIRTUAL TABLE dead_letter_search_error USING fts5(text, content='', contentless_delete=1, tokenize='trigram case_sensitive 1', detail=none);
+CREATE VIRTUAL TABLE dead_letter_search_body USING fts5(text, content='', contentless_delete=1, tokenize='trigram case_sensitive 1', detail=none);
+CREATE VIRTUAL TABLE dead_letter_search_headers USING fts5(text, content='', contentless_delete=1, tokenize='trigram case_sensitive 1', detail=none);
+CREATE TABLE dead_letter_search_state (
+    one INTEGER PRIMARY KEY CHECK (one = 1),
+    watermark BIGINT NOT NULL,
+    indexed_records BIGINT NOT NULL DEFAULT 0,
+    indexed_bytes BIGINT NOT NULL DEFAULT 0
+);
+INSERT INTO dead_letter_search_state (one, watermark) VALUES (1, 0);
+CREATE TABLE dead_letter_search_scan (
+    id INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL
+);
+CREATE TRIGGER dead_letter_search_delete AFTER DELETE ON dead_letters
+WHEN old.id <= (SELECT watermark FROM dead_letter_search_state) BEGIN
+    DELETE FROM dead_letter_search_error WHERE rowid = old.id;
+    DELETE FROM dead_letter_search_body WHERE rowid = old.id;
+    DELETE FROM dead_letter_search_headers WHERE rowid = old.id;
+    DELETE FROM dead_letter_search_scan WHERE id = old.id;
+END;
+CREATE TRIGGER dead_letter_search_edit AFTER UPDATE OF headers, payload, error_message, error_stacktrace ON dead_letters
+WHEN old.id <= (SELECT watermark FROM dead_letter_search_state) BEGIN
+    DELETE FROM dead_letter_search_error WHERE rowid = old.id;
+    DELETE FROM dead_letter_search_body WHERE rowid = old.id;
+    DELETE FROM dead_letter_search_headers WHERE rowid = old.id;
+    INSERT OR REPLACE INTO dead_letter_search_scan (id, kind) VALUES (old.id, 'edited');
+END;
+";
+
+/// Migration 7 on PostgreSQL: nothing yet (its filters stay scans; docs/archive.md).
+pub const V7_POSTGRES: &str = "SELECT 1;";
+
+/// Migration 7 for dialect `d`.
+pub fn v7(d: Dialect) -> String {
+    match d {
+        Dialect::Sqlite => V7_SQLITE.to_string(),
+        Dialect::Postgres => V7_POSTGRES.to_string(),
+    }
+}
+
+/// The headers of a record as the index holds them: one `NAME=value` line per header, the value
+/// rendered as the `header.NAME` filter compares it ([`Dialect::json_field`]).
+pub const HEADER_LINES: &str = "(SELECT group_concat(j.key || '=' || CASE j.type WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' ELSE CAST(j.value AS TEXT) END, char(10)) FROM json_each(headers) AS j)";
+
+/// Which text of a record a filter searches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Field {
+    /// Error message and stack trace.
+    Error,
+    /// The body (UTF-8 bodies only; the others are in the scanned set).
+    Body,
+    /// The `NAME=value` lines.
+    Headers,
+}
+
+impl Field {
+    fn table(self) -> &'static str {
+        match self {
+            Field::Error => "dead_letter_search_error",
+            Field::Body => "dead_letter_search_body",
+            Field::Headers => "dead_letter_search_headers",
+        }
+    }
+}
+
+/// The FTS5 query for `needle`: each of its trigrams (overlapping windows of three characters) as
+/// a quoted token, all required; `None` when it has fewer than three characters (a scan then).
+pub fn trigram_query(needle: &str) -> Option<String> {
+    let chars: Vec<char> = needle.chars().collect();
+    if chars.len() < 3 || chars.contains(&'\0') {
+        return None;
+    }
+    let mut q = String::new();
+    for w in chars.windows(3) {
+        if !q.is_empty() {
+            q.push(' ');
+        }
+        q.push('"');
+        for ch in w {
+            if *ch == '"' {
+                q.push('"');
+            }
+            q.push(*ch);
+        }
+        q.push('"');
+    }
+    Some(q)
+}
+
+/// The candidate condition (`id IN (…)`) for a filter on `field` containing `needle`, and its
+/// parameter; `None` when the index cannot narrow it (PostgreSQL, or a needle under 3 characters).
+pub fn candidates(d: Dialect, field: Field, needle: &str) -> Option<(String, Param)> {
+    if d != Dialect::Sqlite {
+        return None;
+    }
+    let q = trigram_query(needle)?;
+    let t = field.table();
+    let kinds = match field {
+        Field::Body => "",
+        Field::Error | Field::Headers => " WHERE kind <> 'body'",
+    };
+    Some((
+        format!(
+            "id IN (SELECT rowid FROM {t} WHERE {t} MATCH ? \
+             UNION ALL SELECT id FROM dead_letters WHERE id > (SELECT watermark FROM dead_letter_search_state) \
+             UNION ALL SELECT id FROM dead_letter_search_scan{kinds})"
+        ),
+        Param::from(q),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trigrams_of_a_needle() {
+        assert_eq!(trigram_query("ab"), None);
+        assert_eq!(trigram_query("é€"), None);
+        assert_eq!(trigram_query("abcd").as_deref(), Some("\"abc\" \"bcd\""));
+        assert_eq!(trigram_query("a\"b").as_deref(), Some("\"a\"\"b\""));
+        assert_eq!(trigram_query("é€x").as_deref(), Some("\"é€x\""));
+    }
+}
