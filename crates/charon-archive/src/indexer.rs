@@ -7,7 +7,7 @@
 //! the writer waits for at most one short batch. Each batch is one transaction that moves the
 //! watermark with the rows it indexed: a kill at any moment leaves the index and its watermark
 //! consistent, and a restart resumes from it (nothing missed, nothing twice). Records edited after
-//! they were indexed (`dead_letter_search_scan`, kind `edited`) are indexed again.
+//! they were indexed (`dead_letter_search_scan`) are indexed again.
 //!
 //! `CHARON_ARCHIVE_INDEXER=off` keeps it from starting (benchmarks comparing ingest with and
 //! without it, and tests that query while the index is behind).
@@ -185,6 +185,11 @@ fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
 }
 
 /// Indexes one record (its index rows are absent); the bytes of text it indexed.
+///
+/// A text is indexed with NUL as U+FFFD (FTS5 stops at a NUL), a body that is not UTF-8 decoded
+/// lossily (each invalid sequence as U+FFFD). Both keep every UTF-8 needle without NUL that the
+/// original contains (a valid sequence is never swallowed by an invalid one before it), so the
+/// index's matches stay a superset of the exact filter's, which then runs on them.
 fn index_row(c: &Connection, row: &Row) -> rusqlite::Result<i64> {
     let mut error = String::new();
     for part in [&row.message, &row.stacktrace].into_iter().flatten() {
@@ -194,32 +199,14 @@ fn index_row(c: &Connection, row: &Row) -> rusqlite::Result<i64> {
         error.push_str(part);
     }
     let headers = row.headers.as_deref().unwrap_or("");
-    if error.contains('\0') || headers.contains('\0') {
-        // Not indexable: every text filter scans it.
-        c.prepare_cached(
-            "INSERT OR REPLACE INTO dead_letter_search_scan (id, kind) VALUES (?, 'raw')",
-        )?
-        .execute([row.id])?;
-        return Ok(0);
-    }
+    let body = String::from_utf8_lossy(&row.payload);
     let mut bytes = 0;
     for (table, text) in [
         ("dead_letter_search_error", error.as_str()),
         ("dead_letter_search_headers", headers),
+        ("dead_letter_search_body", &body),
     ] {
         bytes += insert(c, table, row.id, text)?;
-    }
-    match std::str::from_utf8(&row.payload) {
-        Ok(body) if !body.contains('\0') => {
-            bytes += insert(c, "dead_letter_search_body", row.id, body)?;
-        }
-        _ => {
-            // Not text: the body filter scans it (docs/archive.md).
-            c.prepare_cached(
-                "INSERT OR REPLACE INTO dead_letter_search_scan (id, kind) VALUES (?, 'body')",
-            )?
-            .execute([row.id])?;
-        }
     }
     Ok(bytes)
 }
@@ -229,7 +216,12 @@ fn insert(c: &Connection, table: &str, id: i64, text: &str) -> rusqlite::Result<
     if text.chars().nth(2).is_none() {
         return Ok(0);
     }
-    c.prepare_cached(&format!("INSERT INTO {table} (rowid, text) VALUES (?, ?)"))?
-        .execute(params![id, text])?;
+    let stmt = format!("INSERT INTO {table} (rowid, text) VALUES (?, ?)");
+    let mut st = c.prepare_cached(&stmt)?;
+    if !text.contains('\0') {
+        st.execute(params![id, text])?;
+        return Ok(text.len() as i64);
+    }
+    st.execute(params![id, text.replace('\0', "\u{FFFD}")])?;
     Ok(text.len() as i64)
 }

@@ -62,7 +62,7 @@ pub const HEADER_LINES: &str = "(SELECT group_concat(j.key || '=' || CASE j.type
 pub enum Field {
     /// Error message and stack trace.
     Error,
-    /// The body (UTF-8 bodies only; the others are in the scanned set).
+    /// The body (decoded lossily when it is not UTF-8).
     Body,
     /// The `NAME=value` lines.
     Headers,
@@ -82,6 +82,7 @@ impl Field {
 /// a quoted token, all required; `None` when it has fewer than three characters (a scan then).
 pub fn trigram_query(needle: &str) -> Option<String> {
     let chars: Vec<char> = needle.chars().collect();
+    // NUL is indexed as U+FFFD (see `indexer`): a needle with it scans.
     if chars.len() < 3 || chars.contains(&'\0') {
         return None;
     }
@@ -110,15 +111,11 @@ pub fn candidates(d: Dialect, field: Field, needle: &str) -> Option<(String, Par
     }
     let q = trigram_query(needle)?;
     let t = field.table();
-    let kinds = match field {
-        Field::Body => "",
-        Field::Error | Field::Headers => " WHERE kind <> 'body'",
-    };
     Some((
         format!(
             "id IN (SELECT rowid FROM {t} WHERE {t} MATCH ? \
              UNION ALL SELECT id FROM dead_letters WHERE id > (SELECT watermark FROM dead_letter_search_state) \
-             UNION ALL SELECT id FROM dead_letter_search_scan{kinds})"
+             UNION ALL SELECT id FROM dead_letter_search_scan)"
         ),
         Param::from(q),
     ))

@@ -186,11 +186,8 @@ fn wait_caught_up(a: &Archive) {
     loop {
         let (wm, top) = watermark(a);
         let edited = a.with(|c| {
-            c.query(
-                "SELECT COUNT(*) FROM dead_letter_search_scan WHERE kind = 'edited'",
-                &[],
-            )
-            .expect("scan")[0][0]
+            c.query("SELECT COUNT(*) FROM dead_letter_search_scan", &[])
+                .expect("scan")[0][0]
                 .int()
         });
         if wm >= top && edited == 0 {
@@ -273,11 +270,6 @@ fn sqlite_text_filters_exact_through_the_search_index() {
             .expect("stale")[0][0]
             .int();
         assert_eq!(stale, 0);
-        let body_scanned = c
-            .query("SELECT COUNT(*) FROM dead_letter_search_scan WHERE kind = 'body'", &[])
-            .expect("n")[0][0]
-            .int();
-        assert!(body_scanned > 0, "non-UTF-8 bodies are in the scanned set");
         // The index holds the texts (the filters above were answered through it).
         for (t, q) in [
             ("dead_letter_search_error", "\"Zah\" \"ahl\""),
