@@ -24,6 +24,16 @@ use crate::sql::Conn;
 /// Records per batch (one transaction).
 pub const BATCH: i64 = 500;
 
+/// The batch size: [`BATCH`], or `CHARON_ARCHIVE_INDEXER_BATCH` (tests make the indexer slow
+/// with small batches, to query or kill it while it is behind).
+fn batch_size() -> i64 {
+    std::env::var("CHARON_ARCHIVE_INDEXER_BATCH")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(BATCH)
+}
+
 /// Whether the environment turned the indexer off.
 pub fn disabled() -> bool {
     std::env::var("CHARON_ARCHIVE_INDEXER").is_ok_and(|v| v == "off")
@@ -56,6 +66,9 @@ fn open(path: &PathBuf) -> rusqlite::Result<Connection> {
 
 fn run(path: PathBuf, writer: Weak<Mutex<Box<dyn Conn>>>) {
     let mut conn = None;
+    let size = batch_size();
+    // Small test batches also pause longer in between.
+    let between = Duration::from_millis(if size < BATCH { 20 } else { 2 });
     loop {
         let Some(w) = writer.upgrade() else {
             return;
@@ -75,7 +88,7 @@ fn run(path: PathBuf, writer: Weak<Mutex<Box<dyn Conn>>>) {
         // Only while the writer is idle; it waits for at most this one batch.
         let done = match w.try_lock() {
             Ok(guard) => {
-                let r = batch(&c, BATCH);
+                let r = batch(&c, size);
                 drop(guard);
                 Some(r)
             }
@@ -85,7 +98,7 @@ fn run(path: PathBuf, writer: Weak<Mutex<Box<dyn Conn>>>) {
         let pause = match done {
             None => Duration::from_millis(5),
             Some(Ok(0)) => Duration::from_millis(200),
-            Some(Ok(_)) => Duration::from_millis(2),
+            Some(Ok(_)) => between,
             Some(Err(e)) => {
                 tracing::warn!(error = %e, "archive search indexer: batch failed; retrying");
                 Duration::from_secs(1)

@@ -655,5 +655,8 @@ pub fn stats(c: &mut dyn Conn) -> Result<Value, ArchiveError> {
     for r in c.query("SELECT name, value FROM archive_counters", &[])? {
         out[r[0].text()] = json!(r[1].int());
     }
+    if let Some(s) = crate::search_index::stats(c)? {
+        out["search_index"] = s;
+    }
     Ok(out)
 }

@@ -6,7 +6,10 @@
 //! up to the watermark, plus every record above the watermark and every record the index does not
 //! cover (`dead_letter_search_scan`); the filter's own predicate then runs on those candidates.
 
-use crate::sql::{Dialect, Param};
+use serde_json::{Value, json};
+
+use crate::error::ArchiveError;
+use crate::sql::{Conn, Dialect, Param};
 
 /// Migration 7 on SQLite: three contentless trigram FTS5 tables (one per text, `detail=none`:
 /// rowids only), the watermark, the records the index does not cover, and the triggers that keep
@@ -119,6 +122,24 @@ pub fn candidates(d: Dialect, field: Field, needle: &str) -> Option<(String, Par
         ),
         Param::from(q),
     ))
+}
+
+/// The index's state for `/api/dead-letters/stats` (SQLite): its watermark, the records indexed
+/// so far (re-indexed edits counted again), the text bytes indexed, and the edited records
+/// waiting to be indexed again.
+pub fn stats(c: &mut dyn Conn) -> Result<Option<Value>, ArchiveError> {
+    if c.dialect() != Dialect::Sqlite {
+        return Ok(None);
+    }
+    let rows = c.query(
+        "SELECT watermark, indexed_records, indexed_bytes, (SELECT COUNT(*) FROM dead_letter_search_scan), \
+         (SELECT COALESCE(MAX(id), 0) FROM dead_letters) FROM dead_letter_search_state",
+        &[],
+    )?;
+    Ok(rows.first().map(|r| {
+        json!({"watermark": r[0].int(), "indexed_records": r[1].int(), "indexed_bytes": r[2].int(),
+               "edited_pending": r[3].int(), "caught_up": r[0].int() >= r[4].int() && r[3].int() == 0})
+    }))
 }
 
 #[cfg(test)]
