@@ -3,8 +3,11 @@
 //! archiver (never inside its transaction).
 //!
 //! Low priority: a batch runs only while it holds the archive's writer mutex, taken with
-//! `try_lock` (when the writer is busy the indexer waits), and is bounded ([`BATCH`] records), so
-//! the writer waits for at most one short batch. Each batch is one transaction that moves the
+//! `try_lock` (when the writer is busy the indexer waits), and is bounded ([`BATCH`] records and
+//! a time budget), so the writer waits for at most one short batch. While the writer is active
+//! (its connection was used since the last batch) the budget is [`BUSY_BUDGET`] and the indexer
+//! pauses [`BUSY_PAUSE`] between batches: it takes a small share of a core while archiving runs
+//! and catches up when it stops. Each batch is one transaction that moves the
 //! watermark with the rows it indexed: a kill at any moment leaves the index and its watermark
 //! consistent, and a restart resumes from it (nothing missed, nothing twice). Records edited after
 //! they were indexed (`dead_letter_search_scan`) are indexed again.
@@ -13,16 +16,26 @@
 //! without it, and tests that query while the index is behind).
 
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, Weak};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::search_index::HEADER_LINES;
+use crate::search_index::{HEADER_LINES, SIZE};
 use crate::sql::Conn;
 
 /// Records per batch (one transaction).
 pub const BATCH: i64 = 500;
+
+/// A batch's time budget while the writer is active.
+pub const BUSY_BUDGET: Duration = Duration::from_millis(3);
+
+/// The pause between batches while the writer is active.
+pub const BUSY_PAUSE: Duration = Duration::from_millis(25);
+
+/// A batch's time budget while the writer is idle.
+const IDLE_BUDGET: Duration = Duration::from_millis(50);
 
 /// The batch size: [`BATCH`], or `CHARON_ARCHIVE_INDEXER_BATCH` (tests make the indexer slow
 /// with small batches, to query or kill it while it is behind).
@@ -40,7 +53,7 @@ pub fn disabled() -> bool {
 }
 
 /// Starts the indexer of the SQLite archive at `path`; it stops when `writer` is dropped.
-pub fn start(path: &Path, writer: Weak<Mutex<Box<dyn Conn>>>) {
+pub fn start(path: &Path, writer: Weak<Mutex<Box<dyn Conn>>>, activity: Arc<AtomicU64>) {
     if disabled() {
         tracing::info!("archive search indexer off (CHARON_ARCHIVE_INDEXER=off)");
         return;
@@ -48,7 +61,7 @@ pub fn start(path: &Path, writer: Weak<Mutex<Box<dyn Conn>>>) {
     let path = path.to_path_buf();
     let spawned = std::thread::Builder::new()
         .name("charon-archive-indexer".into())
-        .spawn(move || run(path, writer));
+        .spawn(move || run(path, writer, activity));
     if let Err(e) = spawned {
         tracing::warn!(error = %e, "archive search indexer: no thread; text filters scan");
     }
@@ -64,8 +77,9 @@ fn open(path: &PathBuf) -> rusqlite::Result<Connection> {
     Ok(c)
 }
 
-fn run(path: PathBuf, writer: Weak<Mutex<Box<dyn Conn>>>) {
+fn run(path: PathBuf, writer: Weak<Mutex<Box<dyn Conn>>>, activity: Arc<AtomicU64>) {
     let mut conn = None;
+    let mut seen = activity.load(Ordering::Relaxed);
     let size = batch_size();
     // Small test batches also pause longer in between.
     let between = Duration::from_millis(if size < BATCH { 20 } else { 2 });
@@ -86,9 +100,13 @@ fn run(path: PathBuf, writer: Weak<Mutex<Box<dyn Conn>>>) {
             },
         };
         // Only while the writer is idle; it waits for at most this one batch.
+        let now = activity.load(Ordering::Relaxed);
+        let busy = now != seen;
+        seen = now;
+        let budget = if busy { BUSY_BUDGET } else { IDLE_BUDGET };
         let done = match w.try_lock() {
             Ok(guard) => {
-                let r = batch(&c, size);
+                let r = batch(&c, size, budget);
                 drop(guard);
                 Some(r)
             }
@@ -98,6 +116,7 @@ fn run(path: PathBuf, writer: Weak<Mutex<Box<dyn Conn>>>) {
         let pause = match done {
             None => Duration::from_millis(5),
             Some(Ok(0)) => Duration::from_millis(200),
+            Some(Ok(_)) if busy => BUSY_PAUSE.max(between),
             Some(Ok(_)) => between,
             Some(Err(e)) => {
                 tracing::warn!(error = %e, "archive search indexer: batch failed; retrying");
@@ -110,10 +129,12 @@ fn run(path: PathBuf, writer: Weak<Mutex<Box<dyn Conn>>>) {
 }
 
 /// One batch in one transaction: records edited since they were indexed, then up to `max`
-/// records above the watermark. Returns how many records it indexed.
-pub fn batch(c: &Connection, max: i64) -> rusqlite::Result<usize> {
+/// records above the watermark, stopping once `budget` is spent (after at least one record).
+/// Returns how many records it indexed.
+pub fn batch(c: &Connection, max: i64, budget: Duration) -> rusqlite::Result<usize> {
+    let t0 = std::time::Instant::now();
     c.execute_batch("BEGIN IMMEDIATE")?;
-    match batch_in(c, max) {
+    match batch_in(c, max, t0 + budget) {
         Ok(n) => {
             c.execute_batch("COMMIT")?;
             Ok(n)
@@ -125,7 +146,7 @@ pub fn batch(c: &Connection, max: i64) -> rusqlite::Result<usize> {
     }
 }
 
-fn batch_in(c: &Connection, max: i64) -> rusqlite::Result<usize> {
+fn batch_in(c: &Connection, max: i64, until: std::time::Instant) -> rusqlite::Result<usize> {
     let wm: i64 = c.query_row(
         "SELECT watermark FROM dead_letter_search_state WHERE one = 1",
         [],
@@ -133,6 +154,7 @@ fn batch_in(c: &Connection, max: i64) -> rusqlite::Result<usize> {
     )?;
     let mut n = 0usize;
     let mut bytes = 0i64;
+    let size = SIZE.replace("{R}", "");
     let edited: Vec<i64> = {
         let mut st = c.prepare_cached(
             "SELECT id FROM dead_letter_search_scan WHERE kind = 'edited' ORDER BY id LIMIT ?",
@@ -143,7 +165,7 @@ fn batch_in(c: &Connection, max: i64) -> rusqlite::Result<usize> {
     for id in edited {
         c.execute("DELETE FROM dead_letter_search_scan WHERE id = ?", [id])?;
         let sql = format!(
-            "SELECT id, error_message, error_stacktrace, payload, {HEADER_LINES} FROM dead_letters WHERE id = ?"
+            "SELECT id, error_message, error_stacktrace, payload, {HEADER_LINES}, {size} FROM dead_letters WHERE id = ?"
         );
         let row = c
             .prepare_cached(&sql)?
@@ -155,7 +177,7 @@ fn batch_in(c: &Connection, max: i64) -> rusqlite::Result<usize> {
         }
     }
     let sql = format!(
-        "SELECT id, error_message, error_stacktrace, payload, {HEADER_LINES} FROM dead_letters WHERE id > ? ORDER BY id LIMIT ?"
+        "SELECT id, error_message, error_stacktrace, payload, {HEADER_LINES}, {size} FROM dead_letters WHERE id > ? ORDER BY id LIMIT ?"
     );
     let rows: Vec<Row> = {
         let mut st = c.prepare_cached(&sql)?;
@@ -164,6 +186,9 @@ fn batch_in(c: &Connection, max: i64) -> rusqlite::Result<usize> {
     };
     let mut top = wm;
     for row in &rows {
+        if n > 0 && std::time::Instant::now() >= until {
+            break;
+        }
         bytes += index_row(c, row)?;
         top = row.id;
         n += 1;
@@ -185,6 +210,8 @@ struct Row {
     stacktrace: Option<String>,
     payload: Vec<u8>,
     headers: Option<String>,
+    /// What its index rows count against `archive_max_bytes` (`search_index::SIZE`).
+    size: i64,
 }
 
 fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
@@ -194,10 +221,11 @@ fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
         stacktrace: r.get(2)?,
         payload: r.get(3)?,
         headers: r.get(4)?,
+        size: r.get(5)?,
     })
 }
 
-/// Indexes one record (its index rows are absent); the bytes of text it indexed.
+/// Indexes one record (its index rows are absent); what they count against the size cap.
 ///
 /// A text is indexed with NUL as U+FFFD (FTS5 stops at a NUL), a body that is not UTF-8 decoded
 /// lossily (each invalid sequence as U+FFFD). Both keep every UTF-8 needle without NUL that the
@@ -213,28 +241,27 @@ fn index_row(c: &Connection, row: &Row) -> rusqlite::Result<i64> {
     }
     let headers = row.headers.as_deref().unwrap_or("");
     let body = String::from_utf8_lossy(&row.payload);
-    let mut bytes = 0;
     for (table, text) in [
         ("dead_letter_search_error", error.as_str()),
         ("dead_letter_search_headers", headers),
         ("dead_letter_search_body", &body),
     ] {
-        bytes += insert(c, table, row.id, text)?;
+        insert(c, table, row.id, text)?;
     }
-    Ok(bytes)
+    Ok(row.size)
 }
 
-fn insert(c: &Connection, table: &str, id: i64, text: &str) -> rusqlite::Result<i64> {
+fn insert(c: &Connection, table: &str, id: i64, text: &str) -> rusqlite::Result<()> {
     // Under three characters a text has no trigram: nothing to store.
     if text.chars().nth(2).is_none() {
-        return Ok(0);
+        return Ok(());
     }
     let stmt = format!("INSERT INTO {table} (rowid, text) VALUES (?, ?)");
     let mut st = c.prepare_cached(&stmt)?;
     if !text.contains('\0') {
         st.execute(params![id, text])?;
-        return Ok(text.len() as i64);
+        return Ok(());
     }
     st.execute(params![id, text.replace('\0', "\u{FFFD}")])?;
-    Ok(text.len() as i64)
+    Ok(())
 }

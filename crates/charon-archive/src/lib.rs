@@ -61,6 +61,8 @@ pub struct Archive {
     url: Arc<str>,
     /// The URL as given (to open the reader).
     full_url: Arc<str>,
+    /// Bumped at every use of the writer's connection: the search indexer backs off while it moves.
+    activity: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl std::fmt::Debug for Archive {
@@ -124,10 +126,11 @@ impl Archive {
             reader: Arc::new(Mutex::new(None)),
             url: Arc::from(redact(url)),
             full_url: Arc::from(url),
+            activity: Arc::default(),
         };
         schema::migrate(a.lock().as_mut())?;
         if let Some(path) = sqlite_path(url) {
-            indexer::start(path, Arc::downgrade(&a.conn));
+            indexer::start(path, Arc::downgrade(&a.conn), a.activity.clone());
         }
         Ok(a)
     }
@@ -162,6 +165,8 @@ impl Archive {
 
     /// The connection, for the functions of [`ops`] and [`jobs`].
     pub fn lock(&self) -> MutexGuard<'_, Box<dyn Conn>> {
+        self.activity
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
     }
 

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use charon_archive::filter::Filter;
 use charon_archive::ops::{self, Edit, Selection};
 use charon_archive::sql::{Conn, Param};
-use charon_archive::{Archive, NewRecord, indexer, schema};
+use charon_archive::{Archive, NewRecord, indexer, schema, search_index};
 
 const TRACE: &str = "java.lang.IllegalStateException: boom\n\tat com.example.Orders.handle(Orders.java:42)\n\tat org.springframework.Listener.invoke(Listener.java:1651)";
 
@@ -26,7 +26,7 @@ fn rec(i: usize) -> NewRecord {
         3 => Some("注文が見つかりません".to_string()),
         _ => Some("ab".to_string()),
     };
-    let error_stacktrace = (i % 3 == 0).then(|| TRACE.to_string());
+    let error_stacktrace = i.is_multiple_of(3).then(|| TRACE.to_string());
     let payload = match i % 4 {
         0 => Bytes::from(format!("{{\"order\": {i}, \"note\": \"grüße\"}}")),
         1 => Bytes::from(vec![0xff, 0xfe, b'a', b'b', b'c', 0x00, b'x', b'y', b'z']),
@@ -35,14 +35,14 @@ fn rec(i: usize) -> NewRecord {
     };
     let headers = serde_json::json!({
         "x-n": (i % 7) as i64,
-        "x-b": i % 2 == 0,
-        "x-s": if i % 3 == 0 { "héllo wörld".to_string() } else { format!("v{i}") },
+        "x-b": i.is_multiple_of(2),
+        "x-s": if i.is_multiple_of(3) { "héllo wörld".to_string() } else { format!("v{i}") },
         "x-f": 1.5,
     })
     .to_string();
     NewRecord {
         stable_key: format!("s:1:{i}"),
-        queue: if i % 2 == 0 { "dlq-a" } else { "dlq-b" }.into(),
+        queue: if i.is_multiple_of(2) { "dlq-a" } else { "dlq-b" }.into(),
         error_message,
         error_stacktrace,
         payload,
@@ -270,6 +270,18 @@ fn sqlite_text_filters_exact_through_the_search_index() {
             .expect("stale")[0][0]
             .int();
         assert_eq!(stale, 0);
+        // The bytes counted against the size cap: exactly the indexed live records' texts.
+        let r = c
+            .query(
+                &format!(
+                    "SELECT (SELECT indexed_bytes FROM dead_letter_search_state), \
+                     (SELECT COALESCE(SUM({}), 0) FROM dead_letters)",
+                    search_index::SIZE.replace("{R}", "")
+                ),
+                &[],
+            )
+            .expect("bytes");
+        assert_eq!(r[0][0].int(), r[0][1].int(), "indexed bytes follow edits and deletes");
         // The index holds the texts (the filters above were answered through it).
         for (t, q) in [
             ("dead_letter_search_error", "\"Zah\" \"ahl\""),
@@ -303,7 +315,7 @@ fn sqlite_indexer_batches_resume_from_the_watermark() {
         let before = watermark(&a).0;
         let n = {
             let _g = a.lock();
-            indexer::batch(&own, 37).expect("batch")
+            indexer::batch(&own, 37, Duration::from_secs(60)).expect("batch")
         };
         let after = watermark(&a).0;
         assert!(after >= before);
@@ -322,4 +334,39 @@ fn sqlite_indexer_batches_resume_from_the_watermark() {
         )
         .expect("n");
     assert_eq!(indexed, 250, "every record indexed once");
+}
+
+/// `archive_max_bytes` counts the index: payloads alone under the cap, payloads and index over
+/// it, so the size cap deletes the oldest records until both fit.
+#[test]
+fn sqlite_size_cap_counts_the_search_index() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("archive.db");
+    let a = Archive::open(&format!("sqlite://{}", path.display())).expect("open");
+    a.with(|c| {
+        let recs: Vec<NewRecord> = (0..200).map(rec).collect();
+        ops::insert_batch(c, &recs).expect("insert");
+    });
+    wait_caught_up(&a);
+    let payload = |c: &mut dyn Conn| {
+        c.query(
+            "SELECT COALESCE(SUM(payload_bytes), 0) FROM dead_letters",
+            &[],
+        )
+        .expect("sum")[0][0]
+            .int()
+    };
+    a.with(|c| {
+        let p = payload(c);
+        let index = search_index::counted_bytes(c).expect("bytes");
+        assert!(index > 0);
+        let cap = p + index / 2;
+        let (_, by_size) = ops::retention(c, None, Some(cap)).expect("retention");
+        assert!(
+            by_size > 0,
+            "the index's bytes pushed the archive over the cap"
+        );
+        let after = payload(c) + search_index::counted_bytes(c).expect("bytes");
+        assert!(after <= cap, "{after} <= {cap}");
+    });
 }
