@@ -42,7 +42,12 @@ fn rec(i: usize) -> NewRecord {
     .to_string();
     NewRecord {
         stable_key: format!("s:1:{i}"),
-        queue: if i.is_multiple_of(2) { "dlq-a" } else { "dlq-b" }.into(),
+        queue: if i.is_multiple_of(2) {
+            "dlq-a"
+        } else {
+            "dlq-b"
+        }
+        .into(),
         error_message,
         error_stacktrace,
         payload,
