@@ -1,4 +1,4 @@
-"""The archive's search index (issue 9, docs/archive.md "Migration 7", SQLite): the `error`, `body`
+"""The archive's search index (issue 9, docs/archive.md "Migration 7", SQLite and PostgreSQL): the `error`, `body`
 and `header.NAME` filters answered through the trigram index stay exactly what a reading of the
 published messages says while the background indexer is off (every record above its watermark,
 scanned), after it resumed across kill -9 restarts (one of them while it indexes in small
@@ -11,12 +11,18 @@ import time
 import pytest
 
 import conftest
-from archive_helpers import Api, config_for
+from archive_helpers import Api, config_for, stop_pg_cluster
 from test_dead_letter_archive_filters import CASES, check, message, publish_all
 
 pytestmark = pytest.mark.charon_only
 
 N = 60
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _pg_cleanup():
+    yield
+    stop_pg_cluster()
 
 
 def index_state(api):
@@ -43,8 +49,9 @@ def ids_of(api):
             if r["message_id"].startswith("m-")}
 
 
-def test_text_filters_exact_while_the_indexer_is_behind_across_kill9_edits_and_deletes(tmp_path, monkeypatch):
-    cfg = config_for("sqlite")
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_text_filters_exact_while_the_indexer_is_behind_across_kill9_edits_and_deletes(tmp_path, monkeypatch, backend):
+    cfg = config_for(backend)
     # The indexer off: every record stays above the watermark, the filters scan them.
     monkeypatch.setenv("CHARON_ARCHIVE_INDEXER", "off")
     b = conftest.start_charon(tmp_path, config_text=cfg)

@@ -22,7 +22,8 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::search_index::{HEADER_LINES, SIZE};
+use crate::error::ArchiveError;
+use crate::search_index::HEADER_LINES;
 use crate::sql::Conn;
 
 /// Records per batch (one transaction).
@@ -52,16 +53,47 @@ pub fn disabled() -> bool {
     std::env::var("CHARON_ARCHIVE_INDEXER").is_ok_and(|v| v == "off")
 }
 
+/// What the indexer's loop fills: a connection it opens and the batches it runs on it.
+pub(crate) trait Backend: Send + 'static {
+    /// Its connection.
+    type C;
+    /// Opens a connection.
+    fn open(&self) -> Result<Self::C, ArchiveError>;
+    /// One batch ([`batch`] on SQLite); how many records it indexed.
+    fn batch(&self, c: &mut Self::C, max: i64, budget: Duration) -> Result<usize, ArchiveError>;
+}
+
+/// The SQLite archive at a path.
+struct SqliteFile(PathBuf);
+
+impl Backend for SqliteFile {
+    type C = Connection;
+    fn open(&self) -> Result<Connection, ArchiveError> {
+        Ok(open(&self.0)?)
+    }
+    fn batch(&self, c: &mut Connection, max: i64, budget: Duration) -> Result<usize, ArchiveError> {
+        Ok(batch(c, max, budget)?)
+    }
+}
+
 /// Starts the indexer of the SQLite archive at `path`; it stops when `writer` is dropped.
 pub fn start(path: &Path, writer: Weak<Mutex<Box<dyn Conn>>>, activity: Arc<AtomicU64>) {
+    spawn(SqliteFile(path.to_path_buf()), writer, activity);
+}
+
+/// Starts the loop over `backend`.
+pub(crate) fn spawn<B: Backend>(
+    backend: B,
+    writer: Weak<Mutex<Box<dyn Conn>>>,
+    activity: Arc<AtomicU64>,
+) {
     if disabled() {
         tracing::info!("archive search indexer off (CHARON_ARCHIVE_INDEXER=off)");
         return;
     }
-    let path = path.to_path_buf();
     let spawned = std::thread::Builder::new()
         .name("charon-archive-indexer".into())
-        .spawn(move || run(path, writer, activity));
+        .spawn(move || run(backend, writer, activity));
     if let Err(e) = spawned {
         tracing::warn!(error = %e, "archive search indexer: no thread; text filters scan");
     }
@@ -77,7 +109,7 @@ fn open(path: &PathBuf) -> rusqlite::Result<Connection> {
     Ok(c)
 }
 
-fn run(path: PathBuf, writer: Weak<Mutex<Box<dyn Conn>>>, activity: Arc<AtomicU64>) {
+fn run<B: Backend>(backend: B, writer: Weak<Mutex<Box<dyn Conn>>>, activity: Arc<AtomicU64>) {
     let mut conn = None;
     let mut seen = activity.load(Ordering::Relaxed);
     let size = batch_size();
@@ -87,9 +119,9 @@ fn run(path: PathBuf, writer: Weak<Mutex<Box<dyn Conn>>>, activity: Arc<AtomicU6
         let Some(w) = writer.upgrade() else {
             return;
         };
-        let c = match conn.take() {
+        let mut c = match conn.take() {
             Some(c) => c,
-            None => match open(&path) {
+            None => match backend.open() {
                 Ok(c) => c,
                 Err(e) => {
                     tracing::warn!(error = %e, "archive search indexer: cannot open the database");
@@ -106,7 +138,7 @@ fn run(path: PathBuf, writer: Weak<Mutex<Box<dyn Conn>>>, activity: Arc<AtomicU6
         let budget = if busy { BUSY_BUDGET } else { IDLE_BUDGET };
         let done = match w.try_lock() {
             Ok(guard) => {
-                let r = batch(&c, size, budget);
+                let r = backend.batch(&mut c, size, budget);
                 drop(guard);
                 Some(r)
             }
@@ -120,7 +152,9 @@ fn run(path: PathBuf, writer: Weak<Mutex<Box<dyn Conn>>>, activity: Arc<AtomicU6
             Some(Ok(_)) => between,
             Some(Err(e)) => {
                 tracing::warn!(error = %e, "archive search indexer: batch failed; retrying");
-                Duration::from_secs(1)
+                std::thread::sleep(Duration::from_secs(1));
+                // A fresh connection (PostgreSQL may have gone away).
+                continue;
             }
         };
         conn = Some(c);
@@ -154,7 +188,7 @@ fn batch_in(c: &Connection, max: i64, until: std::time::Instant) -> rusqlite::Re
     )?;
     let mut n = 0usize;
     let mut bytes = 0i64;
-    let size = SIZE.replace("{R}", "");
+    let size = crate::search_index::size_sql(crate::sql::Dialect::Sqlite, "");
     let edited: Vec<i64> = {
         let mut st = c.prepare_cached(
             "SELECT id FROM dead_letter_search_scan WHERE kind = 'edited' ORDER BY id LIMIT ?",

@@ -32,6 +32,7 @@ pub mod json;
 mod onepass;
 pub mod ops;
 pub mod page_plan;
+mod pg_indexer;
 pub mod postgres;
 pub mod record;
 pub mod schema;
@@ -131,6 +132,12 @@ impl Archive {
         schema::migrate(a.lock().as_mut())?;
         if let Some(path) = sqlite_path(url) {
             indexer::start(path, Arc::downgrade(&a.conn), a.activity.clone());
+        } else {
+            indexer::spawn(
+                pg_indexer::PgDatabase(url.to_string()),
+                Arc::downgrade(&a.conn),
+                a.activity.clone(),
+            );
         }
         Ok(a)
     }

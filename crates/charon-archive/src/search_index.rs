@@ -49,14 +49,53 @@ WHEN old.id <= (SELECT watermark FROM dead_letter_search_state) BEGIN
 END;
 ";
 
-/// Migration 7 on PostgreSQL: nothing yet (its filters stay scans; docs/archive.md).
-pub const V7_POSTGRES: &str = "SELECT 1;";
+/// Migration 7 on PostgreSQL: a side table with the three texts per indexed record, GIN
+/// `gin_trgm_ops` indexes on them when `pg_trgm` can be created (else a warning, and the filters
+/// still answer exactly, through the side table without an index), the same state and scan
+/// tables, and one row trigger for deletes and edits.
+pub const V7_POSTGRES: &str = "
+CREATE TABLE dead_letter_search_state (
+    one INTEGER PRIMARY KEY CHECK (one = 1),
+    watermark BIGINT NOT NULL,
+    indexed_records BIGINT NOT NULL DEFAULT 0,
+    indexed_bytes BIGINT NOT NULL DEFAULT 0
+);
+INSERT INTO dead_letter_search_state (one, watermark) VALUES (1, 0);
+CREATE TABLE dead_letter_search_scan (id BIGINT PRIMARY KEY, kind TEXT NOT NULL);
+CREATE TABLE dead_letter_search (id BIGINT PRIMARY KEY, error TEXT NOT NULL, body TEXT NOT NULL, headers TEXT NOT NULL);
+DO $$ BEGIN
+    CREATE EXTENSION IF NOT EXISTS pg_trgm;
+    CREATE INDEX dead_letter_search_error ON dead_letter_search USING gin (error gin_trgm_ops);
+    CREATE INDEX dead_letter_search_body ON dead_letter_search USING gin (body gin_trgm_ops);
+    CREATE INDEX dead_letter_search_headers ON dead_letter_search USING gin (headers gin_trgm_ops);
+EXCEPTION WHEN OTHERS THEN
+    RAISE WARNING 'charon archive: pg_trgm unavailable (%); the text filters scan', SQLERRM;
+END $$;
+CREATE FUNCTION dead_letter_search_forget() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+    IF OLD.id <= (SELECT watermark FROM dead_letter_search_state) THEN
+        UPDATE dead_letter_search_state SET indexed_bytes = indexed_bytes - ({OLD_SIZE})
+            WHERE NOT EXISTS (SELECT 1 FROM dead_letter_search_scan WHERE id = OLD.id);
+        DELETE FROM dead_letter_search WHERE id = OLD.id;
+        IF TG_OP = 'DELETE' THEN
+            DELETE FROM dead_letter_search_scan WHERE id = OLD.id;
+        ELSE
+            INSERT INTO dead_letter_search_scan (id, kind) VALUES (OLD.id, 'edited') ON CONFLICT (id) DO NOTHING;
+        END IF;
+    END IF;
+    RETURN NULL;
+END $f$;
+CREATE TRIGGER dead_letter_search_delete AFTER DELETE ON dead_letters
+    FOR EACH ROW EXECUTE FUNCTION dead_letter_search_forget();
+CREATE TRIGGER dead_letter_search_edit AFTER UPDATE OF headers, payload, error_message, error_stacktrace ON dead_letters
+    FOR EACH ROW EXECUTE FUNCTION dead_letter_search_forget();
+";
 
 /// Migration 7 for dialect `d`.
 pub fn v7(d: Dialect) -> String {
     match d {
-        Dialect::Sqlite => V7_SQLITE.replace("{OLD_SIZE}", &SIZE.replace("{R}", "old.")),
-        Dialect::Postgres => V7_POSTGRES.to_string(),
+        Dialect::Sqlite => V7_SQLITE.replace("{OLD_SIZE}", &size_sql(d, "old.")),
+        Dialect::Postgres => V7_POSTGRES.replace("{OLD_SIZE}", &size_sql(d, "OLD.")),
     }
 }
 
@@ -66,24 +105,28 @@ pub fn v7(d: Dialect) -> String {
 /// errors, 0.86 for the headers; less for bodies that repeat), so this is an upper estimate.
 pub const SIZE: &str = "{R}payload_bytes + length(CAST({R}headers AS BLOB)) + COALESCE(length(CAST({R}error_message AS BLOB)), 0) + COALESCE(length(CAST({R}error_stacktrace AS BLOB)), 0)";
 
-/// A record's weight against `archive_max_bytes`: its payload, plus its index rows' bytes
-/// ([`SIZE`]) when it is indexed (SQLite).
-pub fn cap_weight(d: Dialect) -> String {
+/// [`SIZE`] in dialect `d` for row prefix `r` (`old.`, or `""`).
+pub fn size_sql(d: Dialect, r: &str) -> String {
     match d {
-        Dialect::Sqlite => format!(
-            "payload_bytes + CASE WHEN id <= (SELECT watermark FROM dead_letter_search_state) \
-             AND id NOT IN (SELECT id FROM dead_letter_search_scan) THEN {} ELSE 0 END",
-            SIZE.replace("{R}", "")
+        Dialect::Sqlite => SIZE.replace("{R}", r),
+        Dialect::Postgres => format!(
+            "{r}payload_bytes + octet_length({r}headers) + COALESCE(octet_length({r}error_message), 0) + COALESCE(octet_length({r}error_stacktrace), 0)"
         ),
-        Dialect::Postgres => "payload_bytes".into(),
     }
 }
 
-/// The bytes the index is counted as (the sum of [`SIZE`] over indexed records; 0 on PostgreSQL).
+/// A record's weight against `archive_max_bytes`: its payload, plus its index rows' bytes
+/// ([`SIZE`]) when it is indexed (SQLite).
+pub fn cap_weight(d: Dialect) -> String {
+    format!(
+        "payload_bytes + CASE WHEN id <= (SELECT watermark FROM dead_letter_search_state) \
+         AND id NOT IN (SELECT id FROM dead_letter_search_scan) THEN {} ELSE 0 END",
+        size_sql(d, "")
+    )
+}
+
+/// The bytes the index is counted as (the sum of [`SIZE`] over indexed records).
 pub fn counted_bytes(c: &mut dyn Conn) -> Result<i64, ArchiveError> {
-    if c.dialect() != Dialect::Sqlite {
-        return Ok(0);
-    }
     Ok(
         c.query("SELECT indexed_bytes FROM dead_letter_search_state", &[])?
             .first()
@@ -143,12 +186,32 @@ pub fn trigram_query(needle: &str) -> Option<String> {
 }
 
 /// The candidate condition (`id IN (…)`) for a filter on `field` containing `needle`, and its
-/// parameter; `None` when the index cannot narrow it (PostgreSQL, or a needle under 3 characters).
+/// parameter; `None` when the index cannot narrow it (a needle under 3 characters, or with a NUL).
 pub fn candidates(d: Dialect, field: Field, needle: &str) -> Option<(String, Param)> {
-    if d != Dialect::Sqlite {
-        return None;
-    }
     let q = trigram_query(needle)?;
+    if d == Dialect::Postgres {
+        let col = match field {
+            Field::Error => "error",
+            Field::Body => "body",
+            Field::Headers => "headers",
+        };
+        let mut pattern = String::from("%");
+        for ch in needle.chars() {
+            if matches!(ch, '%' | '_' | '\\') {
+                pattern.push('\\');
+            }
+            pattern.push(ch);
+        }
+        pattern.push('%');
+        return Some((
+            format!(
+                "id IN (SELECT id FROM dead_letter_search WHERE {col} LIKE ? \
+                 UNION ALL SELECT id FROM dead_letters WHERE id > (SELECT watermark FROM dead_letter_search_state) \
+                 UNION ALL SELECT id FROM dead_letter_search_scan)"
+            ),
+            Param::from(pattern),
+        ));
+    }
     let t = field.table();
     Some((
         format!(
@@ -164,9 +227,6 @@ pub fn candidates(d: Dialect, field: Field, needle: &str) -> Option<(String, Par
 /// so far (re-indexed edits counted again), the text bytes indexed, and the edited records
 /// waiting to be indexed again.
 pub fn stats(c: &mut dyn Conn) -> Result<Option<Value>, ArchiveError> {
-    if c.dialect() != Dialect::Sqlite {
-        return Ok(None);
-    }
     let rows = c.query(
         "SELECT watermark, indexed_records, indexed_bytes, (SELECT COUNT(*) FROM dead_letter_search_scan), \
          (SELECT COALESCE(MAX(id), 0) FROM dead_letters) FROM dead_letter_search_state",
