@@ -10,7 +10,8 @@
 //! - [`ops`]: list, get, groups, edit, skip, delete, audit, retention, stats.
 //! - [`page_plan`]: which index a SQLite list page walks.
 //! - [`checkpoint`]: SQLite's WAL checkpoints off the writer's thread.
-//! - [`search_index`], [`indexer`]: the trigram index of the text filters, filled behind the writer.
+//! - [`search_index`], [`indexer`] (+ `pg_indexer`): the trigram index of the text filters, filled
+//!   behind the writer.
 //! - [`jobs`]: replay jobs and what a restart interrupted.
 //! - [`summary`]: the maintained per-group counts (groups and totals without counting rows).
 //! - [`scope`]: what an API user limited to some vhosts sees.

@@ -1,5 +1,6 @@
 //! Migration 7: the trigram search index behind the `error`, `body` and `header.NAME` filters
-//! (SQLite; docs/archive.md "Migration 7"). What it holds, and the filter conditions that read it.
+//! (SQLite: FTS5; PostgreSQL: a side table with pg_trgm indexes; docs/archive.md "Migration 7").
+//! What it holds, and the filter conditions that read it.
 //!
 //! The index is filled behind the writer by [`crate::indexer`], never inside the archiver's
 //! transaction. A filter on it is exact: its candidates are the index's matches among the records
@@ -116,7 +117,7 @@ pub fn size_sql(d: Dialect, r: &str) -> String {
 }
 
 /// A record's weight against `archive_max_bytes`: its payload, plus its index rows' bytes
-/// ([`SIZE`]) when it is indexed (SQLite).
+/// ([`SIZE`]) when it is indexed.
 pub fn cap_weight(d: Dialect) -> String {
     format!(
         "payload_bytes + CASE WHEN id <= (SELECT watermark FROM dead_letter_search_state) \
@@ -223,7 +224,7 @@ pub fn candidates(d: Dialect, field: Field, needle: &str) -> Option<(String, Par
     ))
 }
 
-/// The index's state for `/api/dead-letters/stats` (SQLite): its watermark, the records indexed
+/// The index's state for `/api/dead-letters/stats`: its watermark, the records indexed
 /// so far (re-indexed edits counted again), the text bytes indexed, and the edited records
 /// waiting to be indexed again.
 pub fn stats(c: &mut dyn Conn) -> Result<Option<Value>, ArchiveError> {
