@@ -204,11 +204,13 @@ pub fn candidates(d: Dialect, field: Field, needle: &str) -> Option<(String, Par
             pattern.push(ch);
         }
         pattern.push('%');
+        // As an array (computed once) rather than `IN (…)`: with `IN` the planner walked the
+        // primary key backwards for a page (600 ms for one match in 1M records; 32 ms so).
         return Some((
             format!(
-                "id IN (SELECT id FROM dead_letter_search WHERE {col} LIKE ? \
+                "id = ANY(ARRAY(SELECT id FROM dead_letter_search WHERE {col} LIKE ? \
                  UNION ALL SELECT id FROM dead_letters WHERE id > (SELECT watermark FROM dead_letter_search_state) \
-                 UNION ALL SELECT id FROM dead_letter_search_scan)"
+                 UNION ALL SELECT id FROM dead_letter_search_scan))"
             ),
             Param::from(pattern),
         ));
