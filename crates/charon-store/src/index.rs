@@ -159,11 +159,7 @@ impl Index {
                     self.kill(old.item(), seg, index);
                 }
             }
-            Payload::Settle { queue, ids } => {
-                for id in ids {
-                    self.remove_member((*queue, *id), seg, index);
-                }
-            }
+            Payload::Settle { queue, ids } => self.settle(*queue, ids, seg, index),
             Payload::DeadLetter {
                 source,
                 members,
@@ -390,7 +386,7 @@ impl Index {
     }
 
     /// Remove a member; a message left without members dies.
-    fn remove_member(&mut self, m: Member, seg: SegId, index: u64) {
+    pub(crate) fn remove_member(&mut self, m: Member, seg: SegId, index: u64) {
         let Some(e) = self.drop_member_entry(m, seg, index) else {
             return;
         };

@@ -69,6 +69,7 @@ mod durable;
 mod error;
 mod id_table;
 mod index;
+mod index_settle;
 mod messages;
 mod meta;
 mod queue_members;

@@ -60,7 +60,12 @@ impl ConfirmTracker {
         else {
             return;
         };
-        if self.pending.len() <= i {
+        // The usual case: the next seq after the last one pending (a plain push, no resize).
+        if self.pending.len() == i {
+            self.pending.push_back(answers);
+            return;
+        }
+        if self.pending.len() < i {
             self.pending.resize(i + 1, 0);
         }
         if let Some(slot) = self.pending.get_mut(i) {
@@ -337,5 +342,113 @@ mod tests {
         t.answer(1, false);
         assert_eq!(flush(&mut t), vec![Nack { seq: 1 }, Nack { seq: 2 }]);
         assert_eq!(t.next_seq(), 3);
+    }
+
+    /// The tracker's ring against a plain map of what each publish still waits for.
+    #[derive(Default)]
+    struct Model {
+        last_seq: u64,
+        left: std::collections::BTreeMap<u64, u32>,
+        nacked: BTreeSet<u64>,
+        acked_upto: u64,
+    }
+
+    impl Model {
+        fn answer(&mut self, seq: u64, ack: bool) {
+            if let Some(left) = self.left.get_mut(&seq).filter(|l| **l > 0) {
+                if ack {
+                    *left -= 1;
+                } else {
+                    *left = 0;
+                    self.nacked.insert(seq);
+                }
+            }
+        }
+
+        fn flush(&mut self) -> Vec<ConfirmReply> {
+            let mut out = Vec::new();
+            let upto = self
+                .left
+                .iter()
+                .find(|(_, l)| **l > 0)
+                .map_or(self.last_seq, |(s, _)| s - 1);
+            while let Some(&n) = self.nacked.first().filter(|n| **n <= upto) {
+                self.nacked.remove(&n);
+                if n - 1 > self.acked_upto {
+                    out.push(Ack {
+                        seq: n - 1,
+                        multiple: n - 1 - self.acked_upto > 1,
+                    });
+                }
+                out.push(Nack { seq: n });
+                self.acked_upto = n;
+            }
+            if upto > self.acked_upto {
+                out.push(Ack {
+                    seq: upto,
+                    multiple: upto - self.acked_upto > 1,
+                });
+                self.acked_upto = upto;
+            }
+            out
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// A publish waiting for this many answers.
+        Publish(u32),
+        /// An answer for the publish this far back from the newest.
+        Answer(u64, bool),
+        /// The same answer for a run of publishes (back, length).
+        Run(u64, u64, bool),
+        Flush,
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            4 => (0u32..4).prop_map(Op::Publish),
+            3 => (0u64..12, proptest::bool::weighted(0.9)).prop_map(|(b, a)| Op::Answer(b, a)),
+            1 => (0u64..12, 1u64..6, proptest::bool::weighted(0.9)).prop_map(|(b, l, a)| Op::Run(b, l, a)),
+            2 => Just(Op::Flush),
+        ]
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_ring_confirms_as_a_map_of_waiting_publishes(
+            ops in proptest::collection::vec(op(), 1..300)
+        ) {
+            let mut t = ConfirmTracker::default();
+            let mut m = Model::default();
+            for op in ops {
+                match op {
+                    Op::Publish(n) => {
+                        let seq = t.next_seq();
+                        m.last_seq = seq;
+                        t.expect(seq, n);
+                        if n > 0 {
+                            m.left.insert(seq, n);
+                        }
+                    }
+                    Op::Answer(back, ack) => {
+                        let seq = m.last_seq.saturating_sub(back);
+                        t.answer(seq, ack);
+                        m.answer(seq, ack);
+                    }
+                    Op::Run(back, len, ack) => {
+                        let first = m.last_seq.saturating_sub(back);
+                        let last = first + len - 1;
+                        t.answer_run(first, last, ack);
+                        for seq in first..=last {
+                            m.answer(seq, ack);
+                        }
+                    }
+                    Op::Flush => proptest::prop_assert_eq!(flush(&mut t), m.flush()),
+                }
+            }
+            proptest::prop_assert_eq!(flush(&mut t), m.flush());
+        }
     }
 }

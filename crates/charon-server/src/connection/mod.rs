@@ -10,6 +10,7 @@ mod confirms;
 mod consumer_timeout;
 mod handshake;
 mod methods;
+mod publish_batch;
 mod read_pace;
 mod read_size;
 mod shapes;
@@ -139,6 +140,7 @@ pub(crate) async fn serve_on<S: Transport>(
         owes_close_ok: false,
         confirms_due: Vec::new(),
         spare_targets: Vec::new(),
+        publish_batches: publish_batch::PublishBatches::default(),
         settles: Vec::new(),
         frames_in: 0,
     };
@@ -281,6 +283,9 @@ pub(crate) struct Connection {
     /// An emptied target list of an earlier publish, kept for the next one's routing (no
     /// allocation per publish routed to one queue).
     pub(crate) spare_targets: Vec<crate::handles::QueueHandle>,
+    /// Single-target publishes of the read batch not yet handed to their queues
+    /// (`publish_batch.rs`).
+    pub(crate) publish_batches: publish_batch::PublishBatches,
     /// Frames decoded so far (read pacing counts the frames each read took).
     frames_in: u64,
 }
@@ -467,8 +472,18 @@ impl Connection {
         }
     }
 
-    /// Decodes and handles every complete frame in `buf`.
+    /// Decodes and handles every complete frame in `buf`; the publishes gathered on the way
+    /// reach their queues before it returns.
     async fn process(&mut self, buf: &mut BytesMut) -> Next {
+        let next = self.process_frames(buf).await;
+        if !self.publish_batches.is_empty() {
+            self.flush_publishes().await;
+        }
+        next
+    }
+
+    /// [`Connection::process`] but the last flush.
+    async fn process_frames(&mut self, buf: &mut BytesMut) -> Next {
         // The frame at the front is the framer's (a hot method it must refuse).
         let mut to_framer = false;
         loop {
@@ -551,6 +566,10 @@ impl Connection {
                     Some(rest) => self.content_rest(rest).await,
                 }
             } else {
+                // Gathered publishes go before anything else reaches a queue.
+                if !self.publish_batches.is_empty() {
+                    self.flush_publishes().await;
+                }
                 self.on_frame(frame).await
             };
             if let Next::Stop = next {

@@ -119,6 +119,15 @@ pub enum QueueCmd {
         /// Confirm target when the channel is in confirm mode.
         confirm: Option<ConfirmTo>,
     },
+    /// Several routed messages from one connection, in publish order, each handled as a
+    /// [`QueueCmd::Publish`] (a read batch's publishes to this queue: `connection/publish_batch.rs`).
+    PublishBatch {
+        /// The messages, each with its publishing channel and sequence number when that channel
+        /// is in confirm mode.
+        placed: Vec<(Placed, Option<(u16, u64)>)>,
+        /// The publishing connection, when any of them confirms.
+        conn: Option<ConnHandle>,
+    },
     /// Register a consumer.
     Consume {
         /// Broker-unique consumer id.
@@ -413,6 +422,9 @@ impl QueueHandle {
 pub fn inbox_bytes_of(cmd: &QueueCmd) -> u64 {
     match cmd {
         QueueCmd::Publish { placed, .. } => placed.message.body_size(),
+        QueueCmd::PublishBatch { placed, .. } => {
+            placed.iter().map(|(p, _)| p.message.body_size()).sum()
+        }
         _ => 0,
     }
 }

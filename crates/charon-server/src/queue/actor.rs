@@ -235,6 +235,16 @@ impl Actor {
                     self.confirms.add(&c.conn, c.channel, c.seq, taken);
                 }
             }
+            QueueCmd::PublishBatch { placed, conn } => {
+                // As the same publishes one by one (`QueueCmd::Publish` above).
+                for (placed, confirm) in placed {
+                    let taken = self.enqueue(placed, now);
+                    self.counters.published += u64::from(taken);
+                    if let (Some(conn), Some((channel, seq))) = (&conn, confirm) {
+                        self.confirms.add(conn, channel, seq, taken);
+                    }
+                }
+            }
             QueueCmd::EnqueueDeadLetters { messages, from } => {
                 self.take_dead_letters(messages, from, now)
             }

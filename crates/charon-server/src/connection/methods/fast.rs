@@ -220,7 +220,8 @@ impl Connection {
             return self.publish_one(channel, seq, q, message);
         }
         let (placed, stored) = self.place_start(channel, seq, targets, &message)?;
-        if stored.is_some() {
+        if stored.is_some() || !self.publish_batches.is_empty() {
+            // Gathered publishes go first (`content_rest` sends them, then these).
             return Ok(Some(PublishRest::Place(seq, placed, stored)));
         }
         let mut placed = placed.into_iter();
@@ -277,23 +278,35 @@ impl Connection {
                 return Ok(Some(PublishRest::Place(Some(seq), placed, Some(stored))));
             }
         }
-        let confirm = seq.map(|seq| ConfirmTo {
-            conn: self.handle.clone(),
-            channel,
-            seq,
-        });
-        match q.try_send(QueueCmd::Publish { placed, confirm }) {
-            Ok(()) => self.published_to(&q),
-            // The queue is gone (as a failed `send` on the slow path).
-            Err(None) => {}
-            // Full: it waits.
-            Err(Some(cmd)) => return Ok(Some(PublishRest::Send(seq, q, cmd, Vec::new()))),
-        }
+        // Handed to the queue with the read batch's other publishes to it (`publish_batch.rs`).
+        self.publish_batches
+            .add(q, placed, seq.map(|seq| (channel, seq)));
         Ok(None)
+    }
+
+    /// Hands the gathered publishes to their queues, in order, waiting while a queue's channel
+    /// is full (as a publish that found it full does).
+    pub(in crate::connection) async fn flush_publishes(&mut self) {
+        for gathered in self.publish_batches.take() {
+            let (q, cmd) = gathered.command(&self.handle);
+            match q.try_send(cmd) {
+                Ok(()) => {}
+                // The queue is gone (as a failed `send` on the slow path).
+                Err(None) => continue,
+                Err(Some(cmd)) => {
+                    let _ = q.send(cmd).await;
+                }
+            }
+            self.published_to(&q);
+        }
     }
 
     /// What [`Connection::content_now`] left: waits as `on_frame` would.
     pub(in crate::connection) async fn content_rest(&mut self, rest: ContentRest) -> Next {
+        // Gathered publishes go before whatever this does.
+        if !self.publish_batches.is_empty() {
+            self.flush_publishes().await;
+        }
         let (channel, rest) = match rest {
             ContentRest::Frame(frame) => return Box::pin(self.on_frame(frame)).await,
             ContentRest::Failed(e) => return Box::pin(self.frame_failed(e)).await,

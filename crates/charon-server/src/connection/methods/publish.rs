@@ -189,6 +189,8 @@ impl Connection {
             return Ok(None);
         };
         crate::admin::ChannelStats::bump(&ch.stats.publish, 1);
+        // Routing cannot change the channel's mode: read it now, not by a second lookup.
+        let in_tx = ch.tx.is_some();
         let body = match p.first_body {
             Some(b) => b,
             // A large body that outgrew its first allocation: copied once to its size.
@@ -213,7 +215,7 @@ impl Connection {
         if targets.is_empty() && p.mandatory {
             self.return_unroutable(channel, &message);
         }
-        if let Some(buf) = self.channel_mut(channel)?.tx.as_mut() {
+        if in_tx && let Some(buf) = self.channel_mut(channel)?.tx.as_mut() {
             // Confirm and tx modes exclude each other: no confirm to track here.
             buf.publishes.push((targets, message));
             return Ok(None);

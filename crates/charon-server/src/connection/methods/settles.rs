@@ -110,6 +110,10 @@ impl Connection {
     /// Sends the gathered settles' commands, in order (waiting while a queue's channel is
     /// full, as `settle_now` does).
     pub(in crate::connection) async fn send_settles(&mut self) {
+        // Publishes gathered before these settles go first.
+        if !self.publish_batches.is_empty() {
+            self.flush_publishes().await;
+        }
         let mut gathered = std::mem::take(&mut self.settles);
         for (q, how, ids) in gathered.drain(..) {
             let cmd = command(how, ids);
