@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::error::ArchiveError;
+use crate::search_index::{Field, candidates};
 use crate::sql::{Dialect, Param};
 use crate::time::parse_time;
 
@@ -135,6 +136,7 @@ impl Filter {
                 ));
                 params.push(Param::from(t));
             } else if k == "error" {
+                push_candidates(&mut conds, &mut params, d, Field::Error, v);
                 conds.push(format!(
                     "({} OR {})",
                     d.contains("error_message"),
@@ -143,9 +145,17 @@ impl Filter {
                 params.push(Param::from(v.as_str()));
                 params.push(Param::from(v.as_str()));
             } else if k == "body" {
+                push_candidates(&mut conds, &mut params, d, Field::Body, v);
                 conds.push(d.bytes_contain("payload"));
                 params.push(Param::Bytes(v.as_bytes().to_vec()));
             } else if let Some(name) = k.strip_prefix("header.") {
+                push_candidates(
+                    &mut conds,
+                    &mut params,
+                    d,
+                    Field::Headers,
+                    &format!("{name}={v}"),
+                );
                 conds.push(format!("{} = ?", d.json_field("headers")));
                 params.push(Param::from(name));
                 params.push(Param::from(v.as_str()));
@@ -166,6 +176,21 @@ impl Filter {
             return Ok(("1 = 1".into(), params));
         }
         Ok((conds.join(" AND "), params))
+    }
+}
+
+/// The search index's candidates for a text filter (`search_index`), when it can narrow it; the
+/// filter's own exact condition follows.
+fn push_candidates(
+    conds: &mut Vec<String>,
+    params: &mut Vec<Param>,
+    d: Dialect,
+    field: Field,
+    needle: &str,
+) {
+    if let Some((cond, p)) = candidates(d, field, needle) {
+        conds.push(cond);
+        params.push(p);
     }
 }
 

@@ -12,6 +12,8 @@
 //! - [`checkpoint`]: SQLite's WAL checkpoints off the writer's thread.
 //! - [`wal_sync`]: an archiver batch's COMMIT without the fsync, synced before its acks.
 //! - `sqlite_static`: the archiver's INSERT bound without copies (the crate's only `unsafe`).
+//! - [`search_index`], [`indexer`] (+ `pg_indexer`): the trigram index of the text filters, filled
+//!   behind the writer.
 //! - [`jobs`]: replay jobs and what a restart interrupted.
 //! - [`summary`]: the maintained per-group counts (groups and totals without counting rows).
 //! - [`scope`]: what an API user limited to some vhosts sees.
@@ -26,16 +28,19 @@ pub mod error;
 pub mod extract;
 pub mod filter;
 pub mod index_diet;
+pub mod indexer;
 pub mod ingest;
 pub mod jobs;
 pub mod json;
 mod onepass;
 pub mod ops;
 pub mod page_plan;
+mod pg_indexer;
 pub mod postgres;
 pub mod record;
 pub mod schema;
 pub mod scope;
+pub mod search_index;
 pub mod sql;
 pub mod sqlite;
 mod sqlite_static;
@@ -62,6 +67,8 @@ pub struct Archive {
     url: Arc<str>,
     /// The URL as given (to open the reader).
     full_url: Arc<str>,
+    /// Bumped at every use of the writer's connection: the search indexer backs off while it moves.
+    activity: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl std::fmt::Debug for Archive {
@@ -103,6 +110,18 @@ fn connect(url: &str) -> Result<Box<dyn Conn>, ArchiveError> {
     )
 }
 
+/// The file of a SQLite URL (as [`connect`] reads it); `None` for PostgreSQL.
+fn sqlite_path(url: &str) -> Option<&std::path::Path> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return None;
+    }
+    let path = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        .or_else(|| (!url.contains("://")).then_some(url))?;
+    Some(std::path::Path::new(path))
+}
+
 impl Archive {
     /// Opens the database `url` names (`sqlite:///path`, `sqlite:path`, a bare path, or
     /// `postgres(ql)://…`) and applies migrations.
@@ -113,8 +132,18 @@ impl Archive {
             reader: Arc::new(Mutex::new(None)),
             url: Arc::from(redact(url)),
             full_url: Arc::from(url),
+            activity: Arc::default(),
         };
         schema::migrate(a.lock().as_mut())?;
+        if let Some(path) = sqlite_path(url) {
+            indexer::start(path, Arc::downgrade(&a.conn), a.activity.clone());
+        } else {
+            indexer::spawn(
+                pg_indexer::PgDatabase(url.to_string()),
+                Arc::downgrade(&a.conn),
+                a.activity.clone(),
+            );
+        }
         Ok(a)
     }
 
@@ -148,6 +177,8 @@ impl Archive {
 
     /// The connection, for the functions of [`ops`] and [`jobs`].
     pub fn lock(&self) -> MutexGuard<'_, Box<dyn Conn>> {
+        self.activity
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
     }
 

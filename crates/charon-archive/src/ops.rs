@@ -589,16 +589,20 @@ pub fn retention(
     };
     let mut by_size = 0;
     if let Some(max) = max_bytes.filter(|m| *m > 0) {
+        // The search index's bytes count too (SQLite; `search_index::cap_weight`).
         let total = count(
             c,
             "SELECT CAST(COALESCE(SUM(payload_bytes), 0) AS BIGINT) FROM dead_letter_groups",
             &[],
-        )?;
+        )? + crate::search_index::counted_bytes(c)?;
         if total > max {
             // The oldest records whose payloads add up to the excess.
             let excess = total - max;
             let rows = c.query(
-                "SELECT id, payload_bytes FROM dead_letters ORDER BY id LIMIT 100000",
+                &format!(
+                    "SELECT id, {} FROM dead_letters ORDER BY id LIMIT 100000",
+                    crate::search_index::cap_weight(c.dialect())
+                ),
                 &[],
             )?;
             let mut freed = 0;
@@ -654,6 +658,9 @@ pub fn stats(c: &mut dyn Conn) -> Result<Value, ArchiveError> {
         "retention_deleted": 0, "size_cap_deleted": 0});
     for r in c.query("SELECT name, value FROM archive_counters", &[])? {
         out[r[0].text()] = json!(r[1].int());
+    }
+    if let Some(s) = crate::search_index::stats(c)? {
+        out["search_index"] = s;
     }
     Ok(out)
 }

@@ -130,7 +130,11 @@ const MIGRATIONS: &[&str] = &[
     V4_JOB_COUNTS,
     V5_INGEST,
     V6_INDEX_DIET,
+    V7_SEARCH,
 ];
+
+/// Migration 7 (rendered per dialect by [`crate::search_index::v7`]).
+const V7_SEARCH: &str = "{V7_SEARCH}";
 
 /// Migration 5 (rendered per dialect by [`crate::ingest::v5`]).
 const V5_INGEST: &str = "{V5_INGEST}";
@@ -152,6 +156,9 @@ fn render(sql: &str, d: Dialect) -> String {
     }
     if sql == V6_INDEX_DIET {
         return crate::index_diet::v6(d);
+    }
+    if sql == V7_SEARCH {
+        return crate::search_index::v7(d);
     }
     crate::summary::render(
         &sql.replace("{ID}", id)
