@@ -498,10 +498,11 @@ impl Index {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    const BODY: MsgBody<'static> = MsgBody {
+    /// A minimal message body for index tests (also used by `index_settle`'s).
+    pub(crate) const BODY: MsgBody<'static> = MsgBody {
         enqueue_ms: 0,
         expiry_ms: None,
         exchange: b"",

@@ -113,18 +113,9 @@ fn depend(segs: &mut BTreeMap<SegId, SegStats>, killer: SegId, seg: SegId) {
 mod tests {
     use proptest::prelude::*;
 
+    use crate::index::tests::BODY;
     use crate::index::{Index, Loc};
-    use crate::record::{MsgBody, Payload};
-
-    const BODY: MsgBody<'static> = MsgBody {
-        enqueue_ms: 0,
-        expiry_ms: None,
-        exchange: b"",
-        routing_key: b"",
-        properties: b"",
-        body: b"x",
-        body_offset: 0,
-    };
+    use crate::record::Payload;
 
     #[derive(Debug, Clone)]
     enum Op {
