@@ -37,6 +37,9 @@ fn text(s: &str) -> String {
     s.replace('\0', "\u{FFFD}")
 }
 
+/// Rows per INSERT statement (4 parameters each).
+const INSERT_ROWS: usize = 100;
+
 fn index_rows(
     c: &mut dyn Conn,
     rows: &[Vec<Cell>],
@@ -45,6 +48,7 @@ fn index_rows(
 ) -> Result<(i64, i64), ArchiveError> {
     let mut bytes = 0;
     let mut top = 0;
+    let mut values: Vec<Param> = Vec::new();
     for r in rows {
         if *n > 0 && Instant::now() >= until {
             break;
@@ -59,14 +63,27 @@ fn index_rows(
         }
         let body = String::from_utf8_lossy(&r[3].bytes()).into_owned();
         let headers = r[4].opt_text().unwrap_or_default();
-        c.exec(
-            "INSERT INTO dead_letter_search (id, error, body, headers) VALUES (?, ?, ?, ?) \
-             ON CONFLICT (id) DO UPDATE SET error = excluded.error, body = excluded.body, headers = excluded.headers",
-            &[id.into(), Param::from(text(&error)), Param::from(text(&body)), Param::from(text(&headers))],
-        )?;
+        values.extend([
+            id.into(),
+            Param::from(text(&error)),
+            Param::from(text(&body)),
+            Param::from(text(&headers)),
+        ]);
         bytes += r[5].int();
         top = id;
         *n += 1;
+    }
+    // Multi-row INSERTs: one statement (and round trip) per 100 records, not per record. The
+    // ids of one call are distinct (edited ones are indexed one call each).
+    for chunk in values.chunks(INSERT_ROWS * 4) {
+        let marks = vec!["(?, ?, ?, ?)"; chunk.len() / 4].join(", ");
+        c.exec(
+            &format!(
+                "INSERT INTO dead_letter_search (id, error, body, headers) VALUES {marks} \
+                 ON CONFLICT (id) DO UPDATE SET error = excluded.error, body = excluded.body, headers = excluded.headers"
+            ),
+            chunk,
+        )?;
     }
     Ok((bytes, top))
 }

@@ -189,6 +189,12 @@ pub fn trigram_query(needle: &str) -> Option<String> {
 /// The candidate condition (`id IN (…)`) for a filter on `field` containing `needle`, and its
 /// parameter; `None` when the index cannot narrow it (a needle under 3 characters, or with a NUL).
 pub fn candidates(d: Dialect, field: Field, needle: &str) -> Option<(String, Param)> {
+    if d == Dialect::Postgres && field == Field::Headers {
+        // Migration 9: the exact line through its array index.
+        if let Some((sub, p)) = crate::header_lines::pg_matches(needle) {
+            return Some((pg_candidates(&sub), p));
+        }
+    }
     let q = trigram_query(needle)?;
     if d == Dialect::Postgres {
         let col = match field {
@@ -207,11 +213,9 @@ pub fn candidates(d: Dialect, field: Field, needle: &str) -> Option<(String, Par
         // As an array (computed once) rather than `IN (…)`: with `IN` the planner walked the
         // primary key backwards for a page (600 ms for one match in 1M records; 32 ms so).
         return Some((
-            format!(
-                "id = ANY(ARRAY(SELECT id FROM dead_letter_search WHERE {col} LIKE ? \
-                 UNION ALL SELECT id FROM dead_letters WHERE id > (SELECT watermark FROM dead_letter_search_state) \
-                 UNION ALL SELECT id FROM dead_letter_search_scan))"
-            ),
+            pg_candidates(&format!(
+                "SELECT id FROM dead_letter_search WHERE {col} LIKE ?"
+            )),
             Param::from(pattern),
         ));
     }
@@ -224,6 +228,15 @@ pub fn candidates(d: Dialect, field: Field, needle: &str) -> Option<(String, Par
         ),
         Param::from(q),
     ))
+}
+
+/// PostgreSQL: the candidate condition of the side table's matches `sub` (one parameter).
+fn pg_candidates(sub: &str) -> String {
+    format!(
+        "id = ANY(ARRAY({sub} \
+         UNION ALL SELECT id FROM dead_letters WHERE id > (SELECT watermark FROM dead_letter_search_state) \
+         UNION ALL SELECT id FROM dead_letter_search_scan))"
+    )
 }
 
 /// The index's state for `/api/dead-letters/stats`: its watermark, the records indexed
