@@ -14,7 +14,7 @@
 //! - `sqlite_static`: the archiver's INSERT bound without copies (the crate's only `unsafe`).
 //! - [`search_index`], [`indexer`] (+ `pg_indexer`): the trigram index of the text filters, filled
 //!   behind the writer.
-//! - [`header_lines`]: migration 9, PostgreSQL's exact index of the header lines.
+//! - [`header_lines`]: migration 8, PostgreSQL's exact index of the header lines.
 //! - [`jobs`]: replay jobs and what a restart interrupted.
 //! - [`summary`]: the maintained per-group counts (groups and totals without counting rows).
 //! - [`scope`]: what an API user limited to some vhosts sees.

@@ -131,17 +131,11 @@ const MIGRATIONS: &[&str] = &[
     V5_INGEST,
     V6_INDEX_DIET,
     V7_SEARCH,
-    V8_PLACEHOLDER,
-    V9_HEADER_LINES,
+    V8_HEADER_LINES,
 ];
 
-/// Migration 8 is SQLite's FTS index change of branch `arc9j` (a no-op on PostgreSQL); this
-/// branch (`arc9k`) keeps its place with a no-op so that its own migration is version 9. At the
-/// merge this entry is replaced by arc9j's.
-const V8_PLACEHOLDER: &str = "SELECT 1;";
-
-/// Migration 9 (rendered per dialect by [`crate::header_lines::v9`]).
-const V9_HEADER_LINES: &str = "{V9_HEADER_LINES}";
+/// Migration 8 (rendered per dialect by [`crate::header_lines::v8`]).
+const V8_HEADER_LINES: &str = "{V8_HEADER_LINES}";
 
 /// Migration 7 (rendered per dialect by [`crate::search_index::v7`]).
 const V7_SEARCH: &str = "{V7_SEARCH}";
@@ -170,8 +164,8 @@ fn render(sql: &str, d: Dialect) -> String {
     if sql == V7_SEARCH {
         return crate::search_index::v7(d);
     }
-    if sql == V9_HEADER_LINES {
-        return crate::header_lines::v9(d);
+    if sql == V8_HEADER_LINES {
+        return crate::header_lines::v8(d);
     }
     crate::summary::render(
         &sql.replace("{ID}", id)

@@ -190,7 +190,7 @@ pub fn trigram_query(needle: &str) -> Option<String> {
 /// parameter; `None` when the index cannot narrow it (a needle under 3 characters, or with a NUL).
 pub fn candidates(d: Dialect, field: Field, needle: &str) -> Option<(String, Param)> {
     if d == Dialect::Postgres && field == Field::Headers {
-        // Migration 9: the exact line through its array index.
+        // Migration 8: the exact line through its array index.
         if let Some((sub, p)) = crate::header_lines::pg_matches(needle) {
             return Some((pg_candidates(&sub), p));
         }

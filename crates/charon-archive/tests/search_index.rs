@@ -43,7 +43,7 @@ fn rec(i: usize) -> NewRecord {
     });
     if i.is_multiple_of(11) {
         // A value spanning lines, one of them another header's `NAME=value` line (PostgreSQL's
-        // exact line index, migration 9, finds it as a candidate the filter must drop), and an
+        // exact line index, migration 8, finds it as a candidate the filter must drop), and an
         // empty value.
         headers["x-m"] = serde_json::json!("a\nx-s=v1");
         headers["x-e"] = serde_json::json!("");
@@ -249,7 +249,7 @@ fn postgres_text_filters_exact_through_the_search_index() {
     scenario(&pg.url, Box::new(old));
 }
 
-/// Migration 9 over an archive at version 7 whose search index is filled: the header lines'
+/// Migration 8 over an archive at version 7 whose search index is filled: the header lines'
 /// index is built over the existing side table, and the filters (`header.NAME` through it) return
 /// exactly the scan's rows, then and after new records were indexed.
 #[test]
@@ -274,7 +274,7 @@ fn postgres_upgrade_from_version_7_header_lines() {
     )
     .expect("fill v7 index");
     drop(old);
-    let a = Archive::open(&pg.url).expect("open v9");
+    let a = Archive::open(&pg.url).expect("open v8");
     a.with(|c| {
         let v = c
             .query("SELECT MAX(version) FROM archive_migrations", &[])
@@ -288,7 +288,7 @@ fn postgres_upgrade_from_version_7_header_lines() {
             )
             .expect("indexes")[0][0]
             .int();
-        assert_eq!(n, 1, "migration 9's index");
+        assert_eq!(n, 1, "migration 8's index");
     });
     check(&a, "upgraded from 7");
     a.with(|c| {
@@ -296,7 +296,7 @@ fn postgres_upgrade_from_version_7_header_lines() {
         ops::insert_batch(c, &recs).expect("insert");
     });
     wait_caught_up(&a);
-    check(&a, "v9 caught up");
+    check(&a, "v8 caught up");
 }
 
 /// pg_trgm's indexes could not be made (here: a relation already holds one index's name): the
