@@ -109,12 +109,20 @@ impl<V> IdTable<V> {
     }
 
     pub(crate) fn remove(&mut self, id: &u64) -> Option<V> {
+        self.remove_if(id, |_| true)
+    }
+
+    /// Removes `id` when `take` says so of its value (one lookup for both).
+    pub(crate) fn remove_if(&mut self, id: &u64, take: impl FnOnce(&V) -> bool) -> Option<V> {
         let (key, off) = split(*id);
         let c = self.chunks.get_mut(&key)?;
         if !c.has(off) {
             return None;
         }
         let r = c.rank(off);
+        if !c.vals.get(r).is_some_and(take) {
+            return None;
+        }
         let v = c.vals.remove(r)?;
         c.bits &= !(1 << off);
         self.len -= 1;
@@ -152,6 +160,8 @@ mod tests {
     enum Op {
         Insert(u64, u32),
         Remove(u64),
+        /// Removes when the value is even.
+        RemoveEven(u64),
         Bump(u64),
     }
 
@@ -161,6 +171,7 @@ mod tests {
         prop_oneof![
             3 => (id.clone(), any::<u32>()).prop_map(|(i, v)| Op::Insert(i, v)),
             2 => id.clone().prop_map(Op::Remove),
+            1 => id.clone().prop_map(Op::RemoveEven),
             1 => id.prop_map(Op::Bump),
         ]
     }
@@ -175,6 +186,14 @@ mod tests {
                 match o {
                     Op::Insert(id, v) => prop_assert_eq!(t.insert(id, v), model.insert(id, v)),
                     Op::Remove(id) => prop_assert_eq!(t.remove(&id), model.remove(&id)),
+                    Op::RemoveEven(id) => {
+                        let want = if model.get(&id).is_some_and(|v| v % 2 == 0) {
+                            model.remove(&id)
+                        } else {
+                            None
+                        };
+                        prop_assert_eq!(t.remove_if(&id, |v| v % 2 == 0), want);
+                    }
                     Op::Bump(id) => {
                         if let Some(v) = t.get_mut(&id) {
                             *v = v.wrapping_add(1);
