@@ -239,8 +239,10 @@ mod tests {
         let mut cap = 64;
         for id in 0..63u64 {
             assert!(t.remove(&id).is_some());
-            let c = &t.chunks[&0];
-            let (len, now) = (c.vals.len(), c.vals.capacity());
+            let (len, now) = t
+                .chunks
+                .get(&0)
+                .map_or((0, 0), |c| (c.vals.len(), c.vals.capacity()));
             assert!(now < (len + 2 * GROW).max(4 * len), "{len} values in {now}");
             if now != cap {
                 reallocs += 1;
