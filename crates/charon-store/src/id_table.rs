@@ -102,7 +102,12 @@ impl<V> IdTable<V> {
         if c.vals.len() == c.vals.capacity() {
             c.vals.reserve_exact(GROW);
         }
-        c.vals.insert(r, v);
+        // Appends (ids arrive mostly in order) without the ring's general insert.
+        if r == c.vals.len() {
+            c.vals.push_back(v);
+        } else {
+            c.vals.insert(r, v);
+        }
         c.bits |= 1 << off;
         self.len += 1;
         None
@@ -123,7 +128,12 @@ impl<V> IdTable<V> {
         if !c.vals.get(r).is_some_and(take) {
             return None;
         }
-        let v = c.vals.remove(r)?;
+        // The oldest leaving (a FIFO queue's settles) without the ring's general removal.
+        let v = if r == 0 {
+            c.vals.pop_front()?
+        } else {
+            c.vals.remove(r)?
+        };
         c.bits &= !(1 << off);
         self.len -= 1;
         let (len, cap) = (c.vals.len(), c.vals.capacity());

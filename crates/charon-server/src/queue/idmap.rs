@@ -103,7 +103,12 @@ impl<V> IdMap<V> {
             return chunk.vals.get_mut(at).map(|old| std::mem::replace(old, v));
         }
         chunk.mask |= 1u64 << slot;
-        chunk.vals.insert(at, v);
+        // Appends (ids arrive in order) without the ring's general insert.
+        if at == chunk.vals.len() {
+            chunk.vals.push_back(v);
+        } else {
+            chunk.vals.insert(at, v);
+        }
         self.len += 1;
         None
     }
@@ -116,7 +121,12 @@ impl<V> IdMap<V> {
             return None;
         }
         let at = chunk.rank(slot);
-        let v = chunk.vals.remove(at)?;
+        // The oldest leaving (a FIFO queue's settles) without the ring's general removal.
+        let v = if at == 0 {
+            chunk.vals.pop_front()?
+        } else {
+            chunk.vals.remove(at)?
+        };
         chunk.mask &= !(1u64 << slot);
         if chunk.mask == 0 {
             self.chunks.remove(&c);
