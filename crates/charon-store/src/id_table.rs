@@ -7,9 +7,12 @@
 //! (docs/performance.md, "Recovery of 10M"). Here ids are grouped in chunks of 64 consecutive
 //! ids: a B-tree of chunks, each a bitmap of the ids present and their values in id order, grown
 //! 8 at a time. An entry costs its value plus ~2 bytes of chunk overhead when the ids are dense;
-//! memory grows one chunk at a time and a chunk is freed when it empties.
+//! memory grows one chunk at a time and a chunk is freed when it empties. A chunk's values are
+//! a ring (`VecDeque`): the oldest id leaving (a FIFO queue's settles) and the newest arriving
+//! move no other value, and a chunk drained from its front gives memory back in large steps
+//! (it is about to be freed whole) instead of a reallocation every [`GROW`] removals.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 /// Ids per chunk (a `u64` bitmap).
 const SHIFT: u32 = 6;
@@ -22,7 +25,7 @@ struct Chunk<V> {
     /// Bit `i`: id `base + i` is present.
     bits: u64,
     /// Values of the present ids, in id order.
-    vals: Vec<V>,
+    vals: VecDeque<V>,
 }
 
 impl<V> Chunk<V> {
@@ -90,7 +93,7 @@ impl<V> IdTable<V> {
         let (key, off) = split(id);
         let c = self.chunks.entry(key).or_insert_with(|| Chunk {
             bits: 0,
-            vals: Vec::new(),
+            vals: VecDeque::new(),
         });
         let r = c.rank(off);
         if c.has(off) {
@@ -99,26 +102,47 @@ impl<V> IdTable<V> {
         if c.vals.len() == c.vals.capacity() {
             c.vals.reserve_exact(GROW);
         }
-        c.vals.insert(r, v);
+        // Appends (ids arrive mostly in order) without the ring's general insert.
+        if r == c.vals.len() {
+            c.vals.push_back(v);
+        } else {
+            c.vals.insert(r, v);
+        }
         c.bits |= 1 << off;
         self.len += 1;
         None
     }
 
     pub(crate) fn remove(&mut self, id: &u64) -> Option<V> {
+        self.remove_if(id, |_| true)
+    }
+
+    /// Removes `id` when `take` says so of its value (one lookup for both).
+    pub(crate) fn remove_if(&mut self, id: &u64, take: impl FnOnce(&V) -> bool) -> Option<V> {
         let (key, off) = split(*id);
         let c = self.chunks.get_mut(&key)?;
         if !c.has(off) {
             return None;
         }
         let r = c.rank(off);
-        let v = c.vals.remove(r);
+        if !c.vals.get(r).is_some_and(take) {
+            return None;
+        }
+        // The oldest leaving (a FIFO queue's settles) without the ring's general removal.
+        let v = if r == 0 {
+            c.vals.pop_front()?
+        } else {
+            c.vals.remove(r)?
+        };
         c.bits &= !(1 << off);
         self.len -= 1;
+        let (len, cap) = (c.vals.len(), c.vals.capacity());
         if c.bits == 0 {
             self.chunks.remove(&key);
-        } else if c.vals.capacity() >= c.vals.len() + 2 * GROW {
-            c.vals.shrink_to(c.vals.len() + GROW);
+        } else if cap >= len + 2 * GROW && (r > 0 || len * 4 <= cap) {
+            // Removals from the front drain the chunk: shrink by quarters (at most 4× a
+            // value's size of slack in a chunk left so), elsewhere keep the slack at `GROW`.
+            c.vals.shrink_to(len + GROW);
         }
         Some(v)
     }
@@ -146,6 +170,8 @@ mod tests {
     enum Op {
         Insert(u64, u32),
         Remove(u64),
+        /// Removes when the value is even.
+        RemoveEven(u64),
         Bump(u64),
     }
 
@@ -155,6 +181,7 @@ mod tests {
         prop_oneof![
             3 => (id.clone(), any::<u32>()).prop_map(|(i, v)| Op::Insert(i, v)),
             2 => id.clone().prop_map(Op::Remove),
+            1 => id.clone().prop_map(Op::RemoveEven),
             1 => id.prop_map(Op::Bump),
         ]
     }
@@ -169,6 +196,14 @@ mod tests {
                 match o {
                     Op::Insert(id, v) => prop_assert_eq!(t.insert(id, v), model.insert(id, v)),
                     Op::Remove(id) => prop_assert_eq!(t.remove(&id), model.remove(&id)),
+                    Op::RemoveEven(id) => {
+                        let want = if model.get(&id).is_some_and(|v| v % 2 == 0) {
+                            model.remove(&id)
+                        } else {
+                            None
+                        };
+                        prop_assert_eq!(t.remove_if(&id, |v| v % 2 == 0), want);
+                    }
                     Op::Bump(id) => {
                         if let Some(v) = t.get_mut(&id) {
                             *v = v.wrapping_add(1);
@@ -202,5 +237,29 @@ mod tests {
             assert!(t.remove(&id).is_some());
         }
         assert!(t.chunks.is_empty() && t.len() == 0);
+    }
+
+    #[test]
+    fn a_chunk_drained_from_its_front_keeps_bounded_slack() {
+        let mut t = IdTable::default();
+        for id in 0..64u64 {
+            t.insert(id, [0u8; 28]);
+        }
+        let mut reallocs = 0;
+        let mut cap = 64;
+        for id in 0..63u64 {
+            assert!(t.remove(&id).is_some());
+            let (len, now) = t
+                .chunks
+                .get(&0)
+                .map_or((0, 0), |c| (c.vals.len(), c.vals.capacity()));
+            assert!(now < (len + 2 * GROW).max(4 * len), "{len} values in {now}");
+            if now != cap {
+                reallocs += 1;
+                cap = now;
+            }
+            assert_eq!(t.get(&(id + 1)), Some(&[0u8; 28]));
+        }
+        assert!(reallocs <= 3, "{reallocs} reallocations draining one chunk");
     }
 }

@@ -324,10 +324,18 @@ impl Index {
             if first == Some(m) || list.contains(&m) {
                 continue;
             }
-            // A new member (past the queue's last, the common case) belongs to no message yet.
-            if !self.queues.get(&m.0).is_none_or(|q| q.above_all(m.1)) {
+            // A new member (past the queue's last, the common case) belongs to no message yet:
+            // then one lookup of its queue.
+            let q = self.queues.entry(m.0).or_default();
+            let old = if q.above_all(m.1) {
+                q.insert(m.1, MemberEntry { msg: id, count })
+            } else {
                 self.remove_member(m, loc.seg, index);
-            }
+                self.queues
+                    .entry(m.0)
+                    .or_default()
+                    .insert(m.1, MemberEntry { msg: id, count })
+            };
             match first {
                 None => first = Some(m),
                 Some(f) => {
@@ -337,11 +345,6 @@ impl Index {
                     list.push(m);
                 }
             }
-            let old = self
-                .queues
-                .entry(m.0)
-                .or_default()
-                .insert(m.1, MemberEntry { msg: id, count });
             if let Some(old) = old {
                 self.kill(old, loc.seg, index);
             }

@@ -93,6 +93,8 @@ pub(crate) struct Messages {
     queue_index: FastMap<QueueId, u32>,
     /// Indexes no entry names (reused).
     free: Vec<u32>,
+    /// The index [`Self::intern`] gave last (checked against `queues` before use).
+    last: u32,
 }
 
 impl Messages {
@@ -126,7 +128,17 @@ impl Messages {
 
     /// Queue `q`'s index, one more entry naming it.
     fn intern(&mut self, q: QueueId) -> u32 {
+        // The common case: the queue interned last (a slot naming a queue is that queue's
+        // only one while entries name it).
+        if let Some(slot) = self.queues.get_mut(self.last as usize)
+            && slot.0 == q
+            && slot.1 > 0
+        {
+            slot.1 += 1;
+            return self.last;
+        }
         if let Some(&i) = self.queue_index.get(&q) {
+            self.last = i;
             if let Some(slot) = self.queues.get_mut(i as usize) {
                 slot.1 += 1;
             }
@@ -145,6 +157,7 @@ impl Messages {
             }
         };
         self.queue_index.insert(q, i);
+        self.last = i;
         i
     }
 
@@ -240,19 +253,24 @@ impl Messages {
         id: MessageId,
         m: Member,
     ) -> Option<MsgEntry> {
-        let e = self.map.get(&id).copied()?;
-        if e.multi() {
-            return match self.remove_member(id, m) {
-                Some(true) => self.remove(&id).map(|(e, _)| e),
-                _ => None,
-            };
+        // One lookup for the common case: the message's one inline member is `m`.
+        let queues = &self.queues;
+        let mut multi = false;
+        let removed = self.map.remove_if(&id, |e| {
+            multi = e.multi();
+            !multi && queues.get(e.queue as usize).map_or(0, |(q, _)| *q) == m.0 && e.qid() == m.1
+        });
+        if let Some(e) = removed {
+            self.release(e.queue);
+            return Some(e);
         }
-        if self.one(&e) != m {
+        if !multi {
             return None;
         }
-        self.map.remove(&id);
-        self.release(e.queue);
-        Some(e)
+        match self.remove_member(id, m) {
+            Some(true) => self.remove(&id).map(|(e, _)| e),
+            _ => None,
+        }
     }
 
     /// Add member `m` to message `id` (which exists).

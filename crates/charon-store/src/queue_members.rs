@@ -240,6 +240,18 @@ impl QueueMembers {
     }
 
     fn insert_slot(&mut self, id: u64, e: MemberEntry) {
+        // The common case: a new member past every slot (a publish) appended to the last
+        // chunk, without a search.
+        if let Some(c) = self.chunks.back_mut()
+            && c.slots.back().is_some_and(|s| c.id(s) < id)
+            && c.slots.len() < CHUNK
+            && c.fits(id)
+        {
+            let off = (id - c.base) as u32;
+            c.slots.push_back(Slot::new(off, e.msg));
+            self.live += 1;
+            return;
+        }
         if let Some(s) = self.slot_mut(id) {
             let was_live = s.live();
             s.set_msg(e.msg);
@@ -308,13 +320,28 @@ impl QueueMembers {
 
     /// Removes member `id`; with the item that held its delivery count.
     pub(crate) fn remove(&mut self, id: u64) -> Option<(MemberEntry, Option<CountItem>)> {
-        let s = self.slot_mut(id).filter(|s| s.live())?;
-        let msg = s.msg();
-        s.set_msg(DEAD);
-        let count = self.count_of(id);
-        let item = self.drop_count(id);
+        // The common case: a FIFO queue's oldest member leaves (no search, no tombstone).
+        let msg = if let Some(c) = self.chunks.front_mut()
+            && c.slots.front().is_some_and(|s| s.live() && c.id(s) == id)
+        {
+            let s = c.slots.pop_front()?;
+            if c.slots.is_empty() {
+                self.chunks.pop_front();
+            }
+            s.msg()
+        } else {
+            let s = self.slot_mut(id).filter(|s| s.live())?;
+            let msg = s.msg();
+            s.set_msg(DEAD);
+            self.dead += 1;
+            msg
+        };
+        let (count, item) = if self.counts.is_empty() {
+            (0, None)
+        } else {
+            (self.count_of(id), self.drop_count(id))
+        };
         self.live -= 1;
-        self.dead += 1;
         self.trim();
         Some((MemberEntry { msg, count }, item))
     }
@@ -461,6 +488,52 @@ mod tests {
                         prop_assert!(r.above_all(last + 1));
                     }
                 }
+            }
+        }
+
+        /// A FIFO-like stream (appends in order, the oldest or a random member leaving, some
+        /// counted) through the append and front-removal fast paths behaves as a B-tree map,
+        /// and the tombstone accounting stays exact (no tombstone or empty chunk at the ends).
+        #[test]
+        fn a_fifo_stream_matches_a_btree_map(ops in prop::collection::vec((0u8..5, 0usize..12), 0..600)) {
+            let mut r = QueueMembers::default();
+            let mut model: BTreeMap<u64, (MemberEntry, Option<CountItem>)> = BTreeMap::new();
+            let mut next = 0u64;
+            for (op, k) in ops {
+                match op {
+                    0 | 1 => {
+                        let e = MemberEntry { msg: next * 7, count: 0 };
+                        let old = model.insert(next, (e, None)).and_then(|o| o.1);
+                        prop_assert_eq!(r.insert(next, e), old);
+                        next += 1;
+                    }
+                    2 | 3 => {
+                        // The oldest (k == 0, mostly) or the k-th oldest leaves.
+                        let id = model.keys().nth(if op == 2 { 0 } else { k }).copied().unwrap_or(next);
+                        let got = r.remove(id);
+                        let want = model.remove(&id);
+                        prop_assert_eq!(got.map(|g| g.0), want.map(|w| w.0));
+                        prop_assert_eq!(got.and_then(|g| g.1), want.and_then(|w| w.1));
+                    }
+                    _ => {
+                        let id = model.keys().nth(k).copied().unwrap_or(next);
+                        let item = (id, k as u64);
+                        let want = model.get_mut(&id).map(|e| {
+                            e.0.count = k as u32 + 1;
+                            e.1.replace(item)
+                        });
+                        prop_assert_eq!(r.set_count(id, k as u32 + 1, item), want);
+                    }
+                }
+                prop_assert_eq!(r.len(), model.len());
+                let got: Vec<_> = r.iter().collect();
+                let want: Vec<_> = model.iter().map(|(k, v)| (*k, v.0)).collect();
+                prop_assert_eq!(got, want);
+                let dead: usize = r.chunks.iter().map(|c| c.slots.iter().filter(|s| !s.live()).count()).sum();
+                prop_assert_eq!(r.dead, dead);
+                prop_assert!(r.chunks.iter().all(|c| !c.slots.is_empty()));
+                prop_assert!(r.chunks.front().is_none_or(|c| c.slots.front().is_some_and(Slot::live)));
+                prop_assert!(r.chunks.back().is_none_or(|c| c.slots.back().is_some_and(Slot::live)));
             }
         }
     }

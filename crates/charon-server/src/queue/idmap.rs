@@ -7,9 +7,11 @@
 //! of milliseconds, which showed as release lateness of parked retries (docs/retries.md).
 //!
 //! A chunk holds only its present values, in id order, with a bitmap of which ids they are:
-//! a dense chunk costs ~16 bytes per value, a chunk with one value a few dozen bytes.
+//! a dense chunk costs ~16 bytes per value, a chunk with one value a few dozen bytes. The
+//! values are a ring (`VecDeque`), so that the oldest leaving (a FIFO queue's settles) and the
+//! newest arriving move no other value.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 /// Ids per chunk (the bitmap's width).
 const CHUNK: u64 = 64;
@@ -20,7 +22,7 @@ struct Chunk<V> {
     /// Bit `i`: id `chunk * 64 + i` is present.
     mask: u64,
     /// The present values, in id order.
-    vals: Vec<V>,
+    vals: VecDeque<V>,
 }
 
 impl<V> Chunk<V> {
@@ -94,14 +96,19 @@ impl<V> IdMap<V> {
         let (c, slot) = split(id);
         let chunk = self.chunks.entry(c).or_insert_with(|| Chunk {
             mask: 0,
-            vals: Vec::new(),
+            vals: VecDeque::new(),
         });
         let at = chunk.rank(slot);
         if chunk.has(slot) {
             return chunk.vals.get_mut(at).map(|old| std::mem::replace(old, v));
         }
         chunk.mask |= 1u64 << slot;
-        chunk.vals.insert(at, v);
+        // Appends (ids arrive in order) without the ring's general insert.
+        if at == chunk.vals.len() {
+            chunk.vals.push_back(v);
+        } else {
+            chunk.vals.insert(at, v);
+        }
         self.len += 1;
         None
     }
@@ -114,8 +121,13 @@ impl<V> IdMap<V> {
             return None;
         }
         let at = chunk.rank(slot);
+        // The oldest leaving (a FIFO queue's settles) without the ring's general removal.
+        let v = if at == 0 {
+            chunk.vals.pop_front()?
+        } else {
+            chunk.vals.remove(at)?
+        };
         chunk.mask &= !(1u64 << slot);
-        let v = chunk.vals.remove(at);
         if chunk.mask == 0 {
             self.chunks.remove(&c);
         } else if chunk.vals.capacity() >= 16 && chunk.vals.len() * 4 <= chunk.vals.capacity() {

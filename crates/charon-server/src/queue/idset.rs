@@ -6,9 +6,15 @@
 
 use std::collections::BTreeMap;
 
-/// Message ids as runs `start → end` (end exclusive), never adjacent or overlapping.
+/// Message ids as runs `start → end` (end exclusive), never adjacent or overlapping. The
+/// lowest run is kept out of the B-tree (`head`): a FIFO queue's ids leave from its front and,
+/// while it is the only run, arrive at its back, so the common insert and removal change two
+/// integers instead of re-keying a B-tree entry per id.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct IdSet {
+    /// The lowest run; `None` only when the set is empty.
+    head: Option<(u64, u64)>,
+    /// The other runs, all above `head`.
     runs: BTreeMap<u64, u64>,
     len: usize,
 }
@@ -24,7 +30,7 @@ impl IdSet {
         self.len == 0
     }
 
-    /// The run holding `id`, or the one before it.
+    /// The run holding `id`, or the one before it, among the runs above `head`.
     fn run_at(&self, id: u64) -> Option<(u64, u64)> {
         self.runs.range(..=id).next_back().map(|(s, e)| (*s, *e))
     }
@@ -32,11 +38,11 @@ impl IdSet {
     pub(crate) fn contains(&self, id: u64) -> bool {
         // The common cases without a range search: the first run (a FIFO queue's oldest
         // messages, being delivered and settled) and the last (the newest).
-        if let Some((s, e)) = self.runs.first_key_value()
-            && *s <= id
-            && id < *e
-        {
-            return true;
+        let Some((s, e)) = self.head else {
+            return false;
+        };
+        if id < e {
+            return s <= id;
         }
         if let Some((s, e)) = self.runs.last_key_value()
             && *s <= id
@@ -46,13 +52,38 @@ impl IdSet {
         self.run_at(id).is_some_and(|(_, e)| id < e)
     }
 
+    /// Puts `head` back into the B-tree (before a general change).
+    fn unpark(&mut self) {
+        if let Some((s, e)) = self.head.take() {
+            self.runs.insert(s, e);
+        }
+    }
+
+    /// Takes the lowest run out of the B-tree into `head` (after a general change).
+    fn park(&mut self) {
+        self.head = self.runs.pop_first();
+    }
+
     /// Add `id`; false when it was there already.
     pub(crate) fn insert(&mut self, id: u64) -> bool {
         // Ids are handed out from 0 upwards: `u64::MAX` is never one.
         let Some(next) = id.checked_add(1) else {
             return false;
         };
-        // The common case: the id after the last run's end.
+        // The common cases: the id after the last run's end.
+        match &mut self.head {
+            None => {
+                self.head = Some((id, next));
+                self.len += 1;
+                return true;
+            }
+            Some((_, e)) if *e == id && self.runs.is_empty() => {
+                *e = next;
+                self.len += 1;
+                return true;
+            }
+            Some(_) => {}
+        }
         if let Some(mut last) = self.runs.last_entry()
             && *last.get() == id
         {
@@ -60,49 +91,63 @@ impl IdSet {
             self.len += 1;
             return true;
         }
+        self.unpark();
         let before = self.run_at(id);
-        if before.is_some_and(|(_, e)| id < e) {
-            return false;
-        }
-        let joins_before = before.filter(|(_, e)| *e == id).map(|(s, _)| s);
-        let after_end = self.runs.remove(&next);
-        let start = joins_before.unwrap_or(id);
-        self.runs.insert(start, after_end.unwrap_or(next));
-        self.len += 1;
-        true
+        let added = if before.is_some_and(|(_, e)| id < e) {
+            false
+        } else {
+            let joins_before = before.filter(|(_, e)| *e == id).map(|(s, _)| s);
+            let after_end = self.runs.remove(&next);
+            let start = joins_before.unwrap_or(id);
+            self.runs.insert(start, after_end.unwrap_or(next));
+            self.len += 1;
+            true
+        };
+        self.park();
+        added
     }
 
     /// Remove `id`; false when it was not there.
     pub(crate) fn remove(&mut self, id: u64) -> bool {
-        // The common case: the oldest id of a FIFO queue leaves (no range search).
-        if let Some(first) = self.runs.first_entry()
-            && *first.key() == id
-        {
-            let e = first.remove();
+        let Some((s, e)) = self.head else {
+            return false;
+        };
+        // The common case: the oldest id of a FIFO queue leaves (no B-tree change).
+        if id == s {
             if id + 1 < e {
-                self.runs.insert(id + 1, e);
+                self.head = Some((id + 1, e));
+            } else {
+                self.park();
             }
             self.len -= 1;
             return true;
         }
-        let Some((s, e)) = self.run_at(id).filter(|(_, e)| id < *e) else {
+        if id < s {
             return false;
+        }
+        self.unpark();
+        let removed = match self.run_at(id).filter(|(_, e)| id < *e) {
+            None => false,
+            Some((s, e)) => {
+                self.runs.remove(&s);
+                if s < id {
+                    self.runs.insert(s, id);
+                }
+                if id + 1 < e {
+                    self.runs.insert(id + 1, e);
+                }
+                self.len -= 1;
+                true
+            }
         };
-        self.runs.remove(&s);
-        if s < id {
-            self.runs.insert(s, id);
-        }
-        if id + 1 < e {
-            self.runs.insert(id + 1, e);
-        }
-        self.len -= 1;
-        true
+        self.park();
+        removed
     }
 
     /// Runs held (for tests and sizes).
     #[cfg(test)]
     fn runs(&self) -> usize {
-        self.runs.len()
+        usize::from(self.head.is_some()) + self.runs.len()
     }
 }
 
@@ -141,6 +186,38 @@ mod tests {
                 }
                 prop_assert_eq!(s.len(), model.len());
                 for id in 0..66 {
+                    prop_assert_eq!(s.contains(id), model.contains(&id));
+                }
+                let runs = model.iter().filter(|id| **id == 0 || !model.contains(&(**id - 1))).count();
+                prop_assert_eq!(s.runs(), runs);
+            }
+        }
+
+        /// A FIFO-like stream (ids appended in order, the oldest or a random one leaving, a
+        /// few re-inserted) through the head run's fast paths behaves as a `BTreeSet`.
+        #[test]
+        fn idset_fifo_stream_matches_a_btreeset(ops in prop::collection::vec((0u8..4, 0u64..8), 0..400)) {
+            let mut s = IdSet::default();
+            let mut model = BTreeSet::new();
+            let mut next = 0u64;
+            for (op, k) in ops {
+                match op {
+                    0 | 1 => {
+                        prop_assert_eq!(s.insert(next), model.insert(next));
+                        next += 1;
+                    }
+                    2 => {
+                        let id = model.iter().nth(k as usize).copied().unwrap_or(next);
+                        prop_assert_eq!(s.remove(id), model.remove(&id));
+                    }
+                    _ => {
+                        let id = next.saturating_sub(k + 1);
+                        prop_assert_eq!(s.insert(id), model.insert(id));
+                    }
+                }
+                prop_assert_eq!(s.len(), model.len());
+                prop_assert_eq!(s.is_empty(), model.is_empty());
+                for id in next.saturating_sub(12)..next + 2 {
                     prop_assert_eq!(s.contains(id), model.contains(&id));
                 }
                 let runs = model.iter().filter(|id| **id == 0 || !model.contains(&(**id - 1))).count();

@@ -280,6 +280,9 @@ impl StoreSide {
     }
 
     fn forget_alias(&mut self, id: MsgId) -> MsgId {
+        if self.alias.is_empty() {
+            return id;
+        }
         match self.alias.remove(id) {
             Some(first) => {
                 self.alias_back.remove(first);
@@ -432,9 +435,12 @@ impl StoreSide {
         {
             return;
         }
-        let mut settled = Vec::new();
+        // The stored ones are settled under their store ids, written over `ids` in place (no
+        // second list grown a message at a time).
+        let mut settled = ids;
         let mut paged = Vec::new();
-        for id in ids {
+        settled.retain_mut(|slot| {
+            let id = *slot;
             let body = self.bodies.remove(id).or_else(|| {
                 self.small.remove(id).map(|bytes| Held {
                     msg: 0,
@@ -448,14 +454,17 @@ impl StoreSide {
             if self.stored.remove(id) {
                 let qid = self.forget_alias(id);
                 self.marks.left(qid);
-                settled.push(qid);
-            } else if self.paged_out.remove(id) || body.is_some_and(|b| b.msg != 0) {
+                *slot = qid;
+                return true;
+            }
+            if self.paged_out.remove(id) || body.is_some_and(|b| b.msg != 0) {
                 // A transient body written to the page-out area.
                 paged.push(self.forget_alias(id));
             } else if body.is_some() {
                 self.forget_alias(id);
             }
-        }
+            false
+        });
         self.shrink();
         if !settled.is_empty() {
             self.p.settle(self.sid, settled);
