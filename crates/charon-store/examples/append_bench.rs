@@ -3,6 +3,7 @@
 //! real directory. Prints confirmed msgs/s, fsyncs/s and messages per sync.
 //!
 //! `cargo run --release -p charon-store --example append_bench -- DIR [PUBLISHERS] [WINDOW] [SECONDS]`
+//! (`ZERO_SPARE=0`: no zeroed spare prepared ahead, every new segment a fresh `fallocate`d file.)
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -22,7 +23,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let window: usize = args.get(3).map_or(Ok(256), |s| s.parse())?;
     let seconds: u64 = args.get(4).map_or(Ok(5), |s| s.parse())?;
     let _ = std::fs::remove_dir_all(&dir);
-    let (store, _) = Store::open_dir(&dir, StoreConfig::default())?;
+    let config = StoreConfig {
+        zero_spare: std::env::var("ZERO_SPARE").map_or(true, |v| v != "0"),
+        ..StoreConfig::default()
+    };
+    let (store, _) = Store::open_dir(&dir, config)?;
     let store = Arc::new(store);
     let stop = Arc::new(AtomicBool::new(false));
     let confirmed = Arc::new(AtomicU64::new(0));

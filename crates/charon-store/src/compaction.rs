@@ -50,8 +50,8 @@ pub(crate) fn reclaim(shared: &Shared) -> io::Result<()> {
             // The first deleted segment's file becomes the spare when there is none (a whole
             // segment's worth of blocks the next segment writes into without growing a file).
             if recycled.is_none()
-                && spare::wanted(shared)
                 && let Some(file) = shared.file(seg)
+                && spare::reserve(shared)
             {
                 match shared.storage.rename(&name, spare::SPARE) {
                     Ok(()) => {
@@ -60,6 +60,7 @@ pub(crate) fn reclaim(shared: &Shared) -> io::Result<()> {
                         continue;
                     }
                     Err(e) => {
+                        spare::release(shared);
                         tracing::warn!(segment = seg, error = %e, "could not recycle segment");
                     }
                 }

@@ -2,6 +2,8 @@
 //! live items forward, `compaction::compact_one`) runs here, off the group-commit writer, so
 //! confirms never wait while a segment is copied. The writer still deletes dead segments
 //! (cheap, and it owns the spare file's hand-over) and wakes this thread after each batch.
+//! Between compactions this thread also prepares a zeroed spare segment file ahead of the
+//! writer (`spare::prepare`).
 //!
 //! While a copy is not written yet, a read of the message's body is served from where the
 //! message was before (`Moved`): the old record stays on disk until the copy is durable (the
@@ -13,6 +15,7 @@ use std::sync::Arc;
 use foldhash::HashMap as FastMap;
 
 use crate::compaction;
+use crate::spare;
 use crate::store::{Shared, State};
 use crate::types::{BodyRef, MessageId};
 
@@ -51,6 +54,10 @@ impl Moved {
 pub(crate) fn run(shared: Arc<Shared>) {
     loop {
         if compaction::compact_one(&shared) {
+            continue;
+        }
+        // Off the writer: the next segment's blocks written ahead (`spare::prepare`).
+        if spare::prepare(&shared) {
             continue;
         }
         let st = shared.lock();

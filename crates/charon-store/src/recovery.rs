@@ -55,6 +55,12 @@ pub(crate) fn recover(storage: &dyn Storage) -> Result<RecoveryOutcome, OpenErro
                     source,
                 })?);
             }
+            // A spare being zeroed when the broker stopped (`spare`): never a segment.
+            None if name == spare::ZEROING => {
+                if let Err(e) = storage.remove(&name) {
+                    tracing::warn!(file = %name, error = %e, "could not remove unfinished spare");
+                }
+            }
             None => tracing::warn!(file = %name, "ignoring file that is not a segment"),
         }
     }

@@ -50,6 +50,10 @@ pub struct StoreConfig {
     /// batch, so a group commit gathers more (default 200 µs; zero: never waits). Nothing
     /// waits when the writer was idle: a lone publish is written at once.
     pub gather: Duration,
+    /// When there is no spare and the active segment is half full, prepare a zeroed spare file
+    /// ahead of the writer on the compaction thread (default on; needs `preallocate`), so the
+    /// next segment's commits write into written blocks (`docs/storage-format.md` §2.5).
+    pub zero_spare: bool,
 }
 
 impl Default for StoreConfig {
@@ -61,6 +65,7 @@ impl Default for StoreConfig {
             idle_tick: Duration::from_millis(200),
             preallocate: true,
             gather: gather_default(),
+            zero_spare: true,
         }
     }
 }
@@ -167,8 +172,8 @@ pub(crate) struct Shared {
     /// Where the written bytes of the log end: (active segment, end offset). Past it a
     /// preallocated or recycled file holds zeros or stale records, never a body to serve.
     pub(crate) written: Mutex<(SegId, u64)>,
-    /// A deleted segment's file kept for the next segment (`spare`).
-    pub(crate) spare: Mutex<Option<Arc<dyn StorageFile>>>,
+    /// A deleted segment's file, or a zeroed one, kept for the next segment (`spare`).
+    pub(crate) spare: Mutex<spare::Slot>,
     /// The durable index (and poisoning), published by the writer once per batch.
     pub(crate) durable_tx: tokio::sync::watch::Sender<Durability>,
     /// Live messages in the index, published after each append (read without the lock by
@@ -483,7 +488,7 @@ impl Store {
             files: RwLock::new(files),
             config,
             written: Mutex::new((active, SEGMENT_HEADER_LEN)),
-            spare: Mutex::new(None),
+            spare: Mutex::new(spare::Slot::default()),
             durable_tx: tokio::sync::watch::Sender::new(Durability {
                 index: last,
                 ..Durability::default()

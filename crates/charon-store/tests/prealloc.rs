@@ -93,10 +93,19 @@ fn new_segments_are_preallocated_and_cut_back_quietly_at_recovery() {
     assert_eq!(ids, (0..20).collect::<Vec<_>>());
 }
 
+/// [`config`] without the zeroed spare prepared ahead: only deleted segments' files become the
+/// spare (the recycling tests below).
+fn recycling() -> StoreConfig {
+    StoreConfig {
+        zero_spare: false,
+        ..config()
+    }
+}
+
 /// Fills segments with messages of queue 1, settles them, and waits until a deleted segment's
 /// file has become the spare.
 fn with_a_spare(mem: &MemStorage) -> (Store, u64) {
-    let (store, _) = open(mem, config());
+    let (store, _) = open(mem, recycling());
     let mut next = 0;
     for _ in 0..40 {
         publish(&store, 1, next);
