@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use charon_store::{Command, MemStorage, Store, StoreConfig};
-use common::{contents, msg, open};
+use common::{contents, open, publish_300 as publish, wait_for};
 
 const SPARE: &str = "spare.wal.free";
 
@@ -38,24 +38,6 @@ fn segments(mem: &MemStorage) -> Vec<(String, usize)> {
             (n, len)
         })
         .collect()
-}
-
-/// Waits (bounded generously, never a rate) until `done`.
-fn wait_for(what: &str, done: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
-fn publish(store: &Store, q: u64, id: u64) {
-    store
-        .append_nowait(Command::Publish {
-            message: msg(&[id as u8; 300]),
-            members: vec![(q, id)],
-        })
-        .expect("append");
 }
 
 #[test]

@@ -4,7 +4,7 @@
 pub mod gated;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use charon_store::{Appended, Command, MemStorage, NewMessage, Recovered, Store, StoreConfig};
@@ -140,4 +140,23 @@ pub fn snapshot(store: &Store, rec: &Recovered) -> Snapshot {
 
 pub fn digest(body: &[u8]) -> (usize, Vec<u8>) {
     (body.len(), body.iter().take(8).copied().collect())
+}
+
+/// Waits (bounded generously, never a rate) until `done`.
+pub fn wait_for(what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Appends message `id` (a 300-byte body of its low byte) to queue `q` without waiting.
+pub fn publish_300(store: &Store, q: u64, id: u64) {
+    store
+        .append_nowait(Command::Publish {
+            message: msg(&[id as u8; 300]),
+            members: vec![(q, id)],
+        })
+        .expect("append");
 }
