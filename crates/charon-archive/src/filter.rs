@@ -115,6 +115,19 @@ impl Filter {
         self
     }
 
+    /// When the filter is one `header.NAME=value` term (no vhost limit) that the exact header
+    /// index answers: the matching ids as a subquery and its parameters
+    /// ([`crate::header_index::exact_ids`]), so the list counts and pages them from the index
+    /// instead of reading the records.
+    pub fn header_ids(&self, d: Dialect) -> Option<(String, Vec<Param>)> {
+        if self.vhosts.is_some() || self.terms.len() != 1 {
+            return None;
+        }
+        let (k, v) = self.terms.iter().next()?;
+        let name = k.strip_prefix("header.")?;
+        crate::header_index::exact_ids(d, name, v)
+    }
+
     /// The SQL condition (`TRUE` when empty) and its parameters.
     pub fn to_sql(&self, d: Dialect) -> Result<(String, Vec<Param>), ArchiveError> {
         let mut conds = Vec::new();
@@ -149,6 +162,12 @@ impl Filter {
                 conds.push(d.bytes_contain("payload"));
                 params.push(Param::Bytes(v.as_bytes().to_vec()));
             } else if let Some(name) = k.strip_prefix("header.") {
+                // Migration 9: the exact (name, value, id) index, no re-check.
+                if let Some((cond, mut p)) = crate::header_index::condition(d, name, v) {
+                    conds.push(cond);
+                    params.append(&mut p);
+                    continue;
+                }
                 push_candidates(
                     &mut conds,
                     &mut params,

@@ -70,7 +70,11 @@ pub fn list(
 ) -> Result<(Vec<Record>, i64), ArchiveError> {
     let (cond, params) = f.to_sql(c.dialect())?;
     let order = order_by(sort)?;
-    let total = if summary::answers(f) {
+    // One `header.NAME=value` term: counted and paged from the exact header index (migration 9).
+    let header = f.header_ids(c.dialect());
+    let total = if let Some((ids, p)) = &header {
+        count(c, &format!("SELECT COUNT(*) FROM ({ids}) AS m"), p)?
+    } else if summary::answers(f) {
         count(
             c,
             &format!(
@@ -96,6 +100,18 @@ pub fn list(
     } else {
         format!(" OFFSET {offset}")
     };
+    if let (Some((ids, p)), true) = (&header, order.starts_with("id ")) {
+        // The page's ids in id order straight from the index range (and the few unindexed).
+        let sql = format!(
+            "SELECT {RECORD_COLUMNS} FROM dead_letters WHERE id IN \
+             (SELECT id FROM ({ids}) AS m ORDER BY {order} LIMIT {page_size}{skip}) ORDER BY {order}"
+        );
+        let rows = c.query(&sql, p)?;
+        return Ok((
+            rows.iter().filter_map(|r| Record::from_row(r)).collect(),
+            total,
+        ));
+    }
     let inner =
         format!("SELECT id FROM {{from}} WHERE {cond} ORDER BY {order} LIMIT {page_size}{skip}");
     let from = crate::page_plan::ids_from(
