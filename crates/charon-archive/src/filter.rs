@@ -116,16 +116,15 @@ impl Filter {
     }
 
     /// When the filter is one `header.NAME=value` term (no vhost limit) that the exact header
-    /// index answers: the matching ids as a subquery and its parameters
-    /// ([`crate::header_index::exact_ids`]), so the list counts and pages them from the index
-    /// instead of reading the records.
-    pub fn header_ids(&self, d: Dialect) -> Option<(String, Vec<Param>)> {
+    /// index answers ([`crate::header_index`]): its name and value, so the list counts and pages
+    /// it from the index instead of reading the records.
+    pub fn header_only(&self) -> Option<(&str, &str)> {
         if self.vhosts.is_some() || self.terms.len() != 1 {
             return None;
         }
         let (k, v) = self.terms.iter().next()?;
         let name = k.strip_prefix("header.")?;
-        crate::header_index::exact_ids(d, name, v)
+        (name.len() + v.len() <= crate::header_index::MAX_BYTES).then_some((name, v.as_str()))
     }
 
     /// The SQL condition (`TRUE` when empty) and its parameters.

@@ -214,6 +214,15 @@ fn check(a: &Archive, when: &str) {
                     newest,
                     "{when}"
                 );
+                // Deeper pages, newest and oldest first (the header index's merged parts).
+                let (page, _) = ops::list(c, &f, None, 2, 3).expect("list");
+                let second: Vec<i64> = want.iter().rev().skip(3).take(3).copied().collect();
+                let ids: Vec<i64> = page.iter().map(|r| r.id).collect();
+                assert_eq!(ids, second, "page 2 {key}={needle:?} ({when})");
+                let (page, _) = ops::list(c, &f, Some("id"), 2, 3).expect("list");
+                let second: Vec<i64> = want.iter().skip(3).take(3).copied().collect();
+                let ids: Vec<i64> = page.iter().map(|r| r.id).collect();
+                assert_eq!(ids, second, "oldest page 2 {key}={needle:?} ({when})");
                 let groups = ops::groups(c, Some("queue"), &f).expect("groups");
                 let counted: i64 = groups
                     .iter()
