@@ -407,11 +407,7 @@ const DISK_CHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 /// worker held up every task queued behind it for 0.1–1 ms (docs/performance.md, "Latency at
 /// 5,000 msg/s, part 1"). A thread that cannot be started leaves the broker without that
 /// alarm, logged; the loop ends once the broker is gone.
-fn spawn_monitor(
-    name: &str,
-    every: std::time::Duration,
-    body: impl FnOnce() + Send + 'static,
-) {
+fn spawn_monitor(name: &str, every: std::time::Duration, body: impl FnOnce() + Send + 'static) {
     if let Err(e) = std::thread::Builder::new().name(name.into()).spawn(body) {
         tracing::error!(monitor = name, every_ms = every.as_millis() as u64, error = %e, "cannot start a monitor thread");
     }

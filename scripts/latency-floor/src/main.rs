@@ -20,10 +20,16 @@ use tokio::sync::mpsc;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     let arg = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
     match arg(1) {
-        "relay" => rt.block_on(relay(arg(2).parse().expect("port"), arg(3).parse().unwrap_or(0))),
+        "relay" => rt.block_on(relay(
+            arg(2).parse().expect("port"),
+            arg(3).parse().unwrap_or(0),
+        )),
         "client" => rt.block_on(client(
             arg(2).parse().expect("port"),
             arg(3).parse().expect("rate"),
@@ -88,9 +94,13 @@ async fn relay(port: u16, hops: usize) {
 async fn client(port: u16, rate: f64, secs: f64) {
     let base = Instant::now();
     let ns = move || base.elapsed().as_nanos() as u64;
-    let p = TcpStream::connect(("127.0.0.1", port)).await.expect("connect");
+    let p = TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let c = TcpStream::connect(("127.0.0.1", port)).await.expect("connect");
+    let c = TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
     p.set_nodelay(true).expect("nodelay");
     c.set_nodelay(true).expect("nodelay");
     let (_pr, mut pw) = p.into_split();
@@ -104,7 +114,8 @@ async fn client(port: u16, rate: f64, secs: f64) {
         }
     });
     let reader = tokio::spawn(async move {
-        let mut h = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("hist");
+        let mut h =
+            hdrhistogram::Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("hist");
         let mut buf = vec![0u8; 65536];
         let mut have = 0usize;
         let mut n_msgs = 0u64;
