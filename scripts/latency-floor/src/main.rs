@@ -145,7 +145,7 @@ async fn client(port: u16, rate: f64, secs: f64) {
     let end = t0 + (secs * 1e9) as u64;
     let mut seq = 0u64;
     loop {
-        if seq % 64 == 0 && ns() >= end {
+        if seq.is_multiple_of(64) && ns() >= end {
             break;
         }
         let due = t0 + (seq as f64 * 1e9 / rate) as u64;
