@@ -115,6 +115,18 @@ impl Filter {
         self
     }
 
+    /// When the filter is one `header.NAME=value` term (no vhost limit) that the exact header
+    /// index answers ([`crate::header_index`]): its name and value, so the list counts and pages
+    /// it from the index instead of reading the records.
+    pub fn header_only(&self) -> Option<(&str, &str)> {
+        if self.vhosts.is_some() || self.terms.len() != 1 {
+            return None;
+        }
+        let (k, v) = self.terms.iter().next()?;
+        let name = k.strip_prefix("header.")?;
+        (name.len() + v.len() <= crate::header_index::MAX_BYTES).then_some((name, v.as_str()))
+    }
+
     /// The SQL condition (`TRUE` when empty) and its parameters.
     pub fn to_sql(&self, d: Dialect) -> Result<(String, Vec<Param>), ArchiveError> {
         let mut conds = Vec::new();
@@ -149,6 +161,12 @@ impl Filter {
                 conds.push(d.bytes_contain("payload"));
                 params.push(Param::Bytes(v.as_bytes().to_vec()));
             } else if let Some(name) = k.strip_prefix("header.") {
+                // Migration 9: the exact (name, value, id) index, no re-check.
+                if let Some((cond, mut p)) = crate::header_index::condition(d, name, v) {
+                    conds.push(cond);
+                    params.append(&mut p);
+                    continue;
+                }
                 push_candidates(
                     &mut conds,
                     &mut params,

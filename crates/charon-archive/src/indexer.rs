@@ -26,8 +26,9 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::error::ArchiveError;
+use crate::header_index::fill_sql;
 use crate::search_index::HEADER_LINES;
-use crate::sql::Conn;
+use crate::sql::{Conn, Dialect};
 
 /// Records per batch (one transaction).
 pub const BATCH: i64 = 500;
@@ -225,7 +226,7 @@ fn batch_in(c: &Connection, max: i64, until: std::time::Instant) -> rusqlite::Re
     )?;
     let mut n = 0usize;
     let mut bytes = 0i64;
-    let size = crate::search_index::size_sql(crate::sql::Dialect::Sqlite, "");
+    let size = crate::search_index::size_sql(Dialect::Sqlite, "");
     let edited: Vec<i64> = {
         let mut st = c.prepare_cached(
             "SELECT id FROM dead_letter_search_scan WHERE kind = 'edited' ORDER BY id LIMIT ?",
@@ -244,6 +245,8 @@ fn batch_in(c: &Connection, max: i64, until: std::time::Instant) -> rusqlite::Re
             .optional()?;
         if let Some(row) = row {
             bytes += index_row(c, &row)?;
+            c.prepare_cached(&fill_sql(Dialect::Sqlite, "d.id = ?1"))?
+                .execute([id])?;
             n += 1;
         }
     }
@@ -263,6 +266,11 @@ fn batch_in(c: &Connection, max: i64, until: std::time::Instant) -> rusqlite::Re
         bytes += index_row(c, row)?;
         top = row.id;
         n += 1;
+    }
+    if top > wm {
+        // The exact header index (migration 9) of the same records, in one statement.
+        c.prepare_cached(&fill_sql(Dialect::Sqlite, "d.id > ?1 AND d.id <= ?2"))?
+            .execute(params![wm, top])?;
     }
     if n > 0 {
         c.prepare_cached(

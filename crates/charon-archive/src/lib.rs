@@ -28,6 +28,7 @@ pub mod checkpoint;
 pub mod error;
 pub mod extract;
 pub mod filter;
+pub mod header_index;
 pub mod header_lines;
 pub mod index_diet;
 pub mod indexer;

@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 use crate::error::ArchiveError;
 use crate::extract::NewRecord;
 use crate::filter::{Filter, group_by, order_by};
+use crate::header_index;
 use crate::json::{json_to_table, table_to_json};
 use crate::record::{RECORD_COLUMNS, Record, payload_json, status};
 use crate::scope;
@@ -70,7 +71,17 @@ pub fn list(
 ) -> Result<(Vec<Record>, i64), ArchiveError> {
     let (cond, params) = f.to_sql(c.dialect())?;
     let order = order_by(sort)?;
-    let total = if summary::answers(f) {
+    // One `header.NAME=value` term: counted and paged from the exact header index (migration 9).
+    let d = c.dialect();
+    let header = match f.header_only() {
+        Some((name, value)) => Some((name, value, header_index::watermark(c)?)),
+        None => None,
+    };
+    let total = if let Some((ids, p)) =
+        header.and_then(|(name, value, wm)| header_index::exact_ids_at(d, name, value, Some(wm)))
+    {
+        count(c, &format!("SELECT COUNT(*) FROM ({ids}) AS m"), &p)?
+    } else if summary::answers(f) {
         count(
             c,
             &format!(
@@ -96,6 +107,24 @@ pub fn list(
     } else {
         format!(" OFFSET {offset}")
     };
+    let page_ids = header
+        .filter(|_| order.starts_with("id "))
+        .and_then(|(name, value, wm)| {
+            let desc = order.starts_with("id DESC");
+            header_index::page_ids_at(d, name, value, wm, desc, offset.saturating_add(page_size))
+        });
+    if let Some((ids, p)) = page_ids {
+        // The page's ids in id order straight from the index range (and the few unindexed).
+        let sql = format!(
+            "SELECT {RECORD_COLUMNS} FROM dead_letters WHERE id IN \
+             (SELECT id FROM ({ids}) AS m ORDER BY {order} LIMIT {page_size}{skip}) ORDER BY {order}"
+        );
+        let rows = c.query(&sql, &p)?;
+        return Ok((
+            rows.iter().filter_map(|r| Record::from_row(r)).collect(),
+            total,
+        ));
+    }
     let inner =
         format!("SELECT id FROM {{from}} WHERE {cond} ORDER BY {order} LIMIT {page_size}{skip}");
     let from = crate::page_plan::ids_from(

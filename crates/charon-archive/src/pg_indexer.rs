@@ -10,6 +10,7 @@
 use std::time::{Duration, Instant};
 
 use crate::error::ArchiveError;
+use crate::header_index::fill_sql;
 use crate::indexer::Backend;
 use crate::postgres::Postgres;
 use crate::search_index::size_sql;
@@ -119,6 +120,7 @@ fn batch_in(c: &mut Postgres, max: i64, until: Instant) -> Result<usize, Archive
         )?;
         let mut k = 0;
         bytes += index_rows(c, &rows, Instant::now() + Duration::from_secs(3600), &mut k)?.0;
+        c.exec(&fill_sql(Dialect::Postgres, "d.id = ?"), &[id.into()])?;
         n += k;
     }
     let rows = c.query(
@@ -129,6 +131,13 @@ fn batch_in(c: &mut Postgres, max: i64, until: Instant) -> Result<usize, Archive
     let (b, top) = index_rows(c, &rows, until, &mut k)?;
     bytes += b;
     n += k;
+    if k > 0 {
+        // The exact header index (migration 9) of the same records, in one statement.
+        c.exec(
+            &fill_sql(Dialect::Postgres, "d.id > ? AND d.id <= ?"),
+            &[wm.into(), top.into()],
+        )?;
+    }
     if n > 0 {
         c.exec(
             "UPDATE dead_letter_search_state SET watermark = GREATEST(watermark, ?), \

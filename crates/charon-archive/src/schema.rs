@@ -132,7 +132,11 @@ const MIGRATIONS: &[&str] = &[
     V6_INDEX_DIET,
     V7_SEARCH,
     V8_HEADER_LINES,
+    V9_HEADER_INDEX,
 ];
+
+/// Migration 9 (rendered per dialect by [`crate::header_index::v9`]).
+const V9_HEADER_INDEX: &str = "{V9_HEADER_INDEX}";
 
 /// Migration 8 (rendered per dialect by [`crate::header_lines::v8`]).
 const V8_HEADER_LINES: &str = "{V8_HEADER_LINES}";
@@ -163,6 +167,9 @@ fn render(sql: &str, d: Dialect) -> String {
     }
     if sql == V7_SEARCH {
         return crate::search_index::v7(d);
+    }
+    if sql == V9_HEADER_INDEX {
+        return crate::header_index::v9(d);
     }
     if sql == V8_HEADER_LINES {
         return crate::header_lines::v8(d);

@@ -48,6 +48,13 @@ fn rec(i: usize) -> NewRecord {
         headers["x-m"] = serde_json::json!("a\nx-s=v1");
         headers["x-e"] = serde_json::json!("");
     }
+    if i.is_multiple_of(13) {
+        // Too long for the exact header index (migration 9: candidates and re-check instead),
+        // a JSON null (no value to compare), and a nested table (compared as JSON text).
+        headers["x-long"] = serde_json::json!(long_value(i));
+        headers["x-null"] = serde_json::Value::Null;
+        headers["x-t"] = serde_json::json!({"k": [1, "two"]});
+    }
     let headers = headers.to_string();
     NewRecord {
         stable_key: format!("s:1:{i}"),
@@ -63,6 +70,15 @@ fn rec(i: usize) -> NewRecord {
         headers,
         ..record::record(i)
     }
+}
+
+/// A header value longer than the exact header index holds.
+fn long_value(i: usize) -> String {
+    format!(
+        "{}-{}",
+        "L".repeat(charon_archive::header_index::MAX_BYTES),
+        i % 2
+    )
 }
 
 /// (filter key, needle, the scan's SQL condition, its parameters).
@@ -125,7 +141,22 @@ fn cases(d: Dialect) -> Vec<(String, String, String, Vec<Param>)> {
         ("x-m", "a\nx-s=v1"),
         ("x-m", "a"),
         ("x-e", ""),
+        ("x-s", "edited wert"),
+        ("x-n", "99"),
+        ("x-null", "null"),
+        ("x-null", ""),
+        ("x-t", "{\"k\":[1,\"two\"]}"),
+        ("x-t", "{\"k\": [1, \"two\"]}"),
     ] {
+        header_case(&mut out, pg, k, v);
+    }
+    let long = long_value(1);
+    header_case(&mut out, pg, "x-long", &long);
+    out
+}
+
+fn header_case(out: &mut Vec<(String, String, String, Vec<Param>)>, pg: bool, k: &str, v: &str) {
+    {
         out.push((
             format!("header.{k}"),
             v.to_string(),
@@ -137,7 +168,6 @@ fn cases(d: Dialect) -> Vec<(String, String, String, Vec<Param>)> {
             vec![k.into(), v.into()],
         ));
     }
-    out
 }
 
 fn ids(c: &mut dyn Conn, sql: &str, p: &[Param]) -> Vec<i64> {
@@ -184,6 +214,15 @@ fn check(a: &Archive, when: &str) {
                     newest,
                     "{when}"
                 );
+                // Deeper pages, newest and oldest first (the header index's merged parts).
+                let (page, _) = ops::list(c, &f, None, 2, 3).expect("list");
+                let second: Vec<i64> = want.iter().rev().skip(3).take(3).copied().collect();
+                let ids: Vec<i64> = page.iter().map(|r| r.id).collect();
+                assert_eq!(ids, second, "page 2 {key}={needle:?} ({when})");
+                let (page, _) = ops::list(c, &f, Some("id"), 2, 3).expect("list");
+                let second: Vec<i64> = want.iter().skip(3).take(3).copied().collect();
+                let ids: Vec<i64> = page.iter().map(|r| r.id).collect();
+                assert_eq!(ids, second, "oldest page 2 {key}={needle:?} ({when})");
                 let groups = ops::groups(c, Some("queue"), &f).expect("groups");
                 let counted: i64 = groups
                     .iter()
@@ -197,7 +236,26 @@ fn check(a: &Archive, when: &str) {
             }
         }
         assert!(matched > 100, "the cases match something ({when})");
+        header_rows_sound(c, when);
     });
+}
+
+/// Migration 9's rows: only for live records at or below the watermark and not waiting to be
+/// indexed again, each one the value the filter compares for that header.
+fn header_rows_sound(c: &mut dyn Conn, when: &str) {
+    let field = c.dialect().json_field("d.headers").replace('?', "h.name");
+    let bad = c
+        .query(
+            &format!(
+                "SELECT COUNT(*) FROM dead_letter_search_header h LEFT JOIN dead_letters d ON d.id = h.id \
+                 WHERE d.id IS NULL OR h.id > (SELECT watermark FROM dead_letter_search_state) \
+                 OR h.id IN (SELECT id FROM dead_letter_search_scan) OR NOT ({field} = h.value)"
+            ),
+            &[],
+        )
+        .expect("header rows")[0][0]
+        .int();
+    assert_eq!(bad, 0, "stale or wrong header index rows ({when})");
 }
 
 fn watermark(a: &Archive) -> (i64, i64) {
@@ -515,4 +573,92 @@ fn sqlite_size_cap_counts_the_search_index() {
         let after = payload(c) + search_index::counted_bytes(c).expect("bytes");
         assert!(after <= cap, "{after} <= {cap}");
     });
+}
+
+/// Migration 9 over an archive at version 8 whose search index is filled up to a watermark below
+/// the newest record, with one indexed record edited since (in the scan table): the upgrade
+/// fills the exact header index for exactly the indexed, unedited records, and every filter
+/// equals the scan right after it and once the indexer caught up.
+fn upgrade_from_version_8(url: &str, mut old: Box<dyn Conn>) {
+    schema::migrate_to(old.as_mut(), 8).expect("v8");
+    let recs: Vec<NewRecord> = (0..300).map(rec).collect();
+    ops::insert_batch(old.as_mut(), &recs).expect("insert");
+    // The search index as version 8's indexer fills it (same texts), records 1..=250 indexed.
+    let fill = match old.dialect() {
+        Dialect::Postgres => r#"INSERT INTO dead_letter_search (id, error, body, headers)
+         SELECT id, concat_ws(E'\n', error_message, error_stacktrace),
+           CASE WHEN payload = '\xfffe6162630078797a'::bytea THEN E'\uFFFD\uFFFDabc\uFFFDxyz'
+                ELSE convert_from(payload, 'UTF8') END,
+           COALESCE((SELECT string_agg(j.key || '=' || (j.value #>> '{}'), E'\n') FROM jsonb_each(headers::jsonb) AS j), '')
+         FROM dead_letters WHERE id <= 250;
+         UPDATE dead_letter_search_state SET watermark = 250"#
+            .to_string(),
+        Dialect::Sqlite => format!(
+            "INSERT INTO dead_letter_search_error (rowid, text) SELECT id, \
+               COALESCE(error_message, '') || CASE WHEN error_message IS NOT NULL AND error_stacktrace IS NOT NULL THEN char(10) ELSE '' END || COALESCE(error_stacktrace, '') \
+               FROM dead_letters WHERE id <= 250;
+             INSERT INTO dead_letter_search_body (rowid, text) SELECT id, \
+               CASE WHEN payload = x'fffe6162630078797a' THEN char(65533, 65533) || 'abc' || char(65533) || 'xyz' ELSE CAST(payload AS TEXT) END \
+               FROM dead_letters WHERE id <= 250;
+             INSERT INTO dead_letter_search_headers (rowid, text) SELECT id, {} FROM dead_letters WHERE id <= 250;
+             UPDATE dead_letter_search_state SET watermark = 250",
+            search_index::HEADER_LINES
+        ),
+    };
+    old.batch(&fill).expect("fill v8 index");
+    // An indexed record edited by version 8 (its index rows gone, in the scan table).
+    old.exec(
+        "UPDATE dead_letters SET headers = ? WHERE id = 7",
+        &[serde_json::json!({"x-s": "v1", "x-n": 3})
+            .to_string()
+            .into()],
+    )
+    .expect("edit");
+    drop(old);
+    let a = Archive::open(url).expect("open v9");
+    a.with(|c| {
+        let v = c
+            .query("SELECT MAX(version) FROM archive_migrations", &[])
+            .expect("version")[0][0]
+            .int();
+        assert_eq!(v, schema::latest());
+    });
+    check(&a, "upgraded from 8");
+    a.with(|c| {
+        let recs: Vec<NewRecord> = (300..400).map(rec).collect();
+        ops::insert_batch(c, &recs).expect("insert");
+    });
+    wait_caught_up(&a);
+    check(&a, "v9 caught up");
+    a.with(|c| {
+        // Every indexed record has its rows: its short non-null headers (record 1 has seven of
+        // its nine, the edited 7 its two).
+        for (id, n) in [(1i64, 7i64), (2, 4), (7, 2), (350, 4)] {
+            let have = c
+                .query(
+                    "SELECT COUNT(*) FROM dead_letter_search_header WHERE id = ?",
+                    &[id.into()],
+                )
+                .expect("rows")[0][0]
+                .int();
+            assert_eq!(have, n, "header rows of record {id}");
+        }
+    });
+}
+
+#[test]
+fn sqlite_upgrade_from_version_8_header_index() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("archive.db");
+    let old = charon_archive::sqlite::Sqlite::open(&path).expect("open");
+    upgrade_from_version_8(&format!("sqlite://{}", path.display()), Box::new(old));
+}
+
+#[test]
+fn postgres_upgrade_from_version_8_header_index() {
+    let Some(pg) = pg_cluster::PgCluster::start() else {
+        return;
+    };
+    let old = charon_archive::postgres::Postgres::connect(&pg.url).expect("postgres");
+    upgrade_from_version_8(&pg.url, Box::new(old));
 }

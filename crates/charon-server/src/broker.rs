@@ -320,7 +320,8 @@ impl Broker {
     /// clearing the memory alarm (a resident set over the mark with the live heap under it must
     /// stay over after a purge); asks the allocator to return freed memory every 5 s and
     /// whenever memory use dropped (queues drained or deleted), and for a forced collection on
-    /// every runtime thread on every check above 70 % of the mark.
+    /// every runtime thread on every check above 70 % of the mark. Runs on a thread of its own
+    /// (`charon-memory`), not on the runtime.
     pub fn spawn_memory_monitor(self: &Arc<Self>) {
         let available = crate::memory::available_bytes().unwrap_or(u64::MAX);
         let limit = self.memory_limit();
@@ -334,13 +335,15 @@ impl Broker {
             "memory high watermark set (vm_memory_high_watermark)"
         );
         let broker = Arc::downgrade(self);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(std::time::Duration::from_millis(500));
+        spawn_monitor("charon-memory", MEMORY_CHECK_EVERY, move || {
             let mut ticks = 0u64;
             let mut last = 0u64;
             let mut over_checks = 0u32;
             loop {
-                tick.tick().await;
+                // The first check at once, as before.
+                if ticks > 0 {
+                    std::thread::sleep(MEMORY_CHECK_EVERY);
+                }
                 ticks += 1;
                 let Some(b) = broker.upgrade() else { return };
                 let sample = crate::memory::MemorySample::now();
@@ -374,21 +377,38 @@ impl Broker {
         });
     }
 
-    /// Watches free disk space every second and sets the alarm under `disk_free_limit`.
+    /// Watches free disk space every second and sets the alarm under `disk_free_limit`, on a
+    /// thread of its own (`charon-disk`).
     pub fn spawn_disk_monitor(self: &Arc<Self>) {
         let Some(p) = self.persistence() else {
             return;
         };
         let broker = Arc::downgrade(self);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+        spawn_monitor("charon-disk", DISK_CHECK_EVERY, move || {
             loop {
-                tick.tick().await;
                 let Some(b) = broker.upgrade() else { return };
                 if let Some(free) = p.free_bytes() {
                     b.set_alarm(free < b.config.disk_free_limit);
                 }
+                drop(b);
+                std::thread::sleep(DISK_CHECK_EVERY);
             }
         });
+    }
+}
+
+/// How often the memory monitor measures.
+const MEMORY_CHECK_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+/// How often the disk monitor measures free space.
+const DISK_CHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Runs a monitor's loop on a thread of its own, off the runtime: reading `/proc/self/status`,
+/// the allocator's statistics (a JSON print and parse every 5 s) or `statfs` on a runtime
+/// worker held up every task queued behind it for 0.1–1 ms (docs/performance.md, "Latency at
+/// 5,000 msg/s, part 1"). A thread that cannot be started leaves the broker without that
+/// alarm, logged; the loop ends once the broker is gone.
+fn spawn_monitor(name: &str, every: std::time::Duration, body: impl FnOnce() + Send + 'static) {
+    if let Err(e) = std::thread::Builder::new().name(name.into()).spawn(body) {
+        tracing::error!(monitor = name, every_ms = every.as_millis() as u64, error = %e, "cannot start a monitor thread");
     }
 }
