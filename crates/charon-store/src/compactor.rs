@@ -77,8 +77,5 @@ pub(crate) fn run(shared: Arc<Shared>) {
 
 /// Wakes the writer for copies just appended.
 pub(crate) fn wake_writer(shared: &Shared, st: &mut State) {
-    if st.writer_idle {
-        st.writer_idle = false;
-        shared.wake.notify_one();
-    }
+    crate::store::wake_writer(shared, st);
 }

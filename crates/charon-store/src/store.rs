@@ -54,7 +54,16 @@ pub struct StoreConfig {
     /// ahead of the writer on the compaction thread (default on; needs `preallocate`), so the
     /// next segment's commits write into written blocks (`docs/storage-format.md` §2.5).
     pub zero_spare: bool,
+    /// A batch holding only lazy records (settles, delivery counts, definitions appended
+    /// without a waiter, e.g. a queue's delivered mark: nobody waits for them to be durable) is left this long for more to join it before it is written and synced
+    /// (default 20 ms, or `CHARON_STORE_LINGER_US`; zero: written at once). Any other record, a
+    /// waiter, 1 MiB pending, or closing the store ends the wait at once
+    /// (`docs/storage-format.md` §3).
+    pub linger: Duration,
 }
+
+/// A lingering lazy batch is taken at once when it holds this many bytes.
+pub(crate) const LINGER_MAX_BYTES: usize = 1 << 20;
 
 impl Default for StoreConfig {
     fn default() -> Self {
@@ -66,8 +75,18 @@ impl Default for StoreConfig {
             preallocate: true,
             gather: gather_default(),
             zero_spare: true,
+            linger: linger_default(),
         }
     }
+}
+
+/// [`StoreConfig::linger`]'s default: 20 ms, or `CHARON_STORE_LINGER_US` (benchmarks).
+fn linger_default() -> Duration {
+    let us = std::env::var("CHARON_STORE_LINGER_US")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
+    Duration::from_micros(us)
 }
 
 /// [`StoreConfig::gather`]'s default: 200 µs, or `CHARON_STORE_GATHER_US` (benchmarks).
@@ -125,11 +144,19 @@ pub(crate) struct Batch {
     pub(crate) chunks: Vec<Chunk>,
     pub(crate) waiters: Vec<Waiter>,
     pub(crate) last_index: u64,
+    /// Whether it holds anything but lazy records (settles, delivery counts) or a waiter:
+    /// then it is written without lingering.
+    pub(crate) urgent: bool,
 }
 
 impl Batch {
     pub(crate) fn is_empty(&self) -> bool {
         self.chunks.is_empty() && self.waiters.is_empty()
+    }
+
+    /// Whether the writer should take it now rather than linger for more lazy records.
+    pub(crate) fn ready(&self) -> bool {
+        self.urgent || self.chunks.iter().map(|c| c.bytes.len()).sum::<usize>() >= LINGER_MAX_BYTES
     }
 }
 
@@ -148,6 +175,9 @@ pub(crate) struct State {
     pub(crate) poisoned: Option<String>,
     pub(crate) closed: bool,
     pub(crate) writer_idle: bool,
+    /// The writer waits with a lazy batch ([`StoreConfig::linger`]): wake it only when the
+    /// batch becomes [`Batch::ready`] (or at close).
+    pub(crate) writer_lingering: bool,
     pub(crate) stats: StoreStats,
     /// Written batch buffers kept for reuse.
     pub(crate) pool: Vec<Vec<u8>>,
@@ -296,6 +326,7 @@ impl State {
         let index = self.next_index;
         let chunk = self.active_chunk();
         record::frame(&mut chunk.bytes, index, 0, kind, payload);
+        self.batch.urgent = true;
         let (index, loc) = self.account(rec_len);
         self.index.apply(index, loc, decoded);
         (index, loc)
@@ -310,6 +341,16 @@ impl State {
         cmd: Command,
     ) -> Result<(u64, Loc, Option<usize>), AppendError> {
         let active_len = self.active_len;
+        if !matches!(
+            cmd,
+            Command::Settle { .. }
+                | Command::DeliveryCount { .. }
+                | Command::DeliveryCounts { .. }
+                | Command::PutDefinition { .. }
+                | Command::DeleteDefinition { .. }
+        ) {
+            self.batch.urgent = true;
+        }
         let chunk = self.active_chunk();
         let mut start = chunk.bytes.len();
         let (kind, rec_len, body_at) = record::encode_record(&mut chunk.bytes, &cmd)?;
@@ -369,6 +410,15 @@ impl State {
             }
         }
         Ok((index, loc, body_at))
+    }
+}
+
+/// Wakes the writer if it waits for what was just appended: when idle, or when lingering
+/// over a lazy batch that is now [`Batch::ready`].
+pub(crate) fn wake_writer(shared: &Shared, st: &mut State) {
+    if st.writer_idle && (!st.writer_lingering || st.batch.ready()) {
+        st.writer_idle = false;
+        shared.wake.notify_one();
     }
 }
 
@@ -475,6 +525,7 @@ impl Store {
                 poisoned: None,
                 closed: false,
                 writer_idle: false,
+                writer_lingering: false,
                 stats: StoreStats {
                     durable_index: last,
                     ..StoreStats::default()
@@ -541,6 +592,7 @@ impl Store {
         let mut st = self.shared.lock();
         check_open(&st)?;
         st.batch.waiters.push(tx);
+        st.batch.urgent = true;
         self.wake(&mut st);
         Ok(Commit { rx })
     }
@@ -566,6 +618,7 @@ impl Store {
             .store(st.index.messages.len() as u64, Ordering::Relaxed);
         if let Some(w) = waiter {
             st.batch.waiters.push(w);
+            st.batch.urgent = true;
         }
         self.wake(&mut st);
         drop(st);
@@ -579,10 +632,7 @@ impl Store {
     }
 
     fn wake(&self, st: &mut State) {
-        if st.writer_idle {
-            st.writer_idle = false;
-            self.shared.wake.notify_one();
-        }
+        wake_writer(&self.shared, st);
     }
 
     pub(crate) fn shared(&self) -> &Shared {

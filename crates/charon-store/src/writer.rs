@@ -6,6 +6,7 @@
 use std::io;
 use std::mem;
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::compaction;
 use crate::error::CommitError;
@@ -84,6 +85,7 @@ pub(crate) fn run(shared: Arc<Shared>, mut active: Arc<dyn StorageFile>, mut end
 /// batch was waiting when the writer came back for it), the writer first lets
 /// [`StoreConfig::gather`](crate::StoreConfig) pass, so one write and one `fdatasync`
 /// carry more records (fewer syncs, writer wake-ups and confirm rounds per message).
+/// A batch of lazy records only lingers up to [`StoreConfig::linger`](crate::StoreConfig).
 fn next_batch(shared: &Shared, streaming: bool) -> Option<(Batch, bool)> {
     if streaming && !shared.config.gather.is_zero() {
         std::thread::sleep(shared.config.gather);
@@ -101,6 +103,26 @@ fn next_batch(shared: &Shared, streaming: bool) -> Option<(Batch, bool)> {
             .map(|(g, _)| g)
             .unwrap_or_else(|e| e.into_inner().0);
         st.writer_idle = false;
+    }
+    // Only settles and delivery counts, which nobody waits for: let more join them (one
+    // commit instead of one per acked run while consumers drain a backlog). A publish, a
+    // waiter, a full megabyte or closing takes it at once.
+    if !st.batch.is_empty() && !st.batch.ready() && !shared.config.linger.is_zero() {
+        let deadline = Instant::now() + shared.config.linger;
+        st.writer_lingering = true;
+        while !st.closed && st.poisoned.is_none() && !st.batch.ready() {
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                break;
+            };
+            st.writer_idle = true;
+            st = shared
+                .wake
+                .wait_timeout(st, left)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
+            st.writer_idle = false;
+        }
+        st.writer_lingering = false;
     }
     if st.poisoned.is_some() {
         let batch = mem::take(&mut st.batch);
