@@ -290,21 +290,31 @@ fn wait_caught_up(a: &Archive) {
     }
 }
 
-#[test]
-fn sqlite_text_filters_exact_through_the_search_index() {
+/// Runs `test` on a fresh SQLite archive file: its URL and a connection at the oldest version.
+fn on_sqlite(test: fn(&str, Box<dyn Conn>)) {
     let dir = tempfile::tempdir().expect("tmp");
     let path = dir.path().join("archive.db");
     let old = charon_archive::sqlite::Sqlite::open(&path).expect("open");
-    scenario(&format!("sqlite://{}", path.display()), Box::new(old));
+    test(&format!("sqlite://{}", path.display()), Box::new(old));
 }
 
-#[test]
-fn postgres_text_filters_exact_through_the_search_index() {
+/// Runs `test` on a private PostgreSQL cluster (skipped where none can start).
+fn on_postgres(test: fn(&str, Box<dyn Conn>)) {
     let Some(pg) = pg_cluster::PgCluster::start() else {
         return;
     };
     let old = charon_archive::postgres::Postgres::connect(&pg.url).expect("postgres");
-    scenario(&pg.url, Box::new(old));
+    test(&pg.url, Box::new(old));
+}
+
+#[test]
+fn sqlite_text_filters_exact_through_the_search_index() {
+    on_sqlite(scenario);
+}
+
+#[test]
+fn postgres_text_filters_exact_through_the_search_index() {
+    on_postgres(scenario);
 }
 
 /// Migration 8 over an archive at version 7 whose search index is filled: the header lines'
@@ -648,17 +658,10 @@ fn upgrade_from_version_8(url: &str, mut old: Box<dyn Conn>) {
 
 #[test]
 fn sqlite_upgrade_from_version_8_header_index() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let path = dir.path().join("archive.db");
-    let old = charon_archive::sqlite::Sqlite::open(&path).expect("open");
-    upgrade_from_version_8(&format!("sqlite://{}", path.display()), Box::new(old));
+    on_sqlite(upgrade_from_version_8);
 }
 
 #[test]
 fn postgres_upgrade_from_version_8_header_index() {
-    let Some(pg) = pg_cluster::PgCluster::start() else {
-        return;
-    };
-    let old = charon_archive::postgres::Postgres::connect(&pg.url).expect("postgres");
-    upgrade_from_version_8(&pg.url, Box::new(old));
+    on_postgres(upgrade_from_version_8);
 }

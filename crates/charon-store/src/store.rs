@@ -82,19 +82,20 @@ impl Default for StoreConfig {
 
 /// [`StoreConfig::linger`]'s default: 20 ms, or `CHARON_STORE_LINGER_US` (benchmarks).
 fn linger_default() -> Duration {
-    let us = std::env::var("CHARON_STORE_LINGER_US")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20_000);
-    Duration::from_micros(us)
+    micros_from_env("CHARON_STORE_LINGER_US", 20_000)
 }
 
 /// [`StoreConfig::gather`]'s default: 200 µs, or `CHARON_STORE_GATHER_US` (benchmarks).
 fn gather_default() -> Duration {
-    let us = std::env::var("CHARON_STORE_GATHER_US")
+    micros_from_env("CHARON_STORE_GATHER_US", 200)
+}
+
+/// Microseconds from the environment variable `name`, or `default` when unset or not a number.
+fn micros_from_env(name: &str, default: u64) -> Duration {
+    let us = std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(200);
+        .unwrap_or(default);
     Duration::from_micros(us)
 }
 

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use charon_store::{Command, MemStorage, Store, StoreConfig};
-use common::{config, contents, msg, open, wait_for};
+use common::{config, ids, msg, open, wait_for};
 
 /// A linger no test lives to see: whatever is synced was taken early for a reason.
 fn forever() -> StoreConfig {
@@ -43,10 +43,7 @@ fn publish_and_wait(store: &Store, q: u64, id: u64) -> u64 {
 fn ids_after_crash(mem: &MemStorage) -> Vec<u64> {
     let crashed = mem.crash();
     let (store, rec) = open(&crashed, config());
-    contents(&store, &rec)
-        .into_iter()
-        .flat_map(|(_, items)| items.into_iter().map(|(id, _)| id))
-        .collect()
+    ids(&store, &rec)
 }
 
 #[test]

@@ -8,8 +8,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use charon_store::{Command, MemStorage, Storage, Store, StoreConfig};
-use common::{contents, open, publish_300 as publish, wait_for};
+use charon_store::{Command, MemStorage, Storage, StoreConfig};
+use common::{contents, ids, open, publish_300 as publish, wait_for};
 
 const SPARE: &str = "spare.wal.free";
 const ZEROING: &str = "spare.wal.zero";
@@ -35,14 +35,6 @@ fn segment_names(mem: &MemStorage) -> Vec<String> {
         .collect();
     names.sort();
     names
-}
-
-/// Every queue's ids, in order.
-fn ids(store: &Store, rec: &charon_store::Recovered) -> Vec<u64> {
-    contents(store, rec)
-        .into_iter()
-        .flat_map(|(_, v)| v.into_iter().map(|(id, _)| id))
-        .collect()
 }
 
 #[test]

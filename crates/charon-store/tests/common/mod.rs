@@ -104,6 +104,14 @@ pub fn contents(store: &Store, rec: &Recovered) -> Contents {
     out
 }
 
+/// Every queue's ids, in order (the queues in [`contents`]'s order).
+pub fn ids(store: &Store, rec: &Recovered) -> Vec<u64> {
+    contents(store, rec)
+        .into_iter()
+        .flat_map(|(_, items)| items.into_iter().map(|(id, _)| id))
+        .collect()
+}
+
 /// Everything observable after recovery: queues with bodies and delivery
 /// counts, and the definitions.
 /// Bodies appear as (length, first 8 bytes) to keep failures readable.
