@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use charon_store::{Command, MemStorage, Store, StoreConfig};
-use common::{contents, open, publish_300 as publish, wait_for};
+use common::{contents, open, publish_300 as publish, publish_300_durably, wait_for};
 
 const SPARE: &str = "spare.wal.free";
 
@@ -44,17 +44,11 @@ fn segments(mem: &MemStorage) -> Vec<(String, usize)> {
 fn new_segments_are_preallocated_and_cut_back_quietly_at_recovery() {
     let mem = MemStorage::new();
     let (store, _) = open(&mem, config());
-    for i in 0..3 {
-        publish(&store, 1, i);
-    }
-    store.sync().expect("sync").wait().expect("durable");
+    publish_300_durably(&store, 1, 0..3);
     // One segment (the recovery of an empty store made it), reserved whole.
     assert_eq!(segments(&mem), vec![("0000000000000001.wal".into(), 4096)]);
     // Past one segment: the sealed one ends at its last record.
-    for i in 3..20 {
-        publish(&store, 1, i);
-    }
-    store.sync().expect("sync").wait().expect("durable");
+    publish_300_durably(&store, 1, 3..20);
     let segs = segments(&mem);
     assert!(segs.len() >= 2, "{segs:?}");
     for (name, len) in segs.iter().take(segs.len() - 1) {

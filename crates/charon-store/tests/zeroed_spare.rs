@@ -9,7 +9,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use charon_store::{Command, MemStorage, Storage, StoreConfig};
-use common::{contents, ids, open, publish_300 as publish, wait_for};
+use common::{contents, ids, open, publish_300 as publish, publish_300_durably, wait_for};
 
 const SPARE: &str = "spare.wal.free";
 const ZEROING: &str = "spare.wal.zero";
@@ -84,10 +84,7 @@ fn a_file_left_half_zeroed_by_a_crash_is_removed_and_never_adopted() {
     for left in [0usize, 1, 100, SEGMENT / 2, SEGMENT] {
         let mem = MemStorage::new();
         let (store, _) = open(&mem, config());
-        for id in 0..3 {
-            publish(&store, 1, id);
-        }
-        store.sync().expect("sync").wait().expect("durable");
+        publish_300_durably(&store, 1, 0..3);
         drop(store);
         // What a crash while zeroing can leave (on a real disk the creation may reach the
         // directory without a sync): part of the zeros, or garbage that never reached the disk.
@@ -102,10 +99,7 @@ fn a_file_left_half_zeroed_by_a_crash_is_removed_and_never_adopted() {
         assert_eq!(ids(&store, &rec), vec![0, 1, 2], "left {left}");
         assert!(crashed.read_file(ZEROING).is_none(), "removed at start");
         // And the store goes on (and may prepare a spare of its own later).
-        for id in 3..20 {
-            publish(&store, 1, id);
-        }
-        store.sync().expect("sync").wait().expect("durable");
+        publish_300_durably(&store, 1, 3..20);
         drop(store);
         let (store, rec) = open(&crashed, config());
         assert_eq!(
@@ -160,10 +154,7 @@ fn a_power_cut_at_any_moment_of_streaming_with_zeroed_spares_loses_nothing_commi
 fn a_zeroed_spare_found_at_start_becomes_the_first_new_segment() {
     let mem = MemStorage::new();
     let (store, _) = open(&mem, config());
-    for id in 0..3 {
-        publish(&store, 1, id);
-    }
-    store.sync().expect("sync").wait().expect("durable");
+    publish_300_durably(&store, 1, 0..3);
     drop(store);
     mem.remove(SPARE).ok();
     mem.write_file(SPARE, vec![0u8; SEGMENT]);
@@ -181,10 +172,7 @@ fn a_zeroed_spare_found_at_start_becomes_the_first_new_segment() {
         "the spare's file, not a new one grown"
     );
     assert_eq!(ids(&store, &rec), vec![0, 1, 2]);
-    for id in 3..6 {
-        publish(&store, 1, id);
-    }
-    store.sync().expect("sync").wait().expect("durable");
+    publish_300_durably(&store, 1, 3..6);
     drop(store);
     let (store, rec) = open(&mem, config());
     assert_eq!(rec.truncated_bytes, 0);

@@ -168,3 +168,11 @@ pub fn publish_300(store: &Store, q: u64, id: u64) {
         })
         .expect("append");
 }
+
+/// Publishes `ids` to queue `q` as [`publish_300`] does, then waits until they are durable.
+pub fn publish_300_durably(store: &Store, q: u64, ids: std::ops::Range<u64>) {
+    for id in ids {
+        publish_300(store, q, id);
+    }
+    store.sync().expect("sync").wait().expect("durable");
+}
