@@ -72,6 +72,12 @@ fn rec(i: usize) -> NewRecord {
     }
 }
 
+/// Inserts the records `rec(i)` for `ids` in one batch.
+fn insert_records(c: &mut dyn Conn, ids: std::ops::Range<usize>) {
+    let recs: Vec<NewRecord> = ids.map(rec).collect();
+    ops::insert_batch(c, &recs).expect("insert");
+}
+
 /// A header value longer than the exact header index holds.
 fn long_value(i: usize) -> String {
     format!(
@@ -327,8 +333,7 @@ fn postgres_upgrade_from_version_7_header_lines() {
     };
     let mut old = charon_archive::postgres::Postgres::connect(&pg.url).expect("postgres");
     schema::migrate_to(&mut old, 7).expect("v7");
-    let recs: Vec<NewRecord> = (0..300).map(rec).collect();
-    ops::insert_batch(&mut old, &recs).expect("insert");
+    insert_records(&mut old, 0..300);
     // The side table as version 7's indexer fills it (same texts), the watermark at the top.
     // (`rec`'s one non-UTF-8 body as the indexer decodes it: lossily, NUL as U+FFFD.)
     old.batch(
@@ -360,8 +365,7 @@ fn postgres_upgrade_from_version_7_header_lines() {
     });
     check(&a, "upgraded from 7");
     a.with(|c| {
-        let recs: Vec<NewRecord> = (300..400).map(rec).collect();
-        ops::insert_batch(c, &recs).expect("insert");
+        insert_records(c, 300..400);
     });
     wait_caught_up(&a);
     check(&a, "v8 caught up");
@@ -395,8 +399,7 @@ fn scenario(url: &str, mut old: Box<dyn Conn>) {
     // An archive as version 6 left it, with records.
     {
         schema::migrate_to(old.as_mut(), 6).expect("v6");
-        let recs: Vec<NewRecord> = (0..300).map(rec).collect();
-        ops::insert_batch(old.as_mut(), &recs).expect("insert");
+        insert_records(old.as_mut(), 0..300);
         drop(old);
     }
     let a = Archive::open(url).expect("open v7");
@@ -406,8 +409,7 @@ fn scenario(url: &str, mut old: Box<dyn Conn>) {
     check(&a, "caught up");
     // A burst: records above the watermark, queried at once.
     a.with(|c| {
-        let recs: Vec<NewRecord> = (300..600).map(rec).collect();
-        ops::insert_batch(c, &recs).expect("insert");
+        insert_records(c, 300..600);
     });
     check(&a, "after a burst");
     wait_caught_up(&a);
@@ -443,8 +445,7 @@ fn scenario(url: &str, mut old: Box<dyn Conn>) {
     check(&a, "after deletes");
     // New records after the deletes, indexed; no stale index rows for deleted ids.
     a.with(|c| {
-        let recs: Vec<NewRecord> = (600..700).map(rec).collect();
-        ops::insert_batch(c, &recs).expect("insert");
+        insert_records(c, 600..700);
     });
     wait_caught_up(&a);
     check(&a, "after deletes, caught up");
@@ -519,8 +520,7 @@ fn sqlite_indexer_batches_resume_from_the_watermark() {
     let path = dir.path().join("archive.db");
     let a = Archive::open(&format!("sqlite://{}", path.display())).expect("open");
     a.with(|c| {
-        let recs: Vec<NewRecord> = (0..250).map(rec).collect();
-        ops::insert_batch(c, &recs).expect("insert");
+        insert_records(c, 0..250);
     });
     let own = rusqlite::Connection::open(&path).expect("open");
     own.busy_timeout(Duration::from_secs(30)).expect("busy");
@@ -558,8 +558,7 @@ fn sqlite_size_cap_counts_the_search_index() {
     let path = dir.path().join("archive.db");
     let a = Archive::open(&format!("sqlite://{}", path.display())).expect("open");
     a.with(|c| {
-        let recs: Vec<NewRecord> = (0..200).map(rec).collect();
-        ops::insert_batch(c, &recs).expect("insert");
+        insert_records(c, 0..200);
     });
     wait_caught_up(&a);
     let payload = |c: &mut dyn Conn| {
@@ -591,8 +590,7 @@ fn sqlite_size_cap_counts_the_search_index() {
 /// equals the scan right after it and once the indexer caught up.
 fn upgrade_from_version_8(url: &str, mut old: Box<dyn Conn>) {
     schema::migrate_to(old.as_mut(), 8).expect("v8");
-    let recs: Vec<NewRecord> = (0..300).map(rec).collect();
-    ops::insert_batch(old.as_mut(), &recs).expect("insert");
+    insert_records(old.as_mut(), 0..300);
     // The search index as version 8's indexer fills it (same texts), records 1..=250 indexed.
     let fill = match old.dialect() {
         Dialect::Postgres => r#"INSERT INTO dead_letter_search (id, error, body, headers)
@@ -635,8 +633,7 @@ fn upgrade_from_version_8(url: &str, mut old: Box<dyn Conn>) {
     });
     check(&a, "upgraded from 8");
     a.with(|c| {
-        let recs: Vec<NewRecord> = (300..400).map(rec).collect();
-        ops::insert_batch(c, &recs).expect("insert");
+        insert_records(c, 300..400);
     });
     wait_caught_up(&a);
     check(&a, "v9 caught up");
