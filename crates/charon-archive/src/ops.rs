@@ -69,7 +69,7 @@ pub fn list(
     page: u64,
     page_size: u64,
 ) -> Result<(Vec<Record>, i64), ArchiveError> {
-    let (cond, params) = f.to_sql(c.dialect())?;
+    let (cond, params) = f.to_sql_on(c)?;
     let order = order_by(sort)?;
     // One `header.NAME=value` term: counted and paged from the exact header index (migration 9).
     let d = c.dialect();
@@ -127,14 +127,23 @@ pub fn list(
     }
     let inner =
         format!("SELECT id FROM {{from}} WHERE {cond} ORDER BY {order} LIMIT {page_size}{skip}");
-    let from = crate::page_plan::ids_from(
-        c,
-        &inner,
-        &params,
-        &order,
-        total,
-        offset.saturating_add(page_size),
-    )?;
+    // A time range (`since`/`until`) matches records clustered in id order (a record's time is
+    // its archiving time), not spread over it as the walk of `page_plan` assumes: walking
+    // `dead_letters_id` from the newest record visited every newer one (640,000 rows, 739 ms
+    // over 1M for a minute's 60,000 records). SQLite's own plan reads the range from
+    // `dead_letters_created` and sorts its ids.
+    let from = if f.terms.contains_key("since") || f.terms.contains_key("until") {
+        "dead_letters".to_string()
+    } else {
+        crate::page_plan::ids_from(
+            c,
+            &inner,
+            &params,
+            &order,
+            total,
+            offset.saturating_add(page_size),
+        )?
+    };
     let sql = format!(
         "SELECT {RECORD_COLUMNS} FROM dead_letters WHERE id IN ({}) ORDER BY {order}",
         inner.replace("{from}", &from)
@@ -180,7 +189,7 @@ pub fn history(c: &mut dyn Conn, id: i64) -> Result<Vec<Value>, ArchiveError> {
 /// record time and a sample error message.
 pub fn groups(c: &mut dyn Conn, by: Option<&str>, f: &Filter) -> Result<Vec<Value>, ArchiveError> {
     let cols = group_by(by)?;
-    let (cond, params) = f.to_sql(c.dialect())?;
+    let (cond, params) = f.to_sql_on(c)?;
     let list = cols.join(", ");
     if summary::answers(f) && summary::groups_by(&cols) {
         return groups_from_summary(c, &cols, &cond, &params);
