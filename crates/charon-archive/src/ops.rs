@@ -125,14 +125,21 @@ pub fn list(
             total,
         ));
     }
-    let inner =
-        format!("SELECT id FROM {{from}} WHERE {cond} ORDER BY {order} LIMIT {page_size}{skip}");
     // A time range (`since`/`until`) matches records clustered in id order (a record's time is
-    // its archiving time), not spread over it as the walk of `page_plan` assumes: walking
-    // `dead_letters_id` from the newest record visited every newer one (640,000 rows, 739 ms
-    // over 1M for a minute's 60,000 records). SQLite's own plan reads the range from
-    // `dead_letters_created` and sorts its ids.
-    let from = if f.terms.contains_key("since") || f.terms.contains_key("until") {
+    // its archiving time), not spread over it as both a walk of the id order (`page_plan`'s on
+    // SQLite, the planner's own on PostgreSQL) assume: walking from the newest record visited
+    // every newer one (a minute's 60,000 records of 1M: 640,000 rows, SQLite 739 ms; PostgreSQL
+    // 1.2 s warm, 33 s cold). Such a page orders its ids by `id + 0` (the same order, no
+    // index's) so the range is read from `dead_letters_created` and its ids sorted.
+    let ranged = f.terms.contains_key("since") || f.terms.contains_key("until");
+    let inner_order = match order.strip_prefix("id ") {
+        Some(dir) if ranged => format!("(id + 0) {dir}"),
+        _ => order.clone(),
+    };
+    let inner = format!(
+        "SELECT id FROM {{from}} WHERE {cond} ORDER BY {inner_order} LIMIT {page_size}{skip}"
+    );
+    let from = if ranged {
         "dead_letters".to_string()
     } else {
         crate::page_plan::ids_from(
