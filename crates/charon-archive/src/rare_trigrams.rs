@@ -113,8 +113,9 @@ mod tests {
             q(&[(1e6, "cau"), (1e6, "use"), (1e5, "e 5"), (1e6, "se ")]),
             "e 5"
         );
-        // Within the spread: kept, rarest first.
-        assert_eq!(q(&[(900.0, "a"), (100.0, "b"), (700.0, "c")]), "b c a");
+        // Within the spread (8× the rarest): kept, rarest first; beyond it: left out.
+        assert_eq!(q(&[(700.0, "a"), (100.0, "b"), (500.0, "c")]), "b c a");
+        assert_eq!(q(&[(900.0, "a"), (100.0, "b"), (700.0, "c")]), "b c");
         // No match at all: the one with none.
         assert_eq!(q(&[(10.0, "a"), (0.0, "b")]), "b");
         // At most KEEP.
