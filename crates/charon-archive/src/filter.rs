@@ -5,9 +5,12 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::error::ArchiveError;
-use crate::search_index::{Field, candidates};
-use crate::sql::{Dialect, Param};
+use crate::search_index::{Field, candidates_with};
+use crate::sql::{Conn, Dialect, Param};
 use crate::time::parse_time;
+
+/// Gives the FTS5 query of a text filter's needle (`None`: every trigram of it).
+type Narrow<'a> = dyn FnMut(Field, &str) -> Result<Option<String>, ArchiveError> + 'a;
 
 /// Exact-match filter keys and their columns.
 const EXACT: &[(&str, &str)] = &[
@@ -129,6 +132,25 @@ impl Filter {
 
     /// The SQL condition (`TRUE` when empty) and its parameters.
     pub fn to_sql(&self, d: Dialect) -> Result<(String, Vec<Param>), ArchiveError> {
+        self.to_sql_with(d, &mut |_, _| Ok(None))
+    }
+
+    /// [`Filter::to_sql`] for connection `c`: on SQLite a text filter looks up only its needle's
+    /// rarest trigrams ([`crate::rare_trigrams`]; the same rows, found faster).
+    pub fn to_sql_on(&self, c: &mut dyn Conn) -> Result<(String, Vec<Param>), ArchiveError> {
+        let d = c.dialect();
+        self.to_sql_with(d, &mut |field, needle| {
+            crate::rare_trigrams::query(c, field, needle)
+        })
+    }
+
+    /// [`Filter::to_sql`] with `narrow` giving the FTS5 query of a text filter's needle (`None`:
+    /// every trigram).
+    fn to_sql_with(
+        &self,
+        d: Dialect,
+        narrow: &mut Narrow<'_>,
+    ) -> Result<(String, Vec<Param>), ArchiveError> {
         let mut conds = Vec::new();
         let mut params = Vec::new();
         for (k, v) in &self.terms {
@@ -148,7 +170,7 @@ impl Filter {
                 ));
                 params.push(Param::from(t));
             } else if k == "error" {
-                push_candidates(&mut conds, &mut params, d, Field::Error, v);
+                push_candidates(&mut conds, &mut params, d, Field::Error, v, narrow)?;
                 conds.push(format!(
                     "({} OR {})",
                     d.contains("error_message"),
@@ -157,7 +179,7 @@ impl Filter {
                 params.push(Param::from(v.as_str()));
                 params.push(Param::from(v.as_str()));
             } else if k == "body" {
-                push_candidates(&mut conds, &mut params, d, Field::Body, v);
+                push_candidates(&mut conds, &mut params, d, Field::Body, v, narrow)?;
                 conds.push(d.bytes_contain("payload"));
                 params.push(Param::Bytes(v.as_bytes().to_vec()));
             } else if let Some(name) = k.strip_prefix("header.") {
@@ -173,7 +195,8 @@ impl Filter {
                     d,
                     Field::Headers,
                     &format!("{name}={v}"),
-                );
+                    narrow,
+                )?;
                 conds.push(format!("{} = ?", d.json_field("headers")));
                 params.push(Param::from(name));
                 params.push(Param::from(v.as_str()));
@@ -205,11 +228,18 @@ fn push_candidates(
     d: Dialect,
     field: Field,
     needle: &str,
-) {
-    if let Some((cond, p)) = candidates(d, field, needle) {
+    narrow: &mut Narrow<'_>,
+) -> Result<(), ArchiveError> {
+    let fts = if d == Dialect::Sqlite {
+        narrow(field, needle)?
+    } else {
+        None
+    };
+    if let Some((cond, p)) = candidates_with(d, field, needle, fts) {
         conds.push(cond);
         params.push(p);
     }
+    Ok(())
 }
 
 fn check_key(k: &str) -> Result<(), ArchiveError> {

@@ -69,7 +69,7 @@ pub fn list(
     page: u64,
     page_size: u64,
 ) -> Result<(Vec<Record>, i64), ArchiveError> {
-    let (cond, params) = f.to_sql(c.dialect())?;
+    let (cond, params) = f.to_sql_on(c)?;
     let order = order_by(sort)?;
     // One `header.NAME=value` term: counted and paged from the exact header index (migration 9).
     let d = c.dialect();
@@ -125,16 +125,32 @@ pub fn list(
             total,
         ));
     }
-    let inner =
-        format!("SELECT id FROM {{from}} WHERE {cond} ORDER BY {order} LIMIT {page_size}{skip}");
-    let from = crate::page_plan::ids_from(
-        c,
-        &inner,
-        &params,
-        &order,
-        total,
-        offset.saturating_add(page_size),
-    )?;
+    // A time range (`since`/`until`) matches records clustered in id order (a record's time is
+    // its archiving time), not spread over it as both a walk of the id order (`page_plan`'s on
+    // SQLite, the planner's own on PostgreSQL) assume: walking from the newest record visited
+    // every newer one (a minute's 60,000 records of 1M: 640,000 rows, SQLite 739 ms; PostgreSQL
+    // 1.2 s warm, 33 s cold). Such a page orders its ids by `id + 0` (the same order, no
+    // index's) so the range is read from `dead_letters_created` and its ids sorted.
+    let ranged = f.terms.contains_key("since") || f.terms.contains_key("until");
+    let inner_order = match order.strip_prefix("id ") {
+        Some(dir) if ranged => format!("(id + 0) {dir}"),
+        _ => order.clone(),
+    };
+    let inner = format!(
+        "SELECT id FROM {{from}} WHERE {cond} ORDER BY {inner_order} LIMIT {page_size}{skip}"
+    );
+    let from = if ranged {
+        "dead_letters".to_string()
+    } else {
+        crate::page_plan::ids_from(
+            c,
+            &inner,
+            &params,
+            &order,
+            total,
+            offset.saturating_add(page_size),
+        )?
+    };
     let sql = format!(
         "SELECT {RECORD_COLUMNS} FROM dead_letters WHERE id IN ({}) ORDER BY {order}",
         inner.replace("{from}", &from)
@@ -180,7 +196,7 @@ pub fn history(c: &mut dyn Conn, id: i64) -> Result<Vec<Value>, ArchiveError> {
 /// record time and a sample error message.
 pub fn groups(c: &mut dyn Conn, by: Option<&str>, f: &Filter) -> Result<Vec<Value>, ArchiveError> {
     let cols = group_by(by)?;
-    let (cond, params) = f.to_sql(c.dialect())?;
+    let (cond, params) = f.to_sql_on(c)?;
     let list = cols.join(", ");
     if summary::answers(f) && summary::groups_by(&cols) {
         return groups_from_summary(c, &cols, &cond, &params);

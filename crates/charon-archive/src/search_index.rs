@@ -152,7 +152,8 @@ pub enum Field {
 }
 
 impl Field {
-    fn table(self) -> &'static str {
+    /// Its FTS5 table (SQLite).
+    pub(crate) fn table(self) -> &'static str {
         match self {
             Field::Error => "dead_letter_search_error",
             Field::Body => "dead_letter_search_body",
@@ -171,24 +172,40 @@ pub fn trigram_query(needle: &str) -> Option<String> {
     }
     let mut q = String::new();
     for w in chars.windows(3) {
-        if !q.is_empty() {
-            q.push(' ');
-        }
-        q.push('"');
-        for ch in w {
-            if *ch == '"' {
-                q.push('"');
-            }
-            q.push(*ch);
-        }
-        q.push('"');
+        push_token(&mut q, w);
     }
     Some(q)
+}
+
+/// Appends trigram `w` to FTS5 query `q` as a quoted token (`"` doubled), after a space.
+pub(crate) fn push_token(q: &mut String, w: &[char]) {
+    if !q.is_empty() {
+        q.push(' ');
+    }
+    q.push('"');
+    for ch in w {
+        if *ch == '"' {
+            q.push('"');
+        }
+        q.push(*ch);
+    }
+    q.push('"');
 }
 
 /// The candidate condition (`id IN (…)`) for a filter on `field` containing `needle`, and its
 /// parameter; `None` when the index cannot narrow it (a needle under 3 characters, or with a NUL).
 pub fn candidates(d: Dialect, field: Field, needle: &str) -> Option<(String, Param)> {
+    candidates_with(d, field, needle, None)
+}
+
+/// [`candidates`], on SQLite with the FTS5 query `fts` instead of every trigram of the needle
+/// when given (a subset of its trigrams: [`crate::rare_trigrams::query`]).
+pub fn candidates_with(
+    d: Dialect,
+    field: Field,
+    needle: &str,
+    fts: Option<String>,
+) -> Option<(String, Param)> {
     if d == Dialect::Postgres && field == Field::Headers {
         // Migration 8: the exact line through its array index.
         if let Some((sub, p)) = crate::header_lines::pg_matches(needle) {
@@ -226,7 +243,7 @@ pub fn candidates(d: Dialect, field: Field, needle: &str) -> Option<(String, Par
              UNION ALL SELECT id FROM dead_letters WHERE id > (SELECT watermark FROM dead_letter_search_state) \
              UNION ALL SELECT id FROM dead_letter_search_scan)"
         ),
-        Param::from(q),
+        Param::from(fts.unwrap_or(q)),
     ))
 }
 
