@@ -2,7 +2,7 @@
 //! writer keeps gathering while the batch grows, up to `StoreConfig::gather_max` or 1 MiB
 //! pending. A lone publish is never held by it, a batch that stops growing is taken, and a
 //! batch that keeps growing is taken at the byte cap. The gathers here are long (minutes), so
-//! a writer that gathered when it should not would make these tests time out, never pass.
+//! a writer that gathered when it should not would make these tests time out or fail, never pass.
 
 mod common;
 
@@ -57,7 +57,7 @@ fn a_lone_publisher_is_not_gathered_for() {
     // One gather would outlast `wait_for`: each publish arrives at an idle writer.
     let (store, _) = open(
         &mem,
-        config(Duration::from_secs(300), Duration::from_secs(600)),
+        config(Duration::from_secs(300), Duration::from_secs(200)),
     );
     for id in 1..=20 {
         publish_and_wait(&store, id);
@@ -71,7 +71,7 @@ fn a_batch_that_stops_growing_is_taken() {
     // Steps of 20 ms up to ten minutes: only the batch not growing ends this gather.
     let (store, _) = open(
         &mem,
-        config(Duration::from_millis(20), Duration::from_secs(600)),
+        config(Duration::from_millis(20), Duration::from_secs(200)),
     );
     let watch = store.durable_watch();
     let mut last = 0;
@@ -90,7 +90,7 @@ fn a_batch_that_keeps_growing_is_taken_at_a_mebibyte() {
     let mem = MemStorage::new();
     let (store, _) = open(
         &mem,
-        config(Duration::from_millis(5), Duration::from_secs(600)),
+        config(Duration::from_millis(5), Duration::from_secs(60)),
     );
     let watch = store.durable_watch();
     // The first record wakes the idle writer and goes out alone; the records streaming behind
