@@ -158,6 +158,9 @@ pub(crate) struct Batch {
     /// Whether it holds anything but lazy records (settles, delivery counts) or a waiter:
     /// then it is written without lingering.
     pub(crate) urgent: bool,
+    /// Records in it that are not lazy (publishes, dead letters, compaction copies…): the
+    /// streaming gather goes on only while these grow, not while settles trickle in.
+    pub(crate) urgent_records: u64,
 }
 
 impl Batch {
@@ -343,6 +346,7 @@ impl State {
         let chunk = self.active_chunk();
         record::frame(&mut chunk.bytes, index, 0, kind, payload);
         self.batch.urgent = true;
+        self.batch.urgent_records += 1;
         let (index, loc) = self.account(rec_len);
         self.index.apply(index, loc, decoded);
         (index, loc)
@@ -366,6 +370,7 @@ impl State {
                 | Command::DeleteDefinition { .. }
         ) {
             self.batch.urgent = true;
+            self.batch.urgent_records += 1;
         }
         let chunk = self.active_chunk();
         let mut start = chunk.bytes.len();

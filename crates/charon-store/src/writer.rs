@@ -141,7 +141,8 @@ fn next_batch(shared: &Shared, streaming: bool) -> Option<(Batch, bool)> {
 }
 
 /// Lets a streaming batch grow: one [`StoreConfig::gather`](crate::StoreConfig), then more, a
-/// `gather` at a time, while the batch grew during the last one, up to
+/// `gather` at a time, while the batch gained a record that is not lazy (a publish, not a
+/// consumer's settle) during the last one, up to
 /// [`StoreConfig::gather_max`](crate::StoreConfig) in all or [`GATHER_MAX_BYTES`] pending.
 /// A publisher streaming within its confirm window keeps the batch growing, so one write and
 /// one `fdatasync` carry more of its window; once every publisher waits for its confirms (or
@@ -149,18 +150,18 @@ fn next_batch(shared: &Shared, streaming: bool) -> Option<(Batch, bool)> {
 fn gather(shared: &Shared) {
     let step = shared.config.gather;
     let start = Instant::now();
-    let mut seen = shared.lock().batch.last_index;
+    let mut seen = shared.lock().batch.urgent_records;
     loop {
         std::thread::sleep(step);
         if start.elapsed() + step > shared.config.gather_max {
             return;
         }
         let st = shared.lock();
-        let grew = st.batch.last_index != seen;
+        let grew = st.batch.urgent_records != seen;
         if !grew || st.closed || st.batch.bytes() >= GATHER_MAX_BYTES {
             return;
         }
-        seen = st.batch.last_index;
+        seen = st.batch.urgent_records;
     }
 }
 

@@ -1,8 +1,9 @@
 //! The streaming gather (`docs/storage-format.md` §3): while appends arrive back to back the
-//! writer keeps gathering while the batch grows, up to `StoreConfig::gather_max` or 1 MiB
-//! pending. A lone publish is never held by it, a batch that stops growing is taken, and a
-//! batch that keeps growing is taken at the byte cap. The gathers here are long (minutes), so
-//! a writer that gathered when it should not would make these tests time out or fail, never pass.
+//! writer keeps gathering while the batch gains records that are not lazy, up to
+//! `StoreConfig::gather_max` or 1 MiB pending. A lone publisher waits at most one `gather`, a
+//! batch that stops growing (or only gains settles) is taken, and a batch that keeps growing
+//! is taken at the byte cap. The `gather_max`s here are long (minutes), so a writer that
+//! gathered on when it should not would make these tests time out or fail, never pass.
 
 mod common;
 
@@ -52,12 +53,14 @@ fn publish_and_wait(store: &Store, id: u64) {
 }
 
 #[test]
-fn a_lone_publisher_is_not_gathered_for() {
+fn a_lone_publisher_waits_at_most_one_gather() {
     let mem = MemStorage::new();
-    // One gather would outlast `wait_for`: each publish arrives at an idle writer.
+    // Each publish waits for the one before: a writer that finds it waiting (it came back from
+    // the last commit after the next publish arrived) gathers once, the batch does not grow, and
+    // it is taken. Gathering on to `gather_max` would make `wait_for` time out.
     let (store, _) = open(
         &mem,
-        config(Duration::from_secs(300), Duration::from_secs(200)),
+        config(Duration::from_millis(1), Duration::from_secs(200)),
     );
     for id in 1..=20 {
         publish_and_wait(&store, id);
@@ -113,4 +116,33 @@ fn a_batch_that_keeps_growing_is_taken_at_a_mebibyte() {
         assert!(appended < 64 << 20, "a growing batch was never taken");
     }
     drop(store);
+}
+
+#[test]
+fn settles_trickling_in_do_not_hold_a_gathered_batch() {
+    let mem = MemStorage::new();
+    let (store, _) = open(
+        &mem,
+        config(Duration::from_millis(20), Duration::from_secs(200)),
+    );
+    let watch = store.durable_watch();
+    let mut last = 0;
+    for id in 1..=300 {
+        last = publish(&store, id, 200);
+    }
+    // A consumer's settles keep arriving (one a millisecond) while the publisher waits: the
+    // batch gains only lazy records, so the gather ends after one step. A gather that counted
+    // them would go on until 1 MiB of settles, thousands of milliseconds later.
+    let mut settles = 0u64;
+    while !watch.is_durable(last) {
+        store
+            .append_nowait(Command::Settle {
+                queue: 1,
+                ids: vec![settles % 300 + 1],
+            })
+            .expect("settle");
+        settles += 1;
+        assert!(settles < 5_000, "settles held the publishes' commit");
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
