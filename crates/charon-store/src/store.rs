@@ -52,8 +52,9 @@ pub struct StoreConfig {
     pub gather: Duration,
     /// After the first `gather`, the writer keeps gathering, `gather` at a time, while the
     /// pending batch still grows (a publisher streaming within its confirm window), up to
-    /// this long in all or 1 MiB pending (default 2 ms, or
-    /// `CHARON_STORE_GATHER_MAX_US`; at most `gather`: one gather as before). A batch that did
+    /// this long in all or 1 MiB pending (`CHARON_STORE_GATHER_MAX_US`; default 0, i.e. at
+    /// most `gather`: one gather as before — 2 ms made f's publish phase dearer on this
+    /// machine, `docs/performance.md` part 12). A batch that did
     /// not grow during a `gather` is taken at once: its publishers wait for their confirms.
     pub gather_max: Duration,
     /// When there is no spare and the active segment is half full, prepare a zeroed spare file
@@ -83,7 +84,7 @@ impl Default for StoreConfig {
             idle_tick: Duration::from_millis(200),
             preallocate: true,
             gather: gather_default(),
-            gather_max: micros_from_env("CHARON_STORE_GATHER_MAX_US", 2_000),
+            gather_max: micros_from_env("CHARON_STORE_GATHER_MAX_US", 0),
             zero_spare: true,
             linger: linger_default(),
         }
