@@ -3,6 +3,8 @@ per publishing channel at once, the commit waiter a whole group commit. Whatever
 every publish of a channel is confirmed exactly once, in sequence order, acks coalesced with
 `multiple`, refused ones nacked alone — through a real socket, counted from the frames."""
 
+import time
+
 from pamqp import commands
 
 from amqp_raw import RawClient
@@ -96,5 +98,38 @@ def test_refused_publishes_in_a_batch_are_nacked_alone_in_order(broker, uniq):
         assert got[250:] == [(t, "nack") for t in range(251, n + 1)]
         c.send_frame(commands.Queue.Declare(queue=q, passive=True), 1)
         assert c.expect_method(commands.Queue.DeclareOk).method.message_count == 250
+        c.send_frame(commands.Queue.Delete(queue=q), 1)
+        c.expect_method(commands.Queue.DeleteOk)
+
+
+def test_confirms_keep_coming_after_each_wait_ends(broker, uniq):
+    """A persistent publisher that waits for each confirm before the next publish: the connection
+    stops waiting for a commit after every confirm and starts again with the next publish (its
+    wait for the next group commit is made again each time). Every publish is acked, one by one,
+    also after a pause with nothing waiting; then a burst on a second channel of the same
+    connection is confirmed in full."""
+    q = uniq("cbw")
+    rounds = 40
+    persistent = commands.Basic.Properties(delivery_mode=2)
+    with RawClient(broker.host, broker.port) as c:
+        c.handshake()
+        for ch in (1, 2):
+            c.open_channel(ch)
+            c.send_frame(commands.Confirm.Select(), ch)
+            c.expect_method(commands.Confirm.SelectOk)
+        _declare(c, 1, q)
+        for i in range(1, rounds + 1):
+            c.publish(1, "", q, b"w-%d" % i, properties=persistent)
+            f = c.expect_method(commands.Basic.Ack, timeout=30)
+            assert f.channel == 1
+            assert f.method.delivery_tag == i and not f.method.multiple
+            if i == rounds // 2:
+                # Nothing waits for a commit for a while; the next publish must still be acked.
+                time.sleep(0.5)
+        _publish_many(c, [(2, "", q)], 500, b"v")
+        got = _confirmed(c, (2,), {2: 500})
+        assert got[2] == [(t, "ack") for t in range(1, 501)]
+        c.send_frame(commands.Queue.Declare(queue=q, passive=True), 1)
+        assert c.expect_method(commands.Queue.DeclareOk).method.message_count == rounds + 500
         c.send_frame(commands.Queue.Delete(queue=q), 1)
         c.expect_method(commands.Queue.DeleteOk)

@@ -83,6 +83,7 @@ pub fn v9(d: Dialect) -> String {
 /// `d` of `dead_letters`; `?` parameters are the caller's). A header whose value the filter
 /// compares as NULL (JSON null) has no row; on SQLite the first of duplicate keys counts, as in
 /// the filter's `json_each … WHERE j.key = ?` (PostgreSQL's jsonb keeps one of each key).
+/// Rows that exist already are skipped (`INSERT OR IGNORE`, `ON CONFLICT DO NOTHING`).
 pub fn fill_sql(d: Dialect, which: &str) -> String {
     match d {
         Dialect::Sqlite => format!(
@@ -93,15 +94,26 @@ pub fn fill_sql(d: Dialect, which: &str) -> String {
              WHERE {which} AND typeof(j.key) = 'text' GROUP BY d.id, j.key) \
              WHERE value IS NOT NULL AND length(CAST(name AS BLOB)) + length(CAST(value AS BLOB)) <= {MAX_BYTES}"
         ),
-        Dialect::Postgres => format!(
-            "INSERT INTO dead_letter_search_header (name, value, id) \
-             SELECT name, value, id FROM (SELECT j.key AS name, d.headers::jsonb ->> j.key AS value, d.id AS id \
-             FROM dead_letters AS d, jsonb_object_keys(CASE WHEN jsonb_typeof(d.headers::jsonb) = 'object' \
-             THEN d.headers::jsonb ELSE '{{}}'::jsonb END) AS j(key) WHERE {which}) AS h \
-             WHERE value IS NOT NULL AND octet_length(name) + octet_length(value) <= {MAX_BYTES} \
-             ON CONFLICT DO NOTHING"
-        ),
+        Dialect::Postgres => format!("{} ON CONFLICT DO NOTHING", pg_fill_new_sql(which)),
     }
+}
+
+/// PostgreSQL: [`fill_sql`] for records that have no rows yet (above the watermark, or taken out
+/// of `dead_letter_search_scan`), without `ON CONFLICT`: a row that exists already fails the
+/// statement (unique violation) instead of being skipped. The caller runs it in a savepoint and
+/// falls back to [`fill_sql`] ([`crate::pg_indexer`]). Each headers text is parsed once
+/// (`jsonb_each_text` gives each value exactly as `->>` does); until the twelfth round it was
+/// parsed once per header and twice more per record, and the `ON CONFLICT` check probed the
+/// primary key once more per row: 470 → 108 µs of PostgreSQL CPU per record of the bench
+/// (eight rows each), docs/archive.md "Twelfth round".
+pub fn pg_fill_new_sql(which: &str) -> String {
+    format!(
+        "INSERT INTO dead_letter_search_header (name, value, id) \
+         SELECT j.key, j.value, d.id FROM dead_letters AS d \
+         CROSS JOIN LATERAL (SELECT d.headers::jsonb AS h OFFSET 0) AS p \
+         CROSS JOIN LATERAL jsonb_each_text(CASE WHEN jsonb_typeof(p.h) = 'object' THEN p.h ELSE '{{}}'::jsonb END) AS j \
+         WHERE {which} AND j.value IS NOT NULL AND octet_length(j.key) + octet_length(j.value) <= {MAX_BYTES}"
+    )
 }
 
 /// The ids of the records whose header `name` is `value`, exactly, as a subquery (one `id`

@@ -117,6 +117,18 @@ impl CommitWaiter {
         }
     }
 
+    /// A copy of the store's durable-index watch, for a wait on the next group commit that lives
+    /// across the connection loop's turns ([`next_commit`]); `None` before the first persistent
+    /// publish.
+    pub(crate) fn loop_watch(&self) -> Option<CommitWatch> {
+        self.watch.clone()
+    }
+
+    /// The loop's wait found the store gone: nothing more becomes durable.
+    pub(crate) fn store_gone(&mut self) {
+        self.gone = true;
+    }
+
     /// Moves what is on disk (or can no longer be) to the answers; whether anything moved.
     fn collect(&mut self) -> bool {
         let Some(w) = self.watch.as_mut() else {
@@ -147,6 +159,14 @@ impl CommitWaiter {
         }
         std::mem::take(&mut self.done)
     }
+}
+
+/// Completes after the next group commit `watch` has not seen, giving the watch back and whether
+/// the store is still there (the connection loop's long-lived commit wait: made again only after
+/// it fired, not once per turn of the loop).
+pub(crate) async fn next_commit(mut watch: CommitWatch) -> (CommitWatch, bool) {
+    let alive = watch.changed().await;
+    (watch, alive)
 }
 
 fn push_answer(done: &mut Vec<(u16, ConfirmAnswers)>, channel: u16, seq: u64, ack: bool) {

@@ -139,6 +139,7 @@ pub(crate) async fn serve_on<S: Transport>(
         slot: opened.slot,
         owes_close_ok: false,
         confirms_due: Vec::new(),
+        confirm_replies: Vec::new(),
         spare_targets: Vec::new(),
         publish_batches: publish_batch::PublishBatches::default(),
         settles: Vec::new(),
@@ -167,6 +168,29 @@ pub(crate) async fn serve_on<S: Transport>(
     if let Some(w) = write_half {
         w.shutdown().await;
     }
+}
+
+/// The connection loop's wait for the next group commit ([`commits::next_commit`]).
+type CommitChange =
+    std::pin::Pin<Box<dyn std::future::Future<Output = (crate::queue::CommitWatch, bool)> + Send>>;
+
+/// Completes when the future in `f` does (never when there is none).
+async fn poll_some<F: std::future::Future + Unpin>(f: &mut Option<F>) -> F::Output {
+    match f {
+        Some(f) => f.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Completes with `rx` once its value changes after this call (never once the sender is gone):
+/// a wait that lives across the connection loop's iterations, made again only after it fired.
+async fn next_change<T>(
+    mut rx: tokio::sync::watch::Receiver<T>,
+) -> tokio::sync::watch::Receiver<T> {
+    if rx.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+    rx
 }
 
 /// After close-ok, reads and discards until the client closes the socket (a client may still be
@@ -280,6 +304,8 @@ pub(crate) struct Connection {
     /// Channels with confirms settled since the last flush: their acks go out together, as
     /// `multiple=true` runs, when the batch is flushed.
     pub(crate) confirms_due: Vec<u16>,
+    /// Room for the confirms one channel sends at a flush, kept between flushes.
+    pub(crate) confirm_replies: Vec<confirms::ConfirmReply>,
     /// An emptied target list of an earlier publish, kept for the next one's routing (no
     /// allocation per publish routed to one queue).
     pub(crate) spare_targets: Vec<crate::handles::QueueHandle>,
@@ -353,7 +379,7 @@ impl Connection {
         mut events: mpsc::UnboundedReceiver<ConnEvent>,
         shutdown: CancellationToken,
     ) {
-        let mut alarm = self.broker.alarm();
+        let alarm = self.broker.alarm();
         let interval = if self.heartbeat == 0 {
             Duration::from_secs(3600)
         } else {
@@ -375,6 +401,20 @@ impl Connection {
         let mut quiet = crate::quiet_socket::Quiet::new(fd);
         let pause = tokio::time::sleep(Duration::ZERO);
         tokio::pin!(pause);
+        // The rarely-firing waits live across iterations: made and registered once, not once
+        // per wake-up (each `Notified` made in the `select!` below was registered in its
+        // `Notify`'s waiter list and removed again every time round the loop; docs/performance.md,
+        // "Persistent/transient path, part 9"). Each is polled until it fires, never after.
+        let cancelled = shutdown.cancelled();
+        tokio::pin!(cancelled);
+        let admin = self.admin.clone();
+        let close_requested = admin.close_requested();
+        tokio::pin!(close_requested);
+        let mut close_fired = false;
+        let alarm_change = next_change(self.broker.alarm());
+        tokio::pin!(alarm_change);
+        // The wait for the next group commit while publishes wait for one (armed when they do).
+        let mut commit_change: Option<CommitChange> = None;
         // Frames that arrived with the handshake's last read.
         if let Next::Stop = self.process(&mut buf).await {
             self.flush();
@@ -382,10 +422,16 @@ impl Connection {
         }
         self.flush();
         loop {
-            let on = *alarm.borrow_and_update();
+            let on = *alarm.borrow();
             self.on_alarm(on);
             self.apply_commits();
             self.flush();
+            if commit_change.is_none()
+                && self.commits.waiting()
+                && let Some(w) = self.commits.loop_watch()
+            {
+                commit_change = Some(Box::pin(commits::next_commit(w)));
+            }
             let mut page_wait = self.page_flow_wait();
             let paused = self.blocked || page_wait.is_some();
             sizer.prepare(&mut buf);
@@ -394,7 +440,7 @@ impl Connection {
             let mut got: Option<std::io::Result<usize>> = None;
             tokio::select! {
                 biased;
-                _ = shutdown.cancelled(), if !shutdown_sent => {
+                () = &mut cancelled, if !shutdown_sent => {
                     shutdown_sent = true;
                     let err = AmqpError::from(ServerError::Shutdown);
                     self.close_connection(err);
@@ -410,14 +456,22 @@ impl Connection {
                         }
                     }
                 }
-                _ = alarm.changed() => {}
-                () = self.commits.changed(), if self.commits.waiting() => {}
+                rx = &mut alarm_change => alarm_change.set(next_change(rx)),
+                (w, alive) = poll_some(&mut commit_change), if commit_change.is_some() => {
+                    commit_change = None;
+                    if !alive {
+                        self.commits.store_gone();
+                    } else if self.commits.waiting() {
+                        commit_change = Some(Box::pin(commits::next_commit(w)));
+                    }
+                }
                 () = async {
                     if let Some(rx) = page_wait.as_mut() {
                         crate::handles::lowered(rx).await;
                     }
                 }, if page_wait.is_some() => {}
-                reason = self.admin.close_requested(), if !self.closing => {
+                reason = &mut close_requested, if !self.closing && !close_fired => {
+                    close_fired = true;
                     let err = AmqpError::new(charon_protocol::ReplyCode::ConnectionForced, reason);
                     self.close_connection(err);
                     close_deadline = Some(Instant::now() + Duration::from_secs(3));
@@ -588,8 +642,14 @@ impl Connection {
 
     /// Hands encoded output to the writer.
     pub(crate) fn flush(&mut self) {
-        for channel in std::mem::take(&mut self.confirms_due) {
-            self.flush_confirms(channel);
+        if !self.confirms_due.is_empty() {
+            // The list's room is kept for the next batch (no allocation per flush).
+            let mut due = std::mem::take(&mut self.confirms_due);
+            for &channel in &due {
+                self.flush_confirms(channel);
+            }
+            due.clear();
+            self.confirms_due = due;
         }
         if self.out.is_empty() {
             return;

@@ -431,11 +431,12 @@ impl Connection {
         let Some(ch) = self.channels.get_mut(&channel) else {
             return;
         };
-        let mut replies = Vec::new();
+        // The replies' room is kept for the next flush (no allocation per batch of confirms).
+        let mut replies = std::mem::take(&mut self.confirm_replies);
         let start = ch.confirms.confirmed();
         ch.confirms.flush(&mut replies);
         crate::admin::ChannelStats::bump(&ch.stats.confirm, ch.confirms.confirmed() - start);
-        for r in replies {
+        for r in replies.drain(..) {
             match r {
                 ConfirmReply::Ack { seq, multiple } => {
                     encode_basic_ack(&mut self.out, channel, seq, multiple);
@@ -445,6 +446,7 @@ impl Connection {
                 }
             }
         }
+        self.confirm_replies = replies;
     }
 }
 
