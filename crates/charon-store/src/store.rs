@@ -50,6 +50,13 @@ pub struct StoreConfig {
     /// batch, so a group commit gathers more (default 200 µs; zero: never waits). Nothing
     /// waits when the writer was idle: a lone publish is written at once.
     pub gather: Duration,
+    /// After the first `gather`, the writer keeps gathering, `gather` at a time, while the
+    /// pending batch still grows (a publisher streaming within its confirm window), up to
+    /// this long in all or 1 MiB pending (`CHARON_STORE_GATHER_MAX_US`; default 0, i.e. at
+    /// most `gather`: one gather as before — 2 ms made f's publish phase dearer on this
+    /// machine, `docs/performance.md` part 12). A batch that did
+    /// not grow during a `gather` is taken at once: its publishers wait for their confirms.
+    pub gather_max: Duration,
     /// When there is no spare and the active segment is half full, prepare a zeroed spare file
     /// ahead of the writer on the compaction thread (default on; needs `preallocate`), so the
     /// next segment's commits write into written blocks (`docs/storage-format.md` §2.5).
@@ -65,6 +72,9 @@ pub struct StoreConfig {
 /// A lingering lazy batch is taken at once when it holds this many bytes.
 pub(crate) const LINGER_MAX_BYTES: usize = 1 << 20;
 
+/// A streaming batch stops gathering ([`StoreConfig::gather_max`]) at this many bytes.
+pub(crate) const GATHER_MAX_BYTES: usize = 1 << 20;
+
 impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
@@ -74,6 +84,7 @@ impl Default for StoreConfig {
             idle_tick: Duration::from_millis(200),
             preallocate: true,
             gather: gather_default(),
+            gather_max: micros_from_env("CHARON_STORE_GATHER_MAX_US", 0),
             zero_spare: true,
             linger: linger_default(),
         }
@@ -148,6 +159,9 @@ pub(crate) struct Batch {
     /// Whether it holds anything but lazy records (settles, delivery counts) or a waiter:
     /// then it is written without lingering.
     pub(crate) urgent: bool,
+    /// Records in it that are not lazy (publishes, dead letters, compaction copies…): the
+    /// streaming gather goes on only while these grow, not while settles trickle in.
+    pub(crate) urgent_records: u64,
 }
 
 impl Batch {
@@ -157,7 +171,12 @@ impl Batch {
 
     /// Whether the writer should take it now rather than linger for more lazy records.
     pub(crate) fn ready(&self) -> bool {
-        self.urgent || self.chunks.iter().map(|c| c.bytes.len()).sum::<usize>() >= LINGER_MAX_BYTES
+        self.urgent || self.bytes() >= LINGER_MAX_BYTES
+    }
+
+    /// Bytes pending.
+    pub(crate) fn bytes(&self) -> usize {
+        self.chunks.iter().map(|c| c.bytes.len()).sum()
     }
 }
 
@@ -328,6 +347,7 @@ impl State {
         let chunk = self.active_chunk();
         record::frame(&mut chunk.bytes, index, 0, kind, payload);
         self.batch.urgent = true;
+        self.batch.urgent_records += 1;
         let (index, loc) = self.account(rec_len);
         self.index.apply(index, loc, decoded);
         (index, loc)
@@ -351,6 +371,7 @@ impl State {
                 | Command::DeleteDefinition { .. }
         ) {
             self.batch.urgent = true;
+            self.batch.urgent_records += 1;
         }
         let chunk = self.active_chunk();
         let mut start = chunk.bytes.len();

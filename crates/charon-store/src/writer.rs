@@ -14,7 +14,7 @@ use crate::record;
 use crate::segment::SEGMENT_HEADER_LEN;
 use crate::spare;
 use crate::storage::StorageFile;
-use crate::store::{Batch, Chunk, Shared};
+use crate::store::{Batch, Chunk, GATHER_MAX_BYTES, Shared};
 
 /// Thread body; returns when the store is closed and nothing is pending.
 /// `end` is where the written bytes of `active` end.
@@ -88,7 +88,7 @@ pub(crate) fn run(shared: Arc<Shared>, mut active: Arc<dyn StorageFile>, mut end
 /// A batch of lazy records only lingers up to [`StoreConfig::linger`](crate::StoreConfig).
 fn next_batch(shared: &Shared, streaming: bool) -> Option<(Batch, bool)> {
     if streaming && !shared.config.gather.is_zero() {
-        std::thread::sleep(shared.config.gather);
+        gather(shared);
     }
     let mut st = shared.lock();
     let waited = st.batch.is_empty();
@@ -138,6 +138,31 @@ fn next_batch(shared: &Shared, streaming: bool) -> Option<(Batch, bool)> {
         return None;
     }
     Some((mem::take(&mut st.batch), waited))
+}
+
+/// Lets a streaming batch grow: one [`StoreConfig::gather`](crate::StoreConfig), then more, a
+/// `gather` at a time, while the batch gained a record that is not lazy (a publish, not a
+/// consumer's settle) during the last one, up to
+/// [`StoreConfig::gather_max`](crate::StoreConfig) in all or [`GATHER_MAX_BYTES`] pending.
+/// A publisher streaming within its confirm window keeps the batch growing, so one write and
+/// one `fdatasync` carry more of its window; once every publisher waits for its confirms (or
+/// stopped) the batch stops growing and is taken after at most one more `gather`.
+fn gather(shared: &Shared) {
+    let step = shared.config.gather;
+    let start = Instant::now();
+    let mut seen = shared.lock().batch.urgent_records;
+    loop {
+        std::thread::sleep(step);
+        if start.elapsed() + step > shared.config.gather_max {
+            return;
+        }
+        let st = shared.lock();
+        let grew = st.batch.urgent_records != seen;
+        if !grew || st.closed || st.batch.bytes() >= GATHER_MAX_BYTES {
+            return;
+        }
+        seen = st.batch.urgent_records;
+    }
 }
 
 /// Write the chunks and sync; returns the number of syncs. `end` tracks where
