@@ -60,6 +60,7 @@ pub struct StoreConfig {
     /// When there is no spare and the active segment is half full, prepare a zeroed spare file
     /// ahead of the writer on the compaction thread (default on; needs `preallocate`), so the
     /// next segment's commits write into written blocks (`docs/storage-format.md` §2.5).
+    /// `CHARON_STORE_ZERO_SPARE=0` turns the default off (benchmarks).
     pub zero_spare: bool,
     /// A batch holding only lazy records (settles, delivery counts, definitions appended
     /// without a waiter, e.g. a queue's delivered mark: nobody waits for them to be durable) is left this long for more to join it before it is written and synced
@@ -85,7 +86,7 @@ impl Default for StoreConfig {
             preallocate: true,
             gather: gather_default(),
             gather_max: micros_from_env("CHARON_STORE_GATHER_MAX_US", 0),
-            zero_spare: true,
+            zero_spare: std::env::var("CHARON_STORE_ZERO_SPARE").map_or(true, |v| v != "0"),
             linger: linger_default(),
         }
     }
