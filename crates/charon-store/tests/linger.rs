@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use charon_store::{Command, MemStorage, Store, StoreConfig};
-use common::{config, ids, msg, open, wait_for};
+use charon_store::{Command, MemStorage, StoreConfig};
+use common::{config, ids, open, publish_and_wait, wait_for};
 
 /// A linger no test lives to see: whatever is synced was taken early for a reason.
 fn forever() -> StoreConfig {
@@ -18,26 +18,6 @@ fn forever() -> StoreConfig {
         linger: Duration::from_secs(3600),
         ..config()
     }
-}
-
-fn publish_and_wait(store: &Store, q: u64, id: u64) -> u64 {
-    let (a, commit) = store
-        .append(Command::Publish {
-            message: msg(&[id as u8; 100]),
-            members: vec![(q, id)],
-        })
-        .expect("append");
-    // Waited for on a thread with a generous bound: a batch that lingered in spite of the
-    // waiter would block for the hour of `forever`.
-    let done = Arc::new(AtomicBool::new(false));
-    let d = done.clone();
-    let t = std::thread::spawn(move || {
-        commit.wait().expect("commit");
-        d.store(true, Ordering::SeqCst);
-    });
-    wait_for("the publish's commit", || done.load(Ordering::SeqCst));
-    t.join().expect("commit thread");
-    a.index
 }
 
 fn ids_after_crash(mem: &MemStorage) -> Vec<u64> {

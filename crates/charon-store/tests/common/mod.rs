@@ -4,6 +4,7 @@
 pub mod gated;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -175,4 +176,26 @@ pub fn publish_300_durably(store: &Store, q: u64, ids: std::ops::Range<u64>) {
         publish_300(store, q, id);
     }
     store.sync().expect("sync").wait().expect("durable");
+}
+
+/// Publishes a 100-byte message `id` to queue `q` with a completion and waits for its commit
+/// (bounded); the publish's index.
+pub fn publish_and_wait(store: &Store, q: u64, id: u64) -> u64 {
+    let (a, commit) = store
+        .append(Command::Publish {
+            message: msg(&[id as u8; 100]),
+            members: vec![(q, id)],
+        })
+        .expect("append");
+    // Waited for on a thread with `wait_for`'s generous bound, so a commit held back (a
+    // batch that lingered or gathered in spite of the waiter) fails the test, not hangs it.
+    let done = Arc::new(AtomicBool::new(false));
+    let d = done.clone();
+    let t = std::thread::spawn(move || {
+        commit.wait().expect("commit");
+        d.store(true, Ordering::SeqCst);
+    });
+    wait_for("the publish's commit", || done.load(Ordering::SeqCst));
+    t.join().expect("commit thread");
+    a.index
 }
