@@ -39,6 +39,15 @@ def _confirmed(c, channels, total, timeout=120):
     return got
 
 
+def _confirming(c, channels):
+    """Handshake, then open `channels` in confirm mode."""
+    c.handshake()
+    for ch in channels:
+        c.open_channel(ch)
+        c.send_frame(commands.Confirm.Select(), ch)
+        c.expect_method(commands.Confirm.SelectOk)
+
+
 def _declare(c, ch, name, arguments=None):
     c.send_frame(commands.Queue.Declare(queue=name, durable=True, arguments=arguments or {}), ch)
     c.expect_method(commands.Queue.DeclareOk)
@@ -55,11 +64,7 @@ def test_batched_confirms_cover_every_publish_once_in_order(broker, uniq):
     q1, q2 = uniq("cb1"), uniq("cb2")
     n = 3000
     with RawClient(broker.host, broker.port) as c:
-        c.handshake()
-        for ch in (1, 2):
-            c.open_channel(ch)
-            c.send_frame(commands.Confirm.Select(), ch)
-            c.expect_method(commands.Confirm.SelectOk)
+        _confirming(c, (1, 2))
         _declare(c, 1, q1)
         _declare(c, 1, q2)
         c.send_frame(commands.Queue.Bind(queue=q1, exchange="amq.fanout"), 1)
@@ -112,11 +117,7 @@ def test_confirms_keep_coming_after_each_wait_ends(broker, uniq):
     rounds = 40
     persistent = commands.Basic.Properties(delivery_mode=2)
     with RawClient(broker.host, broker.port) as c:
-        c.handshake()
-        for ch in (1, 2):
-            c.open_channel(ch)
-            c.send_frame(commands.Confirm.Select(), ch)
-            c.expect_method(commands.Confirm.SelectOk)
+        _confirming(c, (1, 2))
         _declare(c, 1, q)
         for i in range(1, rounds + 1):
             c.publish(1, "", q, b"w-%d" % i, properties=persistent)

@@ -4,12 +4,14 @@
 //! row (inserted by hand here: a user's SQL) falls back to skipping it instead of failing, so the
 //! indexer still catches up and the filter still finds every record.
 
+#[path = "support/indexer_wait.rs"]
+mod indexer_wait;
 #[path = "support/pg_cluster.rs"]
 mod pg_cluster;
 #[path = "support/record.rs"]
 mod record;
 
-use std::time::{Duration, Instant};
+use indexer_wait::wait_caught_up;
 
 use charon_archive::filter::Filter;
 use charon_archive::sql::Conn;
@@ -42,29 +44,6 @@ fn rows_of(i: usize) -> i64 {
 
 fn count(c: &mut dyn Conn, sql: &str) -> i64 {
     c.query(sql, &[]).expect("count")[0][0].int()
-}
-
-fn wait_caught_up(a: &Archive) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let (wm, top) = a.with(|c| {
-            let r = c
-                .query(
-                    "SELECT (SELECT watermark FROM dead_letter_search_state), (SELECT COALESCE(MAX(id), 0) FROM dead_letters)",
-                    &[],
-                )
-                .expect("watermark");
-            (r[0][0].int(), r[0][1].int())
-        });
-        if wm >= top {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "indexer caught up ({wm} < {top})"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// Every record's rows, each with the value `->>` gives, and the filter finds each record.

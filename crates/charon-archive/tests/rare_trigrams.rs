@@ -5,12 +5,14 @@
 //! the index caught up, and with edited records and records above the indexer's watermark
 //! (checked while holding the writer's lock, so the indexer cannot move meanwhile).
 
+#[path = "support/indexer_wait.rs"]
+mod indexer_wait;
 #[path = "support/pg_cluster.rs"]
 mod pg_cluster;
 #[path = "support/record.rs"]
 mod record;
 
-use std::time::{Duration, Instant};
+use indexer_wait::wait_caught_up;
 
 use bytes::Bytes;
 use charon_archive::filter::Filter;
@@ -136,27 +138,6 @@ fn check(c: &mut dyn Conn, when: &str) {
         assert_eq!(counted, want.len() as i64, "groups {what}");
     }
     assert!(matched > 300, "the cases match records ({when})");
-}
-
-fn wait_caught_up(a: &Archive) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let done = a.with(|c| {
-            let r = c
-                .query(
-                    "SELECT (SELECT watermark FROM dead_letter_search_state) >= (SELECT COALESCE(MAX(id), 0) FROM dead_letters), \
-                     (SELECT COUNT(*) FROM dead_letter_search_scan)",
-                    &[],
-                )
-                .expect("state");
-            r[0][0].int() == 1 && r[0][1].int() == 0
-        });
-        if done {
-            return;
-        }
-        assert!(Instant::now() < deadline, "indexer caught up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 fn scenario(url: &str) {

@@ -5,12 +5,16 @@
 //! more characters, non-ASCII ones, one spanning stack-trace lines, header values of each type
 //! and non-UTF-8 bodies. The indexer's own batches are also driven by hand (idempotent resume).
 
+#[path = "support/indexer_wait.rs"]
+mod indexer_wait;
 #[path = "support/pg_cluster.rs"]
 mod pg_cluster;
 #[path = "support/record.rs"]
 mod record;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use indexer_wait::{wait_caught_up, watermark};
 
 use bytes::Bytes;
 use charon_archive::filter::Filter;
@@ -262,38 +266,6 @@ fn header_rows_sound(c: &mut dyn Conn, when: &str) {
         .expect("header rows")[0][0]
         .int();
     assert_eq!(bad, 0, "stale or wrong header index rows ({when})");
-}
-
-fn watermark(a: &Archive) -> (i64, i64) {
-    a.with(|c| {
-        let r = c
-            .query(
-                "SELECT (SELECT watermark FROM dead_letter_search_state), (SELECT COALESCE(MAX(id), 0) FROM dead_letters)",
-                &[],
-            )
-            .expect("watermark");
-        (r[0][0].int(), r[0][1].int())
-    })
-}
-
-fn wait_caught_up(a: &Archive) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let (wm, top) = watermark(a);
-        let edited = a.with(|c| {
-            c.query("SELECT COUNT(*) FROM dead_letter_search_scan", &[])
-                .expect("scan")[0][0]
-                .int()
-        });
-        if wm >= top && edited == 0 {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "indexer caught up ({wm} < {top})"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// Runs `test` on a fresh SQLite archive file: its URL and a connection at the oldest version.

@@ -1,0 +1,41 @@
+//! The search indexer's progress, for tests that wait for it (with a generous bound).
+
+use std::time::{Duration, Instant};
+
+use charon_archive::Archive;
+
+/// `(watermark, highest record id)`: the indexer has reached every record when the first is at
+/// least the second.
+pub(crate) fn watermark(a: &Archive) -> (i64, i64) {
+    a.with(|c| {
+        let r = c
+            .query(
+                "SELECT (SELECT watermark FROM dead_letter_search_state), (SELECT COALESCE(MAX(id), 0) FROM dead_letters)",
+                &[],
+            )
+            .expect("watermark");
+        (r[0][0].int(), r[0][1].int())
+    })
+}
+
+/// Waits (up to two minutes) until the indexer has reached every record and re-indexed every
+/// edited one (`dead_letter_search_scan` empty).
+pub(crate) fn wait_caught_up(a: &Archive) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (wm, top) = watermark(a);
+        let edited = a.with(|c| {
+            c.query("SELECT COUNT(*) FROM dead_letter_search_scan", &[])
+                .expect("scan")[0][0]
+                .int()
+        });
+        if wm >= top && edited == 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "indexer caught up ({wm} < {top}, {edited} edited)"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
