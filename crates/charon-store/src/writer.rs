@@ -149,6 +149,11 @@ fn next_batch(shared: &Shared, streaming: bool) -> Option<(Batch, bool)> {
 /// stopped) the batch stops growing and is taken after at most one more `gather`.
 fn gather(shared: &Shared) {
     let step = shared.config.gather;
+    if shared.config.gather_max <= step {
+        // Off (the default): one `gather`, without looking at the batch.
+        std::thread::sleep(step);
+        return;
+    }
     let start = Instant::now();
     let mut seen = shared.lock().batch.urgent_records;
     loop {
