@@ -17,9 +17,9 @@ fn message(i: u64) -> (NewMessage, Vec<(u64, u64)>) {
         properties: Bytes::from(vec![0x10, 0x00, i as u8]),
         body: Bytes::from(vec![i as u8; 200 + (i as usize * 37) % 900]),
         enqueue_ms: 1_700_000_000_000 + i,
-        expiry_ms: (i % 3 == 0).then_some(1_800_000_000_000 + i),
+        expiry_ms: i.is_multiple_of(3).then_some(1_800_000_000_000 + i),
     };
-    let members = if i % 2 == 0 {
+    let members = if i.is_multiple_of(2) {
         vec![(1, i), (2, i)]
     } else {
         vec![(1, i)]
@@ -117,7 +117,12 @@ fn borrowed_publish_stores_what_an_owned_one_stores_and_survives_a_crash() {
         .find(|(q, _)| *q == 2)
         .map(|(_, items)| items.iter().map(|(id, _)| *id).collect())
         .unwrap_or_default();
-    assert_eq!(q2, (0..=40).filter(|i| i % 2 == 0).collect::<Vec<_>>());
+    assert_eq!(
+        q2,
+        (0..=40)
+            .filter(|i: &u64| i.is_multiple_of(2))
+            .collect::<Vec<_>>()
+    );
     for (_, items) in c {
         for (id, body) in items {
             assert_eq!(body, &message(*id).0.body.to_vec());
