@@ -4,7 +4,7 @@
 //! with `created_at` out of id order.
 
 use charon_archive::filter::{Filter, order_by};
-use charon_archive::ops::{self, Selection};
+use charon_archive::ops::{self, Edit, Selection};
 use charon_archive::sql::{Conn, Param};
 use charon_archive::{Archive, NewRecord};
 
@@ -105,6 +105,21 @@ fn sqlite_pages_walk_the_order_index_and_match_a_full_sort() {
         let p = plan(c, &skipped, Some("id"), 300, 300);
         assert_eq!(kind(&p, "dead_letters_id"), Kind::Sort, "{p}");
 
+        // 120 edited bodies (their search index rows gone: scanned until indexed again), a
+        // filter matching 1 in 25: walked testing ids when sorted by created_at.
+        for id in all_ids(c, &Filter::default(), Some("id"))
+            .into_iter()
+            .step_by(25)
+        {
+            let e = Edit {
+                payload: Some(format!("edited needle {id}").into_bytes()),
+                ..Edit::default()
+            };
+            ops::edit(c, id, "test", &e).expect("edit");
+        }
+        let edited = Filter::from_pairs([("body", "needle")]).expect("f");
+        let p = plan(c, &edited, Some("-created_at"), 120, 100);
+        assert_eq!(kind(&p, created), Kind::Probe, "{p}");
         let failed = Filter::from_pairs([("error", "failed 3")]).expect("f");
         let q1_skipped =
             Filter::from_pairs([("original_queue", "q1"), ("status", "SKIPPED")]).expect("f");
@@ -113,6 +128,7 @@ fn sqlite_pages_walk_the_order_index_and_match_a_full_sort() {
             &skipped,
             &q1,
             &failed,
+            &edited,
             &q1_skipped,
             &Filter::default(),
         ] {
