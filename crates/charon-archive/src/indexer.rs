@@ -27,7 +27,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::error::ArchiveError;
 use crate::header_index::fill_sql;
-use crate::search_index::HEADER_LINES;
+use crate::search_index::long_header_lines;
 use crate::sql::{Conn, Dialect};
 
 /// Records per batch (one transaction).
@@ -237,7 +237,8 @@ fn batch_in(c: &Connection, max: i64, until: std::time::Instant) -> rusqlite::Re
     for id in edited {
         c.execute("DELETE FROM dead_letter_search_scan WHERE id = ?", [id])?;
         let sql = format!(
-            "SELECT id, error_message, error_stacktrace, payload, {HEADER_LINES}, {size} FROM dead_letters WHERE id = ?"
+            "SELECT id, error_message, error_stacktrace, payload, {}, {size} FROM dead_letters WHERE id = ?",
+            long_header_lines()
         );
         let row = c
             .prepare_cached(&sql)?
@@ -251,7 +252,8 @@ fn batch_in(c: &Connection, max: i64, until: std::time::Instant) -> rusqlite::Re
         }
     }
     let sql = format!(
-        "SELECT id, error_message, error_stacktrace, payload, {HEADER_LINES}, {size} FROM dead_letters WHERE id > ? ORDER BY id LIMIT ?"
+        "SELECT id, error_message, error_stacktrace, payload, {}, {size} FROM dead_letters WHERE id > ? ORDER BY id LIMIT ?",
+        long_header_lines()
     );
     let rows: Vec<Row> = {
         let mut st = c.prepare_cached(&sql)?;

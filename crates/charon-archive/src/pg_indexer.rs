@@ -16,8 +16,18 @@ use crate::postgres::Postgres;
 use crate::search_index::size_sql;
 use crate::sql::{Cell, Conn, Dialect, Param};
 
-/// The headers as `NAME=value` lines, rendered as the `header.NAME` filter's `->>` gives them.
-const PG_HEADER_LINES: &str = "(SELECT string_agg(j.key || '=' || (j.value #>> '{}'), E'\\n') FROM jsonb_each(headers::jsonb) AS j)";
+/// The headers as `NAME=value` lines, rendered as the `header.NAME` filter's `->>` gives them:
+/// since the thirteenth round only those whose name and value are over
+/// [`crate::header_index::MAX_BYTES`] bytes together (`search_index::long_header_lines`, the
+/// same rule on SQLite). The side table's `headers` (its trigram GIN and migration 8's line
+/// index) serves only such pairs; the exact header index (migration 9) answers the others.
+fn pg_header_lines() -> String {
+    format!(
+        "(SELECT string_agg(j.key || '=' || (j.value #>> '{{}}'), E'\\n') FROM jsonb_each(headers::jsonb) AS j \
+         WHERE octet_length(j.key) + octet_length(j.value #>> '{{}}') > {})",
+        crate::header_index::MAX_BYTES
+    )
+}
 
 /// A PostgreSQL archive's URL.
 pub(crate) struct PgDatabase(pub String);
@@ -116,7 +126,10 @@ fn batch_in(c: &mut Postgres, max: i64, until: Instant) -> Result<usize, Archive
         .first()
         .map_or(0, |r| r[0].int());
     let size = size_sql(Dialect::Postgres, "");
-    let cols = format!("id, error_message, error_stacktrace, payload, {PG_HEADER_LINES}, {size}");
+    let cols = format!(
+        "id, error_message, error_stacktrace, payload, {}, {size}",
+        pg_header_lines()
+    );
     let mut n = 0;
     let edited: Vec<i64> = c
         .query(

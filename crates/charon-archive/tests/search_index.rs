@@ -448,6 +448,16 @@ fn scenario(url: &str, mut old: Box<dyn Conn>) {
                 .expect("side")[0][0]
                 .int();
             assert!(n > 10, "the side table holds the texts");
+            // Of the headers only the lines too long for the exact header index.
+            let r = c
+                .query(
+                    "SELECT COUNT(*) FILTER (WHERE headers LIKE '%x-long=LLL%'), \
+                     COUNT(*) FILTER (WHERE headers LIKE '%x-b=%' OR headers LIKE '%x-s=%') FROM dead_letter_search",
+                    &[],
+                )
+                .expect("side headers");
+            assert!(r[0][0].int() > 10, "long header lines in the side table");
+            assert_eq!(r[0][1].int(), 0, "short header lines left to the exact index");
             let avail = c
                 .query("SELECT COUNT(*) FROM pg_available_extensions WHERE name = 'pg_trgm'", &[])
                 .expect("ext")[0][0]
@@ -469,11 +479,12 @@ fn scenario(url: &str, mut old: Box<dyn Conn>) {
             }
             return;
         }
-        // The index holds the texts (the filters above were answered through it).
+        // The index holds the texts (the filters above were answered through it); of the
+        // headers only the lines too long for the exact header index (thirteenth round).
         for (t, q) in [
             ("dead_letter_search_error", "\"Zah\" \"ahl\""),
             ("dead_letter_search_body", "\"grü\""),
-            ("dead_letter_search_headers", "\"x-b\" \"-b=\" \"b=t\""),
+            ("dead_letter_search_headers", "\"x-l\" \"ong\" \"g=L\" \"LLL\""),
         ] {
             let n = c
                 .query(&format!("SELECT COUNT(*) FROM {t} WHERE {t} MATCH ?"), &[q.into()])
@@ -481,6 +492,14 @@ fn scenario(url: &str, mut old: Box<dyn Conn>) {
                 .int();
             assert!(n > 10, "{t} holds {q}");
         }
+        let short = c
+            .query(
+                "SELECT COUNT(*) FROM dead_letter_search_headers WHERE dead_letter_search_headers MATCH ?",
+                &["\"x-b\" \"-b=\" \"b=t\"".into()],
+            )
+            .expect("match")[0][0]
+            .int();
+        assert_eq!(short, 0, "short header lines are left to the exact header index");
     });
 }
 
