@@ -92,6 +92,6 @@ pub use recovered_list::RecoveredList;
 pub use storage::{DiskStorage, MemStorage, Storage, StorageFile};
 pub use store::{Commit, Store, StoreConfig, StoreStats};
 pub use types::{
-    Appended, BodyRef, Command, DefinitionKey, Member, MessageId, NewMessage, QueueId, Recovered,
-    RecoveredEntry, RecoveredMessage,
+    Appended, BodyRef, Command, DefinitionKey, Member, MessageId, MessageRef, NewMessage, QueueId,
+    Recovered, RecoveredEntry, RecoveredMessage,
 };

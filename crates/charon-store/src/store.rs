@@ -24,7 +24,7 @@ use crate::recovery;
 use crate::segment::{self, SEGMENT_HEADER_LEN, SegId};
 use crate::spare;
 use crate::storage::{DiskStorage, Storage, StorageFile};
-use crate::types::{Appended, BodyRef, Command, Recovered};
+use crate::types::{Appended, BodyRef, Command, Member, MessageRef, Recovered};
 use crate::writer;
 
 /// Tuning knobs.
@@ -354,29 +354,24 @@ impl State {
         (index, loc)
     }
 
-    /// Encodes `cmd` straight into the pending batch (its body copied once), frames it and
-    /// applies it to the index. Returns its index, where it lies, and the body's offset in
-    /// the record for message-creating commands.
-    pub(crate) fn push_command(
+    /// Encodes one record with `encode` (as [`record::encode_record`]) straight into the
+    /// pending batch, moving it to the next segment's chunk when it does not fit the active
+    /// one, and seals and accounts for it. Returns its kind, index, where it lies, where it
+    /// starts in the batch's last chunk, and the body's offset in the record.
+    fn append_record(
         &mut self,
         segment_size: u64,
-        cmd: Command,
-    ) -> Result<(u64, Loc, Option<usize>), AppendError> {
+        urgent: bool,
+        encode: impl FnOnce(&mut Vec<u8>) -> Result<(Kind, usize, Option<usize>), AppendError>,
+    ) -> Result<(Kind, u64, Loc, usize, Option<usize>), AppendError> {
         let active_len = self.active_len;
-        if !matches!(
-            cmd,
-            Command::Settle { .. }
-                | Command::DeliveryCount { .. }
-                | Command::DeliveryCounts { .. }
-                | Command::PutDefinition { .. }
-                | Command::DeleteDefinition { .. }
-        ) {
+        if urgent {
             self.batch.urgent = true;
             self.batch.urgent_records += 1;
         }
         let chunk = self.active_chunk();
         let mut start = chunk.bytes.len();
-        let (kind, rec_len, body_at) = record::encode_record(&mut chunk.bytes, &cmd)?;
+        let (kind, rec_len, body_at) = encode(&mut chunk.bytes)?;
         if active_len > SEGMENT_HEADER_LEN && active_len + rec_len as u64 > segment_size {
             // Rare (once a segment): the record goes to the next segment's chunk.
             let rec = chunk.bytes.split_off(start);
@@ -399,6 +394,57 @@ impl State {
             record::seal(rec, index, 0);
         }
         let (index, loc) = self.account(rec_len as u64);
+        Ok((kind, index, loc, start, body_at))
+    }
+
+    /// Encodes a publish of the borrowed `message` at `members` straight into the pending
+    /// batch (its bytes copied once), frames it and applies it to the index. Returns its
+    /// index, where it lies, and the body's offset in the record.
+    pub(crate) fn push_publish(
+        &mut self,
+        segment_size: u64,
+        message: &MessageRef<'_>,
+        members: Vec<Member>,
+    ) -> Result<(u64, Loc, usize), AppendError> {
+        let msg = MsgBody::of_ref(message);
+        let (_, index, loc, _, body_at) = self.append_record(segment_size, true, |out| {
+            record::encode_record_with(out, |out| {
+                Ok((
+                    Kind::Publish,
+                    Some(record::encode_publish_into(out, &msg, &members)?),
+                ))
+            })
+        })?;
+        let at = body_at.ok_or(AppendError::Invalid("internal encoding error"))?;
+        let decoded = Payload::Publish {
+            members,
+            msg: MsgBody {
+                body_offset: at - HEADER_LEN,
+                ..msg
+            },
+        };
+        self.index.apply(index, loc, &decoded);
+        Ok((index, loc, at))
+    }
+
+    /// Encodes `cmd` straight into the pending batch (its body copied once), frames it and
+    /// applies it to the index. Returns its index, where it lies, and the body's offset in
+    /// the record for message-creating commands.
+    pub(crate) fn push_command(
+        &mut self,
+        segment_size: u64,
+        cmd: Command,
+    ) -> Result<(u64, Loc, Option<usize>), AppendError> {
+        let urgent = !matches!(
+            cmd,
+            Command::Settle { .. }
+                | Command::DeliveryCount { .. }
+                | Command::DeliveryCounts { .. }
+                | Command::PutDefinition { .. }
+                | Command::DeleteDefinition { .. }
+        );
+        let (kind, index, loc, start, body_at) =
+            self.append_record(segment_size, urgent, |out| record::encode_record(out, &cmd))?;
         let Some(chunk) = self.batch.chunks.last() else {
             unreachable!("the record's chunk");
         };
@@ -601,6 +647,40 @@ impl Store {
     /// durable once any later commit completes.
     pub fn append_nowait(&self, cmd: Command) -> Result<Appended, AppendError> {
         self.push(cmd, None)
+    }
+
+    /// [`Store::append_nowait`] of a [`Command::Publish`] with the message borrowed: its bytes
+    /// are copied once into the pending batch, so the caller needs no owned `Bytes` of them
+    /// (no clone, and no promotion allocation of a not-yet-shared body, per message).
+    pub fn publish_nowait(
+        &self,
+        message: MessageRef<'_>,
+        members: Vec<Member>,
+    ) -> Result<Appended, AppendError> {
+        let len =
+            u32::try_from(message.body.len()).map_err(|_| AppendError::Invalid("body too long"))?;
+        let mut st = self.shared.lock();
+        check_open(&st)?;
+        if st.active >= segment::MAX_SEG {
+            return Err(AppendError::Invalid("segment ids exhausted"));
+        }
+        let (index, loc, at) =
+            st.push_publish(self.shared.config.segment_size, &message, members)?;
+        self.shared
+            .live
+            .store(st.index.messages.len() as u64, Ordering::Relaxed);
+        self.wake(&mut st);
+        drop(st);
+        let body = BodyRef {
+            msg: index,
+            segment: loc.seg,
+            offset: loc.offset + at as u64,
+            len,
+        };
+        Ok(Appended {
+            index,
+            body: Some(body),
+        })
     }
 
     /// A watch on the durable index: wait for the index of an [`Store::append_nowait`] with

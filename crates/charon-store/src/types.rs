@@ -36,6 +36,26 @@ pub struct NewMessage {
     pub expiry_ms: Option<u64>,
 }
 
+/// A new message borrowed from its owner, for [`crate::Store::publish_nowait`]: the store
+/// copies its bytes once, straight into the pending batch, and keeps no reference to them (a
+/// [`NewMessage`] needs owned `Bytes`, which costs the caller a clone of each, and of a
+/// not-yet-shared body a promotion allocation, per message).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MessageRef<'a> {
+    /// Exchange it was published to (≤ 255 bytes).
+    pub exchange: &'a [u8],
+    /// Routing key (≤ 255 bytes).
+    pub routing_key: &'a [u8],
+    /// Raw content-header property bytes.
+    pub properties: &'a [u8],
+    /// Body.
+    pub body: &'a [u8],
+    /// Wall-clock enqueue time, ms since the epoch.
+    pub enqueue_ms: u64,
+    /// Absolute per-message expiry, ms since the epoch.
+    pub expiry_ms: Option<u64>,
+}
+
 /// A command appended to the log. See `docs/storage-format.md` §2.3.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {

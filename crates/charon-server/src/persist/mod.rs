@@ -24,8 +24,8 @@ use std::sync::OnceLock;
 use bytes::Bytes;
 use charon_core::Message;
 use charon_store::{
-    AppendError, Command, Commit, DurableWatch, NewMessage, OpenError, Recovered, Store,
-    StoreConfig,
+    AppendError, Command, Commit, DurableWatch, MessageRef, NewMessage, OpenError, Recovered,
+    Store, StoreConfig,
 };
 
 mod definitions;
@@ -191,6 +191,20 @@ fn name_bytes(slot: usize, name: &Arc<str>) -> Bytes {
     })
 }
 
+/// `message` borrowed for the store, enqueued at `now` (copied once into its batch: no
+/// `Bytes` clones, no promotion allocation of the body).
+fn message_ref(message: &Message, now: u64) -> MessageRef<'_> {
+    MessageRef {
+        exchange: message.exchange.as_bytes(),
+        routing_key: message.routing_key.as_bytes(),
+        properties: &message.properties.0,
+        // A published message is always resident when it is stored.
+        body: message.body.resident().map_or(&[], |b| &b[..]),
+        enqueue_ms: now,
+        expiry_ms: own_expiry(message, now),
+    }
+}
+
 /// The store's form of `message`, enqueued at `now`.
 fn new_message(message: &Message, now: u64) -> NewMessage {
     NewMessage {
@@ -326,10 +340,10 @@ impl Persistence {
         members: Vec<(u64, u64)>,
         now: u64,
     ) -> (Option<u64>, Durable) {
-        match self.store.append_nowait(Command::Publish {
-            message: new_message(message, now),
-            members,
-        }) {
+        match self
+            .store
+            .publish_nowait(message_ref(message, now), members)
+        {
             Ok(appended) => (
                 Some(appended.index),
                 Durable(Ok(Pending::At(appended.index, self.durable.clone()))),
@@ -348,10 +362,10 @@ impl Persistence {
         members: Vec<(u64, u64)>,
         now: u64,
     ) -> Option<u64> {
-        match self.store.append_nowait(Command::Publish {
-            message: new_message(message, now),
-            members,
-        }) {
+        match self
+            .store
+            .publish_nowait(message_ref(message, now), members)
+        {
             Ok(a) => Some(a.index),
             Err(e) => {
                 tracing::error!(error = %e, "could not store a message");

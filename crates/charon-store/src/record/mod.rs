@@ -3,7 +3,9 @@
 
 mod payload;
 
-pub(crate) use payload::{Kind, MsgBody, Payload, encode_carry, encode_command, message_prefix};
+pub(crate) use payload::{
+    Kind, MsgBody, Payload, encode_carry, encode_command, encode_publish_into, message_prefix,
+};
 
 use crate::error::AppendError;
 use crate::types::Command;
@@ -45,9 +47,18 @@ pub(crate) fn encode_record(
     out: &mut Vec<u8>,
     cmd: &Command,
 ) -> Result<(Kind, usize, Option<usize>), AppendError> {
+    encode_record_with(out, |out| payload::encode_command_into(out, cmd))
+}
+
+/// [`encode_record`] with the payload appended by `encode` (which returns the kind and the
+/// body's offset in the payload, as `payload::encode_command_into`).
+pub(crate) fn encode_record_with(
+    out: &mut Vec<u8>,
+    encode: impl FnOnce(&mut Vec<u8>) -> Result<(Kind, Option<usize>), AppendError>,
+) -> Result<(Kind, usize, Option<usize>), AppendError> {
     let start = out.len();
     out.extend_from_slice(&[0; HEADER_LEN]);
-    let (kind, body_at) = match payload::encode_command_into(out, cmd) {
+    let (kind, body_at) = match encode(out) {
         Ok(r) => r,
         Err(e) => {
             out.truncate(start);

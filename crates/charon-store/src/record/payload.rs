@@ -3,7 +3,7 @@
 //! [`Payload::decode`] reads them back without copying.
 
 use crate::error::AppendError;
-use crate::types::{Command, Member, MessageId, NewMessage};
+use crate::types::{Command, Member, MessageId, MessageRef, NewMessage};
 
 /// Record kinds; the numbers are the on-disk format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,6 +142,35 @@ impl<'a> MsgBody<'a> {
             body_offset: 0,
         }
     }
+
+    /// The borrowed message's fields, as [`Self::of`].
+    pub(crate) fn of_ref(m: &MessageRef<'a>) -> Self {
+        MsgBody {
+            enqueue_ms: m.enqueue_ms,
+            expiry_ms: m.expiry_ms,
+            exchange: m.exchange,
+            routing_key: m.routing_key,
+            properties: m.properties,
+            body: m.body,
+            body_offset: 0,
+        }
+    }
+}
+
+/// Appends a publish payload (`members`, then `msg`) to `out`; returns the body's offset from
+/// where the payload starts.
+pub(crate) fn encode_publish_into(
+    out: &mut Vec<u8>,
+    msg: &MsgBody<'_>,
+    members: &[Member],
+) -> Result<usize, AppendError> {
+    if members.is_empty() {
+        return Err(AppendError::Invalid("publish without members"));
+    }
+    let start = out.len();
+    out.reserve(64 + msg.body.len() + msg.properties.len() + 16 * members.len());
+    put_members(out, members)?;
+    Ok(put_msg(out, msg)? - start)
 }
 
 /// Payload bytes for `cmd`, its kind, and for message-creating commands the
@@ -162,12 +191,8 @@ pub(crate) fn encode_command_into(
     let start = out.len();
     let (kind, body_at) = match cmd {
         Command::Publish { message, members } => {
-            if members.is_empty() {
-                return Err(AppendError::Invalid("publish without members"));
-            }
-            out.reserve(64 + message.body.len() + message.properties.len() + 16 * members.len());
-            put_members(out, members)?;
-            (Kind::Publish, Some(put_msg(out, &MsgBody::of(message))?))
+            let at = encode_publish_into(out, &MsgBody::of(message), members)?;
+            (Kind::Publish, Some(start + at))
         }
         Command::Enqueue { msg, members } => {
             out.extend_from_slice(&msg.to_le_bytes());
