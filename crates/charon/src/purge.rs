@@ -1,8 +1,12 @@
 //! Returning freed memory to the OS. mimalloc keeps freed pages for reuse and returns them after
-//! `purge_delay`, and only when the owning thread comes back to the allocator; the mimalloc v3
-//! built here waits 1 s (v2: 10 ms), long enough for a fast publisher's paged-out bodies to pile
-//! up as freed-but-resident memory that counts against the memory alarm. So:
-//! - at start the delay is set back to v2's 10 ms ([`init`]);
+//! `purge_delay`, and only when the owning thread comes back to the allocator. So:
+//! - at start the delay is set to 1 s (mimalloc v3's default; v2's was 10 ms) ([`init`]). It was
+//!   10 ms until stop 27: before the routine purges below existed, a fast publisher's paged-out
+//!   bodies piled up as freed-but-resident memory that counted against the memory alarm. With the
+//!   routine purges the paging test (`test_harden_paging.py`: a 400 MiB transient backlog under a
+//!   200 MiB mark, no alarm) passes at 1 s, and 10 ms made every consume phase unmap and re-fault
+//!   its buffers' pages: about a quarter of scenario f's broker CPU (docs/performance.md,
+//!   "Persistent write path, part 13");
 //! - the broker's memory monitor asks for purges (`charon_server::memory::request_purge`:
 //!   periodically and after memory use dropped): each runtime worker answers on its next park
 //!   with a normal collection of its own heap (mimalloc's heaps are per thread; a normal one
@@ -21,8 +25,8 @@ use std::cell::Cell;
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// Documented defaults of `purge_delay`, ms: v2, v3.
 const DEFAULT_PURGE_DELAYS: [std::os::raw::c_long; 2] = [10, 1000];
-/// The delay used, ms (v2's default).
-const PURGE_DELAY_MS: std::os::raw::c_long = 10;
+/// The delay used, ms (v3's default; the routine purges return memory sooner when it matters).
+const PURGE_DELAY_MS: std::os::raw::c_long = 1000;
 
 thread_local! {
     static SEEN: Cell<u64> = const { Cell::new(0) };
