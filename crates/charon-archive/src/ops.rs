@@ -137,24 +137,25 @@ pub fn list(
         _ => order.clone(),
     };
     let inner = format!(
-        "SELECT id FROM {{from}} WHERE {cond} ORDER BY {inner_order} LIMIT {page_size}{skip}"
+        "SELECT id FROM {{from}} WHERE {{cond}} ORDER BY {inner_order} LIMIT {page_size}{skip}"
     );
-    let from = if ranged {
-        "dead_letters".to_string()
+    let ids = if ranged {
+        inner
+            .replace("{from}", "dead_letters")
+            .replace("{cond}", &cond)
     } else {
-        crate::page_plan::ids_from(
+        crate::page_plan::ids_query(
             c,
             &inner,
+            &cond,
             &params,
             &order,
             total,
             offset.saturating_add(page_size),
         )?
     };
-    let sql = format!(
-        "SELECT {RECORD_COLUMNS} FROM dead_letters WHERE id IN ({}) ORDER BY {order}",
-        inner.replace("{from}", &from)
-    );
+    let sql =
+        format!("SELECT {RECORD_COLUMNS} FROM dead_letters WHERE id IN ({ids}) ORDER BY {order}");
     let rows = c.query(&sql, &params)?;
     Ok((
         rows.iter().filter_map(|r| Record::from_row(r)).collect(),

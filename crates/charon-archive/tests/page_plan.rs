@@ -4,7 +4,7 @@
 //! with `created_at` out of id order.
 
 use charon_archive::filter::{Filter, order_by};
-use charon_archive::ops::{self, Selection};
+use charon_archive::ops::{self, Edit, Selection};
 use charon_archive::sql::{Conn, Param};
 use charon_archive::{Archive, NewRecord};
 
@@ -16,6 +16,9 @@ const N: usize = 3000;
 fn rec(i: usize) -> NewRecord {
     NewRecord {
         original_queue: Some(format!("q{}", i % 3)),
+        // "failed 3" in one record of seven: a filter no index covers (the search index's
+        // candidates, then each record's text).
+        error_message: Some(format!("failed {}", i % 7)),
         // A permutation of the ids, with ties: created_at is not in id order.
         created_at: 1_700_000_000_000 + ((i * 7919) % N / 2) as i64 * 10,
         ..support::record(i)
@@ -36,11 +39,31 @@ fn all_ids(c: &mut dyn Conn, f: &Filter, sort: Option<&str>) -> Vec<i64> {
     .collect()
 }
 
+/// The page's id query as `page_plan` writes it.
 fn plan(c: &mut dyn Conn, f: &Filter, sort: Option<&str>, total: i64, reach: u64) -> String {
     let (cond, p): (String, Vec<Param>) = f.to_sql(c.dialect()).expect("cond");
     let order = order_by(sort).expect("order");
-    let inner = format!("SELECT id FROM {{from}} WHERE {cond} ORDER BY {order} LIMIT 50");
-    charon_archive::page_plan::ids_from(c, &inner, &p, &order, total, reach).expect("plan")
+    let inner = format!("SELECT id FROM {{from}} WHERE {{cond}} ORDER BY {order} LIMIT 50");
+    charon_archive::page_plan::ids_query(c, &inner, &cond, &p, &order, total, reach).expect("plan")
+}
+
+/// Whether the id query walks `index` testing the filter row by row (`Walk`), testing ids
+/// against the filter's ids (`Probe`), or reads the matches and sorts (`Sort`).
+#[derive(Debug, PartialEq)]
+enum Kind {
+    Walk,
+    Probe,
+    Sort,
+}
+
+fn kind(q: &str, index: &str) -> Kind {
+    let probe = q.contains("id IN (SELECT id FROM dead_letters WHERE");
+    match (q.contains(&format!("INDEXED BY {index}")), probe) {
+        (true, true) => Kind::Probe,
+        (true, false) => Kind::Walk,
+        (false, false) if !q.contains("INDEXED BY") => Kind::Sort,
+        _ => panic!("unexpected plan: {q}"),
+    }
 }
 
 #[test]
@@ -60,21 +83,55 @@ fn sqlite_pages_walk_the_order_index_and_match_a_full_sort() {
         let pending = Filter::from_pairs([("status", "PENDING")]).expect("f");
         let skipped = Filter::from_pairs([("status", "SKIPPED")]).expect("f");
         let q1 = Filter::from_pairs([("original_queue", "q1")]).expect("f");
+        let created = "dead_letters_created";
         // PENDING by created_at: SQLite alone would sort 2,700 matches; the walk reads ~56 rows.
         let p = plan(c, &pending, Some("-created_at"), 2700, 50);
-        assert!(p.contains("INDEXED BY dead_letters_created"), "{p}");
+        assert_eq!(kind(&p, created), Kind::Walk, "{p}");
         // original_queue alone newest first: (original_queue, status, id) is not in id order.
         let p = plan(c, &q1, None, 1000, 50);
-        assert!(p.contains("INDEXED BY dead_letters_id"), "{p}");
+        assert_eq!(kind(&p, "dead_letters_id"), Kind::Walk, "{p}");
         // PENDING newest first: (status, id) already is in the page's order.
-        assert_eq!(plan(c, &pending, None, 2700, 50), "dead_letters");
-        // A rare filter deep into its matches: the walk would visit more rows than it matches.
-        assert_eq!(
-            plan(c, &skipped, Some("created_at"), 300, 300),
-            "dead_letters"
-        );
+        let p = plan(c, &pending, None, 2700, 50);
+        assert_eq!(kind(&p, created), Kind::Sort, "{p}");
+        // A rare filter deep into its matches: the walk would visit more rows than it matches,
+        // but a tenth of all records match: the index is walked testing ids only.
+        let p = plan(c, &skipped, Some("created_at"), 300, 300);
+        assert_eq!(kind(&p, created), Kind::Probe, "{p}");
+        // Fewer than one record in PROBE_SHARE matches: sorted.
+        let few = N as i64 / charon_archive::page_plan::PROBE_SHARE - 1;
+        let p = plan(c, &skipped, Some("created_at"), few, 300);
+        assert_eq!(kind(&p, created), Kind::Sort, "{p}");
+        // The id order is never probed (the filter's own index sorts ids without records).
+        let p = plan(c, &skipped, Some("id"), 300, 300);
+        assert_eq!(kind(&p, "dead_letters_id"), Kind::Sort, "{p}");
 
-        for f in [&pending, &skipped, &q1, &Filter::default()] {
+        // 120 edited bodies (their search index rows gone: scanned until indexed again), a
+        // filter matching 1 in 25: walked testing ids when sorted by created_at.
+        for id in all_ids(c, &Filter::default(), Some("id"))
+            .into_iter()
+            .step_by(25)
+        {
+            let e = Edit {
+                payload: Some(format!("edited needle {id}").into_bytes()),
+                ..Edit::default()
+            };
+            ops::edit(c, id, "test", &e).expect("edit");
+        }
+        let edited = Filter::from_pairs([("body", "needle")]).expect("f");
+        let p = plan(c, &edited, Some("-created_at"), 120, 100);
+        assert_eq!(kind(&p, created), Kind::Probe, "{p}");
+        let failed = Filter::from_pairs([("error", "failed 3")]).expect("f");
+        let q1_skipped =
+            Filter::from_pairs([("original_queue", "q1"), ("status", "SKIPPED")]).expect("f");
+        for f in [
+            &pending,
+            &skipped,
+            &q1,
+            &failed,
+            &edited,
+            &q1_skipped,
+            &Filter::default(),
+        ] {
             for sort in [None, Some("id"), Some("-created_at"), Some("created_at")] {
                 let want = all_ids(c, f, sort);
                 for page in [1u64, 2, 7, 60] {
