@@ -159,6 +159,19 @@ impl<T> TagRing<T> {
         }
     }
 
+    /// An upper bound on how many entries have a tag at or below `tag` (exact when the ring
+    /// has no gaps and nothing is below its base): room to reserve before
+    /// [`TagRing::take_through`].
+    pub fn bound_through(&self, tag: u64) -> usize {
+        let in_ring = if self.in_ring == 0 || tag < self.base {
+            0
+        } else {
+            usize::try_from(tag - self.base)
+                .map_or(self.in_ring, |d| d.saturating_add(1).min(self.in_ring))
+        };
+        in_ring + self.old.len()
+    }
+
     /// Takes every entry with a tag at or below `tag`, in tag order, into `f`; how many.
     pub fn take_through(&mut self, tag: u64, mut f: impl FnMut(T)) -> usize {
         let mut n = 0;
@@ -290,8 +303,10 @@ mod tests {
                     }
                     Op::Through(back) => {
                         let tag = next.saturating_sub(back);
+                        let bound = ring.bound_through(tag);
                         let mut got = Vec::new();
                         let n = ring.take_through(tag, |v| got.push(v));
+                        prop_assert!(bound >= n);
                         let rest = model.split_off(&(tag + 1));
                         let want: Vec<u64> = std::mem::replace(&mut model, rest).into_values().collect();
                         prop_assert_eq!(n, want.len());

@@ -154,9 +154,17 @@ impl Broker {
         &self.limits
     }
 
+    /// Tells every open connection that the alarms changed (it reads their state itself; see
+    /// [`crate::admin::connections::ConnRegistry::signal_all`]).
+    fn alarm_changed(&self) {
+        self.admin
+            .connections
+            .signal_all(|| crate::handles::Control::AlarmChanged);
+    }
+
     /// Sets or clears the disk alarm (logged on change).
     pub fn set_alarm(&self, on: bool) {
-        self.alarm.send_if_modified(|v| {
+        let changed = self.alarm.send_if_modified(|v| {
             if v.disk == on {
                 return false;
             }
@@ -168,6 +176,9 @@ impl Broker {
             }
             true
         });
+        if changed {
+            self.alarm_changed();
+        }
     }
 
     /// Sets or clears the memory alarm (logged on change).
@@ -176,7 +187,7 @@ impl Broker {
         let used = sample.used(strategy);
         let (rss, allocated) = (sample.rss, sample.allocated());
         let strategy = strategy.as_str();
-        self.alarm.send_if_modified(|v| {
+        let changed = self.alarm.send_if_modified(|v| {
             if v.memory == on {
                 return false;
             }
@@ -188,6 +199,9 @@ impl Broker {
             }
             true
         });
+        if changed {
+            self.alarm_changed();
+        }
     }
 
     /// All vhosts.

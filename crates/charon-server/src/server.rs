@@ -35,10 +35,7 @@ pub async fn run(listener: TcpListener, broker: Arc<Broker>, shutdown: Cancellat
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
         }
     }
-    let _ = tokio::time::timeout(Duration::from_secs(5), async {
-        while tasks.join_next().await.is_some() {}
-    })
-    .await;
+    drain(tasks, &broker, &shutdown).await;
 }
 
 /// Serves AMQP over TLS (`amqps_listen`) until `shutdown` is cancelled, like [`run`]. A client
@@ -69,6 +66,19 @@ pub async fn run_tls(
             }
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
         }
+    }
+    drain(tasks, &broker, &shutdown).await;
+}
+
+/// After an accept loop: on shutdown every open connection is told (`Control::Shutdown`: it
+/// closes with 320 CONNECTION_FORCED), then the connection tasks get up to 5 s to finish. A
+/// connection still in its handshake sees the cancelled token once it registers.
+async fn drain(mut tasks: JoinSet<()>, broker: &Broker, shutdown: &CancellationToken) {
+    if shutdown.is_cancelled() {
+        broker
+            .admin()
+            .connections
+            .signal_all(|| crate::handles::Control::Shutdown);
     }
     let _ = tokio::time::timeout(Duration::from_secs(5), async {
         while tasks.join_next().await.is_some() {}

@@ -1,5 +1,6 @@
 //! Open connections and channels as the management API lists them, their message counters,
-//! and closing a connection on request.
+//! and closing a connection on request. The registry also carries the broker's rare signals to
+//! every open connection ([`ConnRegistry::signal_all`]: shutdown, alarm changes) as events.
 //!
 //! Each counter has one writer (the connection task that owns the channel) and is a relaxed
 //! atomic: the hot path pays one uncontended add. Readers sum them when asked. A channel's
@@ -12,7 +13,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::Notify;
+use crate::handles::{ConnEvent, ConnHandle, Control};
 
 /// Message counts (cumulative).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -189,8 +190,8 @@ pub struct ConnEntry {
     /// The SASL mechanism used to log in.
     pub auth_mechanism: String,
     channels: Mutex<BTreeMap<u16, Arc<ChannelStats>>>,
-    close: Notify,
-    close_reason: Mutex<Option<String>>,
+    /// The connection's event channel (close requests, broker signals).
+    conn: ConnHandle,
 }
 
 /// What a connection registers with.
@@ -218,6 +219,8 @@ pub struct ConnFacts {
     pub ssl: bool,
     /// The SASL mechanism used to log in.
     pub auth_mechanism: String,
+    /// The connection's event channel.
+    pub conn: ConnHandle,
 }
 
 impl ConnEntry {
@@ -251,18 +254,7 @@ impl ConnEntry {
 
     /// Asks the connection to close with 320 CONNECTION_FORCED and `reason`.
     pub fn request_close(&self, reason: String) {
-        *self.close_reason.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
-        self.close.notify_one();
-    }
-
-    /// Completes when a close was requested; returns its reason.
-    pub async fn close_requested(&self) -> String {
-        self.close.notified().await;
-        self.close_reason
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-            .unwrap_or_else(|| "Closed via management plugin".into())
+        self.conn.send(ConnEvent::Control(Control::Close(reason)));
     }
 }
 
@@ -302,8 +294,7 @@ impl ConnRegistry {
             ssl: f.ssl,
             auth_mechanism: f.auth_mechanism,
             channels: Mutex::new(BTreeMap::new()),
-            close: Notify::new(),
-            close_reason: Mutex::new(None),
+            conn: f.conn,
         });
         self.conns
             .lock()
@@ -341,6 +332,16 @@ impl ConnRegistry {
                 e.vhost,
                 e.user
             );
+        }
+    }
+
+    /// Sends `signal()` to every registered connection. A connection registers before it
+    /// reads the broker's state it is signalled about (shutdown, alarms), so one that registers
+    /// after this walk has passed sees the new state itself.
+    pub fn signal_all(&self, signal: impl Fn() -> Control) {
+        let conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+        for e in conns.values() {
+            e.conn.send(ConnEvent::Control(signal()));
         }
     }
 

@@ -93,7 +93,7 @@ pub(super) async fn run(svc: Arc<ArchiveService>, vhost: String, queue: QueueHan
             false
         }
         ConnEvent::ConsumerCancelled { .. } => true,
-        ConnEvent::Confirm { .. } | ConnEvent::Confirms { .. } => false,
+        ConnEvent::Confirm { .. } | ConnEvent::Confirms { .. } | ConnEvent::Control(_) => false,
     };
     loop {
         if gone && writing.is_none() && syncing.is_empty() && batch.ids.is_empty() {

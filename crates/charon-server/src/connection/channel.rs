@@ -136,11 +136,23 @@ impl Channel {
         multiple: bool,
     ) -> Option<Vec<(QueueHandle, Vec<MsgId>)>> {
         let mut groups: Vec<(QueueHandle, Vec<MsgId>)> = Vec::new();
+        // Room for the whole range in the first queue's list (a consumer's acks are usually of
+        // one queue): growing it from one id copied it at every doubling.
+        let room = if multiple {
+            self.unacked
+                .bound_through(if tag == 0 { u64::MAX } else { tag })
+        } else {
+            1
+        };
         let mut group = |u: Unacked| match groups.last_mut() {
             Some((q, ids)) if q.same(&u.queue) => ids.push(u.id),
             _ => match groups.iter_mut().find(|(q, _)| q.same(&u.queue)) {
                 Some((_, ids)) => ids.push(u.id),
-                None => groups.push((u.queue, vec![u.id])),
+                None => {
+                    let mut ids = Vec::with_capacity(if groups.is_empty() { room } else { 1 });
+                    ids.push(u.id);
+                    groups.push((u.queue, ids));
+                }
             },
         };
         if !multiple {

@@ -110,6 +110,7 @@ pub(crate) async fn serve_on<S: Transport>(
             client_properties: crate::admin::json::table_to_json(&opened.client_properties),
             ssl,
             auth_mechanism: opened.mechanism.clone(),
+            conn: handle.clone(),
         });
     let mut conn = Connection {
         id,
@@ -144,6 +145,9 @@ pub(crate) async fn serve_on<S: Transport>(
         publish_batches: publish_batch::PublishBatches::default(),
         settles: Vec::new(),
         frames_in: 0,
+        alarms: crate::broker::Alarms::default(),
+        shutdown_sent: false,
+        close_deadline: None,
     };
     let fd = S::read_fd(&reader);
     conn.run(&mut reader, fd, buf, events, shutdown).await;
@@ -174,23 +178,15 @@ pub(crate) async fn serve_on<S: Transport>(
 type CommitChange =
     std::pin::Pin<Box<dyn std::future::Future<Output = (crate::queue::CommitWatch, bool)> + Send>>;
 
+/// How long a connection told to close (shutdown, management) waits for close-ok.
+const CLOSE_WAIT: Duration = Duration::from_secs(3);
+
 /// Completes when the future in `f` does (never when there is none).
 async fn poll_some<F: std::future::Future + Unpin>(f: &mut Option<F>) -> F::Output {
     match f {
         Some(f) => f.await,
         None => std::future::pending().await,
     }
-}
-
-/// Completes with `rx` once its value changes after this call (never once the sender is gone):
-/// a wait that lives across the connection loop's iterations, made again only after it fired.
-async fn next_change<T>(
-    mut rx: tokio::sync::watch::Receiver<T>,
-) -> tokio::sync::watch::Receiver<T> {
-    if rx.changed().await.is_err() {
-        std::future::pending::<()>().await;
-    }
-    rx
 }
 
 /// After close-ok, reads and discards until the client closes the socket (a client may still be
@@ -314,6 +310,12 @@ pub(crate) struct Connection {
     pub(crate) publish_batches: publish_batch::PublishBatches,
     /// Frames decoded so far (read pacing counts the frames each read took).
     frames_in: u64,
+    /// The resource alarms as last read (at the start, then on `Control::AlarmChanged`).
+    alarms: crate::broker::Alarms,
+    /// Told to close for the broker's shutdown.
+    shutdown_sent: bool,
+    /// When a close the broker or management asked for gives up waiting for close-ok.
+    close_deadline: Option<Instant>,
 }
 
 /// How the connection loop goes on after a frame.
@@ -348,6 +350,32 @@ impl Connection {
         encode_method(&mut self.out, 0, &AMQPClass::Connection(m));
     }
 
+    /// The broker's shutdown: connection.close with 320, once.
+    pub(crate) fn on_shutdown(&mut self) {
+        if self.shutdown_sent {
+            return;
+        }
+        self.shutdown_sent = true;
+        self.close_connection(AmqpError::from(ServerError::Shutdown));
+        self.close_deadline = Some(Instant::now() + CLOSE_WAIT);
+    }
+
+    /// Management asked to close the connection: connection.close with 320 and `reason`,
+    /// unless it is closing already.
+    pub(crate) fn on_close_request(&mut self, reason: String) {
+        if self.closing {
+            return;
+        }
+        let err = AmqpError::new(charon_protocol::ReplyCode::ConnectionForced, reason);
+        self.close_connection(err);
+        self.close_deadline = Some(Instant::now() + CLOSE_WAIT);
+    }
+
+    /// The resource alarms changed: read them (acted on at the top of the next turn).
+    pub(crate) fn on_alarm_changed(&mut self) {
+        self.alarms = self.broker.alarm_state();
+    }
+
     /// Queue `q`, just published to, has its page-out backpressure flag raised: the socket is
     /// not read again until it is lowered (`handles::page_flow`).
     pub(crate) fn wait_for_page_out(&mut self, q: &crate::handles::QueueHandle) {
@@ -379,19 +407,24 @@ impl Connection {
         mut events: mpsc::UnboundedReceiver<ConnEvent>,
         shutdown: CancellationToken,
     ) {
-        let alarm = self.broker.alarm();
         let interval = if self.heartbeat == 0 {
             Duration::from_secs(3600)
         } else {
             Duration::from_secs(u64::from(self.heartbeat))
         };
-        let mut ticker = tokio::time::interval(interval / 2);
-        let mut timeouts = tokio::time::interval(consumer_timeout::check_interval(
-            self.broker.config().consumer_timeout,
-        ));
+        // One timer for the heartbeat (every `interval / 2`) and the consumer-timeout check:
+        // a second timer cost a second `Sleep` poll on every wake-up that found nothing ready
+        // (docs/performance.md, "Persistent/transient path, part 10").
+        let beat_every = interval / 2;
+        let check_every = consumer_timeout::check_interval(self.broker.config().consumer_timeout);
+        let period = beat_every.min(check_every);
+        let mut ticker = tokio::time::interval(period);
+        // A job is done at the first tick at most half a period before it is due: its gaps stay
+        // within half a period of its own interval (heartbeats at most 3/4 of the heartbeat
+        // timeout apart, as a period may not divide the other interval).
+        let early = period / 2;
+        let (mut beat_due, mut check_due) = (Instant::now(), Instant::now());
         let mut last_read = Instant::now();
-        let mut shutdown_sent = false;
-        let mut close_deadline: Option<Instant> = None;
         let mut sizer = read_size::ReadSizer::default();
         let mut pace =
             read_pace::ReadPace::new(self.broker.config().read_pace_min_reads, Instant::now());
@@ -401,18 +434,14 @@ impl Connection {
         let mut quiet = crate::quiet_socket::Quiet::new(fd);
         let pause = tokio::time::sleep(Duration::ZERO);
         tokio::pin!(pause);
-        // The rarely-firing waits live across iterations: made and registered once, not once
-        // per wake-up (each `Notified` made in the `select!` below was registered in its
-        // `Notify`'s waiter list and removed again every time round the loop; docs/performance.md,
-        // "Persistent/transient path, part 9"). Each is polled until it fires, never after.
-        let cancelled = shutdown.cancelled();
-        tokio::pin!(cancelled);
-        let admin = self.admin.clone();
-        let close_requested = admin.close_requested();
-        tokio::pin!(close_requested);
-        let mut close_fired = false;
-        let alarm_change = next_change(self.broker.alarm());
-        tokio::pin!(alarm_change);
+        // Shutdown, management closes and alarm changes come as `ConnEvent::Control` events
+        // (`admin::connections::ConnRegistry::signal_all`), not as futures polled on every
+        // wake-up (docs/performance.md, "Persistent/transient path, part 10"). This
+        // connection registered before these reads, so a change made after them is sent.
+        if shutdown.is_cancelled() {
+            self.on_shutdown();
+        }
+        self.on_alarm_changed();
         // The wait for the next group commit while publishes wait for one (armed when they do).
         let mut commit_change: Option<CommitChange> = None;
         // Frames that arrived with the handshake's last read.
@@ -422,8 +451,7 @@ impl Connection {
         }
         self.flush();
         loop {
-            let on = *alarm.borrow();
-            self.on_alarm(on);
+            self.on_alarm(self.alarms);
             self.apply_commits();
             self.flush();
             if commit_change.is_none()
@@ -440,12 +468,6 @@ impl Connection {
             let mut got: Option<std::io::Result<usize>> = None;
             tokio::select! {
                 biased;
-                () = &mut cancelled, if !shutdown_sent => {
-                    shutdown_sent = true;
-                    let err = AmqpError::from(ServerError::Shutdown);
-                    self.close_connection(err);
-                    close_deadline = Some(Instant::now() + Duration::from_secs(3));
-                }
                 ev = events.recv() => {
                     let Some(ev) = ev else { return };
                     self.on_event(ev);
@@ -456,7 +478,6 @@ impl Connection {
                         }
                     }
                 }
-                rx = &mut alarm_change => alarm_change.set(next_change(rx)),
                 (w, alive) = poll_some(&mut commit_change), if commit_change.is_some() => {
                     commit_change = None;
                     if !alive {
@@ -470,31 +491,33 @@ impl Connection {
                         crate::handles::lowered(rx).await;
                     }
                 }, if page_wait.is_some() => {}
-                reason = &mut close_requested, if !self.closing && !close_fired => {
-                    close_fired = true;
-                    let err = AmqpError::new(charon_protocol::ReplyCode::ConnectionForced, reason);
-                    self.close_connection(err);
-                    close_deadline = Some(Instant::now() + Duration::from_secs(3));
-                }
                 () = &mut pause, if pausing => {
                     pausing = false;
                     quiet.resume();
                 }
                 r = reader.read_buf(&mut buf), if !paused && !pausing => got = Some(r),
-                _ = timeouts.tick() => self.check_consumer_timeouts().await,
                 _ = ticker.tick() => {
-                    if paused {
-                        // Not reading while blocked: the client's heartbeats wait in the socket.
-                        last_read = Instant::now();
+                    let now = Instant::now();
+                    if now + early >= check_due {
+                        check_due = now + check_every;
+                        self.check_consumer_timeouts().await;
                     }
-                    if self.heartbeat > 0 && last_read.elapsed() > interval * 2 {
-                        tracing::info!(conn = self.id, "missed heartbeats from client, closing");
-                        return;
+                    if now + early >= beat_due {
+                        beat_due = now + beat_every;
+                        if paused {
+                            // Not reading while blocked: the client's heartbeats wait in the
+                            // socket.
+                            last_read = now;
+                        }
+                        if self.heartbeat > 0 && last_read.elapsed() > interval * 2 {
+                            tracing::info!(conn = self.id, "missed heartbeats from client, closing");
+                            return;
+                        }
+                        if self.heartbeat > 0 {
+                            encode_heartbeat(&mut self.out);
+                        }
                     }
-                    if self.heartbeat > 0 {
-                        encode_heartbeat(&mut self.out);
-                    }
-                    if close_deadline.is_some_and(|d| Instant::now() > d) {
+                    if self.close_deadline.is_some_and(|d| Instant::now() > d) {
                         self.flush();
                         return;
                     }

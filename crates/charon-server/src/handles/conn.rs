@@ -1,4 +1,6 @@
-//! Events that queue actors send to a connection task, and the handle they send them through.
+//! Events that queue actors send to a connection task, and the handle they send them through;
+//! also the broker's rare signals to a connection ([`Control`]: shutdown, a management close,
+//! a resource alarm change), sent rather than waited on in every turn of the connection loop.
 //!
 //! The channel is unbounded in type but bounded in practice: deliveries take credit from
 //! [`ConnFlow`] (at most [`super::MAX_PENDING_DELIVERIES`] unwritten) and from the channel's
@@ -53,6 +55,21 @@ pub enum ConnEvent {
         /// Consumer tag.
         consumer_tag: Arc<str>,
     },
+    /// A signal from the broker (through the connection registry, `admin::connections`).
+    Control(Control),
+}
+
+/// The broker's rare signals to a connection. They used to be futures (a cancellation token, a
+/// `Notify`, a `watch`) that the connection loop polled on every wake-up; as events they cost
+/// nothing until they are sent (docs/performance.md, "Persistent/transient path, part 10").
+#[derive(Debug)]
+pub enum Control {
+    /// The broker is shutting down: close with 320 CONNECTION_FORCED.
+    Shutdown,
+    /// Management asked to close the connection (320 with this reason).
+    Close(String),
+    /// The resource alarms changed: the connection reads their current state.
+    AlarmChanged,
 }
 
 /// How queues reach one connection.

@@ -14,7 +14,7 @@ mod page_flow;
 mod queue;
 
 pub use confirms::{ConfirmAnswers, ConfirmBatch};
-pub use conn::{ConnEvent, ConnHandle};
+pub use conn::{ConnEvent, ConnHandle, Control};
 pub use flow::{ChannelLimit, ConnFlow, MAX_PENDING_DELIVERIES};
 pub use page_flow::{PageFlow, lowered, still_raised};
 pub use queue::{

@@ -1,11 +1,12 @@
-//! Events from queue actors: deliveries, confirms, consumer cancellations.
+//! Events from queue actors (deliveries, confirms, consumer cancellations) and the broker's
+//! signals (`Control`: shutdown, management close, alarm changes).
 
 use charon_protocol::methods::basic;
 use charon_protocol::{AMQPClass, DeliveryFrames, delivery_len, encode_delivery};
 
 use super::super::Connection;
 use super::super::channel::Unacked;
-use crate::handles::{ConnEvent, QueueCmd};
+use crate::handles::{ConnEvent, Control, QueueCmd};
 
 impl Connection {
     pub(crate) fn on_event(&mut self, ev: ConnEvent) {
@@ -117,6 +118,11 @@ impl Connection {
                 }
                 self.confirm_due(channel);
             }
+            ConnEvent::Control(c) => match c {
+                Control::Shutdown => self.on_shutdown(),
+                Control::Close(reason) => self.on_close_request(reason),
+                Control::AlarmChanged => self.on_alarm_changed(),
+            },
             ConnEvent::ConsumerCancelled {
                 channel,
                 consumer_tag,

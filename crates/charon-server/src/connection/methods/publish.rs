@@ -255,9 +255,15 @@ impl Connection {
             None
         };
         let headers = decoded.as_ref().and_then(|d| d.headers().as_ref());
-        let (cc, bcc) = match &decoded {
-            Some(d) if headers.is_some() => header_routes(d),
-            _ => (Vec::new(), Vec::new()),
+        // CC/BCC keys only when headers were decoded: the usual publish has no lists to make
+        // and drop (two out-of-line drops of empty `Vec`s a publish, ~45 instructions).
+        let routes = match &decoded {
+            Some(d) if headers.is_some() => Some(header_routes(d)),
+            _ => None,
+        };
+        let (cc, bcc): (&[Arc<str>], &[Arc<str>]) = match &routes {
+            Some((cc, bcc)) => (cc, bcc),
+            None => (&[], &[]),
         };
         // The routing key, then CC and BCC: without those (the usual case) no Vec is made.
         let with_cc: Vec<&str>;
@@ -265,7 +271,7 @@ impl Connection {
             std::slice::from_ref(&routing_key)
         } else {
             with_cc = std::iter::once(routing_key)
-                .chain(cc.iter().chain(&bcc).map(|k| k.as_ref()))
+                .chain(cc.iter().chain(bcc).map(|k| k.as_ref()))
                 .collect();
             &with_cc
         };
@@ -297,7 +303,9 @@ impl Connection {
             None => properties,
         };
         let mut message = Message::new(names.0, names.1, properties, body);
-        if !bcc.is_empty() {
+        if let Some((_, bcc)) = routes
+            && !bcc.is_empty()
+        {
             message = message.with_bcc(bcc);
         }
         Ok((Arc::new(message), targets, delay))
