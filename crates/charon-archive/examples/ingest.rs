@@ -16,20 +16,9 @@ use charon_protocol::{
     AMQPValue, BasicProperties, FieldArray, FieldTable, LongString, RawProperties,
 };
 
-fn cpu_us() -> u64 {
-    cpu_us_of("self")
-}
-
-/// utime + stime of process `pid` (clock ticks of 100 Hz on Linux), in µs.
-fn cpu_us_of(pid: &str) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = stat.rsplit(')').next().unwrap_or("");
-    let f: Vec<u64> = after
-        .split_whitespace()
-        .map(|x| x.parse().unwrap_or(0))
-        .collect();
-    (f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0)) * 10_000
-}
+#[path = "support/proc_cpu.rs"]
+mod proc_cpu;
+use proc_cpu::{cpu_us, cpu_us_of};
 
 fn ls(s: &str) -> AMQPValue {
     AMQPValue::LongString(LongString::from(s))
