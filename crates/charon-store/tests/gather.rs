@@ -32,6 +32,11 @@ fn publish(store: &Store, id: u64, len: usize) -> u64 {
         .index
 }
 
+/// `count` publishes of `len` bytes streamed back to back (ids 1..=count); the last one's index.
+fn stream(store: &Store, count: u64, len: usize) -> u64 {
+    (1..=count).fold(0, |_, id| publish(store, id, len))
+}
+
 #[test]
 fn a_lone_publisher_waits_at_most_one_gather() {
     let mem = MemStorage::new();
@@ -57,10 +62,7 @@ fn a_batch_that_stops_growing_is_taken() {
         config(Duration::from_millis(20), Duration::from_secs(200)),
     );
     let watch = store.durable_watch();
-    let mut last = 0;
-    for id in 1..=300 {
-        last = publish(&store, id, 200);
-    }
+    let last = stream(&store, 300, 200);
     wait_for("the stream's last record durable", || {
         watch.is_durable(last)
     });
@@ -111,10 +113,7 @@ fn settles_trickling_in_do_not_hold_a_gathered_batch() {
         config(Duration::from_millis(20), Duration::from_secs(200)),
     );
     let watch = store.durable_watch();
-    let mut last = 0;
-    for id in 1..=300 {
-        last = publish(&store, id, 200);
-    }
+    let last = stream(&store, 300, 200);
     // A consumer's settles keep arriving (one a millisecond) while the publisher waits: the
     // batch gains only lazy records, so the gather ends after one step. A gather that counted
     // them would go on until 1 MiB of settles, thousands of milliseconds later.

@@ -5,12 +5,10 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use charon_store::{Command, MemStorage, StoreConfig};
-use common::{config, ids, open, publish_and_wait, wait_for};
+use common::{config, ids, open, publish_and_wait, wait_commit, wait_for};
 
 /// A linger no test lives to see: whatever is synced was taken early for a reason.
 fn forever() -> StoreConfig {
@@ -69,15 +67,7 @@ fn a_sync_ends_the_linger() {
             ids: vec![1],
         })
         .expect("settle");
-    let commit = store.sync().expect("sync");
-    let done = Arc::new(AtomicBool::new(false));
-    let d = done.clone();
-    let t = std::thread::spawn(move || {
-        commit.wait().expect("sync commit");
-        d.store(true, Ordering::SeqCst);
-    });
-    wait_for("the barrier", || done.load(Ordering::SeqCst));
-    t.join().expect("sync thread");
+    wait_commit("the barrier", store.sync().expect("sync"));
     assert_eq!(ids_after_crash(&mem), vec![2]);
 }
 

@@ -509,7 +509,7 @@ impl Connection {
                             // socket.
                             last_read = now;
                         }
-                        if self.heartbeat > 0 && last_read.elapsed() > interval * 2 {
+                        if self.heartbeat > 0 && now.duration_since(last_read) > interval * 2 {
                             tracing::info!(conn = self.id, "missed heartbeats from client, closing");
                             return;
                         }

@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use charon_store::{Appended, Command, MemStorage, NewMessage, Recovered, Store, StoreConfig};
+use charon_store::{
+    Appended, Command, Commit, MemStorage, NewMessage, Recovered, Store, StoreConfig,
+};
 
 /// Publishes `body` as message `id` of `queue` and settles it at once (short-lived traffic
 /// that leaves garbage behind for reclamation and compaction); what the publish's append gave.
@@ -187,15 +189,19 @@ pub fn publish_and_wait(store: &Store, q: u64, id: u64) -> u64 {
             members: vec![(q, id)],
         })
         .expect("append");
-    // Waited for on a thread with `wait_for`'s generous bound, so a commit held back (a
-    // batch that lingered or gathered in spite of the waiter) fails the test, not hangs it.
+    wait_commit("the publish's commit", commit);
+    a.index
+}
+
+/// Waits for `commit` on a thread with [`wait_for`]'s generous bound, so a commit held back (a
+/// batch that lingered or gathered in spite of the waiter) fails the test, not hangs it.
+pub fn wait_commit(what: &str, commit: Commit) {
     let done = Arc::new(AtomicBool::new(false));
     let d = done.clone();
     let t = std::thread::spawn(move || {
         commit.wait().expect("commit");
         d.store(true, Ordering::SeqCst);
     });
-    wait_for("the publish's commit", || done.load(Ordering::SeqCst));
+    wait_for(what, || done.load(Ordering::SeqCst));
     t.join().expect("commit thread");
-    a.index
 }
