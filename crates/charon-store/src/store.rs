@@ -659,27 +659,9 @@ impl Store {
     ) -> Result<Appended, AppendError> {
         let len =
             u32::try_from(message.body.len()).map_err(|_| AppendError::Invalid("body too long"))?;
-        let mut st = self.shared.lock();
-        check_open(&st)?;
-        if st.active >= segment::MAX_SEG {
-            return Err(AppendError::Invalid("segment ids exhausted"));
-        }
-        let (index, loc, at) =
-            st.push_publish(self.shared.config.segment_size, &message, members)?;
-        self.shared
-            .live
-            .store(st.index.messages.len() as u64, Ordering::Relaxed);
-        self.wake(&mut st);
-        drop(st);
-        let body = BodyRef {
-            msg: index,
-            segment: loc.seg,
-            offset: loc.offset + at as u64,
-            len,
-        };
-        Ok(Appended {
-            index,
-            body: Some(body),
+        self.push_with(len, true, None, |st, segment_size| {
+            let (index, loc, at) = st.push_publish(segment_size, &message, members)?;
+            Ok((index, loc, Some(at)))
         })
     }
 
@@ -710,12 +692,28 @@ impl Store {
         };
         // A dead-letter with no target stores no message.
         let stored = !matches!(&cmd, Command::DeadLetter { targets, .. } if targets.is_empty());
+        self.push_with(body_len, stored, waiter, |st, segment_size| {
+            st.push_command(segment_size, cmd)
+        })
+    }
+
+    /// What every append does around `encode` (which puts one record into the pending batch
+    /// and returns its index, where it lies and its body's offset): checks the store is open
+    /// and has segment ids left, counts the live messages, adds `waiter`, wakes the writer,
+    /// and says where the body of `body_len` bytes lies when the record `stored` a message.
+    fn push_with(
+        &self,
+        body_len: u32,
+        stored: bool,
+        waiter: Option<Waiter>,
+        encode: impl FnOnce(&mut State, u64) -> Result<(u64, Loc, Option<usize>), AppendError>,
+    ) -> Result<Appended, AppendError> {
         let mut st = self.shared.lock();
         check_open(&st)?;
         if st.active >= segment::MAX_SEG {
             return Err(AppendError::Invalid("segment ids exhausted"));
         }
-        let (index, loc, body_at) = st.push_command(self.shared.config.segment_size, cmd)?;
+        let (index, loc, body_at) = encode(&mut st, self.shared.config.segment_size)?;
         self.shared
             .live
             .store(st.index.messages.len() as u64, Ordering::Relaxed);
