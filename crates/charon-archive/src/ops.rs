@@ -10,7 +10,7 @@ use crate::header_index;
 use crate::json::{json_to_table, table_to_json};
 use crate::record::{RECORD_COLUMNS, Record, payload_json, status};
 use crate::scope;
-use crate::sql::{Cell, Conn, Param, transaction};
+use crate::sql::{Cell, Conn, Dialect, Param, transaction};
 use crate::summary;
 use crate::time::{format_ms, now_ms};
 
@@ -81,6 +81,13 @@ pub fn list(
         header.and_then(|(name, value, wm)| header_index::exact_ids_at(d, name, value, Some(wm)))
     {
         count(c, &format!("SELECT COUNT(*) FROM ({ids}) AS m"), &p)?
+    } else if let Some((sql, p)) = f
+        .error_only()
+        .filter(|_| d == Dialect::Postgres)
+        .and_then(crate::search_index::pg_error_count)
+    {
+        // One `error` term on PostgreSQL: the side table's matches counted without re-check.
+        count(c, &sql, &p)?
     } else if summary::answers(f) {
         count(
             c,
