@@ -114,12 +114,17 @@ pub fn list(
     } else {
         format!(" OFFSET {offset}")
     };
-    let page_ids = header
-        .filter(|_| order.starts_with("id "))
-        .and_then(|(name, value, wm)| {
-            let desc = order.starts_with("id DESC");
-            header_index::page_ids_at(d, name, value, wm, desc, offset.saturating_add(page_size))
-        });
+    let by_id = order.starts_with("id ");
+    let desc = order.starts_with("id DESC");
+    let reach = offset.saturating_add(page_size);
+    let page_ids = match header.filter(|_| by_id) {
+        Some((name, value, wm)) => header_index::page_ids_at(d, name, value, wm, desc, reach),
+        // One `error` term on PostgreSQL: from the side table in id order (no re-check).
+        None => f
+            .error_only()
+            .filter(|_| by_id && d == Dialect::Postgres)
+            .and_then(|needle| crate::search_index::pg_error_page_ids(needle, desc, reach)),
+    };
     if let Some((ids, p)) = page_ids {
         // The page's ids in id order straight from the index range (and the few unindexed).
         let sql = format!(
