@@ -130,6 +130,14 @@ impl Filter {
         (name.len() + v.len() <= crate::header_index::MAX_BYTES).then_some((name, v.as_str()))
     }
 
+    /// When the filter is one `error` term (no vhost limit): its needle.
+    pub fn error_only(&self) -> Option<&str> {
+        if self.vhosts.is_some() || self.terms.len() != 1 {
+            return None;
+        }
+        self.terms.get("error").map(String::as_str)
+    }
+
     /// The SQL condition (`TRUE` when empty) and its parameters.
     pub fn to_sql(&self, d: Dialect) -> Result<(String, Vec<Param>), ArchiveError> {
         self.to_sql_with(d, &mut |_, _| Ok(None))

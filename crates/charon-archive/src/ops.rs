@@ -10,7 +10,7 @@ use crate::header_index;
 use crate::json::{json_to_table, table_to_json};
 use crate::record::{RECORD_COLUMNS, Record, payload_json, status};
 use crate::scope;
-use crate::sql::{Cell, Conn, Param, transaction};
+use crate::sql::{Cell, Conn, Dialect, Param, transaction};
 use crate::summary;
 use crate::time::{format_ms, now_ms};
 
@@ -81,6 +81,13 @@ pub fn list(
         header.and_then(|(name, value, wm)| header_index::exact_ids_at(d, name, value, Some(wm)))
     {
         count(c, &format!("SELECT COUNT(*) FROM ({ids}) AS m"), &p)?
+    } else if let Some((sql, p)) = f
+        .error_only()
+        .filter(|_| d == Dialect::Postgres)
+        .and_then(crate::search_index::pg_error_count)
+    {
+        // One `error` term on PostgreSQL: the side table's matches counted without re-check.
+        count(c, &sql, &p)?
     } else if summary::answers(f) {
         count(
             c,
@@ -107,12 +114,17 @@ pub fn list(
     } else {
         format!(" OFFSET {offset}")
     };
-    let page_ids = header
-        .filter(|_| order.starts_with("id "))
-        .and_then(|(name, value, wm)| {
-            let desc = order.starts_with("id DESC");
-            header_index::page_ids_at(d, name, value, wm, desc, offset.saturating_add(page_size))
-        });
+    let by_id = order.starts_with("id ");
+    let desc = order.starts_with("id DESC");
+    let reach = offset.saturating_add(page_size);
+    let page_ids = match header.filter(|_| by_id) {
+        Some((name, value, wm)) => header_index::page_ids_at(d, name, value, wm, desc, reach),
+        // One `error` term on PostgreSQL: from the side table in id order (no re-check).
+        None => f
+            .error_only()
+            .filter(|_| by_id && d == Dialect::Postgres)
+            .and_then(|needle| crate::search_index::pg_error_page_ids(needle, desc, reach)),
+    };
     if let Some((ids, p)) = page_ids {
         // The page's ids in id order straight from the index range (and the few unindexed).
         let sql = format!(
