@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use crate::error::ArchiveError;
 use crate::extract::NewRecord;
 use crate::record::status;
-use crate::sql::{Conn, Dialect, Param, transaction};
+use crate::sql::{ColType, Conn, Dialect, Param, transaction};
 use crate::summary::{INSERT_COLS, key_expr, postgres_add, sqlite_add};
 use crate::wal_sync::WalSync;
 
@@ -34,6 +34,16 @@ const RECORD_COLS: &str = "stable_key, vhost, queue, original_queue, original_ex
     original_routing_keys, reason, death_count, message_id, correlation_id, message_key, \
     content_type, properties, headers, amqp_properties, payload, payload_bytes, error_message, \
     error_stacktrace, error_fingerprint, status, created_at, updated_at";
+/// The types of [`RECORD_COLS`], for PostgreSQL's binary COPY ([`copy_batch`]).
+const RECORD_TYPES: [ColType; INSERT_WIDTH] = {
+    use ColType::{Bytes as B, Int as I, Text as T};
+    [
+        T, T, T, T, T, T, T, I, T, T, T, T, T, T, B, B, I, T, T, T, T, I, I,
+    ]
+};
+/// The savepoint a batch's COPY runs in: on a failure (a record archived before, after a
+/// redelivery) the batch is inserted again row by row with `ON CONFLICT DO NOTHING`.
+const COPY_SAVEPOINT: &str = "archive_copy";
 
 /// Migration 5: an index for the `queue` filter in id order, the insert trigger that steps
 /// aside for the archiver's batches, and (PostgreSQL) the large columns compressed with lz4
@@ -324,6 +334,11 @@ pub fn insert_prepared(c: &mut dyn Conn, batch: &Batch) -> Result<u64, ArchiveEr
             .and_then(|r| r.first())
             .map_or(0, |x| x.int());
         let mut deltas = Deltas::default();
+        if let Some(n) = copy_batch(c, batch)? {
+            batch.records.iter().for_each(|r| deltas.add(r));
+            deltas.write(c)?;
+            return finish_batch(c, trigger, n);
+        }
         let mut n = 0;
         let chunks: Vec<(&[NewRecord], &[Param])> = batch
             .records
@@ -358,15 +373,55 @@ pub fn insert_prepared(c: &mut dyn Conn, batch: &Batch) -> Result<u64, ArchiveEr
             }
         }
         deltas.write(c)?;
-        c.exec(
-            "DELETE FROM archive_counters WHERE name = ?",
-            &[SUMMARY_FLAG.into()],
-        )?;
-        if let Some(sql) = trigger {
-            c.batch(&sql)?;
-        }
-        Ok(n)
+        finish_batch(c, trigger, n)
     })
+}
+
+/// The end of a batch's transaction: the flag row goes, the insert trigger comes back.
+fn finish_batch(c: &mut dyn Conn, trigger: Option<String>, n: u64) -> Result<u64, ArchiveError> {
+    c.exec(
+        "DELETE FROM archive_counters WHERE name = ?",
+        &[SUMMARY_FLAG.into()],
+    )?;
+    if let Some(sql) = trigger {
+        c.batch(&sql)?;
+    }
+    Ok(n)
+}
+
+/// PostgreSQL: the whole batch in one binary COPY, in a savepoint; `Some(n)`: every record
+/// was new and is in. A COPY has no `ON CONFLICT`: a record whose stable key is archived
+/// already (a redelivery after a crash) fails the whole COPY with a unique violation, so the
+/// savepoint is rolled back and `None` returned: the caller inserts the batch with `ON
+/// CONFLICT DO NOTHING` as before. Each record's parameters were built already, in
+/// [`RECORD_COLS`] order ([`Batch::push`]). `None` at once on SQLite (no bulk path).
+fn copy_batch(c: &mut dyn Conn, batch: &Batch) -> Result<Option<u64>, ArchiveError> {
+    if c.dialect() != Dialect::Postgres || batch.is_empty() {
+        return Ok(None);
+    }
+    c.batch(&format!("SAVEPOINT {COPY_SAVEPOINT}"))?;
+    let mut rows = batch.chunks.iter().flat_map(|p| p.chunks(INSERT_WIDTH));
+    let copied = c.copy_in("dead_letters", RECORD_COLS, &RECORD_TYPES, &mut rows);
+    match copied {
+        Ok(Some(n)) if n == batch.len() as u64 => {
+            c.batch(&format!("RELEASE SAVEPOINT {COPY_SAVEPOINT}"))?;
+            Ok(Some(n))
+        }
+        Ok(_) => {
+            c.batch(&format!("ROLLBACK TO SAVEPOINT {COPY_SAVEPOINT}"))?;
+            Ok(None)
+        }
+        Err(e) => {
+            // A lost connection fails the rollback too: its error is the batch's.
+            if c.is_broken() {
+                return Err(e);
+            }
+            tracing::debug!(error = %e, "archive batch: COPY failed, inserting row by row");
+            c.batch(&format!("ROLLBACK TO SAVEPOINT {COPY_SAVEPOINT}"))
+                .map_err(|_| e)?;
+            Ok(None)
+        }
+    }
 }
 
 /// SQLite: takes the summary's insert trigger out of the schema for the rest of the batch's
