@@ -1,5 +1,6 @@
 //! The archiver's insert path (migration 5, docs/archive.md "Migration 5"): a batch of records as
-//! multi-row INSERTs in one transaction, and the summary (`dead_letter_groups`) counted once per
+//! multi-row INSERTs in one transaction (PostgreSQL: one binary COPY in a savepoint, the INSERTs
+//! only when it fails, docs/archive.md "Fourteenth round"), and the summary (`dead_letter_groups`) counted once per
 //! group per batch here instead of once per row by the insert trigger.
 //!
 //! The insert trigger stays for every other writer (a user's own SQL, the bench's fill): it
@@ -389,6 +390,11 @@ fn finish_batch(c: &mut dyn Conn, trigger: Option<String>, n: u64) -> Result<u64
     Ok(n)
 }
 
+/// Undoes a failed COPY and ends its savepoint (the INSERTs then run in the batch's transaction).
+fn rollback_copy() -> String {
+    format!("ROLLBACK TO SAVEPOINT {COPY_SAVEPOINT}; RELEASE SAVEPOINT {COPY_SAVEPOINT}")
+}
+
 /// PostgreSQL: the whole batch in one binary COPY, in a savepoint; `Some(n)`: every record
 /// was new and is in. A COPY has no `ON CONFLICT`: a record whose stable key is archived
 /// already (a redelivery after a crash) fails the whole COPY with a unique violation, so the
@@ -408,7 +414,7 @@ fn copy_batch(c: &mut dyn Conn, batch: &Batch) -> Result<Option<u64>, ArchiveErr
             Ok(Some(n))
         }
         Ok(_) => {
-            c.batch(&format!("ROLLBACK TO SAVEPOINT {COPY_SAVEPOINT}"))?;
+            c.batch(&rollback_copy())?;
             Ok(None)
         }
         Err(e) => {
@@ -417,7 +423,7 @@ fn copy_batch(c: &mut dyn Conn, batch: &Batch) -> Result<Option<u64>, ArchiveErr
                 return Err(e);
             }
             tracing::debug!(error = %e, "archive batch: COPY failed, inserting row by row");
-            c.batch(&format!("ROLLBACK TO SAVEPOINT {COPY_SAVEPOINT}"))
+            c.batch(&rollback_copy())
                 .map_err(|_| e)?;
             Ok(None)
         }

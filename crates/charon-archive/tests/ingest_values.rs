@@ -177,3 +177,59 @@ fn postgres_sync_later_is_synced_already() {
         );
     });
 }
+
+/// The distinct `xmin`s (writing transaction or subtransaction) of `sql`'s rows.
+fn xmins(c: &mut dyn Conn, sql: &str) -> std::collections::BTreeSet<String> {
+    c.query(sql, &[])
+        .expect("xmin")
+        .into_iter()
+        .map(|r| r[0].text())
+        .collect()
+}
+
+/// PostgreSQL: a batch of new records goes in by one COPY in its own savepoint (the records'
+/// `xmin` is that subtransaction, not the batch's transaction that wrote the summary); a
+/// redelivered batch whose last record was archived before fails that COPY and goes in by the
+/// INSERTs (`xmin`: the batch's transaction). Values and counts stay exact either way.
+#[test]
+fn postgres_new_batch_copied_redelivered_batch_inserted() {
+    let Some(pg) = pg_cluster::PgCluster::start() else {
+        return;
+    };
+    let a = Archive::open(&pg.url).expect("open postgres");
+    let now = charon_archive::time::now_ms();
+    a.with(|c| {
+        let first: Vec<NewRecord> = (0..150).map(|i| rec(i, now)).collect();
+        assert_eq!(ops::insert_batch(c, &first).expect("insert"), 150);
+        let copied = xmins(c, "SELECT xmin::text FROM dead_letters");
+        let summary = xmins(c, "SELECT xmin::text FROM dead_letter_groups");
+        assert_eq!(copied.len(), 1, "one COPY: {copied:?}");
+        assert!(
+            copied.is_disjoint(&summary),
+            "records {copied:?} written in the savepoint, summary {summary:?} outside it"
+        );
+        // 150..299 new, then record 149 again: the COPY fails on its last row.
+        let second: Vec<NewRecord> = (150..300).chain([149]).map(|i| rec(i, now)).collect();
+        assert_eq!(ops::insert_batch(c, &second).expect("insert"), 150);
+        let all: Vec<NewRecord> = (0..300).map(|i| rec(i, now)).collect();
+        check_all(c, &all);
+        let inserted: std::collections::BTreeSet<String> =
+            xmins(c, "SELECT xmin::text FROM dead_letters")
+                .difference(&copied)
+                .cloned()
+                .collect();
+        let summary = xmins(c, "SELECT xmin::text FROM dead_letter_groups");
+        assert_eq!(inserted.len(), 1, "one transaction: {inserted:?}");
+        assert!(
+            inserted.is_subset(&summary),
+            "records {inserted:?} inserted by the batch's transaction, as its summary {summary:?}"
+        );
+        let counted = c
+            .query(
+                "SELECT CAST(SUM(records) AS BIGINT) FROM dead_letter_groups",
+                &[],
+            )
+            .expect("summary");
+        assert_eq!(counted[0][0].int(), 300, "each record counted once");
+    });
+}
