@@ -199,19 +199,20 @@ fn postgres_new_batch_copied_redelivered_batch_inserted() {
     let a = Archive::open(&pg.url).expect("open postgres");
     let now = charon_archive::time::now_ms();
     a.with(|c| {
-        let first: Vec<NewRecord> = (0..150).map(|i| rec(i, now)).collect();
-        assert_eq!(ops::insert_batch(c, &first).expect("insert"), 150);
+        // More than one COPY statement's records (1,000): two COPYs in the one savepoint.
+        let first: Vec<NewRecord> = (0..1050).map(|i| rec(i, now)).collect();
+        assert_eq!(ops::insert_batch(c, &first).expect("insert"), 1050);
         let copied = xmins(c, "SELECT xmin::text FROM dead_letters");
         let summary = xmins(c, "SELECT xmin::text FROM dead_letter_groups");
-        assert_eq!(copied.len(), 1, "one COPY: {copied:?}");
+        assert_eq!(copied.len(), 1, "one savepoint: {copied:?}");
         assert!(
             copied.is_disjoint(&summary),
             "records {copied:?} written in the savepoint, summary {summary:?} outside it"
         );
-        // 150..299 new, then record 149 again: the COPY fails on its last row.
-        let second: Vec<NewRecord> = (150..300).chain([149]).map(|i| rec(i, now)).collect();
-        assert_eq!(ops::insert_batch(c, &second).expect("insert"), 150);
-        let all: Vec<NewRecord> = (0..300).map(|i| rec(i, now)).collect();
+        // 1050..2099 new, then record 1049 again: the second COPY fails on its last row.
+        let second: Vec<NewRecord> = (1050..2100).chain([1049]).map(|i| rec(i, now)).collect();
+        assert_eq!(ops::insert_batch(c, &second).expect("insert"), 1050);
+        let all: Vec<NewRecord> = (0..2100).map(|i| rec(i, now)).collect();
         check_all(c, &all);
         let inserted: std::collections::BTreeSet<String> =
             xmins(c, "SELECT xmin::text FROM dead_letters")
@@ -230,6 +231,6 @@ fn postgres_new_batch_copied_redelivered_batch_inserted() {
                 &[],
             )
             .expect("summary");
-        assert_eq!(counted[0][0].int(), 300, "each record counted once");
+        assert_eq!(counted[0][0].int(), 2100, "each record counted once");
     });
 }
