@@ -2,7 +2,7 @@
 as a batch, and alike messages share one dead-lettered copy of their properties (issue 13). Each
 message must still get the copy and the routing of its own properties and routing keys."""
 
-from dlx_helpers import count, get_n, props
+from dlx_helpers import count, get_n, get_within, props
 
 
 def test_batch_of_mixed_messages_each_keeps_its_own_headers_and_routing(conn, ch, uniq):
@@ -76,3 +76,43 @@ def test_mass_expiry_dead_letters_every_message_once(ch, uniq):
         i = int(g[2])
         assert g[1].headers["x-death"][0]["reason"] == "expired"
         assert ("odd" in g[1].headers) == (i % 1000 == 7)
+
+
+def test_a_message_in_two_queues_dead_letters_from_each_with_its_whole_body(conn, ch, uniq):
+    """One publish fanned out to two queues, each dead-lettering to the same DLQ: the queues
+    share the message, so the first copy is made while the other queue still holds it and the
+    last one when nothing else does (the body then moves into the copy instead of being
+    shared). Every copy and the still-queued original carry the whole body; transient and
+    persistent (durable queues: the store records the move) alike."""
+    for mode, durable in ((1, False), (2, True)):
+        dlx, dlq, fan = uniq("dlx"), uniq("dlq"), uniq("fan")
+        ch.exchange_declare(dlx, "fanout", durable=durable)
+        ch.queue_declare(dlq, durable=durable)
+        ch.queue_bind(dlq, dlx)
+        ch.exchange_declare(fan, "fanout", durable=durable)
+        q1, q2 = uniq("src1"), uniq("src2")
+        for q in (q1, q2):
+            ch.queue_declare(q, durable=durable, arguments={"x-dead-letter-exchange": dlx})
+            ch.queue_bind(q, fan)
+        bodies = [b"shared-%d-" % i + bytes(range(256)) * (i + 1) for i in range(3)]
+        for b in bodies:
+            ch.basic_publish(fan, "", b, props(delivery_mode=mode))
+        # Rejected from the first queue while the second still holds every message.
+        got1 = [get_within(ch, q1, 30, auto_ack=False) for _ in bodies]
+        assert None not in got1 and [g[2] for g in got1] == bodies
+        for m, _p, _b in got1:
+            ch.basic_reject(m.delivery_tag, requeue=False)
+        first = get_n(ch, dlq, 3, timeout=30)
+        assert [g[2] for g in first] == bodies, mode
+        assert all(g[1].headers["x-death"][0]["queue"] == q1 for g in first)
+        assert all(g[1].delivery_mode == mode for g in first)
+        # Then from the second, now the only holder.
+        got2 = [get_within(ch, q2, 30, auto_ack=False) for _ in bodies]
+        assert None not in got2 and [g[2] for g in got2] == bodies
+        for m, _p, _b in got2:
+            ch.basic_reject(m.delivery_tag, requeue=False)
+        second = get_n(ch, dlq, 3, timeout=30)
+        assert [g[2] for g in second] == bodies, mode
+        assert all(g[1].headers["x-death"][0]["queue"] == q2 for g in second)
+        assert all(g[1].headers["x-death"][0]["reason"] == "rejected" for g in second)
+        assert count(ch, dlq) == 0 and count(ch, q1) == 0 and count(ch, q2) == 0

@@ -256,7 +256,7 @@ async fn release(vhost: &Arc<VHostState>, d: Delayed, now: u64) {
             (Some(msg), m)
         }
         (None, Some(p)) if !members.is_empty() => (
-            p.publish_nowait(&d.message, members, now),
+            p.publish_nowait(&d.message, &members, now),
             d.message.clone(),
         ),
         _ => (None, d.message.clone()),

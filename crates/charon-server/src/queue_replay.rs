@@ -184,7 +184,7 @@ impl Broker {
                 (store_msg, true)
             }
             (None, Some(p)) if !members.is_empty() => {
-                let (msg, _durable) = p.publish(&message, members, now_ms());
+                let (msg, _durable) = p.publish(&message, &members, now_ms());
                 (msg, true)
             }
             _ => (None, false),

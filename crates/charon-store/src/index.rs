@@ -125,13 +125,23 @@ impl Index {
         }
     }
 
+    /// Apply a `Publish` record of `msg` at `members` (what [`Index::apply`] does with a decoded
+    /// one; the live store's borrowed publish calls it without making the `Payload`).
+    pub(crate) fn apply_publish(
+        &mut self,
+        index: u64,
+        loc: Loc,
+        msg: &MsgBody<'_>,
+        members: &[Member],
+    ) {
+        self.create(index, index, loc, msg, members.iter().map(|m| (*m, 0)));
+    }
+
     /// Apply one record found at `loc` with log index `index`.
     pub(crate) fn apply(&mut self, index: u64, loc: Loc, payload: &Payload<'_>) {
         let seg = loc.seg;
         match payload {
-            Payload::Publish { members, msg } => {
-                self.create(index, index, loc, msg, members.iter().map(|m| (*m, 0)));
-            }
+            Payload::Publish { members, msg } => self.apply_publish(index, loc, msg, members),
             Payload::Enqueue { msg, members } => self.enqueue(index, loc, *msg, members),
             Payload::Route { source, members } => {
                 let Some(msg) = self.message_of(*source) else {

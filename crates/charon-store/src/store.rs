@@ -404,26 +404,25 @@ impl State {
         &mut self,
         segment_size: u64,
         message: &MessageRef<'_>,
-        members: Vec<Member>,
+        members: &[Member],
     ) -> Result<(u64, Loc, usize), AppendError> {
         let msg = MsgBody::of_ref(message);
         let (_, index, loc, _, body_at) = self.append_record(segment_size, true, |out| {
             record::encode_record_with(out, |out| {
                 Ok((
                     Kind::Publish,
-                    Some(record::encode_publish_into(out, &msg, &members)?),
+                    Some(record::encode_publish_into(out, &msg, members)?),
                 ))
             })
         })?;
         let at = body_at.ok_or(AppendError::Invalid("internal encoding error"))?;
-        let decoded = Payload::Publish {
-            members,
-            msg: MsgBody {
-                body_offset: at - HEADER_LEN,
-                ..msg
-            },
+        // Applied from the borrowed members (what `Index::apply` does with a decoded
+        // `Publish`), so the caller needs no member `Vec`.
+        let msg = MsgBody {
+            body_offset: at - HEADER_LEN,
+            ..msg
         };
-        self.index.apply(index, loc, &decoded);
+        self.index.apply_publish(index, loc, &msg, members);
         Ok((index, loc, at))
     }
 
@@ -651,11 +650,12 @@ impl Store {
 
     /// [`Store::append_nowait`] of a [`Command::Publish`] with the message borrowed: its bytes
     /// are copied once into the pending batch, so the caller needs no owned `Bytes` of them
-    /// (no clone, and no promotion allocation of a not-yet-shared body, per message).
+    /// (no clone, and no promotion allocation of a not-yet-shared body, per message). The
+    /// members are borrowed too: a publish to one queue passes `&[(queue, id)]`, no `Vec`.
     pub fn publish_nowait(
         &self,
         message: MessageRef<'_>,
-        members: Vec<Member>,
+        members: &[Member],
     ) -> Result<Appended, AppendError> {
         let len =
             u32::try_from(message.body.len()).map_err(|_| AppendError::Invalid("body too long"))?;

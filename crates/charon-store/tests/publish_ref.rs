@@ -63,7 +63,7 @@ fn publish_all(store: &Store, owned: bool, ids: std::ops::Range<u64>) {
                 members,
             })
         } else {
-            store.publish_nowait(borrowed(&m), members)
+            store.publish_nowait(borrowed(&m), &members)
         }
         .expect("publish");
         let body = a.body.expect("a publish stores a body");
@@ -88,7 +88,7 @@ fn borrowed_publish_stores_what_an_owned_one_stores_and_survives_a_crash() {
             })
         } else {
             store
-                .publish_nowait(borrowed(&m), members)
+                .publish_nowait(borrowed(&m), &members)
                 .map(|a| (a, store.sync().expect("sync")))
         };
         let (a, commit) = a.expect("publish");
@@ -163,7 +163,7 @@ fn refused_borrowed_publishes_leave_the_batch_intact() {
     publish_all(&store, false, 0..3);
     let (m, _) = message(3);
     assert!(matches!(
-        store.publish_nowait(borrowed(&m), Vec::new()),
+        store.publish_nowait(borrowed(&m), &[]),
         Err(AppendError::Invalid(_))
     ));
     let long = vec![b'x'; 256];
@@ -172,7 +172,7 @@ fn refused_borrowed_publishes_leave_the_batch_intact() {
         ..borrowed(&m)
     };
     assert!(matches!(
-        store.publish_nowait(bad, vec![(1, 3)]),
+        store.publish_nowait(bad, &[(1, 3)]),
         Err(AppendError::Invalid(_))
     ));
     publish_all(&store, false, 3..6);

@@ -164,7 +164,7 @@ pub(super) fn prepare(
     let persistent = message.properties.delivery_mode() == Some(2);
     let (places, members) = allocate(targets.clone(), persistent);
     let (stored, commit) = match vhost.persistence() {
-        Some(p) if !members.is_empty() => match p.publish(&message, members, now_ms()) {
+        Some(p) if !members.is_empty() => match p.publish(&message, &members, now_ms()) {
             (Some(msg), durable) => (Some(msg), Some(durable)),
             (None, _) => return Err(PublishError::Store("the store refused it".into())),
         },

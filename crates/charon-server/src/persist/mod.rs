@@ -337,7 +337,7 @@ impl Persistence {
     pub(crate) fn publish(
         &self,
         message: &Message,
-        members: Vec<(u64, u64)>,
+        members: &[(u64, u64)],
         now: u64,
     ) -> (Option<u64>, Durable) {
         match self
@@ -359,7 +359,7 @@ impl Persistence {
     pub(crate) fn publish_nowait(
         &self,
         message: &Message,
-        members: Vec<(u64, u64)>,
+        members: &[(u64, u64)],
         now: u64,
     ) -> Option<u64> {
         match self

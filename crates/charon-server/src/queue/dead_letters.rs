@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use charon_core::dead_letter::{self, DlxSettings, Reason};
-use charon_core::{DeadLetter, Message};
+use charon_core::{Body, DeadLetter, Message};
 use charon_protocol::RawProperties;
 
 use super::place::{allocate, placed};
@@ -118,16 +118,27 @@ impl DeadLetterDispatcher {
         let mut last: Option<Copied> = None;
         // Dead letters not handled yet, this one included (room for a target's batch).
         let mut left = dead.len();
-        for d in dead {
+        for DeadLetter {
+            message: dead_message,
+            reason,
+            id,
+        } in dead
+        {
             let left_now = left;
             left -= 1;
-            let source = store.as_deref().and_then(|s| s.source_of(d.id));
-            let original = match (store.as_deref(), d.id) {
-                (Some(s), Some(id)) => s.load(id, &d.message),
-                _ => d.message.clone(),
+            let source = store.as_deref().and_then(|s| s.source_of(id));
+            // The message itself, not a second handle on it: its body can then move into the
+            // copy (`take_body`).
+            let original = match (store.as_deref(), id) {
+                (Some(s), Some(id)) => {
+                    let loaded = s.load(id, &dead_message);
+                    drop(dead_message);
+                    loaded
+                }
+                _ => dead_message,
             };
-            if !last.as_ref().is_some_and(|c| c.is_for(&original, d.reason)) {
-                last = Some(self.copy(me, target, &original, d.reason, now));
+            if !last.as_ref().is_some_and(|c| c.is_for(&original, reason)) {
+                last = Some(self.copy(me, target, &original, reason, now));
             }
             let Some(copied) = last.as_ref() else {
                 continue;
@@ -151,7 +162,7 @@ impl DeadLetterDispatcher {
                 target.exchange.clone(),
                 copied.routing_key.clone(),
                 copied.properties.clone(),
-                original.body.clone(),
+                take_body(original),
             ));
             if !copied.persistent && source.is_none() {
                 // Transient, and not in the store here: no record, no store members, so the
@@ -175,7 +186,7 @@ impl DeadLetterDispatcher {
                 _ if !members.is_empty() => self
                     .vhost
                     .persistence()
-                    .and_then(|p| p.publish_nowait(&message, members, now)),
+                    .and_then(|p| p.publish_nowait(&message, &members, now)),
                 _ => None,
             };
             for (q, placed) in placed(places, &message, stored) {
@@ -289,6 +300,17 @@ impl DeadLetterDispatcher {
             }
             Err(Some(_)) => {}
         }
+    }
+}
+
+/// The body of a message that leaves its queue, for its dead-lettered copy: moved out when
+/// nothing else holds the message (the usual case), so the copy shares the original's bytes
+/// without a clone (a clone of a body not shared yet allocates its shared handle: ~200
+/// instructions a dead letter, docs/performance.md "Persistent/transient path, part 11").
+fn take_body(original: Arc<Message>) -> Body {
+    match Arc::try_unwrap(original) {
+        Ok(m) => m.body,
+        Err(shared) => shared.body.clone(),
     }
 }
 

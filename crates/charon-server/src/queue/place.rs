@@ -81,7 +81,7 @@ pub(crate) fn place(
     let (places, members) = allocate(targets, persistent);
     let (msg, stored) = match vhost.persistence() {
         Some(p) if !members.is_empty() => {
-            let (msg, durable) = p.publish(message, members, now_ms());
+            let (msg, durable) = p.publish(message, &members, now_ms());
             (msg, Some(durable))
         }
         _ => (None, None),
@@ -90,7 +90,7 @@ pub(crate) fn place(
 }
 
 /// [`place`] for a message routed to exactly one queue (the usual case): the same id, store
-/// record and `Placed`, without `place`'s three `Vec`s (only the store record's member list).
+/// record and `Placed`, without `place`'s three `Vec`s (the store borrows the one member).
 pub(crate) fn place_one(
     vhost: &VHostState,
     q: &QueueHandle,
@@ -100,7 +100,7 @@ pub(crate) fn place_one(
     let persistent = message.properties.delivery_mode() == Some(2);
     let (stored, durable) = match (persistent, q.store_id(), vhost.persistence()) {
         (true, Some(sid), Some(p)) => {
-            let (msg, durable) = p.publish(&message, vec![(sid, id)], now_ms());
+            let (msg, durable) = p.publish(&message, &[(sid, id)], now_ms());
             (msg, Some(durable))
         }
         _ => (None, None),

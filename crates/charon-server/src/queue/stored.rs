@@ -732,7 +732,7 @@ impl StoreSide {
             }
             if let Some(msg) = self.p.publish_nowait(
                 m,
-                vec![(self.shadow, self.alias.get(id).copied().unwrap_or(id))],
+                &[(self.shadow, self.alias.get(id).copied().unwrap_or(id))],
                 now,
             ) {
                 e.msg = msg;

@@ -31,7 +31,7 @@ impl Connection {
                 exchange_delay::store_id(&self.vhost.name, &message.exchange),
                 handle.next_seq(),
             );
-            let (msg, durable) = p.publish(&message, vec![member], now);
+            let (msg, durable) = p.publish(&message, &[member], now);
             stored = msg.map(|m| (member, m));
             commit = Some(durable);
         }
