@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use postgres::types::{IsNull, ToSql, Type};
 
 use crate::error::ArchiveError;
-use crate::sql::{Cell, Conn, Dialect, Param};
+use crate::sql::{Cell, ColType, Conn, Dialect, Param};
 
 /// A PostgreSQL connection.
 pub struct Postgres {
@@ -158,6 +158,31 @@ impl Conn for Postgres {
     fn exec(&mut self, sql: &str, p: &[Param]) -> Result<u64, ArchiveError> {
         let st = self.statement(sql)?;
         Ok(self.client()?.execute(&st, &refs(p))?)
+    }
+
+    fn copy_in(
+        &mut self,
+        table: &str,
+        cols: &str,
+        types: &[ColType],
+        rows: &mut dyn Iterator<Item = &[Param]>,
+    ) -> Result<Option<u64>, ArchiveError> {
+        let types: Vec<Type> = types
+            .iter()
+            .map(|t| match t {
+                ColType::Text => Type::TEXT,
+                ColType::Int => Type::INT8,
+                ColType::Bytes => Type::BYTEA,
+            })
+            .collect();
+        let sql = format!("COPY {table} ({cols}) FROM STDIN (FORMAT binary)");
+        let writer = self.client()?.copy_in(sql.as_str())?;
+        let mut w = postgres::binary_copy::BinaryCopyInWriter::new(writer, &types);
+        for row in rows {
+            // Dropped unfinished on an error: the copy is aborted (the transaction fails).
+            w.write(&refs(row))?;
+        }
+        Ok(Some(w.finish()?))
     }
 
     fn query(&mut self, sql: &str, p: &[Param]) -> Result<Vec<Vec<Cell>>, ArchiveError> {

@@ -54,6 +54,17 @@ impl From<Option<i64>> for Param {
     }
 }
 
+/// A column's type, for a bulk copy ([`Conn::copy_in`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColType {
+    /// `TEXT`.
+    Text,
+    /// `BIGINT`.
+    Int,
+    /// `BLOB` / `BYTEA`.
+    Bytes,
+}
+
 /// A result cell.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Cell {
@@ -151,6 +162,20 @@ pub trait Conn: Send {
     /// each run changed. SQLite binds the values in place, without copies (`sqlite_static`).
     fn exec_each(&mut self, sql: &str, sets: &[&[Param]]) -> Result<Vec<u64>, ArchiveError> {
         sets.iter().map(|p| self.exec(sql, p)).collect()
+    }
+    /// Copies `rows` (each one value per column of `cols`, of `types`) into `table` in bulk
+    /// (PostgreSQL: one binary `COPY … FROM STDIN`, no statement to parse and no per-row
+    /// conflict check: a row that breaks a constraint fails the whole copy). `None`: the
+    /// backend has no bulk path (SQLite); nothing was done.
+    fn copy_in(
+        &mut self,
+        table: &str,
+        cols: &str,
+        types: &[ColType],
+        rows: &mut dyn Iterator<Item = &[Param]>,
+    ) -> Result<Option<u64>, ArchiveError> {
+        let _ = (table, cols, types, rows);
+        Ok(None)
     }
     /// `true`: this connection's next commits may return before they are on disk, and what
     /// makes them durable is returned (SQLite: `synchronous=NORMAL` and a [`WalSync`]); `false`:

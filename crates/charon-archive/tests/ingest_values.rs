@@ -177,3 +177,60 @@ fn postgres_sync_later_is_synced_already() {
         );
     });
 }
+
+/// The distinct `xmin`s (writing transaction or subtransaction) of `sql`'s rows.
+fn xmins(c: &mut dyn Conn, sql: &str) -> std::collections::BTreeSet<String> {
+    c.query(sql, &[])
+        .expect("xmin")
+        .into_iter()
+        .map(|r| r[0].text())
+        .collect()
+}
+
+/// PostgreSQL: a batch of new records goes in by one COPY in its own savepoint (the records'
+/// `xmin` is that subtransaction, not the batch's transaction that wrote the summary); a
+/// redelivered batch whose last record was archived before fails that COPY and goes in by the
+/// INSERTs (`xmin`: the batch's transaction). Values and counts stay exact either way.
+#[test]
+fn postgres_new_batch_copied_redelivered_batch_inserted() {
+    let Some(pg) = pg_cluster::PgCluster::start() else {
+        return;
+    };
+    let a = Archive::open(&pg.url).expect("open postgres");
+    let now = charon_archive::time::now_ms();
+    a.with(|c| {
+        // More than one COPY statement's records (1,000): two COPYs in the one savepoint.
+        let first: Vec<NewRecord> = (0..1050).map(|i| rec(i, now)).collect();
+        assert_eq!(ops::insert_batch(c, &first).expect("insert"), 1050);
+        let copied = xmins(c, "SELECT xmin::text FROM dead_letters");
+        let summary = xmins(c, "SELECT xmin::text FROM dead_letter_groups");
+        assert_eq!(copied.len(), 1, "one savepoint: {copied:?}");
+        assert!(
+            copied.is_disjoint(&summary),
+            "records {copied:?} written in the savepoint, summary {summary:?} outside it"
+        );
+        // 1050..2099 new, then record 1049 again: the second COPY fails on its last row.
+        let second: Vec<NewRecord> = (1050..2100).chain([1049]).map(|i| rec(i, now)).collect();
+        assert_eq!(ops::insert_batch(c, &second).expect("insert"), 1050);
+        let all: Vec<NewRecord> = (0..2100).map(|i| rec(i, now)).collect();
+        check_all(c, &all);
+        let inserted: std::collections::BTreeSet<String> =
+            xmins(c, "SELECT xmin::text FROM dead_letters")
+                .difference(&copied)
+                .cloned()
+                .collect();
+        let summary = xmins(c, "SELECT xmin::text FROM dead_letter_groups");
+        assert_eq!(inserted.len(), 1, "one transaction: {inserted:?}");
+        assert!(
+            inserted.is_subset(&summary),
+            "records {inserted:?} inserted by the batch's transaction, as its summary {summary:?}"
+        );
+        let counted = c
+            .query(
+                "SELECT CAST(SUM(records) AS BIGINT) FROM dead_letter_groups",
+                &[],
+            )
+            .expect("summary");
+        assert_eq!(counted[0][0].int(), 2100, "each record counted once");
+    });
+}
