@@ -16,7 +16,7 @@ use std::cell::RefCell;
 use bytes::Bytes;
 
 use crate::store::Store;
-use crate::types::BodyRef;
+use crate::types::{BodyRef, Member};
 
 /// Bytes between two bodies still read in one go (the records' headers and metadata between
 /// them are read and dropped).
@@ -41,14 +41,49 @@ impl Store {
     /// a message the store no longer has or whose body could not be read. Bodies of one dense
     /// run share one buffer (see the module docs).
     pub fn read_bodies(&self, msgs: &[u64]) -> Vec<Option<Bytes>> {
-        let mut out: Vec<Option<Bytes>> = vec![None; msgs.len()];
-        let mut at: Vec<(usize, BodyRef)> = {
+        let at: Vec<(usize, BodyRef)> = {
             let st = self.shared().lock();
             msgs.iter()
                 .enumerate()
                 .filter_map(|(i, m)| st.index.messages.get(m).map(|e| (i, e.body(*m))))
                 .collect()
         };
+        self.read_located(msgs.len(), at)
+    }
+
+    /// For each member `(queue, queue-local id)` of `members`, in the same order, its message
+    /// id and body; `None` for a member the store no longer has or whose body could not be
+    /// read. One lock finds them all (a queue delivering a paged-out batch asked the store once
+    /// per message for its id, then once more for the bodies).
+    pub fn read_member_bodies(&self, members: &[Member]) -> Vec<Option<(u64, Bytes)>> {
+        let at: Vec<(usize, BodyRef)> = {
+            let st = self.shared().lock();
+            members
+                .iter()
+                .enumerate()
+                .filter_map(|(i, m)| {
+                    let msg = st.index.message_of(*m)?;
+                    st.index.messages.get(&msg).map(|e| (i, e.body(msg)))
+                })
+                .collect()
+        };
+        let ids: Vec<(usize, u64)> = at.iter().map(|(i, b)| (*i, b.msg)).collect();
+        let mut bodies = self.read_located(members.len(), at);
+        let mut out: Vec<Option<(u64, Bytes)>> = vec![None; members.len()];
+        for (i, msg) in ids {
+            if let (Some(slot), Some(body)) =
+                (out.get_mut(i), bodies.get_mut(i).and_then(Option::take))
+            {
+                *slot = Some((msg, body));
+            }
+        }
+        out
+    }
+
+    /// The bodies at `at` (`(slot, where)`) in `n` slots: runs of neighbouring records read
+    /// in one go each, a dense run sliced, a sparse one copied out.
+    fn read_located(&self, n: usize, mut at: Vec<(usize, BodyRef)>) -> Vec<Option<Bytes>> {
+        let mut out: Vec<Option<Bytes>> = vec![None; n];
         at.sort_unstable_by_key(|(_, b)| (b.segment, b.offset));
         let mut rest = at.as_slice();
         while let Some((first, _)) = rest.split_first() {
