@@ -97,3 +97,61 @@ fn runs_of_any_size_read_after_one_another_are_exact() {
         }
     }
 }
+
+/// `read_member_bodies`: members (queue, queue-local id) give their message's id and body in
+/// the order asked; a message in two queues is found through either; settled members,
+/// unknown queues and unknown ids give `None`; the same after a restart.
+#[test]
+fn members_read_together_give_their_message_and_body() {
+    let mem = MemStorage::new();
+    let (store, _) = open(&mem, config());
+    let mut msgs = Vec::new();
+    for i in 0..120u64 {
+        let body = vec![(i % 249) as u8; 30 + (i as usize * 53) % 700];
+        // Every third message is in queue 2 as well (queue-local id i + 1000).
+        let mut members = vec![(1, i)];
+        if i % 3 == 0 {
+            members.push((2, i + 1000));
+        }
+        let a = store
+            .append_nowait(Command::Publish {
+                message: msg(&body),
+                members,
+            })
+            .expect("append");
+        msgs.push((a.index, body));
+    }
+    store
+        .append_nowait(Command::Settle {
+            queue: 1,
+            ids: (0..120).filter(|i| i % 5 == 1).collect(),
+        })
+        .expect("settle");
+    store.sync().expect("sync").wait().expect("durable");
+
+    let check = |store: &charon_store::Store| {
+        let mut asked: Vec<(u64, u64)> = (0..120u64).rev().map(|i| (1, i)).collect();
+        asked.extend((0..120u64).step_by(3).map(|i| (2, i + 1000)));
+        asked.extend([(1, 5000), (9, 0), (2, 1)]);
+        let got = store.read_member_bodies(&asked);
+        assert_eq!(got.len(), asked.len());
+        for (&(q, qid), got) in asked.iter().zip(&got) {
+            let i = if q == 2 { qid.wrapping_sub(1000) } else { qid };
+            let want = match q {
+                1 if i < 120 && i % 5 != 1 => Some(&msgs[i as usize]),
+                2 if i < 120 && i % 3 == 0 => Some(&msgs[i as usize]),
+                _ => None,
+            };
+            let got = got.as_ref().map(|(m, b)| (*m, b.to_vec()));
+            assert_eq!(
+                got,
+                want.map(|(m, b)| (*m, b.clone())),
+                "member ({q}, {qid})"
+            );
+        }
+    };
+    check(&store);
+    drop(store);
+    let (store, _) = open(&mem.crash(), config());
+    check(&store);
+}

@@ -517,9 +517,10 @@ impl Persistence {
         self.durable.clone()
     }
 
-    /// Reads stored messages' bodies back at once (in the same order; `None`: not readable).
-    pub(crate) fn read_bodies(&self, msgs: &[u64]) -> Vec<Option<Bytes>> {
-        self.store.read_bodies(msgs)
+    /// Reads the messages at members `(queue, qid)` back at once: their store ids and bodies
+    /// (in the same order; `None`: not held or not readable).
+    pub(crate) fn read_member_bodies(&self, members: &[(u64, u64)]) -> Vec<Option<(u64, Bytes)>> {
+        self.store.read_member_bodies(members)
     }
 
     /// Last durable log index (bodies stored at or below it can be read back).

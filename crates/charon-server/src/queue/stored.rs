@@ -573,13 +573,15 @@ impl StoreSide {
     }
 
     /// Gives every paged-out message among `deliveries` its body, read back in one go: the
-    /// store reads runs of neighbouring records with one positioned read each (a backlog
-    /// delivered in order lies mostly in consecutive records) instead of one read and one
-    /// allocation per message. What it cannot read stays paged ([`Self::load`] then tries
-    /// again, alone). A stored message it gives its body gets its store id too
-    /// (`Delivery::stored`: [`Self::load_stored`] need not ask the store again).
+    /// store finds them all under one lock and reads runs of neighbouring records with one
+    /// positioned read each (a backlog delivered in order lies mostly in consecutive records)
+    /// instead of one read and one allocation per message. What it cannot read stays paged
+    /// ([`Self::load`] then tries again, alone). A stored message it gives its body gets its
+    /// store id too (`Delivery::stored`: [`Self::load_stored`] need not ask the store again).
     pub(crate) fn load_many(&self, deliveries: &mut [Delivery]) {
-        let mut paged: Vec<(usize, u64)> = Vec::new();
+        // (delivery, whether stored); the members asked, in the same order.
+        let mut paged: Vec<(usize, bool)> = Vec::new();
+        let mut members: Vec<(u64, u64)> = Vec::new();
         for (i, d) in deliveries.iter_mut().enumerate() {
             if !d.message.is_paged() {
                 continue;
@@ -597,21 +599,19 @@ impl StoreSide {
             } else {
                 continue;
             };
-            if let Some(msg) = self.p.message_of(area, self.store_qid(d.id)) {
-                if stored {
-                    d.stored = Some(msg);
-                }
-                paged.push((i, msg));
-            }
+            paged.push((i, stored));
+            members.push((area, self.store_qid(d.id)));
         }
         if paged.len() < 2 {
             return;
         }
-        let msgs: Vec<u64> = paged.iter().map(|(_, m)| *m).collect();
-        let bodies = self.p.read_bodies(&msgs);
-        for ((i, _), body) in paged.into_iter().zip(bodies) {
-            if let (Some(d), Some(b)) = (deliveries.get_mut(i), body) {
-                d.message = Arc::new(d.message.with_body(b));
+        let read = self.p.read_member_bodies(&members);
+        for ((i, stored), got) in paged.into_iter().zip(read) {
+            if let (Some(d), Some((msg, body))) = (deliveries.get_mut(i), got) {
+                d.message = Arc::new(d.message.with_body(body));
+                if stored {
+                    d.stored = Some(msg);
+                }
             }
         }
     }

@@ -83,6 +83,22 @@ impl StorageFile for DiskFile {
         self.0.read_exact_at(buf, offset)
     }
 
+    fn read_vec_at(&self, len: usize, offset: u64) -> io::Result<Vec<u8>> {
+        // `with_capacity` gives exactly `len` of room, so no read goes past `len` bytes.
+        let mut buf = Vec::with_capacity(len);
+        while buf.len() < len {
+            let at = offset + buf.len() as u64;
+            match rustix::io::pread(&self.0, rustix::buffer::spare_capacity(&mut buf), at) {
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        buf.truncate(len);
+        Ok(buf)
+    }
+
     fn write_all_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
         self.0.write_all_at(data, offset)
     }

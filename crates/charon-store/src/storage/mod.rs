@@ -43,6 +43,14 @@ pub trait StorageFile: Send + Sync + std::fmt::Debug {
     fn size(&self) -> io::Result<u64>;
     /// Fill `buf` from `offset` (error if the file is shorter).
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// `len` bytes from `offset` in a new buffer of exactly that length (error if the file
+    /// is shorter). The default zero-fills the buffer first; the disk file reads straight into
+    /// the new buffer's room (no zeroing pass).
+    fn read_vec_at(&self, len: usize, offset: u64) -> io::Result<Vec<u8>> {
+        let mut buf = vec![0u8; len];
+        self.read_exact_at(&mut buf, offset)?;
+        Ok(buf)
+    }
     /// Write all of `data` at `offset`.
     fn write_all_at(&self, data: &[u8], offset: u64) -> io::Result<()>;
     /// Make the contents durable (`fdatasync`).
