@@ -97,22 +97,16 @@ def test_a_message_in_two_queues_dead_letters_from_each_with_its_whole_body(conn
         bodies = [b"shared-%d-" % i + bytes(range(256)) * (i + 1) for i in range(3)]
         for b in bodies:
             ch.basic_publish(fan, "", b, props(delivery_mode=mode))
-        # Rejected from the first queue while the second still holds every message.
-        got1 = [get_within(ch, q1, 30, auto_ack=False) for _ in bodies]
-        assert None not in got1 and [g[2] for g in got1] == bodies
-        for m, _p, _b in got1:
-            ch.basic_reject(m.delivery_tag, requeue=False)
-        first = get_n(ch, dlq, 3, timeout=30)
-        assert [g[2] for g in first] == bodies, mode
-        assert all(g[1].headers["x-death"][0]["queue"] == q1 for g in first)
-        assert all(g[1].delivery_mode == mode for g in first)
-        # Then from the second, now the only holder.
-        got2 = [get_within(ch, q2, 30, auto_ack=False) for _ in bodies]
-        assert None not in got2 and [g[2] for g in got2] == bodies
-        for m, _p, _b in got2:
-            ch.basic_reject(m.delivery_tag, requeue=False)
-        second = get_n(ch, dlq, 3, timeout=30)
-        assert [g[2] for g in second] == bodies, mode
-        assert all(g[1].headers["x-death"][0]["queue"] == q2 for g in second)
-        assert all(g[1].headers["x-death"][0]["reason"] == "rejected" for g in second)
+        # Rejected from the first queue while the second still holds every message, then
+        # from the second, now the only holder.
+        for q in (q1, q2):
+            got = [get_within(ch, q, 30, auto_ack=False) for _ in bodies]
+            assert None not in got and [g[2] for g in got] == bodies
+            for m, _p, _b in got:
+                ch.basic_reject(m.delivery_tag, requeue=False)
+            copies = get_n(ch, dlq, 3, timeout=30)
+            assert [g[2] for g in copies] == bodies, (mode, q)
+            assert all(g[1].headers["x-death"][0]["queue"] == q for g in copies)
+            assert all(g[1].headers["x-death"][0]["reason"] == "rejected" for g in copies)
+            assert all(g[1].delivery_mode == mode for g in copies)
         assert count(ch, dlq) == 0 and count(ch, q1) == 0 and count(ch, q2) == 0
