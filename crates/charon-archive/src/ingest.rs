@@ -13,9 +13,12 @@ use std::collections::{HashMap, HashSet};
 use crate::error::ArchiveError;
 use crate::extract::NewRecord;
 use crate::record::status;
-use crate::sql::{ColType, Conn, Dialect, Param, transaction};
+use crate::sql::{Conn, Dialect, Param, transaction};
 use crate::summary::{INSERT_COLS, key_expr, postgres_add, sqlite_add};
 use crate::wal_sync::WalSync;
+
+mod copy;
+use copy::copy_batch;
 
 /// The `archive_counters` row that tells the insert trigger the archiver counts its own batch.
 pub const SUMMARY_FLAG: &str = "summary_by_archiver";
@@ -35,23 +38,6 @@ const RECORD_COLS: &str = "stable_key, vhost, queue, original_queue, original_ex
     original_routing_keys, reason, death_count, message_id, correlation_id, message_key, \
     content_type, properties, headers, amqp_properties, payload, payload_bytes, error_message, \
     error_stacktrace, error_fingerprint, status, created_at, updated_at";
-/// The types of [`RECORD_COLS`], for PostgreSQL's binary COPY ([`copy_batch`]).
-const RECORD_TYPES: [ColType; INSERT_WIDTH] = {
-    use ColType::{Bytes as B, Int as I, Text as T};
-    [
-        T, T, T, T, T, T, T, I, T, T, T, T, T, T, B, B, I, T, T, T, T, I, I,
-    ]
-};
-/// Records per COPY statement (a batch is up to 4,000: several COPYs in one savepoint). The
-/// summary's statement trigger keeps every row a statement inserts (its transition table,
-/// migration 3) and spills it to a temporary file past `work_mem` (4 MB by default): the whole
-/// batch in one COPY (~12 MB of the bench's records) wrote it to disk, 1,000 records (~3 MB) do
-/// not (docs/archive.md "Fourteenth round").
-const COPY_ROWS: usize = 1000;
-/// The savepoint a batch's COPY runs in: on a failure (a record archived before, after a
-/// redelivery) the batch is inserted again row by row with `ON CONFLICT DO NOTHING`.
-const COPY_SAVEPOINT: &str = "archive_copy";
-
 /// Migration 5: an index for the `queue` filter in id order, the insert trigger that steps
 /// aside for the archiver's batches, and (PostgreSQL) the large columns compressed with lz4
 /// instead of pglz (where the server lacks lz4, PostgreSQL < 14 or built without it: records
@@ -394,56 +380,6 @@ fn finish_batch(c: &mut dyn Conn, trigger: Option<String>, n: u64) -> Result<u64
         c.batch(&sql)?;
     }
     Ok(n)
-}
-
-/// Undoes a failed COPY and ends its savepoint (the INSERTs then run in the batch's transaction).
-fn rollback_copy() -> String {
-    format!("ROLLBACK TO SAVEPOINT {COPY_SAVEPOINT}; RELEASE SAVEPOINT {COPY_SAVEPOINT}")
-}
-
-/// PostgreSQL: the whole batch by binary COPY ([`COPY_ROWS`] records each), in a savepoint; `Some(n)`: every record
-/// was new and is in. A COPY has no `ON CONFLICT`: a record whose stable key is archived
-/// already (a redelivery after a crash) fails the whole COPY with a unique violation, so the
-/// savepoint is rolled back and `None` returned: the caller inserts the batch with `ON
-/// CONFLICT DO NOTHING` as before. Each record's parameters were built already, in
-/// [`RECORD_COLS`] order ([`Batch::push`]). `None` at once on SQLite (no bulk path).
-fn copy_batch(c: &mut dyn Conn, batch: &Batch) -> Result<Option<u64>, ArchiveError> {
-    if c.dialect() != Dialect::Postgres || batch.is_empty() {
-        return Ok(None);
-    }
-    c.batch(&format!("SAVEPOINT {COPY_SAVEPOINT}"))?;
-    let mut rows = batch.chunks.iter().flat_map(|p| p.chunks(INSERT_WIDTH));
-    let mut copied = Ok(Some(0));
-    for _ in 0..batch.len().div_ceil(COPY_ROWS) {
-        let mut part = rows.by_ref().take(COPY_ROWS);
-        let n = match c.copy_in("dead_letters", RECORD_COLS, &RECORD_TYPES, &mut part) {
-            Ok(Some(n)) => n,
-            other => {
-                copied = other;
-                break;
-            }
-        };
-        copied = copied.map(|total| total.map(|t| t + n));
-    }
-    match copied {
-        Ok(Some(n)) if n == batch.len() as u64 => {
-            c.batch(&format!("RELEASE SAVEPOINT {COPY_SAVEPOINT}"))?;
-            Ok(Some(n))
-        }
-        Ok(_) => {
-            c.batch(&rollback_copy())?;
-            Ok(None)
-        }
-        Err(e) => {
-            // A lost connection fails the rollback too: its error is the batch's.
-            if c.is_broken() {
-                return Err(e);
-            }
-            tracing::debug!(error = %e, "archive batch: COPY failed, inserting row by row");
-            c.batch(&rollback_copy()).map_err(|_| e)?;
-            Ok(None)
-        }
-    }
 }
 
 /// SQLite: takes the summary's insert trigger out of the schema for the rest of the batch's
