@@ -276,11 +276,8 @@ pub fn pg_error_count(needle: &str) -> Option<(String, Vec<Param>)> {
     }
     let sql = format!(
         "SELECT (SELECT COUNT(*) FROM dead_letter_search WHERE error LIKE ?) \
-         + (SELECT COUNT(*) FROM dead_letters WHERE id = ANY(ARRAY(\
-         SELECT id FROM dead_letters WHERE id > (SELECT watermark FROM dead_letter_search_state) \
-         UNION ALL SELECT id FROM dead_letter_search_scan)) AND ({} OR {}))",
-        Dialect::Postgres.contains("error_message"),
-        Dialect::Postgres.contains("error_stacktrace")
+         + (SELECT COUNT(*) FROM dead_letters WHERE {})",
+        pg_error_unindexed()
     );
     Some((
         sql,
@@ -304,13 +301,23 @@ pub fn pg_error_page_ids(needle: &str, desc: bool, reach: u64) -> Option<(String
     let dir = if desc { "DESC" } else { "ASC" };
     let sql = format!(
         "SELECT id FROM (SELECT id FROM dead_letter_search WHERE error LIKE ? ORDER BY id {dir} LIMIT {reach}) AS p \
-         UNION ALL SELECT id FROM (SELECT id FROM dead_letters WHERE id = ANY(ARRAY(\
-         SELECT id FROM dead_letters WHERE id > (SELECT watermark FROM dead_letter_search_state) \
-         UNION ALL SELECT id FROM dead_letter_search_scan)) AND ({} OR {}) ORDER BY id {dir} LIMIT {reach}) AS q",
-        Dialect::Postgres.contains("error_message"),
-        Dialect::Postgres.contains("error_stacktrace")
+         UNION ALL SELECT id FROM (SELECT id FROM dead_letters WHERE {} ORDER BY id {dir} LIMIT {reach}) AS q",
+        pg_error_unindexed()
     );
     Some((sql, p))
+}
+
+/// The condition on `dead_letters` of the records an `error` filter finds outside the side
+/// table (above the watermark, or edited: in `dead_letter_search_scan`) and that match it (two
+/// parameters: the needle twice), shared by [`pg_error_count`] and [`pg_error_page_ids`].
+fn pg_error_unindexed() -> String {
+    format!(
+        "id = ANY(ARRAY(\
+         SELECT id FROM dead_letters WHERE id > (SELECT watermark FROM dead_letter_search_state) \
+         UNION ALL SELECT id FROM dead_letter_search_scan)) AND ({} OR {})",
+        Dialect::Postgres.contains("error_message"),
+        Dialect::Postgres.contains("error_stacktrace")
+    )
 }
 
 /// `%needle%` for LIKE, its `%`, `_` and `\\` escaped.
