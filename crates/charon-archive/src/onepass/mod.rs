@@ -6,7 +6,8 @@
 //! The property octets are walked once: the short-string properties are borrowed, the headers
 //! table is written as JSON straight from its octets ([`write`]: exactly the text
 //! [`crate::json::table_to_json_text`] writes for the decoded table), and the headers the record
-//! needs are read from the same table's entries ([`walk`]). The general path decodes with
+//! needs are read from the same table's entries ([`walk`]); the other properties' JSON text is
+//! written from the borrowed values ([`Props::to_json_text`]). The general path decodes with
 //! `amq-protocol`, whose field table is a `BTreeMap`: its JSON lists keys in byte order and keeps
 //! the last of repeated keys; the walk does the same.
 //!
