@@ -107,10 +107,7 @@ fn insert_params(r: &mut NewRecord, p: &mut Vec<Param>) {
         take(&mut r.correlation_id),
         take(&mut r.key),
         take(&mut r.content_type),
-        // `to_string` (not `Value::to_string`, which goes through `fmt`): the same text.
-        serde_json::to_string(&r.properties.take())
-            .unwrap_or_else(|_| "{}".into())
-            .into(),
+        std::mem::take(&mut r.properties).into(),
         std::mem::take(&mut r.headers).into(),
         Param::Shared(r.amqp_properties.clone()),
         Param::Shared(r.payload.clone()),

@@ -23,7 +23,7 @@ fn rec(key: &str, oq: &str, err: &str, body: &[u8], at: i64) -> NewRecord {
         correlation_id: None,
         key: Some(key.into()),
         content_type: Some("text/plain".into()),
-        properties: json!({"message_id": key}),
+        properties: json!({"message_id": key}).to_string(),
         headers: json!({"tenant": oq, "n": 7, "x-exception-message": err}).to_string(),
         amqp_properties: Bytes::new(),
         payload: Bytes::copy_from_slice(body),

@@ -62,7 +62,7 @@ fn rec(key: &str, oq: &str, err: &str, age_days: i64) -> NewRecord {
         correlation_id: None,
         key: Some(key.into()),
         content_type: None,
-        properties: json!({}),
+        properties: json!({}).to_string(),
         headers: json!({}).to_string(),
         amqp_properties: Bytes::new(),
         payload: Bytes::from_static(b"x"),

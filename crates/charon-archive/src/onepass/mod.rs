@@ -6,7 +6,8 @@
 //! The property octets are walked once: the short-string properties are borrowed, the headers
 //! table is written as JSON straight from its octets ([`write`]: exactly the text
 //! [`crate::json::table_to_json_text`] writes for the decoded table), and the headers the record
-//! needs are read from the same table's entries ([`walk`]). The general path decodes with
+//! needs are read from the same table's entries ([`walk`]); the other properties' JSON text is
+//! written from the borrowed values ([`Props::to_json_text`]). The general path decodes with
 //! `amq-protocol`, whose field table is a `BTreeMap`: its JSON lists keys in byte order and keeps
 //! the last of repeated keys; the walk does the same.
 //!
@@ -18,8 +19,6 @@
 
 mod walk;
 mod write;
-
-use serde_json::{Map, Value, json};
 
 use walk::{Cur, Entry, Val, get};
 
@@ -117,34 +116,52 @@ fn props(bytes: &[u8]) -> Option<Props<'_>> {
 }
 
 impl Props<'_> {
-    /// Every property but the headers as JSON, as `json::properties_to_json` builds it (same
-    /// keys, inserted in the same order).
-    pub(crate) fn to_json(&self) -> Value {
-        let mut m = Map::new();
-        let mut s = |k: &str, v: Option<&str>| {
-            if let Some(v) = v {
-                m.insert(k.to_string(), json!(v));
+    /// Every property but the headers as JSON text: exactly what `serde_json::to_string` writes
+    /// for the object `json::properties_to_json` builds (serde_json's map sorts its keys, so
+    /// they are written here in byte order; strings escaped as serde_json escapes them).
+    pub(crate) fn to_json_text(&self) -> String {
+        use std::fmt::Write as _;
+        enum V<'v> {
+            S(&'v str),
+            N(u64),
+        }
+        // Sorted by key.
+        let fields = [
+            ("app_id", self.app_id.map(V::S)),
+            ("content_encoding", self.content_encoding.map(V::S)),
+            ("content_type", self.content_type.map(V::S)),
+            ("correlation_id", self.correlation_id.map(V::S)),
+            (
+                "delivery_mode",
+                self.delivery_mode.map(|d| V::N(u64::from(d))),
+            ),
+            ("expiration", self.expiration.map(V::S)),
+            ("message_id", self.message_id.map(V::S)),
+            ("priority", self.priority.map(|p| V::N(u64::from(p)))),
+            ("reply_to", self.reply_to.map(V::S)),
+            ("timestamp", self.timestamp.map(V::N)),
+            ("type", self.kind.map(V::S)),
+            ("user_id", self.user_id.map(V::S)),
+        ];
+        let mut out = String::with_capacity(128);
+        out.push('{');
+        for (k, v) in fields {
+            let Some(v) = v else { continue };
+            if out.len() > 1 {
+                out.push(',');
             }
-        };
-        s("content_type", self.content_type);
-        s("content_encoding", self.content_encoding);
-        s("correlation_id", self.correlation_id);
-        s("reply_to", self.reply_to);
-        s("expiration", self.expiration);
-        s("message_id", self.message_id);
-        s("type", self.kind);
-        s("user_id", self.user_id);
-        s("app_id", self.app_id);
-        if let Some(d) = self.delivery_mode {
-            m.insert("delivery_mode".into(), json!(d));
+            out.push('"');
+            out.push_str(k);
+            out.push_str("\":");
+            match v {
+                V::S(s) => write::write_str(&mut out, s),
+                V::N(n) => {
+                    let _ = write!(out, "{n}");
+                }
+            }
         }
-        if let Some(p) = self.priority {
-            m.insert("priority".into(), json!(p));
-        }
-        if let Some(t) = self.timestamp {
-            m.insert("timestamp".into(), json!(t));
-        }
-        Value::Object(m)
+        out.push('}');
+        out
     }
 }
 
@@ -208,8 +225,9 @@ impl<'a> Parsed<'a> {
             };
             death_count =
                 death_count.wrapping_add(get(&d, "count").and_then(|v| v.int()).unwrap_or(1));
-            let same = |k: &str, want: &Option<String>| {
-                want.is_none() || get(&d, k).and_then(|v| v.text()) == *want
+            let same = |k: &str, want: &Option<String>| match want {
+                None => true,
+                Some(w) => get(&d, k).is_some_and(|v| v.text_is(w)),
             };
             if routing_keys.is_empty()
                 && same("queue", queue)

@@ -94,6 +94,14 @@ impl<'a> Val<'a> {
         }
     }
 
+    /// Whether [`Val::text`] of the value is `want`, without building the text for a string.
+    pub(super) fn text_is(&self, want: &str) -> bool {
+        match self.tag {
+            b'S' | b'x' => lossy(self.body) == want,
+            _ => self.text().as_deref() == Some(want),
+        }
+    }
+
     /// The value as `extract`'s `int` reads a death count.
     pub(super) fn int(&self) -> Option<i64> {
         let b = self.body;

@@ -19,7 +19,7 @@ pub(crate) fn record(i: usize) -> NewRecord {
         correlation_id: None,
         key: None,
         content_type: None,
-        properties: json!({}),
+        properties: json!({}).to_string(),
         headers: "{}".into(),
         amqp_properties: Bytes::new(),
         payload: Bytes::from_static(b"body"),
