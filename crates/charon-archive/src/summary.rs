@@ -156,14 +156,15 @@ pub(crate) fn sqlite_same_group_by_columns(keys: Keys, r: &str) -> String {
 }
 
 /// SQLite: the statements that take row `r` (`old`) out of its group; a removed bound is looked
-/// up again among the records `same_group` selects.
+/// up again among the records `same_group` selects, unless the group empties (its row goes:
+/// since migration 10 such a lookup could walk a whole six-column index range for nothing).
 fn sqlite_sub(keys: Keys, r: &str, same_group: fn(Keys, &str) -> String) -> String {
     let k = key_expr_of(keys, &format!("{r}."));
     let g = same_group(keys, r);
     format!(
         "UPDATE dead_letter_groups SET records = records - 1, payload_bytes = payload_bytes - {r}.payload_bytes, \
-         oldest = CASE WHEN {r}.created_at <= oldest THEN COALESCE((SELECT MIN(created_at) FROM dead_letters WHERE {g}), oldest) ELSE oldest END, \
-         newest = CASE WHEN {r}.created_at >= newest THEN COALESCE((SELECT MAX(created_at) FROM dead_letters WHERE {g}), newest) ELSE newest END \
+         oldest = CASE WHEN {r}.created_at <= oldest AND records > 1 THEN COALESCE((SELECT MIN(created_at) FROM dead_letters WHERE {g}), oldest) ELSE oldest END, \
+         newest = CASE WHEN {r}.created_at >= newest AND records > 1 THEN COALESCE((SELECT MAX(created_at) FROM dead_letters WHERE {g}), newest) ELSE newest END \
          WHERE group_key = {k};
          DELETE FROM dead_letter_groups WHERE group_key = {k} AND records <= 0;"
     )
@@ -227,13 +228,13 @@ fn postgres_same_group(keys: Keys) -> String {
 }
 
 /// PostgreSQL: the rows of `from` (aliased `r`) taken out of their groups; a removed bound is
-/// looked up again.
+/// looked up again unless the group empties.
 fn postgres_sub(keys: Keys, from: &str) -> String {
     let same = postgres_same_group(keys);
     format!(
         "UPDATE dead_letter_groups AS g SET records = g.records - d.n, payload_bytes = g.payload_bytes - d.b, \
-         oldest = CASE WHEN d.mn <= g.oldest THEN COALESCE((SELECT MIN(created_at) FROM dead_letters WHERE {same}), g.oldest) ELSE g.oldest END, \
-         newest = CASE WHEN d.mx >= g.newest THEN COALESCE((SELECT MAX(created_at) FROM dead_letters WHERE {same}), g.newest) ELSE g.newest END \
+         oldest = CASE WHEN d.mn <= g.oldest AND g.records > d.n THEN COALESCE((SELECT MIN(created_at) FROM dead_letters WHERE {same}), g.oldest) ELSE g.oldest END, \
+         newest = CASE WHEN d.mx >= g.newest AND g.records > d.n THEN COALESCE((SELECT MAX(created_at) FROM dead_letters WHERE {same}), g.newest) ELSE g.newest END \
          FROM (SELECT {k} AS k, COUNT(*) AS n, SUM(r.payload_bytes) AS b, MIN(r.created_at) AS mn, MAX(r.created_at) AS mx FROM {from} GROUP BY 1) AS d \
          WHERE g.group_key = d.k;
          DELETE FROM dead_letter_groups WHERE records <= 0;",
