@@ -65,9 +65,11 @@ fn ids(c: &mut dyn Conn, sql: &str, p: &[Param]) -> Vec<i64> {
         .collect()
 }
 
-/// The filters the summary answers since migration 10, each as the API's pairs and the plain
-/// SQL condition with its parameters.
-fn filters() -> Vec<(Vec<(&'static str, &'static str)>, String, Vec<Param>)> {
+/// A filter as the API's pairs, and the plain SQL condition with its parameters.
+type Case = (Vec<(&'static str, &'static str)>, String, Vec<Param>);
+
+/// The filters the summary answers since migration 10.
+fn filters() -> Vec<Case> {
     vec![
         (
             vec![("content_type", "application/json")],
@@ -140,16 +142,16 @@ fn check_queries(c: &mut dyn Conn, when: &str) {
             }
         }
     }
-    let group_filters: Vec<(Vec<(&str, &str)>, &str, Vec<Param>)> = vec![
-        (vec![], "TRUE", vec![]),
+    let group_filters: Vec<Case> = vec![
+        (vec![], "TRUE".into(), vec![]),
         (
             vec![("original_exchange", "orders")],
-            "original_exchange = ?",
+            "original_exchange = ?".into(),
             vec!["orders".into()],
         ),
         (
             vec![("content_type", "text/plain"), ("status", "PENDING")],
-            "content_type = ? AND status = ?",
+            "content_type = ? AND status = ?".into(),
             vec!["text/plain".into(), "PENDING".into()],
         ),
     ];
