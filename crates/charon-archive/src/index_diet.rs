@@ -11,7 +11,7 @@
 //!   expression index (its btree cannot search `IS NOT DISTINCT FROM`).
 
 use crate::sql::Dialect;
-use crate::summary::{sqlite_remove_triggers, sqlite_same_group_by_columns};
+use crate::summary::{Keys, sqlite_remove_triggers, sqlite_same_group_by_columns};
 
 /// Migration 6, rendered for `d`.
 pub fn v6(d: Dialect) -> String {
@@ -24,7 +24,7 @@ DROP TRIGGER dead_letter_groups_update;
 DROP INDEX dead_letters_group_key;
 CREATE INDEX dead_letters_group ON dead_letters (vhost, queue, original_queue, reason, error_fingerprint, status, created_at);
 {triggers}",
-            triggers = sqlite_remove_triggers(sqlite_same_group_by_columns)
+            triggers = sqlite_remove_triggers(Keys::V3, sqlite_same_group_by_columns)
         ),
         Dialect::Postgres => "DROP INDEX dead_letters_key;
 CREATE INDEX dead_letters_key ON dead_letters (message_key) WHERE message_key IS DISTINCT FROM message_id;"

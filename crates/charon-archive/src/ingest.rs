@@ -14,7 +14,7 @@ use crate::error::ArchiveError;
 use crate::extract::NewRecord;
 use crate::record::status;
 use crate::sql::{Conn, Dialect, Param, transaction};
-use crate::summary::{INSERT_COLS, key_expr, postgres_add, sqlite_add};
+use crate::summary::{Keys, key_expr_of, postgres_add, sqlite_add};
 use crate::wal_sync::WalSync;
 
 mod copy;
@@ -49,7 +49,7 @@ pub fn v5(d: Dialect) -> String {
             "CREATE INDEX dead_letters_queue_id ON dead_letters (queue, id);
 DROP TRIGGER dead_letter_groups_insert;
 CREATE TRIGGER dead_letter_groups_insert AFTER INSERT ON dead_letters WHEN NOT EXISTS ({flag}) BEGIN {ins} END;",
-            ins = sqlite_add("new")
+            ins = sqlite_add(Keys::V3, "new")
         ),
         Dialect::Postgres => format!(
             "CREATE INDEX dead_letters_queue_id ON dead_letters (queue, id);
@@ -61,7 +61,7 @@ EXCEPTION WHEN OTHERS THEN
     ALTER TABLE dead_letters SET (toast_tuple_target = 8160);
 END $do$;
 CREATE OR REPLACE FUNCTION dead_letter_groups_insert() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF EXISTS ({flag}) THEN RETURN NULL; END IF; {ins} RETURN NULL; END $$;",
-            ins = postgres_add("new_rows AS r")
+            ins = postgres_add(Keys::V3, "new_rows AS r")
         ),
     }
 }
@@ -87,9 +87,10 @@ fn insert_sql(d: Dialect, rows: usize) -> String {
 }
 
 /// A record's parameters, in [`RECORD_COLS`] order (the body is shared, not copied). The texts
-/// that only the INSERT needs are moved out of `r` (its headers JSON, stack trace, ids, content
-/// type, exchange, properties are left empty); what the batch reads afterwards stays: the stable
-/// key ([`all_archived`], [`inserted_keys`]) and the summary's columns ([`Deltas::add`]).
+/// that only the INSERT needs are moved out of `r` (its headers JSON, stack trace, ids,
+/// properties are left empty); what the batch reads afterwards stays: the stable key
+/// ([`all_archived`], [`inserted_keys`]) and the summary's columns ([`Deltas::add`], since
+/// migration 10 also the content type and exchange).
 fn insert_params(r: &mut NewRecord, p: &mut Vec<Param>) {
     let take = |s: &mut Option<String>| Param::Text(s.take());
     p.extend([
@@ -97,7 +98,7 @@ fn insert_params(r: &mut NewRecord, p: &mut Vec<Param>) {
         r.vhost.clone().into(),
         r.queue.clone().into(),
         r.original_queue.clone().into(),
-        take(&mut r.original_exchange),
+        r.original_exchange.clone().into(),
         serde_json::to_string(&r.original_routing_keys)
             .unwrap_or_else(|_| "[]".into())
             .into(),
@@ -106,7 +107,7 @@ fn insert_params(r: &mut NewRecord, p: &mut Vec<Param>) {
         take(&mut r.message_id),
         take(&mut r.correlation_id),
         take(&mut r.key),
-        take(&mut r.content_type),
+        r.content_type.clone().into(),
         std::mem::take(&mut r.properties).into(),
         std::mem::take(&mut r.headers).into(),
         Param::Shared(r.amqp_properties.clone()),
@@ -121,10 +122,14 @@ fn insert_params(r: &mut NewRecord, p: &mut Vec<Param>) {
     ]);
 }
 
-/// A group's key columns, as the summary has them (status: a new record is PENDING).
+/// A group's key columns, as the summary has them since migration 10 (status: a new record is
+/// PENDING): vhost, queue, original_queue, reason, error_fingerprint, content_type,
+/// original_exchange.
 type GroupKey<'a> = (
     &'a str,
     &'a str,
+    Option<&'a str>,
+    Option<&'a str>,
     Option<&'a str>,
     Option<&'a str>,
     Option<&'a str>,
@@ -155,6 +160,8 @@ impl<'a> Deltas<'a> {
             r.original_queue.as_deref(),
             r.reason.as_deref(),
             r.error_fingerprint.as_deref(),
+            r.content_type.as_deref(),
+            r.original_exchange.as_deref(),
         );
         let bytes = r.payload.len() as i64;
         match self.by_group.get_mut(&key) {
@@ -182,44 +189,51 @@ impl<'a> Deltas<'a> {
     }
 
     /// One upsert per group; the key expression is the summary's own, computed by the database.
-    fn write(&self, c: &mut dyn Conn) -> Result<(), ArchiveError> {
+    /// `keys`: the summary's key in this database (a database below migration 10 is written by
+    /// tests only: the broker migrates at open).
+    fn write(&self, c: &mut dyn Conn, keys: Keys) -> Result<(), ArchiveError> {
         let (least, greatest) = match c.dialect() {
             Dialect::Sqlite => ("min", "max"),
             Dialect::Postgres => ("LEAST", "GREATEST"),
         };
+        let v = keys
+            .columns()
+            .iter()
+            .map(|c| format!("CAST(? AS TEXT) AS {c}"))
+            .collect::<Vec<_>>()
+            .join(", ");
         let sql = format!(
-            "INSERT INTO dead_letter_groups AS g ({INSERT_COLS}) \
-             SELECT {k}, v.vhost, v.queue, v.original_queue, v.reason, v.error_fingerprint, v.status, v.records, v.oldest, v.newest, v.payload_bytes, v.error_message \
-             FROM (SELECT CAST(? AS TEXT) AS vhost, CAST(? AS TEXT) AS queue, CAST(? AS TEXT) AS original_queue, CAST(? AS TEXT) AS reason, \
-             CAST(? AS TEXT) AS error_fingerprint, CAST(? AS TEXT) AS status, CAST(? AS BIGINT) AS records, CAST(? AS BIGINT) AS oldest, \
+            "INSERT INTO dead_letter_groups AS g ({cols}) \
+             SELECT {k}, {vals}, v.records, v.oldest, v.newest, v.payload_bytes, v.error_message \
+             FROM (SELECT {v}, CAST(? AS BIGINT) AS records, CAST(? AS BIGINT) AS oldest, \
              CAST(? AS BIGINT) AS newest, CAST(? AS BIGINT) AS payload_bytes, CAST(? AS TEXT) AS error_message) AS v WHERE true \
              ON CONFLICT (group_key) DO UPDATE SET records = g.records + excluded.records, oldest = {least}(g.oldest, excluded.oldest), \
              newest = {greatest}(g.newest, excluded.newest), payload_bytes = g.payload_bytes + excluded.payload_bytes, \
              error_message = COALESCE(g.error_message, excluded.error_message)",
-            k = key_expr("v.")
+            cols = keys.insert_cols(),
+            vals = keys.list("v."),
+            k = key_expr_of(keys, "v.")
         );
         let text = |s: Option<&str>| Param::Text(s.map(str::to_string));
         for key in &self.order {
             let Some(d) = self.by_group.get(key) else {
                 continue;
             };
-            let (vhost, queue, oq, reason, fp) = *key;
-            c.exec(
-                &sql,
-                &[
-                    vhost.into(),
-                    queue.into(),
-                    text(oq),
-                    text(reason),
-                    text(fp),
-                    status::PENDING.into(),
-                    d.records.into(),
-                    d.oldest.into(),
-                    d.newest.into(),
-                    d.payload_bytes.into(),
-                    text(d.error_message),
-                ],
-            )?;
+            let (vhost, queue, oq, reason, fp, ct, ox) = *key;
+            let mut p: Vec<Param> =
+                vec![vhost.into(), queue.into(), text(oq), text(reason), text(fp)];
+            if keys == Keys::V10 {
+                p.extend([text(ct), text(ox)]);
+            }
+            p.extend([
+                status::PENDING.into(),
+                d.records.into(),
+                d.oldest.into(),
+                d.newest.into(),
+                d.payload_bytes.into(),
+                text(d.error_message),
+            ]);
+            c.exec(&sql, &p)?;
         }
         Ok(())
     }
@@ -318,15 +332,20 @@ pub fn insert_prepared(c: &mut dyn Conn, batch: &Batch) -> Result<u64, ArchiveEr
         )?;
         // Ids are given in insertion order by the archive's single writer connection: a record
         // of this batch has an id above every record committed before it.
-        let before = c
-            .query("SELECT COALESCE(MAX(id), 0) FROM dead_letters", &[])?
-            .first()
-            .and_then(|r| r.first())
-            .map_or(0, |x| x.int());
+        // With the schema's version (the summary's key, see [`Deltas::write`]) in the same query.
+        let row = c.query(
+            "SELECT COALESCE(MAX(id), 0), (SELECT MAX(version) FROM archive_migrations) FROM dead_letters",
+            &[],
+        )?;
+        let before = row.first().and_then(|r| r.first()).map_or(0, |x| x.int());
+        let keys = match row.first().and_then(|r| r.get(1)).and_then(|x| x.opt_int()) {
+            Some(v) if v < 10 => Keys::V3,
+            _ => Keys::V10,
+        };
         let mut deltas = Deltas::default();
         if let Some(n) = copy_batch(c, batch)? {
             batch.records.iter().for_each(|r| deltas.add(r));
-            deltas.write(c)?;
+            deltas.write(c, keys)?;
             return finish_batch(c, trigger, n);
         }
         let mut n = 0;
@@ -362,7 +381,7 @@ pub fn insert_prepared(c: &mut dyn Conn, batch: &Batch) -> Result<u64, ArchiveEr
                     .for_each(|r| deltas.add(r));
             }
         }
-        deltas.write(c)?;
+        deltas.write(c, keys)?;
         finish_batch(c, trigger, n)
     })
 }

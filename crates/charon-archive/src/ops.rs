@@ -151,7 +151,18 @@ pub fn list(
     let inner = format!(
         "SELECT id FROM {{from}} WHERE {{cond}} ORDER BY {inner_order} LIMIT {page_size}{skip}"
     );
-    let ids = if ranged {
+    let ids = if ranged && order.starts_with("created_at ") {
+        // Sorted by time: the range of `dead_letters_created` walked in order (SQLite).
+        crate::page_plan::ranged_ids_query(
+            c,
+            &inner,
+            &cond,
+            &params,
+            &order,
+            total,
+            offset.saturating_add(page_size),
+        )?
+    } else if ranged {
         inner
             .replace("{from}", "dead_letters")
             .replace("{cond}", &cond)

@@ -18,6 +18,11 @@
 //! match's record for its `created_at` to sort them (`original_queue = …` sorted by `-created_at`,
 //! page 100, over 1,000,000 records: 50,000 records read and sorted; docs/archive.md "Thirteenth
 //! round").
+//!
+//! A time range (`since`/`until`) sorted by `created_at` walks `dead_letters_created` over the
+//! range only, testing the other conditions on each row ([`ranged_ids_query`], fifteenth round):
+//! the range is that index's own range, so the walk visits at most the rows the estimate above
+//! counts (the matches are at least as dense inside the range as over all records).
 
 use crate::error::ArchiveError;
 use crate::sql::{Cell, Conn, Dialect, Param};
@@ -51,6 +56,34 @@ pub fn ids_query(
     total: i64,
     reach: u64,
 ) -> Result<String, ArchiveError> {
+    plan_ids(c, inner, cond, params, order, total, reach, true)
+}
+
+/// [`ids_query`] for a filter with a time range sorted by `created_at`: the walk, never the
+/// membership probe (whose walk would not be limited to the range).
+pub fn ranged_ids_query(
+    c: &mut dyn Conn,
+    inner: &str,
+    cond: &str,
+    params: &[Param],
+    order: &str,
+    total: i64,
+    reach: u64,
+) -> Result<String, ArchiveError> {
+    plan_ids(c, inner, cond, params, order, total, reach, false)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn plan_ids(
+    c: &mut dyn Conn,
+    inner: &str,
+    cond: &str,
+    params: &[Param],
+    order: &str,
+    total: i64,
+    reach: u64,
+    may_probe: bool,
+) -> Result<String, ArchiveError> {
     const TABLE: &str = "dead_letters";
     let fill = |from: &str, cond: &str| inner.replace("{from}", from).replace("{cond}", cond);
     let plain = fill(TABLE, cond);
@@ -71,7 +104,8 @@ pub fn ids_query(
     // Rows the walk visits (the matches spread evenly) against rows the sort reads.
     let visits = (reach as f64) * (all.max(total) as f64) / (total as f64);
     let walk = visits <= total as f64;
-    let probe = index == "dead_letters_created" && total.saturating_mul(PROBE_SHARE) >= all;
+    let probe =
+        may_probe && index == "dead_letters_created" && total.saturating_mul(PROBE_SHARE) >= all;
     if !walk && !probe {
         return Ok(plain);
     }

@@ -133,7 +133,11 @@ const MIGRATIONS: &[&str] = &[
     V7_SEARCH,
     V8_HEADER_LINES,
     V9_HEADER_INDEX,
+    V10_SUMMARY_KEYS,
 ];
+
+/// Migration 10 (rendered per dialect by [`crate::summary_keys::v10`]).
+const V10_SUMMARY_KEYS: &str = "{V10_SUMMARY_KEYS}";
 
 /// Migration 9 (rendered per dialect by [`crate::header_index::v9`]).
 const V9_HEADER_INDEX: &str = "{V9_HEADER_INDEX}";
@@ -170,6 +174,9 @@ fn render(sql: &str, d: Dialect) -> String {
     }
     if sql == V9_HEADER_INDEX {
         return crate::header_index::v9(d);
+    }
+    if sql == V10_SUMMARY_KEYS {
+        return crate::summary_keys::v10(d);
     }
     if sql == V8_HEADER_LINES {
         return crate::header_lines::v8(d);

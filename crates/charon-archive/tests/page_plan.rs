@@ -47,6 +47,15 @@ fn plan(c: &mut dyn Conn, f: &Filter, sort: Option<&str>, total: i64, reach: u64
     charon_archive::page_plan::ids_query(c, &inner, &cond, &p, &order, total, reach).expect("plan")
 }
 
+/// The page's id query for a time range sorted by time, as `page_plan` writes it.
+fn ranged(c: &mut dyn Conn, f: &Filter, sort: Option<&str>, total: i64, reach: u64) -> String {
+    let (cond, p): (String, Vec<Param>) = f.to_sql(c.dialect()).expect("cond");
+    let order = order_by(sort).expect("order");
+    let inner = format!("SELECT id FROM {{from}} WHERE {{cond}} ORDER BY {order} LIMIT 50");
+    charon_archive::page_plan::ranged_ids_query(c, &inner, &cond, &p, &order, total, reach)
+        .expect("plan")
+}
+
 /// Whether the id query walks `index` testing the filter row by row (`Walk`), testing ids
 /// against the filter's ids (`Probe`), or reads the matches and sorts (`Sort`).
 #[derive(Debug, PartialEq)]
@@ -120,6 +129,26 @@ fn sqlite_pages_walk_the_order_index_and_match_a_full_sort() {
         let edited = Filter::from_pairs([("body", "needle")]).expect("f");
         let p = plan(c, &edited, Some("-created_at"), 120, 100);
         assert_eq!(kind(&p, created), Kind::Probe, "{p}");
+        // A time range sorted by time (fifteenth round): the range of `dead_letters_created`
+        // walked, never probed (a probe's walk would not be limited to the range).
+        let since_pending =
+            Filter::from_pairs([("since", "1700000004000"), ("status", "PENDING")]).expect("f");
+        let n = ops::list(c, &since_pending, None, 1, 1).expect("list").1;
+        assert!(n > 1000, "{n}");
+        let p = ranged(c, &since_pending, Some("-created_at"), n, 50);
+        assert_eq!(kind(&p, created), Kind::Walk, "{p}");
+        // Deep enough that the walk would visit more rows than match: sorted, not probed.
+        let since_skipped =
+            Filter::from_pairs([("since", "1700000004000"), ("status", "SKIPPED")]).expect("f");
+        let n = ops::list(c, &since_skipped, None, 1, 1).expect("list").1;
+        let p = ranged(c, &since_skipped, Some("created_at"), n, 150);
+        assert_eq!(kind(&p, created), Kind::Sort, "{p}");
+        let window = Filter::from_pairs([
+            ("since", "1700000003000"),
+            ("until", "1700000009000"),
+            ("status", "PENDING"),
+        ])
+        .expect("f");
         let failed = Filter::from_pairs([("error", "failed 3")]).expect("f");
         let q1_skipped =
             Filter::from_pairs([("original_queue", "q1"), ("status", "SKIPPED")]).expect("f");
@@ -130,6 +159,9 @@ fn sqlite_pages_walk_the_order_index_and_match_a_full_sort() {
             &failed,
             &edited,
             &q1_skipped,
+            &since_pending,
+            &since_skipped,
+            &window,
             &Filter::default(),
         ] {
             for sort in [None, Some("id"), Some("-created_at"), Some("created_at")] {
