@@ -19,6 +19,32 @@ impl Connection {
                 deliveries,
             } => {
                 let n = deliveries.len();
+                // The batch's room at once: growing the buffer delivery by delivery copies
+                // what is already encoded at every doubling (a large batch of 1 KiB bodies
+                // copied about one body's worth per delivery).
+                let room: usize = deliveries
+                    .iter()
+                    .map(|d| {
+                        let m = &d.message;
+                        let frames = DeliveryFrames {
+                            channel,
+                            consumer_tag: &consumer_tag,
+                            delivery_tag: 0,
+                            redelivered: false,
+                            exchange: &m.exchange,
+                            routing_key: &m.routing_key,
+                            properties: &m.properties,
+                            body: m.body.wire_bytes(),
+                        };
+                        delivery_len(&frames, self.frame_max)
+                    })
+                    .sum();
+                if !self.out.is_empty() && self.out.capacity() - self.out.len() < room {
+                    // Earlier output (another batch) is encoded and the room is short: write
+                    // it out first, so the reservation does not copy it into a larger buffer
+                    // (a queue's batches back to back copied ~1 MiB a batch).
+                    self.write_out();
+                }
                 let Some(ch) = self.channels.get_mut(&channel).filter(|c| !c.closing) else {
                     // Channel gone: hand the messages back.
                     let ids: Vec<u64> = deliveries.iter().map(|d| d.id).collect();
@@ -41,26 +67,6 @@ impl Connection {
                     },
                     n as u64,
                 );
-                // The batch's room at once: growing the buffer delivery by delivery copies
-                // what is already encoded at every doubling (a large batch of 1 KiB bodies
-                // copied about one body's worth per delivery).
-                let room: usize = deliveries
-                    .iter()
-                    .map(|d| {
-                        let m = &d.message;
-                        let frames = DeliveryFrames {
-                            channel,
-                            consumer_tag: &consumer_tag,
-                            delivery_tag: 0,
-                            redelivered: false,
-                            exchange: &m.exchange,
-                            routing_key: &m.routing_key,
-                            properties: &m.properties,
-                            body: m.body.wire_bytes(),
-                        };
-                        delivery_len(&frames, self.frame_max)
-                    })
-                    .sum();
                 self.out.reserve(room);
                 for d in deliveries {
                     if d.redelivered {
