@@ -1,6 +1,7 @@
 //! Events from queue actors (deliveries, confirms, consumer cancellations) and the broker's
 //! signals (`Control`: shutdown, management close, alarm changes).
 
+use bytes::BytesMut;
 use charon_protocol::methods::basic;
 use charon_protocol::{AMQPClass, DeliveryFrames, delivery_len, encode_delivery};
 
@@ -39,11 +40,15 @@ impl Connection {
                         delivery_len(&frames, self.frame_max)
                     })
                     .sum();
-                if !self.out.is_empty() && self.out.capacity() - self.out.len() < room {
-                    // Earlier output (another batch) is encoded and the room is short: write
-                    // it out first, so the reservation does not copy it into a larger buffer
-                    // (a queue's batches back to back copied ~1 MiB a batch).
+                if self.out.capacity() - self.out.len() < room {
+                    // The room is short. Earlier output (another batch) is written out first,
+                    // and an empty buffer is replaced rather than grown: growing reallocates,
+                    // which copies the whole old allocation (the allocator does not know how
+                    // much of it is in use), ~1 MiB a batch of 1 KiB bodies.
                     self.write_out();
+                    if self.out.is_empty() {
+                        self.out = BytesMut::with_capacity(room);
+                    }
                 }
                 let Some(ch) = self.channels.get_mut(&channel).filter(|c| !c.closing) else {
                     // Channel gone: hand the messages back.
