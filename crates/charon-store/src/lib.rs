@@ -62,6 +62,7 @@
 
 #![deny(clippy::indexing_slicing)]
 
+mod batch_buffers;
 mod compact_read;
 mod compaction;
 mod compactor;

@@ -13,6 +13,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use bytes::Bytes;
+
+use crate::batch_buffers::BatchBuffers;
 use tokio::sync::oneshot;
 
 use crate::compactor::{self, Moved};
@@ -200,8 +202,8 @@ pub(crate) struct State {
     /// batch becomes [`Batch::ready`] (or at close).
     pub(crate) writer_lingering: bool,
     pub(crate) stats: StoreStats,
-    /// Written batch buffers kept for reuse.
-    pub(crate) pool: Vec<Vec<u8>>,
+    /// Written batch buffers kept for reuse, and the room a new one starts with.
+    pub(crate) pool: BatchBuffers,
     /// Where messages compaction is copying were before (read there until the copy is durable).
     pub(crate) moved: Moved,
 }
@@ -255,29 +257,15 @@ impl Shared {
     }
 }
 
-/// Batch buffers kept for reuse (a reused buffer never grows by reallocation, which copied
-/// every body once more). Few and small: what they keep counts in the broker's memory.
-const POOL_BUFFERS: usize = 2;
-/// A batch buffer larger than this is not kept.
-const POOL_MAX_CAPACITY: usize = 2 << 20;
-
 impl State {
-    /// A batch buffer: a reused one when there is one.
+    /// A batch buffer (`batch_buffers`).
     fn buffer(&mut self) -> Vec<u8> {
-        self.pool
-            .pop()
-            .unwrap_or_else(|| Vec::with_capacity(256 << 10))
+        self.pool.take()
     }
 
     /// Gives written batch buffers back for reuse.
     pub(crate) fn recycle(&mut self, chunks: Vec<Chunk>) {
-        for c in chunks {
-            let mut b = c.bytes;
-            if self.pool.len() < POOL_BUFFERS && b.capacity() <= POOL_MAX_CAPACITY {
-                b.clear();
-                self.pool.push(b);
-            }
-        }
+        self.pool.give_back(chunks.into_iter().map(|c| c.bytes));
     }
 
     /// Rolls over to a new segment when a record of `rec_len` bytes does not fit the active
@@ -598,7 +586,7 @@ impl Store {
                     durable_index: last,
                     ..StoreStats::default()
                 },
-                pool: Vec::new(),
+                pool: BatchBuffers::default(),
                 moved: Moved::default(),
             }),
             wake: Condvar::new(),

@@ -674,6 +674,12 @@ impl Connection {
             due.clear();
             self.confirms_due = due;
         }
+        self.write_out();
+    }
+
+    /// Hands the encoded output (`out`) to the socket or the writer, in order; the confirms
+    /// still due stay due.
+    pub(crate) fn write_out(&mut self) {
         if self.out.is_empty() {
             return;
         }

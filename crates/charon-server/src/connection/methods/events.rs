@@ -1,6 +1,7 @@
 //! Events from queue actors (deliveries, confirms, consumer cancellations) and the broker's
 //! signals (`Control`: shutdown, management close, alarm changes).
 
+use bytes::BytesMut;
 use charon_protocol::methods::basic;
 use charon_protocol::{AMQPClass, DeliveryFrames, delivery_len, encode_delivery};
 
@@ -19,6 +20,36 @@ impl Connection {
                 deliveries,
             } => {
                 let n = deliveries.len();
+                // The batch's room at once: growing the buffer delivery by delivery copies
+                // what is already encoded at every doubling (a large batch of 1 KiB bodies
+                // copied about one body's worth per delivery).
+                let room: usize = deliveries
+                    .iter()
+                    .map(|d| {
+                        let m = &d.message;
+                        let frames = DeliveryFrames {
+                            channel,
+                            consumer_tag: &consumer_tag,
+                            delivery_tag: 0,
+                            redelivered: false,
+                            exchange: &m.exchange,
+                            routing_key: &m.routing_key,
+                            properties: &m.properties,
+                            body: m.body.wire_bytes(),
+                        };
+                        delivery_len(&frames, self.frame_max)
+                    })
+                    .sum();
+                if self.out.capacity() - self.out.len() < room {
+                    // The room is short. Earlier output (another batch) is written out first,
+                    // and an empty buffer is replaced rather than grown: growing reallocates,
+                    // which copies the whole old allocation (the allocator does not know how
+                    // much of it is in use), ~1 MiB a batch of 1 KiB bodies.
+                    self.write_out();
+                    if self.out.is_empty() {
+                        self.out = BytesMut::with_capacity(room);
+                    }
+                }
                 let Some(ch) = self.channels.get_mut(&channel).filter(|c| !c.closing) else {
                     // Channel gone: hand the messages back.
                     let ids: Vec<u64> = deliveries.iter().map(|d| d.id).collect();
@@ -41,26 +72,6 @@ impl Connection {
                     },
                     n as u64,
                 );
-                // The batch's room at once: growing the buffer delivery by delivery copies
-                // what is already encoded at every doubling (a large batch of 1 KiB bodies
-                // copied about one body's worth per delivery).
-                let room: usize = deliveries
-                    .iter()
-                    .map(|d| {
-                        let m = &d.message;
-                        let frames = DeliveryFrames {
-                            channel,
-                            consumer_tag: &consumer_tag,
-                            delivery_tag: 0,
-                            redelivered: false,
-                            exchange: &m.exchange,
-                            routing_key: &m.routing_key,
-                            properties: &m.properties,
-                            body: m.body.wire_bytes(),
-                        };
-                        delivery_len(&frames, self.frame_max)
-                    })
-                    .sum();
                 self.out.reserve(room);
                 for d in deliveries {
                     if d.redelivered {
