@@ -13,6 +13,11 @@
 //! amqp-load) and hands each 16-byte message (sequence, send time) to a writer task that writes it
 //! on its own (as amqprs); a reader task that records each message's latency. Prints p50, p90,
 //! p99, p99.9 and max in ms.
+//!
+//! `latency-floor amqp PORT` is an AMQP 0-9-1 server that only frames (see `amqp.rs`): amqp-load
+//! runs against it unchanged, so its figures are the floor under amqp-load's own client.
+mod amqp;
+
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -35,7 +40,10 @@ fn main() {
             arg(3).parse().expect("rate"),
             arg(4).parse().expect("seconds"),
         )),
-        _ => eprintln!("usage: latency-floor relay PORT HOPS | client PORT RATE SECONDS"),
+        "amqp" => rt.block_on(amqp::serve(arg(2).parse().expect("port"))),
+        _ => {
+            eprintln!("usage: latency-floor relay PORT HOPS | client PORT RATE SECONDS | amqp PORT")
+        }
     }
 }
 
