@@ -25,6 +25,9 @@
 //! read that filled its buffer and the one right after it share a pause); if not (the client
 //! stopped, or it waits for the broker: a consumer with a small prefetch acking each message,
 //! a publisher with a small confirm window), pacing stops and is not tried again for [`REST`].
+//! A window that lasted [`IDLE`] or more is not judged: the client stopped sending for a while
+//! (a publisher whose confirm window is full, waiting for a slow commit), and the one read it
+//! ends with is the start of the next burst.
 //! A client reading less often than the thresholds (an RPC client, a fixed-rate publisher at
 //! thousands a second) is never paused.
 
@@ -43,6 +46,8 @@ pub(crate) const WINDOW: Duration = Duration::from_millis(4);
 pub(crate) const GATHER_MIN: u64 = 64;
 /// How long pacing is not tried again after a pause that gathered too little.
 pub(crate) const REST: Duration = Duration::from_millis(256);
+/// A window this long had the client stop (a read waited for bytes): it does not end pacing.
+pub(crate) const IDLE: Duration = Duration::from_millis(16);
 /// Frames a second from which a stream is paced at the lower read rate
 /// (`read_pace_min_reads / STREAM_READS_DIV`).
 pub(crate) const STREAM_FRAMES: u64 = 100_000;
@@ -91,7 +96,12 @@ impl ReadPace {
         let elapsed = now.saturating_duration_since(self.window_start);
         if elapsed >= WINDOW {
             if self.streaming {
-                if self.window_frames < GATHER_MIN.saturating_mul(self.window_pauses.max(1)) {
+                // A window of IDLE or more had the client stop for a while (a publisher whose
+                // confirm window is full waits for a commit): it says nothing about what a
+                // pause gathers.
+                if elapsed < IDLE
+                    && self.window_frames < GATHER_MIN.saturating_mul(self.window_pauses.max(1))
+                {
                     self.streaming = false;
                     self.resting_until = Some(now + REST);
                 }
@@ -238,6 +248,19 @@ mod tests {
                 p.after_read(147, false, us(t0, t)),
                 "pacing stopped at {t} µs"
             );
+        }
+    }
+
+    #[test]
+    fn a_stream_that_stops_for_a_while_stays_paced() {
+        let t0 = Instant::now();
+        let mut p = streaming(t0);
+        assert!(p.after_read(200, false, us(t0, 5_000)));
+        // the client waits 60 ms for confirms, then its next burst starts with a small read
+        assert!(p.after_read(3, false, us(t0, 65_000)));
+        assert!(p.after_read(200, false, us(t0, 66_000)));
+        for i in 1..=8u64 {
+            assert!(p.after_read(200, false, us(t0, 66_000 + 1_000 * i)));
         }
     }
 
