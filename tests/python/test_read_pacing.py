@@ -108,3 +108,71 @@ def test_a_lone_message_after_a_paced_stream_is_delivered(paced, uniq):
     pch.queue_delete(q)
     pub.close()
     con.close()
+
+
+def test_a_confirm_window_stream_is_confirmed_whole_and_a_lone_publish_after_it(private_charon, uniq):
+    """Scenario b's shape under the default settings: persistent publishes streamed with up to
+    1,000 unconfirmed, many publishes a write. Such a stream may be paced at a lower read rate
+    when its reads take many frames (`read_pace::STREAM_FRAMES`); paced or not, every publish is
+    confirmed exactly once, the queue holds them in order, and a publish sent on its own after
+    the stream stopped is confirmed too (a pause never waits for more bytes)."""
+    from amqp_raw import RawClient
+    from pamqp import commands, frame as pframe, header as pheader, body as pbody
+
+    q = uniq("stream-confirm")
+    n, window, chunk = 30000, 1000, 100
+    props = commands.Basic.Properties(delivery_mode=2)
+
+    def encoded(i):
+        body = b"m%015d" % i
+        return (pframe.marshal(commands.Basic.Publish(exchange="", routing_key=q), 1)
+                + pframe.marshal(pheader.ContentHeader(0, len(body), props), 1)
+                + pframe.marshal(pbody.ContentBody(body), 1))
+
+    raw = RawClient("127.0.0.1", private_charon.port)
+    try:
+        raw.handshake()
+        raw.open_channel(1)
+        raw.send_frame(commands.Confirm.Select(), 1)
+        raw.expect_method(commands.Confirm.SelectOk)
+        raw.send_frame(commands.Queue.Declare(queue=q, durable=True), 1)
+        raw.expect_method(commands.Queue.DeclareOk)
+        frames = [encoded(i) for i in range(n + 1)]
+        acked = [False] * (n + 2)  # by delivery tag (1-based)
+        low = 1  # every tag below is acked
+
+        def take(f):
+            nonlocal low
+            assert isinstance(f.method, commands.Basic.Ack), f"expected basic.ack, got {f!r}"
+            tag = f.method.delivery_tag
+            first = low if f.method.multiple else tag
+            for t in range(first, tag + 1):
+                assert not acked[t] or f.method.multiple, f"tag {t} acked twice"
+                acked[t] = True
+            while low <= n + 1 and acked[low]:
+                low += 1
+
+        sent = 0
+        while sent < n:
+            room = min(window - (sent - (low - 1)), n - sent)
+            if room > 0:
+                for start in range(sent, sent + room, chunk):
+                    raw.send(b"".join(frames[start:min(start + chunk, sent + room)]))
+                sent += room
+            else:
+                take(raw.read_frame_skip_heartbeats(timeout=60))
+        while low <= n:
+            take(raw.read_frame_skip_heartbeats(timeout=60))
+        assert all(acked[1:n + 1])
+        # The stream stopped; one publish on its own is confirmed without more bytes arriving.
+        time.sleep(0.5)
+        raw.send(frames[n])
+        take(raw.read_frame_skip_heartbeats(timeout=60))
+        assert low == n + 2 and all(acked[1:n + 2])
+    finally:
+        raw.close()
+    con = private_charon.connect()
+    got = _drain(con.channel(), q, n + 1)
+    assert got == [b"m%015d" % i for i in range(n + 1)]
+    con.channel().queue_delete(q)
+    con.close()

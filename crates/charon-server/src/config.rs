@@ -104,7 +104,8 @@ pub struct Config {
     /// Socket reads a second from which a connection's reads are paced: a read that leaves the
     /// buffer room is followed by a pause of about a millisecond, so the next one takes many
     /// frames at once (fewer wake-ups and syscalls per message; `connection/read_pace.rs`).
-    /// 0 turns pacing off.
+    /// A stream whose reads take at least 100,000 frames a second is paced from an eighth of
+    /// this. 0 turns pacing off.
     pub read_pace_min_reads: u64,
     /// The runtime's scheduler: `multi_thread` or `current_thread`; unset: `current_thread` on
     /// two cores or fewer unless `worker_threads` is set, else `multi_thread`
