@@ -108,8 +108,8 @@ pub(crate) fn keep(shared: &Shared, file: Arc<dyn StorageFile>) {
     slot.reserved = false;
 }
 
-/// Prepares a zeroed spare when there is none and the active segment is at least half full
-/// (compaction thread). Returns whether it made one. An error leaves no spare and no
+/// Prepares a zeroed spare when there is none, the active segment is at least half full and
+/// two segments' worth of disk is free (compaction thread). Returns whether it made one. An error leaves no spare and no
 /// `ZEROING` file behind when it can (the store is not poisoned: the writer just creates a
 /// fresh file at the next rollover, as without a spare).
 pub(crate) fn prepare(shared: &Shared) -> bool {
@@ -132,6 +132,12 @@ pub(crate) fn prepare(shared: &Shared) -> bool {
             return false;
         }
     }
+    // A spare takes a whole segment of disk at once. On a nearly full disk that is the room
+    // the writer needs for records it has already taken (its append would fail: a poisoned
+    // store), so a spare is made only while two segments' worth is free.
+    if !room_for_spare(shared, size) {
+        return false;
+    }
     if !reserve(shared) {
         return false;
     }
@@ -152,6 +158,15 @@ pub(crate) fn prepare(shared: &Shared) -> bool {
             false
         }
     }
+}
+
+/// Whether the disk has room for a spare of `size` bytes and another segment's worth after it
+/// (an unknown free space counts as no room).
+fn room_for_spare(shared: &Shared, size: u64) -> bool {
+    shared
+        .storage
+        .free_bytes()
+        .is_ok_and(|free| free >= size.saturating_mul(2))
 }
 
 /// Writes `len` zeros into a new [`ZEROING`] file, syncs it, renames it to [`SPARE`] and syncs

@@ -80,6 +80,38 @@ fn a_zeroed_spare_is_prepared_ahead_and_becomes_the_next_segment() {
 }
 
 #[test]
+fn no_spare_is_zeroed_while_less_than_two_segments_are_free() {
+    // A spare takes a whole segment at once: on a nearly full disk it would take the room the
+    // writer's next appends need (an append failing with ENOSPC poisons the store).
+    let mem = MemStorage::new();
+    mem.set_free_bytes(2 * SEGMENT as u64 - 1);
+    let (store, _) = open(&mem, config());
+    let mut next = 0;
+    for _ in 0..8 {
+        publish(&store, 1, next);
+        next += 1;
+    }
+    store.sync().expect("sync").wait().expect("durable");
+    // The compaction thread ticks every millisecond: give it many chances.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        mem.read_file(SPARE).is_none(),
+        "a spare was zeroed on a full disk"
+    );
+    assert!(
+        mem.read_file(ZEROING).is_none(),
+        "a spare was being zeroed on a full disk"
+    );
+    // With room again, the same store makes one (so it was the free space that held it back).
+    mem.set_free_bytes(2 * SEGMENT as u64);
+    publish(&store, 1, next);
+    store.sync().expect("sync").wait().expect("durable");
+    wait_for("a zeroed spare once two segments are free", || {
+        mem.read_file(SPARE).is_some()
+    });
+}
+
+#[test]
 fn a_file_left_half_zeroed_by_a_crash_is_removed_and_never_adopted() {
     for left in [0usize, 1, 100, SEGMENT / 2, SEGMENT] {
         let mem = MemStorage::new();
