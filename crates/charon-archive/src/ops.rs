@@ -151,23 +151,18 @@ pub fn list(
     let inner = format!(
         "SELECT id FROM {{from}} WHERE {{cond}} ORDER BY {inner_order} LIMIT {page_size}{skip}"
     );
-    let ids = if ranged && order.starts_with("created_at ") {
-        // Sorted by time: the range of `dead_letters_created` walked in order (SQLite).
-        crate::page_plan::ranged_ids_query(
-            c,
-            &inner,
-            &cond,
-            &params,
-            &order,
-            total,
-            offset.saturating_add(page_size),
-        )?
-    } else if ranged {
+    let ids = if ranged && !order.starts_with("created_at ") {
         inner
             .replace("{from}", "dead_letters")
             .replace("{cond}", &cond)
     } else {
-        crate::page_plan::ids_query(
+        // Sorted by time, a range walks `dead_letters_created` in order (SQLite), never probes.
+        let plan = if ranged {
+            crate::page_plan::ranged_ids_query
+        } else {
+            crate::page_plan::ids_query
+        };
+        plan(
             c,
             &inner,
             &cond,
