@@ -78,8 +78,9 @@ pub(super) async fn run(svc: Arc<ArchiveService>, vhost: String, queue: QueueHan
     // being written on the writer's thread (extraction is ~6 µs per record: done after the
     // write, it was on the hand-over's serial path).
     let mut batch = Batch::with_capacity(MAX_BATCH);
-    // The batch being written: its task and what to settle once it is durable.
-    let mut writing: Option<(tokio::task::JoinHandle<Written>, Settle)> = None;
+    // The batch being written: its task, what to settle once it is durable, and word of its
+    // first failed attempt (its direct messages then go back to the queue, to wait there).
+    let mut writing: Option<Writing> = None;
     // Batches written whose sync runs (SQLite: committed without the fsync, `wal_sync`), oldest
     // first: each is settled once its sync is done, in order.
     let mut syncing: VecDeque<(tokio::task::JoinHandle<()>, Settle)> = VecDeque::new();
@@ -139,18 +140,34 @@ pub(super) async fn run(svc: Arc<ArchiveService>, vhost: String, queue: QueueHan
                 }
                 limit.settle(n);
             }
-            r = pending_or(writing.as_mut().map(|w| &mut w.0)) => {
-                let Some((_, settle)) = writing.take() else { continue };
-                let Ok(Written { mut batch, sync }) = r else {
-                    tracing::error!(queue = %queue.name(), "archive writer failed; its batch stays unacked");
-                    lost = settle.direct;
-                    break true;
-                };
-                batch.clear();
-                spare = Some(batch);
-                // Its sync starts now; the next batch is written meanwhile (below).
-                syncing.push_back((tokio::spawn(sync_batch(queue.name().to_string(), sync)), settle));
-            }
+            ev = watch_write(writing.as_mut()) => match ev {
+                WriteEvent::Failed => {
+                    // The database refused the batch: its direct messages wait in the queue
+                    // (it holds them in the store already) instead of in this archiver. The
+                    // batch is still retried with their records; should both get written, the
+                    // key is the same and one record stays.
+                    let Some(w) = writing.as_mut() else { continue };
+                    let direct = std::mem::take(&mut w.1.direct);
+                    if !direct.is_empty() {
+                        tracing::warn!(queue = %queue.name(), messages = direct.len(), "archive write failed: direct messages back to the queue");
+                        if !queue.send(QueueCmd::DirectReturned { placed: direct }).await {
+                            break true;
+                        }
+                    }
+                }
+                WriteEvent::Done(r) => {
+                    let Some((_, settle, _)) = writing.take() else { continue };
+                    let Ok(Written { mut batch, sync }) = r else {
+                        tracing::error!(queue = %queue.name(), "archive writer failed; its batch stays unacked");
+                        lost = settle.direct;
+                        break true;
+                    };
+                    batch.clear();
+                    spare = Some(batch);
+                    // Its sync starts now; the next batch is written meanwhile (below).
+                    syncing.push_back((tokio::spawn(sync_batch(queue.name().to_string(), sync)), settle));
+                }
+            },
             d = drx.recv(), if direct_open && batch.len() < MAX_BATCH => match d {
                 Some(placed) => take_direct(placed, &mut batch),
                 None => direct_open = false,
@@ -183,7 +200,7 @@ pub(super) async fn run(svc: Arc<ArchiveService>, vhost: String, queue: QueueHan
     let mut back: Vec<Placed> = lost;
     back.append(&mut batch.settle.direct);
     if stopped {
-        back.extend(writing.into_iter().flat_map(|(_, s)| s.direct));
+        back.extend(writing.into_iter().flat_map(|(_, s, _)| s.direct));
         back.extend(syncing.into_iter().flat_map(|(_, s)| s.direct));
     }
     drx.close();
@@ -279,6 +296,29 @@ async fn pending_or<T>(
     }
 }
 
+/// What became of the batch being written.
+enum WriteEvent {
+    /// An attempt failed (it is retried).
+    Failed,
+    /// The write is over (written, or its task failed).
+    Done(Result<Written, tokio::task::JoinError>),
+}
+
+/// The batch being written: its task and its sender's word of a failed attempt.
+type Writing = (tokio::task::JoinHandle<Written>, Settle, mpsc::Receiver<()>);
+
+/// Waits for the batch being written to be done or to fail an attempt (forever when none).
+async fn watch_write(w: Option<&mut Writing>) -> WriteEvent {
+    let Some((task, _, failed)) = w else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        biased;
+        r = task => WriteEvent::Done(r),
+        Some(()) = failed.recv() => WriteEvent::Failed,
+    }
+}
+
 /// Makes a written batch durable (`sync` on a blocking thread), retrying every second until
 /// the sync succeeds; the batch's messages are acked only after.
 async fn sync_batch(queue: String, sync: Option<WalSync>) {
@@ -302,17 +342,14 @@ async fn sync_batch(queue: String, sync: Option<WalSync>) {
 
 /// Starts writing `batch`; returns the task (which gives the batch back, emptied, once
 /// written, with what makes it durable) and what to settle once it is durable.
-fn spawn_write(
-    svc: &Arc<ArchiveService>,
-    queue: &QueueHandle,
-    mut batch: Batch,
-) -> (tokio::task::JoinHandle<Written>, Settle) {
+fn spawn_write(svc: &Arc<ArchiveService>, queue: &QueueHandle, mut batch: Batch) -> Writing {
     tracing::debug!(queue = %queue.name(), records = batch.records.len(), "archive batch: writing");
     let ids = std::mem::take(&mut batch.settle.ids);
     let direct = std::mem::take(&mut batch.settle.direct);
     let (svc, name) = (svc.clone(), queue.name().to_string());
+    let (failed_tx, failed) = mpsc::channel(1);
     let task = tokio::spawn(async move {
-        let (records, sync) = write(svc, name, batch.records).await;
+        let (records, sync) = write(svc, name, batch.records, failed_tx).await;
         Written {
             batch: Batch {
                 records,
@@ -321,7 +358,7 @@ fn spawn_write(
             sync,
         }
     });
-    (task, Settle { ids, direct })
+    (task, Settle { ids, direct }, failed)
 }
 
 /// Writes `records` in one transaction, retrying every second until the database takes them;
@@ -330,6 +367,7 @@ async fn write(
     svc: Arc<ArchiveService>,
     queue: String,
     records: charon_archive::ingest::Batch,
+    failed: mpsc::Sender<()>,
 ) -> (charon_archive::ingest::Batch, Option<WalSync>) {
     let records = Arc::new(records);
     let mut failures = 0u32;
@@ -347,6 +385,9 @@ async fn write(
             Err(e) => {
                 if failures.is_multiple_of(30) {
                     tracing::error!(queue = %queue, error = %e, pending = records.len(), "archiving failed; the messages stay in the queue, retrying");
+                }
+                if failures == 0 {
+                    let _ = failed.try_send(());
                 }
                 failures += 1;
                 tokio::time::sleep(Duration::from_secs(1)).await;
