@@ -50,6 +50,11 @@ pub(super) async fn run(svc: Arc<ArchiveService>, vhost: String, queue: QueueHan
     let limit = Arc::new(ChannelLimit::default());
     let (reply, accepted) = oneshot::channel();
     let id = broker.next_id();
+    // The store's durable index: a batch is written only once the store records that put its
+    // messages into the queue are on disk (`Batch::store_upto`).
+    let store = broker
+        .vhost(&vhost)
+        .and_then(|v| v.persistence().map(|p| p.durable_watch()));
     drop(broker);
     let cmd = QueueCmd::Consume {
         id,
@@ -107,6 +112,7 @@ pub(super) async fn run(svc: Arc<ArchiveService>, vhost: String, queue: QueueHan
             let now = charon_archive::time::now_ms();
             for d in deliveries {
                 extract_one(batch, d.id, d.stored, &d.message, now);
+                batch.store_upto = batch.store_upto.max(d.stored.unwrap_or(0));
                 batch.settle.ids.push(d.id);
             }
             false
@@ -118,6 +124,7 @@ pub(super) async fn run(svc: Arc<ArchiveService>, vhost: String, queue: QueueHan
         let now = charon_archive::time::now_ms();
         for p in placed {
             extract_one(batch, p.id, p.stored, &p.message, now);
+            batch.store_upto = batch.store_upto.max(p.stored.unwrap_or(0));
             batch.settle.direct.push(p);
         }
     };
@@ -191,7 +198,7 @@ pub(super) async fn run(svc: Arc<ArchiveService>, vhost: String, queue: QueueHan
         }
         if writing.is_none() && !batch.is_empty() {
             let next = std::mem::replace(&mut batch, spare.take().unwrap_or_default());
-            writing = Some(spawn_write(&svc, &queue, next));
+            writing = Some(spawn_write(&svc, &queue, next, store.clone()));
         }
     };
     // Direct messages not durable in the archive go back to the queue (stored there as if just
@@ -250,6 +257,11 @@ impl Settle {
 struct Batch {
     records: charon_archive::ingest::Batch,
     settle: Settle,
+    /// The highest store id (log index) of its messages: the batch is written once the store
+    /// is durable up to it. Otherwise a kill -9 could leave a record in the archive whose
+    /// message the store lost: a dead letter whose move was not on disk is dead-lettered again
+    /// from its source after the restart, under a new store id, i.e. a second key.
+    store_upto: u64,
 }
 
 impl Batch {
@@ -260,6 +272,7 @@ impl Batch {
                 ids: Vec::with_capacity(n),
                 direct: Vec::new(),
             },
+            store_upto: 0,
         }
     }
 
@@ -277,6 +290,7 @@ impl Batch {
         self.records.clear();
         self.settle.ids.clear();
         self.settle.direct.clear();
+        self.store_upto = 0;
     }
 }
 
@@ -342,18 +356,30 @@ async fn sync_batch(queue: String, sync: Option<WalSync>) {
 
 /// Starts writing `batch`; returns the task (which gives the batch back, emptied, once
 /// written, with what makes it durable) and what to settle once it is durable.
-fn spawn_write(svc: &Arc<ArchiveService>, queue: &QueueHandle, mut batch: Batch) -> Writing {
+fn spawn_write(
+    svc: &Arc<ArchiveService>,
+    queue: &QueueHandle,
+    mut batch: Batch,
+    store: Option<charon_store::DurableWatch>,
+) -> Writing {
     tracing::debug!(queue = %queue.name(), records = batch.records.len(), "archive batch: writing");
     let ids = std::mem::take(&mut batch.settle.ids);
     let direct = std::mem::take(&mut batch.settle.direct);
     let (svc, name) = (svc.clone(), queue.name().to_string());
     let (failed_tx, failed) = mpsc::channel(1);
+    let upto = batch.store_upto;
     let task = tokio::spawn(async move {
+        if let Some(mut w) = store.filter(|_| upto > 0)
+            && let Err(e) = w.reached(upto).await
+        {
+            tracing::error!(queue = %name, error = %e, "the store stopped before the batch's messages were durable there; writing it anyway");
+        }
         let (records, sync) = write(svc, name, batch.records, failed_tx).await;
         Written {
             batch: Batch {
                 records,
                 settle: batch.settle,
+                store_upto: 0,
             },
             sync,
         }

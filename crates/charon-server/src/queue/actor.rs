@@ -370,6 +370,7 @@ impl Actor {
             QueueCmd::DirectArchived { count, stored } => {
                 self.direct.settled(count);
                 self.counters.acked += count as u64;
+                self.counters.archived_direct += count as u64;
                 if let Some(s) = self.ctx.store.as_ref() {
                     s.settle_direct(stored);
                 }
