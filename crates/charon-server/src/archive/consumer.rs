@@ -92,6 +92,8 @@ pub(super) async fn run(svc: Arc<ArchiveService>, vhost: String, queue: QueueHan
     // The last batch written, emptied: the next batch is filled in its memory.
     let mut spare: Option<Batch> = None;
     let mut gone = false;
+    // A write attempt failed and none succeeded since: direct messages go back to the queue.
+    let mut failing = false;
     // Direct messages of a batch whose write or sync failed (given back below).
     let mut lost: Vec<Placed> = Vec::new();
     let extract_one =
@@ -149,12 +151,15 @@ pub(super) async fn run(svc: Arc<ArchiveService>, vhost: String, queue: QueueHan
             }
             ev = watch_write(writing.as_mut()) => match ev {
                 WriteEvent::Failed => {
-                    // The database refused the batch: its direct messages wait in the queue
-                    // (it holds them in the store already) instead of in this archiver. The
-                    // batch is still retried with their records; should both get written, the
-                    // key is the same and one record stays.
+                    // The database refused the batch: its direct messages, and those of the
+                    // next batch, wait in the queue (it holds them in the store already)
+                    // instead of in this archiver, and so do those that come until a write
+                    // succeeds. Both batches keep their records; should a message's record be
+                    // written twice, the key is the same and one record stays.
+                    failing = true;
                     let Some(w) = writing.as_mut() else { continue };
-                    let direct = std::mem::take(&mut w.1.direct);
+                    let mut direct = std::mem::take(&mut w.1.direct);
+                    direct.append(&mut batch.settle.direct);
                     if !direct.is_empty() {
                         tracing::warn!(queue = %queue.name(), messages = direct.len(), "archive write failed: direct messages back to the queue");
                         if !queue.send(QueueCmd::DirectReturned { placed: direct }).await {
@@ -163,6 +168,7 @@ pub(super) async fn run(svc: Arc<ArchiveService>, vhost: String, queue: QueueHan
                     }
                 }
                 WriteEvent::Done(r) => {
+                    failing = false;
                     let Some((_, settle, _)) = writing.take() else { continue };
                     let Ok(Written { mut batch, sync }) = r else {
                         tracing::error!(queue = %queue.name(), "archive writer failed; its batch stays unacked");
@@ -176,6 +182,11 @@ pub(super) async fn run(svc: Arc<ArchiveService>, vhost: String, queue: QueueHan
                 }
             },
             d = drx.recv(), if direct_open && batch.len() < MAX_BATCH => match d {
+                Some(placed) if failing => {
+                    if !queue.send(QueueCmd::DirectReturned { placed }).await {
+                        break true;
+                    }
+                }
                 Some(placed) => take_direct(placed, &mut batch),
                 None => direct_open = false,
             },
@@ -187,7 +198,10 @@ pub(super) async fn run(svc: Arc<ArchiveService>, vhost: String, queue: QueueHan
         }
         while batch.len() < MAX_BATCH {
             // Direct messages first: a delivery that follows them was queued after them.
-            if direct_open && let Ok(placed) = drx.try_recv() {
+            if direct_open
+                && !failing
+                && let Ok(placed) = drx.try_recv()
+            {
                 take_direct(placed, &mut batch);
                 continue;
             }
