@@ -253,13 +253,18 @@ impl Settle {
         }
         if !self.direct.is_empty() {
             let count = self.direct.len();
+            let bytes = self.direct.iter().map(|p| p.message.body_size()).sum();
             let stored = self
                 .direct
                 .iter()
                 .filter(|p| p.stored.is_some())
                 .map(|p| p.id)
                 .collect();
-            return queue.send(QueueCmd::DirectArchived { count, stored }).await;
+            return queue.send(QueueCmd::DirectArchived {
+                    count,
+                    bytes,
+                    stored,
+                }).await;
         }
         true
     }

@@ -260,6 +260,8 @@ pub enum QueueCmd {
     DirectArchived {
         /// How many.
         count: usize,
+        /// Their body bytes.
+        bytes: u64,
         /// The ids in this queue of those the store holds (settled there).
         stored: Vec<MsgId>,
     },

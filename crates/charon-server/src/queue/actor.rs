@@ -367,8 +367,12 @@ impl Actor {
             QueueCmd::Kick => {}
             QueueCmd::Admin(q) => self.admin_query(q),
             QueueCmd::ArchiveDirect { tx } => self.direct.attach(tx),
-            QueueCmd::DirectArchived { count, stored } => {
-                self.direct.settled(count);
+            QueueCmd::DirectArchived {
+                count,
+                bytes,
+                stored,
+            } => {
+                self.direct.settled(count, bytes);
                 self.counters.acked += count as u64;
                 self.counters.archived_direct += count as u64;
                 if let Some(s) = self.ctx.store.as_ref() {
@@ -376,7 +380,8 @@ impl Actor {
                 }
             }
             QueueCmd::DirectReturned { placed } => {
-                self.direct.settled(placed.len());
+                let bytes = placed.iter().map(|p| p.message.body_size()).sum();
+                self.direct.settled(placed.len(), bytes);
                 self.counters.delivered =
                     self.counters.delivered.saturating_sub(placed.len() as u64);
                 for p in placed {

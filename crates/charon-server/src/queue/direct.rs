@@ -17,6 +17,8 @@ use crate::handles::Placed;
 /// Direct messages handed over and not yet durable in the archive (nor given back) at most: a
 /// few of the archiver's batches (it writes up to 4,000 at a time). Past it the queue queues.
 pub(crate) const IN_FLIGHT_MAX: usize = 12_000;
+/// Body bytes in flight at most (large bodies: the count alone would let gigabytes wait).
+pub(crate) const IN_FLIGHT_MAX_BYTES: u64 = 64 << 20;
 
 /// Batches (one per actor turn) the channel holds.
 pub(crate) const CHANNEL_BATCHES: usize = 256;
@@ -28,6 +30,8 @@ pub(super) struct DirectSide {
     tx: Option<mpsc::Sender<Vec<Placed>>>,
     /// Handed over, not yet settled or given back.
     in_flight: usize,
+    /// Their body bytes, and those of this turn's.
+    bytes: u64,
     /// This turn's direct messages, sent by [`DirectSide::flush`].
     out: Vec<Placed>,
 }
@@ -44,7 +48,10 @@ impl DirectSide {
     /// body is in memory, and no setting needs the queue to hold the message (length limits
     /// count queued messages only; retries and priorities act on queued ones).
     pub(super) fn wants(&self, state: &QueueState, placed: &Placed) -> bool {
-        if self.tx.is_none() || self.in_flight + self.out.len() >= IN_FLIGHT_MAX {
+        if self.tx.is_none()
+            || self.in_flight + self.out.len() >= IN_FLIGHT_MAX
+            || self.bytes + placed.message.body_size() > IN_FLIGHT_MAX_BYTES
+        {
             return false;
         }
         let a = state.args();
@@ -60,6 +67,7 @@ impl DirectSide {
 
     /// Takes `placed` for this turn's batch.
     pub(super) fn take(&mut self, placed: Placed) {
+        self.bytes += placed.message.body_size();
         self.out.push(placed);
     }
 
@@ -84,17 +92,26 @@ impl DirectSide {
                 self.in_flight += n;
                 Vec::new()
             }
-            Err(TrySendError::Full(b)) => b,
+            Err(TrySendError::Full(b)) => self.not_sent(b),
             Err(TrySendError::Closed(b)) => {
                 self.tx = None;
-                b
+                self.not_sent(b)
             }
         }
     }
 
-    /// `n` direct messages left flight (archived and durable, or given back).
-    pub(super) fn settled(&mut self, n: usize) {
+    /// A batch the channel did not take: its bytes are not in flight.
+    fn not_sent(&mut self, batch: Vec<Placed>) -> Vec<Placed> {
+        let bytes: u64 = batch.iter().map(|p| p.message.body_size()).sum();
+        self.bytes = self.bytes.saturating_sub(bytes);
+        batch
+    }
+
+    /// `n` direct messages of `bytes` body bytes left flight (archived and durable, or given
+    /// back).
+    pub(super) fn settled(&mut self, n: usize, bytes: u64) {
         self.in_flight = self.in_flight.saturating_sub(n);
+        self.bytes = self.bytes.saturating_sub(bytes);
     }
 }
 
@@ -158,9 +175,11 @@ mod tests {
             .try_recv()
             .map(|b| b.iter().map(|p| p.id).collect::<Vec<_>>());
         assert_eq!(got.ok(), Some(vec![1, 2]));
-        assert_eq!(d.in_flight, 2);
-        d.settled(2);
-        assert_eq!(d.in_flight, 0);
+        assert_eq!((d.in_flight, d.bytes), (2, 2));
+        d.settled(2, 2);
+        assert_eq!((d.in_flight, d.bytes), (0, 0));
+        d.bytes = IN_FLIGHT_MAX_BYTES;
+        assert!(!d.wants(&s, &placed(3)), "the window's bytes are full");
     }
 
     #[test]
@@ -175,7 +194,7 @@ mod tests {
         assert!(!d.wants(&s, &placed(2)), "the window is full");
         assert!(d.flush().is_empty());
         drop(rx);
-        d.settled(IN_FLIGHT_MAX);
+        d.settled(IN_FLIGHT_MAX, 1);
         d.take(placed(3));
         d.take(placed(4));
         let back: Vec<u64> = d.flush().iter().map(|p| p.id).collect();
