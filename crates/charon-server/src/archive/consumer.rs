@@ -260,11 +260,13 @@ impl Settle {
                 .filter(|p| p.stored.is_some())
                 .map(|p| p.id)
                 .collect();
-            return queue.send(QueueCmd::DirectArchived {
+            return queue
+                .send(QueueCmd::DirectArchived {
                     count,
                     bytes,
                     stored,
-                }).await;
+                })
+                .await;
         }
         true
     }
