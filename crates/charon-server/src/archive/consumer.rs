@@ -12,7 +12,7 @@
 //! if this archiver stops before that. Direct messages are taken before deliveries, so records
 //! keep arrival order.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -113,6 +113,11 @@ pub(super) async fn run(svc: Arc<ArchiveService>, vhost: String, queue: QueueHan
             conn.flow().release(deliveries.len());
             let now = charon_archive::time::now_ms();
             for d in deliveries {
+                if !batch.returned.is_empty() && batch.returned.remove(&d.id) {
+                    // Given back from this batch, whose record it keeps: acked with it.
+                    batch.settle.ids.push(d.id);
+                    continue;
+                }
                 extract_one(batch, d.id, d.stored, &d.message, now);
                 batch.store_upto = batch.store_upto.max(d.stored.unwrap_or(0));
                 batch.settle.ids.push(d.id);
@@ -159,6 +164,9 @@ pub(super) async fn run(svc: Arc<ArchiveService>, vhost: String, queue: QueueHan
                     failing = true;
                     let Some(w) = writing.as_mut() else { continue };
                     let mut direct = std::mem::take(&mut w.1.direct);
+                    // The next batch keeps their records: when they come back as deliveries
+                    // into it, they are not extracted twice (one key twice in a batch).
+                    batch.returned.extend(batch.settle.direct.iter().map(|p| p.id));
                     direct.append(&mut batch.settle.direct);
                     if !direct.is_empty() {
                         tracing::warn!(queue = %queue.name(), messages = direct.len(), "archive write failed: direct messages back to the queue");
@@ -170,13 +178,14 @@ pub(super) async fn run(svc: Arc<ArchiveService>, vhost: String, queue: QueueHan
                 WriteEvent::Done(r) => {
                     failing = false;
                     let Some((_, settle, _)) = writing.take() else { continue };
-                    let Ok(Written { mut batch, sync }) = r else {
+                    let Ok(written) = r else {
                         tracing::error!(queue = %queue.name(), "archive writer failed; its batch stays unacked");
                         lost = settle.direct;
                         break true;
                     };
-                    batch.clear();
-                    spare = Some(batch);
+                    let Written { batch: mut done, sync } = *written;
+                    done.clear();
+                    spare = Some(done);
                     // Its sync starts now; the next batch is written meanwhile (below).
                     syncing.push_back((tokio::spawn(sync_batch(queue.name().to_string(), sync)), settle));
                 }
@@ -283,6 +292,9 @@ struct Batch {
     /// message the store lost: a dead letter whose move was not on disk is dead-lettered again
     /// from its source after the restart, under a new store id, i.e. a second key.
     store_upto: u64,
+    /// Direct messages given back to the queue whose records this batch keeps (a failed
+    /// write): their deliveries are only acked with the batch.
+    returned: HashSet<u64>,
 }
 
 impl Batch {
@@ -294,6 +306,7 @@ impl Batch {
                 direct: Vec::new(),
             },
             store_upto: 0,
+            returned: HashSet::new(),
         }
     }
 
@@ -312,6 +325,7 @@ impl Batch {
         self.settle.ids.clear();
         self.settle.direct.clear();
         self.store_upto = 0;
+        self.returned.clear();
     }
 }
 
@@ -336,7 +350,7 @@ enum WriteEvent {
     /// An attempt failed (it is retried).
     Failed,
     /// The write is over (written, or its task failed).
-    Done(Result<Written, tokio::task::JoinError>),
+    Done(Result<Box<Written>, tokio::task::JoinError>),
 }
 
 /// The batch being written: its task and its sender's word of a failed attempt.
@@ -349,7 +363,7 @@ async fn watch_write(w: Option<&mut Writing>) -> WriteEvent {
     };
     tokio::select! {
         biased;
-        r = task => WriteEvent::Done(r),
+        r = task => WriteEvent::Done(r.map(Box::new)),
         Some(()) = failed.recv() => WriteEvent::Failed,
     }
 }
@@ -401,6 +415,7 @@ fn spawn_write(
                 records,
                 settle: batch.settle,
                 store_upto: 0,
+                returned: HashSet::new(),
             },
             sync,
         }
