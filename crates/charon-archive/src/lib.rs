@@ -46,6 +46,7 @@ pub mod record;
 pub mod schema;
 pub mod scope;
 pub mod search_index;
+pub mod sparse_sort;
 pub mod sql;
 pub mod sqlite;
 mod sqlite_static;
