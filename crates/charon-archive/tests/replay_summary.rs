@@ -70,7 +70,16 @@ fn replay(c: &mut dyn Conn, sel: Selection, n: u64) {
     jobs::stored_at(c, job, &at).expect("stored");
     let results: Vec<(i64, Result<(), String>)> = ids
         .iter()
-        .map(|id| (*id, if id % 7 == 0 { Err("NO_ROUTE".into()) } else { Ok(()) }))
+        .map(|id| {
+            (
+                *id,
+                if id % 7 == 0 {
+                    Err("NO_ROUTE".into())
+                } else {
+                    Ok(())
+                },
+            )
+        })
         .collect();
     jobs::finish(c, &spec, &results).expect("finish");
     check_summary(c, "finish");
