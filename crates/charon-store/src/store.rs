@@ -54,10 +54,10 @@ pub struct StoreConfig {
     pub gather: Duration,
     /// After the first `gather`, the writer keeps gathering, `gather` at a time, while the
     /// pending batch still grows (a publisher streaming within its confirm window), up to
-    /// this long in all or 1 MiB pending (`CHARON_STORE_GATHER_MAX_US`; default 2 ms: fewer,
-    /// larger commits for b and f, `docs/performance.md` "part 13 (b13l)"; 0 or a value not
-    /// above `gather`: one gather only). A batch that did not grow during a `gather` is taken
-    /// at once: its publishers wait for their confirms.
+    /// this long in all or 1 MiB pending (`CHARON_STORE_GATHER_MAX_US`; default 0, i.e. at
+    /// most `gather`: one gather as before — 2 ms made f's publish phase dearer on this
+    /// machine, `docs/performance.md` part 12). A batch that did
+    /// not grow during a `gather` is taken at once: its publishers wait for their confirms.
     pub gather_max: Duration,
     /// A writer woken from idle by an append also gathers once (as if streaming) when its
     /// last commit carried a stream (at least 16 publishes or other records that are not
@@ -94,7 +94,7 @@ impl Default for StoreConfig {
             idle_tick: Duration::from_millis(200),
             preallocate: true,
             gather: gather_default(),
-            gather_max: micros_from_env("CHARON_STORE_GATHER_MAX_US", 2_000),
+            gather_max: micros_from_env("CHARON_STORE_GATHER_MAX_US", 0),
             stream_idle: micros_from_env("CHARON_STORE_STREAM_IDLE_US", 2_000),
             zero_spare: std::env::var("CHARON_STORE_ZERO_SPARE").map_or(true, |v| v != "0"),
             linger: linger_default(),
