@@ -59,13 +59,6 @@ pub struct StoreConfig {
     /// machine, `docs/performance.md` part 12). A batch that did
     /// not grow during a `gather` is taken at once: its publishers wait for their confirms.
     pub gather_max: Duration,
-    /// A writer woken from idle by an append also gathers once (as if streaming) when its
-    /// last commit carried a stream (at least 16 publishes or other records that are not
-    /// lazy) and it waited less than this since (default 2 ms; `CHARON_STORE_STREAM_IDLE_US`;
-    /// zero: never): the first publish of a paced read wakes it, and without the gather it
-    /// took that read's publishes in pieces, one `fdatasync` each. A lone publish after a
-    /// pause longer than this, or after small commits, is written at once.
-    pub stream_idle: Duration,
     /// When there is no spare and the active segment is half full, prepare a zeroed spare file
     /// ahead of the writer on the compaction thread (default on; needs `preallocate`), so the
     /// next segment's commits write into written blocks (`docs/storage-format.md` §2.5).
@@ -95,7 +88,6 @@ impl Default for StoreConfig {
             preallocate: true,
             gather: gather_default(),
             gather_max: micros_from_env("CHARON_STORE_GATHER_MAX_US", 0),
-            stream_idle: micros_from_env("CHARON_STORE_STREAM_IDLE_US", 2_000),
             zero_spare: std::env::var("CHARON_STORE_ZERO_SPARE").map_or(true, |v| v != "0"),
             linger: linger_default(),
         }

@@ -21,16 +21,13 @@ use crate::store::{Batch, Chunk, GATHER_MAX_BYTES, Shared};
 pub(crate) fn run(shared: Arc<Shared>, mut active: Arc<dyn StorageFile>, mut end: u64) {
     // Whether the last batch was taken without waiting (appends arrive back to back).
     let mut streaming = false;
-    // Whether the last batch written carried a stream (`STREAM_RECORDS` urgent records).
-    let mut proven = false;
     loop {
-        let Some((mut batch, waited)) = next_batch(&shared, streaming, proven) else {
+        let Some((mut batch, waited)) = next_batch(&shared, streaming) else {
             shared.durable_tx.send_modify(|d| d.closed = true);
             return;
         };
         streaming = !waited && !batch.is_empty();
         if !batch.is_empty() {
-            proven = batch.urgent_records >= STREAM_RECORDS;
             let written: u64 = batch.chunks.iter().map(|c| c.bytes.len() as u64).sum();
             match write(&shared, &mut active, &mut end, &mut batch.chunks) {
                 Ok(syncs) => {
@@ -83,20 +80,13 @@ pub(crate) fn run(shared: Arc<Shared>, mut active: Arc<dyn StorageFile>, mut end
     }
 }
 
-/// A commit of at least this many urgent records (publishes, not settles) proves a stream:
-/// the next wake-up from idle within [`StoreConfig::stream_idle`](crate::StoreConfig) gathers.
-const STREAM_RECORDS: u64 = 16;
-
 /// Wait for work: the batch and whether the writer had to wait for it. `Some(empty)` on an
 /// idle tick, `None` when closed. While appends arrive back to back (`streaming`: the last
 /// batch was waiting when the writer came back for it), the writer first lets
 /// [`StoreConfig::gather`](crate::StoreConfig) pass, so one write and one `fdatasync`
 /// carry more records (fewer syncs, writer wake-ups and confirm rounds per message).
-/// A writer woken from idle by an append gathers once too when the last commit was `proven`
-/// a stream and it idled less than [`StoreConfig::stream_idle`](crate::StoreConfig): the
-/// append that woke it is the first of a read's worth the connection is still appending.
 /// A batch of lazy records only lingers up to [`StoreConfig::linger`](crate::StoreConfig).
-fn next_batch(shared: &Shared, streaming: bool, proven: bool) -> Option<(Batch, bool)> {
+fn next_batch(shared: &Shared, streaming: bool) -> Option<(Batch, bool)> {
     if streaming && !shared.config.gather.is_zero() {
         gather(shared);
     }
@@ -107,23 +97,12 @@ fn next_batch(shared: &Shared, streaming: bool, proven: bool) -> Option<(Batch, 
             return None;
         }
         st.writer_idle = true;
-        let idle_since = Instant::now();
         st = shared
             .wake
             .wait_timeout(st, shared.config.idle_tick)
             .map(|(g, _)| g)
             .unwrap_or_else(|e| e.into_inner().0);
         st.writer_idle = false;
-        if proven
-            && st.batch.urgent_records > 0
-            && !st.closed
-            && !shared.config.gather.is_zero()
-            && idle_since.elapsed() < shared.config.stream_idle
-        {
-            drop(st);
-            gather(shared);
-            st = shared.lock();
-        }
     }
     // Only settles and delivery counts, which nobody waits for: let more join them (one
     // commit instead of one per acked run while consumers drain a backlog). A publish, a

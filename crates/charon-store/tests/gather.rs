@@ -2,8 +2,7 @@
 //! writer keeps gathering while the batch gains records that are not lazy, up to
 //! `StoreConfig::gather_max` or 1 MiB pending. A lone publisher waits at most one `gather`, a
 //! batch that stops growing (or only gains settles) is taken, and a batch that keeps growing
-//! is taken at the byte cap. A writer woken from idle soon after a commit that carried a
-//! stream gathers once too (`StoreConfig::stream_idle`). The `gather_max`s here are long (minutes), so a writer that
+//! is taken at the byte cap. The `gather_max`s here are long (minutes), so a writer that
 //! gathered on when it should not would make these tests time out or fail, never pass.
 
 mod common;
@@ -21,14 +20,6 @@ fn config(gather: Duration, gather_max: Duration) -> StoreConfig {
         idle_tick: Duration::from_millis(5),
         ..StoreConfig::default()
     }
-}
-
-/// Waits until the writer idles (nothing pending, its last batch durable) and returns the
-/// batches written so far.
-fn settled_batches(store: &Store, last: u64) -> u64 {
-    let watch = store.durable_watch();
-    wait_for("the stream durable", || watch.is_durable(last));
-    store.stats().batches
 }
 
 fn publish(store: &Store, id: u64, len: usize) -> u64 {
@@ -138,28 +129,4 @@ fn settles_trickling_in_do_not_hold_a_gathered_batch() {
         assert!(settles < 5_000, "settles held the publishes' commit");
         std::thread::sleep(Duration::from_millis(1));
     }
-}
-
-#[test]
-fn a_writer_woken_soon_after_a_stream_gathers_the_next_run_into_one_commit() {
-    let mem = MemStorage::new();
-    // One gather of 3 s (no growth steps), and any idle shorter than ten minutes counts as
-    // "soon": the run of 50 below is appended in far less than 3 s, so all of it is in the
-    // batch the first of them woke the writer for.
-    let (store, _) = open(
-        &mem,
-        StoreConfig {
-            stream_idle: Duration::from_secs(600),
-            ..config(Duration::from_secs(3), Duration::ZERO)
-        },
-    );
-    // A stream: the first publish goes out alone (nothing proven yet), the rest were waiting
-    // when the writer came back and go in one gathered commit of at least 16 publishes.
-    let last = stream(&store, 40, 100);
-    let before = settled_batches(&store, last);
-    assert!(before >= 2, "{before} batches for a stream of 40");
-    // The writer idles now; the next run's first publish wakes it.
-    let last = (101..151).fold(0, |_, id| publish(&store, id, 100));
-    let after = settled_batches(&store, last);
-    assert_eq!(after, before + 1, "the run of 50 was not one commit");
 }
