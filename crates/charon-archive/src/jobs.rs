@@ -7,6 +7,7 @@ use crate::error::ArchiveError;
 use crate::ops::{Selection, audit};
 use crate::record::{RECORD_COLUMNS, Record, status};
 use crate::sql::{Conn, Param, transaction};
+use crate::summary_batch::update_counted;
 use crate::time::{format_ms, now_ms};
 
 /// Job states.
@@ -181,9 +182,11 @@ pub fn inflight(
         )?;
         let mut p = vec![Param::from(status::PROCESSING), now_ms().into()];
         p.extend(ps.iter().cloned());
-        c.exec(
+        update_counted(
+            c,
             &format!("UPDATE dead_letters SET status = ?, updated_at = ? WHERE id IN ({marks})"),
             &p,
+            ids,
         )?;
         Ok(())
     })
@@ -263,13 +266,15 @@ fn settle(
             now.into(),
         ];
         p.extend(ps);
-        c.exec(
+        update_counted(
+            c,
             &format!(
                 "UPDATE dead_letters SET status = ?, replay_count = replay_count + ?, \
                  last_replayed_at = CASE WHEN CAST(? AS BIGINT) = 1 THEN CAST(? AS BIGINT) ELSE last_replayed_at END, \
                  resolved_by = ?, resolution_note = ?, updated_at = ? WHERE id IN ({marks})"
             ),
             &p,
+            chunk,
         )?;
     }
     count(
@@ -479,9 +484,13 @@ pub fn resolve_inflight(
                 count(c, *job, "replayed", n)?;
                 let mut p = vec![Param::from(now), now.into()];
                 p.extend(ps);
-                c.exec(
-                    &format!("UPDATE dead_letters SET status = 'REPLAYED', replay_count = replay_count + 1, last_replayed_at = ?, updated_at = ? WHERE id IN ({marks})"),
+                update_counted(
+                    c,
+                    &format!(
+                        "UPDATE dead_letters SET status = 'REPLAYED', replay_count = replay_count + 1, last_replayed_at = ?, updated_at = ? WHERE id IN ({marks})"
+                    ),
                     &p,
+                    chunk,
                 )?;
             }
         }

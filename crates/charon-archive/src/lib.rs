@@ -17,7 +17,8 @@
 //! - [`header_lines`]: migration 8, PostgreSQL's exact index of the header lines.
 //! - [`jobs`]: replay jobs and what a restart interrupted.
 //! - [`summary`]: the maintained per-group counts (groups and totals without counting rows);
-//!   [`summary_keys`]: migration 10, its key with content type and original exchange.
+//!   [`summary_keys`]: migration 10, its key with content type and original exchange;
+//!   [`summary_batch`]: replay's status changes counted per group on SQLite.
 //! - [`scope`]: what an API user limited to some vhosts sees.
 //! - [`filter`], [`record`], [`time`]: the API's filters, record JSON and times.
 //!
@@ -46,10 +47,12 @@ pub mod record;
 pub mod schema;
 pub mod scope;
 pub mod search_index;
+pub mod sparse_sort;
 pub mod sql;
 pub mod sqlite;
 mod sqlite_static;
 pub mod summary;
+pub mod summary_batch;
 pub mod summary_keys;
 pub mod time;
 pub mod wal_sync;

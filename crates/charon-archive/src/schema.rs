@@ -134,6 +134,7 @@ const MIGRATIONS: &[&str] = &[
     V8_HEADER_LINES,
     V9_HEADER_INDEX,
     V10_SUMMARY_KEYS,
+    crate::sparse_sort::V11,
 ];
 
 /// Migration 10 (rendered per dialect by [`crate::summary_keys::v10`]).

@@ -1,0 +1,151 @@
+//! List pages sorted by a column that almost every record holds at its insert value
+//! (docs/archive.md "Migration 11 (branch arc9q)", "Sixteenth round").
+//!
+//! `replay_count` is 0, `last_replayed_at` NULL, `death_count` 1 and `updated_at` equal to
+//! `created_at` for every record until a replay, an edit or a skip changes it (or, for
+//! `death_count`, the message died more than once). Migration 11 indexes only the records whose
+//! value differs (*partial* indexes, so an archived record at its insert value costs no index
+//! entry). A page sorted by such a column is then the merge of two ordered reads:
+//!
+//! - the **rare** records (`replay_count <> 0`, …) in the sort's order, from the partial index;
+//! - the **common** records (`replay_count = 0`, …), whose sort value is one and the same (so
+//!   their order is the `id` tie-break), or for `updated_at` equals `created_at` (so their order
+//!   is `(created_at, id)`), read in that order from an index the table already has.
+//!
+//! The page's first `offset + page_size` records in the plain `ORDER BY col, id` are among the
+//! first `offset + page_size` of each part, so each part reads at most that many, and the outer
+//! `ORDER BY` (the same text as the plain query, on the same values, NULLs placed by the backend
+//! exactly as in the plain query) picks the page from at most twice that. The conditions of the
+//! two parts are exact complements (`<>`/`=` on NOT NULL columns, `IS NOT NULL`/`IS NULL`), so
+//! every record is in exactly one part.
+
+use crate::error::ArchiveError;
+use crate::sql::{Conn, Dialect, Param};
+
+/// Migration 11: the partial indexes (the same SQL on both backends).
+pub const V11: &str = "
+CREATE INDEX dead_letters_replayed ON dead_letters (replay_count, id) WHERE replay_count <> 0;
+CREATE INDEX dead_letters_last_replayed ON dead_letters (last_replayed_at, id) WHERE last_replayed_at IS NOT NULL;
+CREATE INDEX dead_letters_deaths ON dead_letters (death_count, id) WHERE death_count <> 1;
+CREATE INDEX dead_letters_updated ON dead_letters (updated_at, id) WHERE updated_at <> created_at;
+";
+
+/// A sort column with a partial index over the records not at their insert value.
+struct Sparse {
+    column: &'static str,
+    /// The partial index (migration 11).
+    index: &'static str,
+    /// The records in the partial index (its `WHERE`, the same text).
+    rare: &'static str,
+    /// The other records: the exact complement of `rare`.
+    common: &'static str,
+    /// The column whose order (with the `id` tie-break) is the common records' sort order.
+    common_order: &'static str,
+}
+
+const SPARSE: &[Sparse] = &[
+    Sparse {
+        column: "replay_count",
+        index: "dead_letters_replayed",
+        rare: "replay_count <> 0",
+        common: "replay_count = 0",
+        common_order: "id",
+    },
+    Sparse {
+        column: "last_replayed_at",
+        index: "dead_letters_last_replayed",
+        rare: "last_replayed_at IS NOT NULL",
+        common: "last_replayed_at IS NULL",
+        common_order: "id",
+    },
+    Sparse {
+        column: "death_count",
+        index: "dead_letters_deaths",
+        rare: "death_count <> 1",
+        common: "death_count = 1",
+        common_order: "id",
+    },
+    Sparse {
+        column: "updated_at",
+        index: "dead_letters_updated",
+        rare: "updated_at <> created_at",
+        common: "updated_at = created_at",
+        common_order: "created_at",
+    },
+];
+
+/// The page's id query for `order` (as `filter::order_by` writes it) when it sorts by one of the
+/// sparse columns, with its parameters (`params` twice: the condition is in both parts); `None`
+/// for any other order. `cond`/`params` are the filter's; `total` how many records match,
+/// `ranged` whether the filter has a time range (`since`/`until`), `offset`/`page_size` the page.
+#[allow(clippy::too_many_arguments)]
+pub fn ids_query(
+    c: &mut dyn Conn,
+    cond: &str,
+    params: &[Param],
+    order: &str,
+    total: i64,
+    ranged: bool,
+    offset: u64,
+    page_size: u64,
+) -> Result<Option<(String, Vec<Param>)>, ArchiveError> {
+    let mut words = order.split_whitespace();
+    let (Some(column), Some(dir)) = (words.next(), words.next()) else {
+        return Ok(None);
+    };
+    let dir = dir.trim_end_matches(',');
+    let Some(s) = SPARSE.iter().find(|s| s.column == column) else {
+        return Ok(None);
+    };
+    let reach = offset.saturating_add(page_size);
+    // SQLite has no statistics: without `INDEXED BY` it reads the filter's index (`reason = …`)
+    // and tests each record, i.e. every match, to sort them.
+    let rare_from = match c.dialect() {
+        Dialect::Sqlite => format!("dead_letters INDEXED BY {}", s.index),
+        Dialect::Postgres => "dead_letters".to_string(),
+    };
+    let rare = format!(
+        "SELECT id, {col} FROM {rare_from} WHERE {r} AND ({cond}) ORDER BY {col} {dir}, id {dir} LIMIT {reach}",
+        col = s.column,
+        r = s.rare,
+    );
+    // The common part in its own order, planned as any page in that order (`page_plan`: the
+    // order's index walked on SQLite when it would sort; a time range by `id + 0`).
+    let common_cond = format!("{} AND ({cond})", s.common);
+    let common = if s.common_order == "id" && ranged {
+        format!(
+            "SELECT id, {col} FROM dead_letters WHERE {common_cond} ORDER BY (id + 0) {dir} LIMIT {reach}",
+            col = s.column
+        )
+    } else {
+        let common_order = format!("{o} {dir}, id {dir}", o = s.common_order);
+        let common_order = if s.common_order == "id" {
+            format!("id {dir}")
+        } else {
+            common_order
+        };
+        let inner = format!(
+            "SELECT id, {col} FROM {{from}} WHERE {{cond}} ORDER BY {common_order} LIMIT {reach}",
+            col = s.column
+        );
+        let plan = if ranged {
+            crate::page_plan::ranged_ids_query
+        } else {
+            crate::page_plan::ids_query
+        };
+        plan(c, &inner, &common_cond, params, &common_order, total, reach)?
+    };
+    let skip = if offset == 0 {
+        String::new()
+    } else {
+        format!(" OFFSET {offset}")
+    };
+    let sql = format!(
+        "SELECT id FROM (SELECT id, {col} FROM ({rare}) AS r UNION ALL SELECT id, {col} FROM ({common}) AS c) AS u \
+         ORDER BY {col} {dir}, id {dir} LIMIT {page_size}{skip}",
+        col = s.column
+    );
+    let mut both = params.to_vec();
+    both.extend_from_slice(params);
+    Ok(Some((sql, both)))
+}
