@@ -92,6 +92,7 @@ pub fn queue_json(broker: &Broker, q: &QueueInfo) -> Value {
             "no_route": q.details.dropped_no_route,
         },
         "dead_letters_in": c.dead_letters_in,
+        "archived_direct": c.archived_direct,
         "dead_letters_dropped_no_dlx": s.dead_letters_dropped_no_dlx,
         "messages_parked": s.parked,
         "messages_held": s.held,

@@ -5,18 +5,26 @@
 //! and extracted (the broker's hand-over and the SQL overlap), and while the one before is
 //! synced. While the database fails, the batch stays unacked
 //! and is retried; the rest of the queue waits.
+//!
+//! It also takes its queue's direct messages (`queue/direct.rs`: routed while the queue was
+//! empty, never queued), in the same batches: those are settled in the store with
+//! `DirectArchived` once their batch is durable, and given back to the queue (`DirectReturned`)
+//! if this archiver stops before that. Direct messages are taken before deliveries, so records
+//! keep arrival order.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
 use charon_archive::extract;
 use charon_archive::wal_sync::WalSync;
-use charon_core::{ConsumerSpec, Delivery};
-use tokio::sync::oneshot;
+use charon_core::ConsumerSpec;
+use tokio::sync::{mpsc, oneshot};
 
 use super::ArchiveService;
-use crate::handles::{ChannelLimit, ConnEvent, ConnHandle, ConsumerTarget, QueueCmd, QueueHandle};
+use crate::handles::{
+    ChannelLimit, ConnEvent, ConnHandle, ConsumerTarget, Placed, QueueCmd, QueueHandle,
+};
 
 /// Unacked deliveries the archiver takes from its queue at once (a batch being synced, one
 /// being written, the next being taken, and some in flight).
@@ -26,11 +34,12 @@ const MAX_BATCH: usize = 4000;
 
 /// A message's key in the archive: the store's identity of the message in this queue when the
 /// store holds it (the same after a restart), else this run's identity (such a message does
-/// not survive a restart).
-fn stable_key(svc: &ArchiveService, queue: &QueueHandle, d: &Delivery) -> String {
-    match (queue.store_id(), d.stored) {
+/// not survive a restart). A direct message has the key a delivery of it would have had: the
+/// store's ids (it is in the store for this queue just the same) or this run's queue id.
+fn stable_key(svc: &ArchiveService, queue: &QueueHandle, id: u64, stored: Option<u64>) -> String {
+    match (queue.store_id(), stored) {
         (Some(q), Some(m)) => format!("s:{q}:{m}"),
-        _ => format!("t:{}:{}:{}", svc.boot, queue.id(), d.id),
+        _ => format!("t:{}:{}:{}", svc.boot, queue.id(), id),
     }
 }
 
@@ -41,6 +50,11 @@ pub(super) async fn run(svc: Arc<ArchiveService>, vhost: String, queue: QueueHan
     let limit = Arc::new(ChannelLimit::default());
     let (reply, accepted) = oneshot::channel();
     let id = broker.next_id();
+    // The store's durable index: a batch is written only once the store records that put its
+    // messages into the queue are on disk (`Batch::store_upto`).
+    let store = broker
+        .vhost(&vhost)
+        .and_then(|v| v.persistence().map(|p| p.durable_watch()));
     drop(broker);
     let cmd = QueueCmd::Consume {
         id,
@@ -61,108 +75,257 @@ pub(super) async fn run(svc: Arc<ArchiveService>, vhost: String, queue: QueueHan
         tracing::warn!(queue = %queue.name(), "the archive could not consume from its queue");
         return;
     }
+    // Direct messages (`queue/direct.rs`): asked for once consuming.
+    let (dtx, mut drx) = mpsc::channel::<Vec<Placed>>(crate::queue::direct::CHANNEL_BATCHES);
+    let mut direct_open = queue.send(QueueCmd::ArchiveDirect { tx: dtx }).await;
     tracing::info!(vhost = %vhost, queue = %queue.name(), "archiving dead letters");
     // The next batch: each delivery is extracted as it arrives, while the previous batch is
     // being written on the writer's thread (extraction is ~6 µs per record: done after the
     // write, it was on the hand-over's serial path).
     let mut batch = Batch::with_capacity(MAX_BATCH);
-    // The batch being written: its task and the deliveries to ack once it is durable.
-    let mut writing: Option<(tokio::task::JoinHandle<Written>, Vec<u64>)> = None;
+    // The batch being written: its task, what to settle once it is durable, and word of its
+    // first failed attempt (its direct messages then go back to the queue, to wait there).
+    let mut writing: Option<Writing> = None;
     // Batches written whose sync runs (SQLite: committed without the fsync, `wal_sync`), oldest
-    // first: each is acked once its sync is done, in order.
-    let mut syncing: VecDeque<(tokio::task::JoinHandle<()>, Vec<u64>)> = VecDeque::new();
+    // first: each is settled once its sync is done, in order.
+    let mut syncing: VecDeque<(tokio::task::JoinHandle<()>, Settle)> = VecDeque::new();
     // The last batch written, emptied: the next batch is filled in its memory.
     let mut spare: Option<Batch> = None;
     let mut gone = false;
+    // A write attempt failed and none succeeded since: direct messages go back to the queue.
+    let mut failing = false;
+    // Direct messages of a batch whose write or sync failed (given back below).
+    let mut lost: Vec<Placed> = Vec::new();
+    let extract_one =
+        |batch: &mut Batch, id: u64, stored: Option<u64>, m: &charon_core::Message, now| {
+            batch.records.push(extract(
+                &svc.extract,
+                stable_key(&svc, &queue, id, stored),
+                &vhost,
+                queue.name(),
+                &m.properties,
+                m.body.resident().cloned().unwrap_or_default(),
+                now,
+            ));
+        };
     let handle = |ev: ConnEvent, batch: &mut Batch| match ev {
         ConnEvent::Deliver { deliveries, .. } => {
             conn.flow().release(deliveries.len());
             let now = charon_archive::time::now_ms();
             for d in deliveries {
-                batch.records.push(extract(
-                    &svc.extract,
-                    stable_key(&svc, &queue, &d),
-                    &vhost,
-                    queue.name(),
-                    &d.message.properties,
-                    d.message.body.resident().cloned().unwrap_or_default(),
-                    now,
-                ));
-                batch.ids.push(d.id);
+                if !batch.returned.is_empty() && batch.returned.remove(&d.id) {
+                    // Given back from this batch, whose record it keeps: acked with it.
+                    batch.settle.ids.push(d.id);
+                    continue;
+                }
+                extract_one(batch, d.id, d.stored, &d.message, now);
+                batch.store_upto = batch.store_upto.max(d.stored.unwrap_or(0));
+                batch.settle.ids.push(d.id);
             }
             false
         }
         ConnEvent::ConsumerCancelled { .. } => true,
         ConnEvent::Confirm { .. } | ConnEvent::Confirms { .. } | ConnEvent::Control(_) => false,
     };
-    loop {
-        if gone && writing.is_none() && syncing.is_empty() && batch.ids.is_empty() {
-            break;
+    let take_direct = |placed: Vec<Placed>, batch: &mut Batch| {
+        let now = charon_archive::time::now_ms();
+        for p in placed {
+            extract_one(batch, p.id, p.stored, &p.message, now);
+            batch.store_upto = batch.store_upto.max(p.stored.unwrap_or(0));
+            batch.settle.direct.push(p);
+        }
+    };
+    let stopped = loop {
+        if gone && writing.is_none() && syncing.is_empty() && batch.is_empty() {
+            break false;
         }
         tokio::select! {
             biased;
             r = pending_or(syncing.front_mut().map(|s| &mut s.0)) => {
-                let Some((_, ids)) = syncing.pop_front() else { continue };
+                let Some((_, settle)) = syncing.pop_front() else { continue };
                 if r.is_err() {
                     tracing::error!(queue = %queue.name(), "archive sync failed; its batch stays unacked");
-                    return;
+                    lost = settle.direct;
+                    break true;
                 }
-                let n = u32::try_from(ids.len()).unwrap_or(u32::MAX);
-                if !queue.send(QueueCmd::Ack { ids }).await {
-                    return;
+                let n = u32::try_from(settle.ids.len()).unwrap_or(u32::MAX);
+                if !settle.done(&queue).await {
+                    break true;
                 }
                 limit.settle(n);
             }
-            r = pending_or(writing.as_mut().map(|w| &mut w.0)) => {
-                let Some((_, ids)) = writing.take() else { continue };
-                let Ok(Written { mut batch, sync }) = r else {
-                    tracing::error!(queue = %queue.name(), "archive writer failed; its batch stays unacked");
-                    return;
-                };
-                batch.clear();
-                spare = Some(batch);
-                // Its sync starts now; the next batch is written meanwhile (below).
-                syncing.push_back((tokio::spawn(sync_batch(queue.name().to_string(), sync)), ids));
-            }
-            ev = rx.recv(), if !gone && batch.ids.len() < MAX_BATCH => match ev {
+            ev = watch_write(writing.as_mut()) => match ev {
+                WriteEvent::Failed => {
+                    // The database refused the batch: its direct messages, and those of the
+                    // next batch, wait in the queue (it holds them in the store already)
+                    // instead of in this archiver, and so do those that come until a write
+                    // succeeds. Both batches keep their records; should a message's record be
+                    // written twice, the key is the same and one record stays.
+                    failing = true;
+                    let Some(w) = writing.as_mut() else { continue };
+                    let mut direct = std::mem::take(&mut w.1.direct);
+                    // The next batch keeps their records: when they come back as deliveries
+                    // into it, they are not extracted twice (one key twice in a batch).
+                    batch.returned.extend(batch.settle.direct.iter().map(|p| p.id));
+                    direct.append(&mut batch.settle.direct);
+                    if !direct.is_empty() {
+                        tracing::warn!(queue = %queue.name(), messages = direct.len(), "archive write failed: direct messages back to the queue");
+                        if !queue.send(QueueCmd::DirectReturned { placed: direct }).await {
+                            break true;
+                        }
+                    }
+                }
+                WriteEvent::Done(r) => {
+                    failing = false;
+                    let Some((_, settle, _)) = writing.take() else { continue };
+                    let Ok(written) = r else {
+                        tracing::error!(queue = %queue.name(), "archive writer failed; its batch stays unacked");
+                        lost = settle.direct;
+                        break true;
+                    };
+                    let Written { batch: mut done, sync } = *written;
+                    done.clear();
+                    spare = Some(done);
+                    // Its sync starts now; the next batch is written meanwhile (below).
+                    syncing.push_back((tokio::spawn(sync_batch(queue.name().to_string(), sync)), settle));
+                }
+            },
+            d = drx.recv(), if direct_open && batch.len() < MAX_BATCH => match d {
+                Some(placed) if failing => {
+                    if !queue.send(QueueCmd::DirectReturned { placed }).await {
+                        break true;
+                    }
+                }
+                Some(placed) => take_direct(placed, &mut batch),
+                None => direct_open = false,
+            },
+            ev = rx.recv(), if !gone && batch.len() < MAX_BATCH => match ev {
                 Some(ev) => gone |= handle(ev, &mut batch),
-                None => return,
+                None => break true,
             },
             else => {}
         }
-        while batch.ids.len() < MAX_BATCH {
+        while batch.len() < MAX_BATCH {
+            // Direct messages first: a delivery that follows them was queued after them.
+            if direct_open
+                && !failing
+                && let Ok(placed) = drx.try_recv()
+            {
+                take_direct(placed, &mut batch);
+                continue;
+            }
             match rx.try_recv() {
                 Ok(ev) => gone |= handle(ev, &mut batch),
                 Err(_) => break,
             }
         }
-        if writing.is_none() && !batch.ids.is_empty() {
+        if writing.is_none() && !batch.is_empty() {
             let next = std::mem::replace(&mut batch, spare.take().unwrap_or_default());
-            writing = Some(spawn_write(&svc, &queue, next));
+            writing = Some(spawn_write(&svc, &queue, next, store.clone()));
         }
+    };
+    // Direct messages not durable in the archive go back to the queue (stored there as if just
+    // published: their store record already names the queue). Archived already, they are
+    // archived again later under the same key (no second record).
+    let mut back: Vec<Placed> = lost;
+    back.append(&mut batch.settle.direct);
+    if stopped {
+        back.extend(writing.into_iter().flat_map(|(_, s, _)| s.direct));
+        back.extend(syncing.into_iter().flat_map(|(_, s)| s.direct));
     }
-    tracing::info!(queue = %queue.name(), "archive queue gone; its archiver stops");
+    drx.close();
+    while let Ok(placed) = drx.try_recv() {
+        back.extend(placed);
+    }
+    // Ids are allocated in arrival order: queued back in that order.
+    back.sort_by_key(|p| p.id);
+    if !back.is_empty() {
+        tracing::warn!(queue = %queue.name(), messages = back.len(), "archiver stopped: direct messages back to the queue");
+        let _ = queue.send(QueueCmd::DirectReturned { placed: back }).await;
+    }
+    tracing::info!(queue = %queue.name(), "archiver stops");
 }
 
-/// Deliveries taken and extracted (their parameters built), not yet written.
+/// What a batch settles once it is durable: the queue's deliveries (acked) and its direct
+/// messages (settled in the store, out of flight).
+#[derive(Default)]
+struct Settle {
+    ids: Vec<u64>,
+    direct: Vec<Placed>,
+}
+
+impl Settle {
+    /// Tells the queue; false when it is gone.
+    async fn done(self, queue: &QueueHandle) -> bool {
+        if !self.ids.is_empty() && !queue.send(QueueCmd::Ack { ids: self.ids }).await {
+            return false;
+        }
+        if !self.direct.is_empty() {
+            let count = self.direct.len();
+            let bytes = self.direct.iter().map(|p| p.message.body_size()).sum();
+            let stored = self
+                .direct
+                .iter()
+                .filter(|p| p.stored.is_some())
+                .map(|p| p.id)
+                .collect();
+            return queue
+                .send(QueueCmd::DirectArchived {
+                    count,
+                    bytes,
+                    stored,
+                })
+                .await;
+        }
+        true
+    }
+}
+
+/// Deliveries and direct messages taken and extracted (their parameters built), not yet
+/// written.
 #[derive(Default)]
 struct Batch {
     records: charon_archive::ingest::Batch,
-    ids: Vec<u64>,
+    settle: Settle,
+    /// The highest store id (log index) of its messages: the batch is written once the store
+    /// is durable up to it. Otherwise a kill -9 could leave a record in the archive whose
+    /// message the store lost: a dead letter whose move was not on disk is dead-lettered again
+    /// from its source after the restart, under a new store id, i.e. a second key.
+    store_upto: u64,
+    /// Direct messages given back to the queue whose records this batch keeps (a failed
+    /// write): their deliveries are only acked with the batch.
+    returned: HashSet<u64>,
 }
 
 impl Batch {
     fn with_capacity(n: usize) -> Batch {
         Batch {
             records: charon_archive::ingest::Batch::with_capacity(n),
-            ids: Vec::with_capacity(n),
+            settle: Settle {
+                ids: Vec::with_capacity(n),
+                direct: Vec::new(),
+            },
+            store_upto: 0,
+            returned: HashSet::new(),
         }
+    }
+
+    /// Records taken.
+    fn len(&self) -> usize {
+        self.settle.ids.len() + self.settle.direct.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Empty, its memory kept.
     fn clear(&mut self) {
         self.records.clear();
-        self.ids.clear();
+        self.settle.ids.clear();
+        self.settle.direct.clear();
+        self.store_upto = 0;
+        self.returned.clear();
     }
 }
 
@@ -179,6 +342,29 @@ async fn pending_or<T>(
     match h {
         Some(h) => h.await,
         None => std::future::pending().await,
+    }
+}
+
+/// What became of the batch being written.
+enum WriteEvent {
+    /// An attempt failed (it is retried).
+    Failed,
+    /// The write is over (written, or its task failed).
+    Done(Result<Box<Written>, tokio::task::JoinError>),
+}
+
+/// The batch being written: its task and its sender's word of a failed attempt.
+type Writing = (tokio::task::JoinHandle<Written>, Settle, mpsc::Receiver<()>);
+
+/// Waits for the batch being written to be done or to fail an attempt (forever when none).
+async fn watch_write(w: Option<&mut Writing>) -> WriteEvent {
+    let Some((task, _, failed)) = w else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        biased;
+        r = task => WriteEvent::Done(r.map(Box::new)),
+        Some(()) = failed.recv() => WriteEvent::Failed,
     }
 }
 
@@ -203,27 +389,38 @@ async fn sync_batch(queue: String, sync: Option<WalSync>) {
     }
 }
 
-/// Starts writing `batch`; returns the task (which gives the batch back, ids emptied, once
-/// written, with what makes it durable) and the deliveries to ack once it is durable.
+/// Starts writing `batch`; returns the task (which gives the batch back, emptied, once
+/// written, with what makes it durable) and what to settle once it is durable.
 fn spawn_write(
     svc: &Arc<ArchiveService>,
     queue: &QueueHandle,
     mut batch: Batch,
-) -> (tokio::task::JoinHandle<Written>, Vec<u64>) {
+    store: Option<charon_store::DurableWatch>,
+) -> Writing {
     tracing::debug!(queue = %queue.name(), records = batch.records.len(), "archive batch: writing");
-    let ids = std::mem::take(&mut batch.ids);
+    let ids = std::mem::take(&mut batch.settle.ids);
+    let direct = std::mem::take(&mut batch.settle.direct);
     let (svc, name) = (svc.clone(), queue.name().to_string());
+    let (failed_tx, failed) = mpsc::channel(1);
+    let upto = batch.store_upto;
     let task = tokio::spawn(async move {
-        let (records, sync) = write(svc, name, batch.records).await;
+        if let Some(mut w) = store.filter(|_| upto > 0)
+            && let Err(e) = w.reached(upto).await
+        {
+            tracing::error!(queue = %name, error = %e, "the store stopped before the batch's messages were durable there; writing it anyway");
+        }
+        let (records, sync) = write(svc, name, batch.records, failed_tx).await;
         Written {
             batch: Batch {
                 records,
-                ids: batch.ids,
+                settle: batch.settle,
+                store_upto: 0,
+                returned: HashSet::new(),
             },
             sync,
         }
     });
-    (task, ids)
+    (task, Settle { ids, direct }, failed)
 }
 
 /// Writes `records` in one transaction, retrying every second until the database takes them;
@@ -232,6 +429,7 @@ async fn write(
     svc: Arc<ArchiveService>,
     queue: String,
     records: charon_archive::ingest::Batch,
+    failed: mpsc::Sender<()>,
 ) -> (charon_archive::ingest::Batch, Option<WalSync>) {
     let records = Arc::new(records);
     let mut failures = 0u32;
@@ -249,6 +447,9 @@ async fn write(
             Err(e) => {
                 if failures.is_multiple_of(30) {
                     tracing::error!(queue = %queue, error = %e, pending = records.len(), "archiving failed; the messages stay in the queue, retrying");
+                }
+                if failures == 0 {
+                    let _ = failed.try_send(());
                 }
                 failures += 1;
                 tokio::time::sleep(Duration::from_secs(1)).await;

@@ -250,6 +250,26 @@ pub enum QueueCmd {
     Kick,
     /// A management query (peek, details), see [`crate::queue::admin`].
     Admin(crate::queue::admin::AdminQuery),
+    /// The queue's archiver takes messages directly while the queue is empty and it keeps up
+    /// (docs/archive.md, "Sixteenth round": the direct hand-over); replaces an earlier sender.
+    ArchiveDirect {
+        /// Where direct messages go, a batch per actor turn (bounded).
+        tx: mpsc::Sender<Vec<Placed>>,
+    },
+    /// Direct messages whose archive batch is durable: settled in the store, out of flight.
+    DirectArchived {
+        /// How many.
+        count: usize,
+        /// Their body bytes.
+        bytes: u64,
+        /// The ids in this queue of those the store holds (settled there).
+        stored: Vec<MsgId>,
+    },
+    /// Direct messages the archiver could not write (it stopped): queued as if just published.
+    DirectReturned {
+        /// The messages, in hand-over order.
+        placed: Vec<Placed>,
+    },
 }
 
 #[derive(Debug)]

@@ -109,6 +109,8 @@ struct Actor {
     errors: super::dl_errors::DlErrors,
     /// Publisher confirms of this batch, sent once it is handled.
     confirms: ConfirmBatch,
+    /// An archive queue's direct hand-over to its archiver (`queue/direct.rs`).
+    direct: super::direct::DirectSide,
 }
 
 async fn run(
@@ -149,6 +151,7 @@ async fn run(
                 return;
             }
         }
+        actor.flush_direct(now);
         actor.confirms.flush();
         crate::turn_cpu::mark("handle");
         let handled = t0.elapsed();
@@ -197,6 +200,7 @@ impl Actor {
             counters: Default::default(),
             errors: Default::default(),
             confirms: ConfirmBatch::default(),
+            direct: Default::default(),
         }
     }
 
@@ -362,6 +366,28 @@ impl Actor {
             }
             QueueCmd::Kick => {}
             QueueCmd::Admin(q) => self.admin_query(q),
+            QueueCmd::ArchiveDirect { tx } => self.direct.attach(tx),
+            QueueCmd::DirectArchived {
+                count,
+                bytes,
+                stored,
+            } => {
+                self.direct.settled(count, bytes);
+                self.counters.acked += count as u64;
+                self.counters.archived_direct += count as u64;
+                if let Some(s) = self.ctx.store.as_ref() {
+                    s.settle_direct(stored);
+                }
+            }
+            QueueCmd::DirectReturned { placed } => {
+                let bytes = placed.iter().map(|p| p.message.body_size()).sum();
+                self.direct.settled(placed.len(), bytes);
+                self.counters.delivered =
+                    self.counters.delivered.saturating_sub(placed.len() as u64);
+                for p in placed {
+                    self.enqueue_queued(p, now);
+                }
+            }
         }
         Next::Continue
     }
@@ -478,12 +504,39 @@ impl Actor {
                 came_back |= self.enqueue(placed, now);
             }
         }
+        came_back |= self.flush_direct(now);
         came_back
+    }
+
+    /// Sends this turn's direct messages to the archiver; those it cannot take now (channel
+    /// full, archiver gone) are queued, in order. Returns whether any were queued.
+    fn flush_direct(&mut self, now: u64) -> bool {
+        if !self.direct.has_out() {
+            return false;
+        }
+        let back = self.direct.flush();
+        let queued = !back.is_empty();
+        // Counted as delivered when taken; these were not.
+        self.counters.delivered = self.counters.delivered.saturating_sub(back.len() as u64);
+        for placed in back {
+            self.enqueue_queued(placed, now);
+        }
+        queued
     }
 
     /// Enqueues `placed` (a publish or a dead letter whose sender chose its id and wrote it to
     /// the store); returns whether the queue took it.
     fn enqueue(&mut self, placed: Placed, now: u64) -> bool {
+        if self.direct.wants(&self.state, &placed) {
+            self.counters.delivered += 1;
+            self.direct.take(placed);
+            return true;
+        }
+        self.enqueue_queued(placed, now)
+    }
+
+    /// [`Actor::enqueue`] into the queue itself (not handed over directly).
+    fn enqueue_queued(&mut self, placed: Placed, now: u64) -> bool {
         let Placed {
             message,
             id,

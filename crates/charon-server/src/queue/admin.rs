@@ -33,6 +33,8 @@ pub struct QueueCounters {
     pub get: u64,
     /// Acknowledged.
     pub acked: u64,
+    /// Archived by the direct hand-over (never queued; `queue/direct.rs`), durable.
+    pub archived_direct: u64,
     /// Dead-lettered (a DLX was set), by reason in [`REASONS`] order.
     pub dead_lettered: [u64; 4],
     /// Discarded without a DLX, by reason in [`REASONS`] order.

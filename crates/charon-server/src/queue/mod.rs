@@ -8,6 +8,7 @@
 mod actor;
 pub(crate) mod admin;
 mod dead_letters;
+pub(crate) mod direct;
 pub(crate) mod dl_errors;
 mod held_runs;
 mod idmap;

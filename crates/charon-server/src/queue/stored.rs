@@ -394,6 +394,14 @@ impl StoreSide {
         }
     }
 
+    /// Direct messages durable in the archive (`queue/direct.rs`): they leave the store. The
+    /// queue never tracked them (no marks, no body held), so only the settle is written.
+    pub(crate) fn settle_direct(&self, ids: Vec<MsgId>) {
+        if !ids.is_empty() {
+            self.p.settle(self.sid, ids);
+        }
+    }
+
     /// A stored message the queue did not take (refused at publish): it leaves the store.
     pub(crate) fn refused(&mut self, id: MsgId) {
         self.marks.left(id);
