@@ -3,6 +3,7 @@ temporary directory, free port), a broker started with an archive backend, the a
 `requests`, and polling."""
 
 import glob
+import signal
 import os
 import shutil
 import subprocess
@@ -155,3 +156,26 @@ def wait_until(pred, timeout=60, what="condition"):
 def queue_depth(broker, queue):
     with broker.connect() as c:
         return c.channel().queue_declare(queue, passive=True).method.message_count
+
+
+@pytest.fixture
+def node(tmp_path, request):
+    """A broker on the archive backend `request.param` (default sqlite), as a box
+    {"b": broker, "cfg": its config, "tmp": its directory} that `restart` refills."""
+    backend = getattr(request, "param", "sqlite")
+    cfg = config_for(backend)
+    box = {"b": conftest.start_charon(tmp_path, config_text=cfg), "cfg": cfg, "tmp": tmp_path}
+    yield box
+    conftest.stop_charon(box["b"])
+
+
+def restart(box, hard=True):
+    """Restarts the box's broker on the same data (hard: kill -9); returns the new broker."""
+    b = box["b"]
+    if hard:
+        b.proc.send_signal(signal.SIGKILL)
+        b.proc.wait(10)
+    else:
+        conftest.stop_charon(b)
+    box["b"] = conftest.start_charon(box["tmp"], config_text=box["cfg"])
+    return box["b"]

@@ -6,7 +6,6 @@ message with `x-exception-message`/`x-exception-stacktrace`, the second time it 
 dead-letter exchange routes it to `orders.dlq`, an archive queue, which hands it to SQL."""
 
 import base64
-import signal
 import subprocess
 import threading
 import time
@@ -15,7 +14,7 @@ import pika
 import pytest
 
 import conftest
-from archive_helpers import Api, config_for, own_pg_cluster, queue_depth, stop_pg_cluster, wait_until
+from archive_helpers import Api, config_for, node, own_pg_cluster, queue_depth, restart, stop_pg_cluster, wait_until
 
 pytestmark = pytest.mark.charon_only
 
@@ -26,26 +25,6 @@ BACKENDS = ["sqlite", "postgres"]
 def _pg_cleanup():
     yield
     stop_pg_cluster()
-
-
-@pytest.fixture
-def node(tmp_path, request):
-    backend = getattr(request, "param", "sqlite")
-    cfg = config_for(backend)
-    box = {"b": conftest.start_charon(tmp_path, config_text=cfg), "cfg": cfg, "tmp": tmp_path}
-    yield box
-    conftest.stop_charon(box["b"])
-
-
-def restart(box, hard=True):
-    b = box["b"]
-    if hard:
-        b.proc.send_signal(signal.SIGKILL)
-        b.proc.wait(10)
-    else:
-        conftest.stop_charon(b)
-    box["b"] = conftest.start_charon(box["tmp"], config_text=box["cfg"])
-    return box["b"]
 
 
 def topology(ch, archive_by="argument"):
@@ -334,8 +313,11 @@ def test_bulk_replay_interrupted_by_kill_9_resumes_without_replaying_a_record_tw
             if m is None:
                 break
             bodies.append(body)
-    assert len(bodies) == n, f"{len(bodies)} messages for {n} records"
-    assert sorted(bodies) == sorted(f"w-{i}".encode() for i in range(n))
+    expected = [f"w-{i}".encode() for i in range(n)]
+    missing = sorted(set(expected) - set(bodies))
+    assert len(bodies) == n, (f"{len(bodies)} messages for {n} records; missing {missing}; job {info}; "
+                              f"records {api.records(status='REPLAYED')['total']} REPLAYED")
+    assert sorted(bodies) == sorted(expected)
     assert api.records(status="REPLAYED")["total"] == n
 
 

@@ -8,7 +8,6 @@ again); a length-limited archive queue is never direct, so its limit stays exact
 `archived_direct` (queue details) counts messages archived this way: the tests assert the direct
 path was taken, so they fail if it silently never is."""
 
-import signal
 import threading
 import time
 
@@ -16,7 +15,7 @@ import pika
 import pytest
 
 import conftest
-from archive_helpers import Api, config_for, own_pg_cluster, queue_depth, stop_pg_cluster, wait_until
+from archive_helpers import Api, config_for, node, own_pg_cluster, queue_depth, restart, stop_pg_cluster, wait_until
 
 pytestmark = pytest.mark.charon_only
 
@@ -27,23 +26,6 @@ BACKENDS = ["sqlite", "postgres"]
 def _pg_cleanup():
     yield
     stop_pg_cluster()
-
-
-@pytest.fixture
-def node(tmp_path, request):
-    backend = getattr(request, "param", "sqlite")
-    cfg = config_for(backend)
-    box = {"b": conftest.start_charon(tmp_path, config_text=cfg), "cfg": cfg, "tmp": tmp_path}
-    yield box
-    conftest.stop_charon(box["b"])
-
-
-def kill_and_restart(box):
-    b = box["b"]
-    b.proc.send_signal(signal.SIGKILL)
-    b.proc.wait(10)
-    box["b"] = conftest.start_charon(box["tmp"], config_text=box["cfg"])
-    return box["b"]
 
 
 def queue_info(api, name):
@@ -108,7 +90,7 @@ def test_kill_9_during_direct_archiving_archives_every_confirmed_publish_exactly
     # Kill while messages go direct (some batches archived and settled, others in flight).
     wait_until(lambda: queue_info(api, "direct.arch").get("archived_direct", 0) > 0
                and archived(api) > 300, timeout=120, what="direct archiving under way")
-    b = kill_and_restart(node)
+    b = restart(node)
     stop.set()
     t.join(30)
     assert not t.is_alive()
@@ -166,7 +148,7 @@ def test_dead_letters_from_rejects_go_direct_with_exact_x_death_and_survive_kill
     t.start()
     wait_until(lambda: queue_info(api, "rj.arch").get("archived_direct", 0) > 0
                and archived(api) > 300, timeout=120, what="dead letters archived directly")
-    b = kill_and_restart(node)
+    b = restart(node)
     t.join(30)
     api = Api(b)
     # What rj.src still holds (its dead-lettering was not on disk) is rejected again.
