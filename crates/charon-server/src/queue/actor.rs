@@ -382,11 +382,7 @@ impl Actor {
             QueueCmd::DirectReturned { placed } => {
                 let bytes = placed.iter().map(|p| p.message.body_size()).sum();
                 self.direct.settled(placed.len(), bytes);
-                self.counters.delivered =
-                    self.counters.delivered.saturating_sub(placed.len() as u64);
-                for p in placed {
-                    self.enqueue_queued(p, now);
-                }
+                self.queue_instead(placed, now);
             }
         }
         Next::Continue
@@ -515,13 +511,18 @@ impl Actor {
             return false;
         }
         let back = self.direct.flush();
-        let queued = !back.is_empty();
-        // Counted as delivered when taken; these were not.
-        self.counters.delivered = self.counters.delivered.saturating_sub(back.len() as u64);
-        for placed in back {
-            self.enqueue_queued(placed, now);
+        self.queue_instead(back, now)
+    }
+
+    /// Queues direct messages the archiver did not take or gave back, in order (they were
+    /// counted as delivered when taken). Returns whether there were any.
+    fn queue_instead(&mut self, placed: Vec<Placed>, now: u64) -> bool {
+        let any = !placed.is_empty();
+        self.counters.delivered = self.counters.delivered.saturating_sub(placed.len() as u64);
+        for p in placed {
+            self.enqueue_queued(p, now);
         }
-        queued
+        any
     }
 
     /// Enqueues `placed` (a publish or a dead letter whose sender chose its id and wrote it to
