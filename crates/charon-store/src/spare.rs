@@ -126,15 +126,16 @@ pub(crate) fn prepare(shared: &Shared) -> bool {
     if !shared.config.zero_spare {
         return false;
     }
-    let (batches, bytes) = {
+    let (batches, bytes, live) = {
         let st = shared.lock();
         if st.closed || st.poisoned.is_some() || st.active_len < size / 2 {
             return false;
         }
-        if !has_backlog(st.index.segs.values().map(|g| g.live_bytes), size) {
+        let live = live_bytes(st.index.segs.values().map(|g| g.live_bytes));
+        if live < size / ZERO_MIN_LIVE_FRACTION {
             return false;
         }
-        (st.stats.batches, st.stats.bytes_written)
+        (st.stats.batches, st.stats.bytes_written, live)
     };
     {
         let mut slot = shared.spare.lock().unwrap_or_else(|e| e.into_inner());
@@ -156,7 +157,7 @@ pub(crate) fn prepare(shared: &Shared) -> bool {
     match zero_fill(shared, size) {
         Ok(Some(file)) => {
             keep(shared, file);
-            tracing::debug!(bytes = size, "zeroed spare segment file prepared");
+            tracing::debug!(bytes = size, live, "zeroed spare segment file prepared");
             true
         }
         Ok(None) => {
@@ -172,10 +173,10 @@ pub(crate) fn prepare(shared: &Shared) -> bool {
     }
 }
 
-/// Whether the live bytes of the segments (`live`) make a backlog worth a zeroed spare: at
-/// least `1 / ZERO_MIN_LIVE_FRACTION` of a segment of `size` bytes.
-fn has_backlog(live: impl Iterator<Item = u64>, size: u64) -> bool {
-    live.fold(0u64, u64::saturating_add) >= size / ZERO_MIN_LIVE_FRACTION
+/// The live bytes of all segments (a zeroed spare needs a backlog of at least
+/// `1 / ZERO_MIN_LIVE_FRACTION` of a segment).
+fn live_bytes(segs: impl Iterator<Item = u64>) -> u64 {
+    segs.fold(0u64, u64::saturating_add)
 }
 
 /// Whether the disk has room for a spare of `size` bytes and another segment's worth after it
