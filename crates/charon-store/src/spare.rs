@@ -9,8 +9,9 @@
 //! Recovery cuts such a tail off the newest segment without a warning, and the writer cuts it
 //! off a segment before sealing it, so sealed segments end at their last record.
 //!
-//! When there is no spare and the active segment is half full, the compaction thread prepares
-//! one ahead ([`prepare`]): a file of zeros, written and synced, so the segment that adopts it
+//! When there is no spare, the active segment is half full and a backlog keeps segments alive
+//! (live items of at least a quarter of a segment), the compaction thread prepares one ahead
+//! ([`prepare`]): a file of zeros, written and synced, so the segment that adopts it
 //! writes into blocks that are already written extents (no extent conversion, no inode write in
 //! the commits' `fdatasync`). One spare at most: the slot is reserved ([`reserve`]) by whoever
 //! is making a spare, recycling or zeroing.
@@ -45,6 +46,14 @@ pub(crate) struct Slot {
 /// part 10), so it is done only while the commits since the last look averaged at most this
 /// many bytes (≥ 8 commits a MiB; b's are ~40 KiB, a 1 KiB backlog's ~800 KiB).
 const ZERO_MAX_BYTES_PER_COMMIT: u64 = 128 << 10;
+
+/// Zeroing pays only while a backlog keeps the segments alive: the live items must make at
+/// least `1 / ZERO_MIN_LIVE_FRACTION` of a segment. While consumers keep up (a stream such as
+/// amqp-load's b: a few hundred KiB live), segments die whole soon after they are written and
+/// their files come back as spares for free (recycling), so a zeroed spare costs ~165 ms of CPU
+/// a 64 MiB segment (~0.3 µs a 16-byte message in b, `docs/performance.md` part 14) for one
+/// rollover that a `fallocate`d file serves about as well.
+const ZERO_MIN_LIVE_FRACTION: u64 = 4;
 
 /// Creates segment `seg` with `header` at its start, durable in the directory; returns the
 /// file and the syncs it took. Uses the spare when there is one (its header is rewritten and
@@ -117,12 +126,16 @@ pub(crate) fn prepare(shared: &Shared) -> bool {
     if !shared.config.zero_spare {
         return false;
     }
-    let (batches, bytes) = {
+    let (batches, bytes, live) = {
         let st = shared.lock();
         if st.closed || st.poisoned.is_some() || st.active_len < size / 2 {
             return false;
         }
-        (st.stats.batches, st.stats.bytes_written)
+        let live = live_bytes(st.index.segs.values().map(|g| g.live_bytes));
+        if live < size / ZERO_MIN_LIVE_FRACTION {
+            return false;
+        }
+        (st.stats.batches, st.stats.bytes_written, live)
     };
     {
         let mut slot = shared.spare.lock().unwrap_or_else(|e| e.into_inner());
@@ -144,7 +157,7 @@ pub(crate) fn prepare(shared: &Shared) -> bool {
     match zero_fill(shared, size) {
         Ok(Some(file)) => {
             keep(shared, file);
-            tracing::debug!(bytes = size, "zeroed spare segment file prepared");
+            tracing::debug!(bytes = size, live, "zeroed spare segment file prepared");
             true
         }
         Ok(None) => {
@@ -158,6 +171,12 @@ pub(crate) fn prepare(shared: &Shared) -> bool {
             false
         }
     }
+}
+
+/// The live bytes of all segments (a zeroed spare needs a backlog of at least
+/// `1 / ZERO_MIN_LIVE_FRACTION` of a segment).
+fn live_bytes(segs: impl Iterator<Item = u64>) -> u64 {
+    segs.fold(0u64, u64::saturating_add)
 }
 
 /// Whether the disk has room for a spare of `size` bytes and another segment's worth after it

@@ -2,14 +2,18 @@
 //! active segment is half full and there is no spare, the compaction thread writes a file of
 //! zeros (`spare.wal.zero`), syncs it and renames it to the spare, which the next rollover
 //! adopts. A crash while zeroing leaves nothing that recovery takes for a segment or a spare;
-//! a zeroed spare found at start is adopted; there is never more than one spare.
+//! a zeroed spare found at start is adopted; there is never more than one spare. Only a
+//! backlog (live items of at least a quarter of a segment) is worth one: a stream whose
+//! messages are settled as they come gets none.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
 use charon_store::{Command, MemStorage, Storage, StoreConfig};
-use common::{contents, ids, open, publish_300 as publish, publish_300_durably, wait_for};
+use common::{
+    contents, ids, open, publish_300 as publish, publish_300_durably, publish_settled, wait_for,
+};
 
 const SPARE: &str = "spare.wal.free";
 const ZEROING: &str = "spare.wal.zero";
@@ -77,6 +81,62 @@ fn a_zeroed_spare_is_prepared_ahead_and_becomes_the_next_segment() {
             .iter()
             .all(|(_, v)| v.iter().all(|(id, body)| body == &vec![*id as u8; 300]))
     );
+}
+
+#[test]
+fn a_stream_settled_as_it_comes_gets_no_zeroed_spare_and_a_backlog_does() {
+    // Consumers keeping up: the segments die whole soon after they are written and their files
+    // come back as spares by recycling, so zeroing one would be CPU spent for nothing.
+    const BIG: u64 = 4 * SEGMENT as u64;
+    let mem = MemStorage::new();
+    let cfg = StoreConfig {
+        segment_size: BIG,
+        // Compaction on (nothing to compact in one segment) so that its checks count the
+        // compaction thread's rounds, each of which also looks at the spare.
+        compact_ratio: 0.5,
+        ..config()
+    };
+    let (store, _) = open(&mem, cfg);
+    let mut next = 0;
+    // Past half the segment, every message settled: live bytes stay near zero.
+    while store.stats().disk_bytes < BIG * 5 / 8 {
+        publish_settled(&store, 1, next, &[next as u8; 300]);
+        next += 1;
+        store.sync().expect("sync").wait().expect("durable");
+    }
+    let checks = store.stats().compaction_checks;
+    wait_for("three more rounds of the compaction thread", || {
+        store.stats().compaction_checks >= checks + 3
+    });
+    assert!(
+        mem.read_file(SPARE).is_none(),
+        "a zeroed spare for a stream with nothing live"
+    );
+    assert!(mem.read_file(ZEROING).is_none(), "a spare being zeroed");
+    // A backlog of a quarter of the segment builds in the same segment: now one is zeroed.
+    let first_kept = next;
+    while store.stats().live_bytes < BIG / 4 {
+        publish(&store, 1, next);
+        next += 1;
+    }
+    store.sync().expect("sync").wait().expect("durable");
+    assert_eq!(store.stats().segments, 1, "still in the first segment");
+    wait_for("a zeroed spare once a backlog is live", || {
+        mem.read_file(SPARE).is_some()
+    });
+    let spare = mem.read_file(SPARE).expect("spare");
+    assert_eq!(spare.len() as u64, BIG, "zeroed to the segment size");
+    assert!(spare.iter().all(|b| *b == 0), "all zeros");
+    drop(store);
+    let (store, rec) = open(&mem, config_big(BIG));
+    assert_eq!(ids(&store, &rec), (first_kept..next).collect::<Vec<_>>());
+}
+
+fn config_big(size: u64) -> StoreConfig {
+    StoreConfig {
+        segment_size: size,
+        ..config()
+    }
 }
 
 #[test]
