@@ -229,8 +229,8 @@ fn postgres_same_group(keys: Keys) -> String {
 
 /// PostgreSQL: the rows of `from` (aliased `r`) taken out of their groups; a removed bound is
 /// looked up again unless the group empties.
-fn postgres_sub(keys: Keys, from: &str, same_group: fn(Keys) -> String) -> String {
-    let same = same_group(keys);
+fn postgres_sub(keys: Keys, from: &str) -> String {
+    let same = postgres_same_group(keys);
     format!(
         "UPDATE dead_letter_groups AS g SET records = g.records - d.n, payload_bytes = g.payload_bytes - d.b, \
          oldest = CASE WHEN d.mn <= g.oldest AND g.records > d.n THEN COALESCE((SELECT MIN(created_at) FROM dead_letters WHERE {same}), g.oldest) ELSE g.oldest END, \
@@ -242,18 +242,8 @@ fn postgres_sub(keys: Keys, from: &str, same_group: fn(Keys) -> String) -> Strin
     )
 }
 
-/// PostgreSQL: the bodies (`BEGIN … END`) of the delete and update trigger functions, a removed
-/// bound looked up through the expression index `dead_letters_group_key` (migrations 3 to 11).
+/// PostgreSQL: the bodies (`BEGIN … END`) of the delete and update trigger functions.
 pub(crate) fn postgres_remove_bodies(keys: Keys) -> (String, String) {
-    postgres_remove_bodies_with(keys, postgres_same_group)
-}
-
-/// [`postgres_remove_bodies`] with the group's records selected by `same_group` (migration 12:
-/// [`crate::bound_index`]).
-pub(crate) fn postgres_remove_bodies_with(
-    keys: Keys,
-    same_group: fn(Keys) -> String,
-) -> (String, String) {
     // Rows of an UPDATE whose group, size or time changed.
     let changed = |side: &str| {
         format!(
@@ -266,11 +256,11 @@ pub(crate) fn postgres_remove_bodies_with(
     (
         format!(
             "BEGIN {} RETURN NULL; END",
-            postgres_sub(keys, "old_rows AS r", same_group)
+            postgres_sub(keys, "old_rows AS r")
         ),
         format!(
             "BEGIN {} {} RETURN NULL; END",
-            postgres_sub(keys, &changed("o"), same_group),
+            postgres_sub(keys, &changed("o")),
             postgres_add(keys, &changed("n"))
         ),
     )
