@@ -10,6 +10,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 import requests
@@ -177,5 +178,11 @@ def restart(box, hard=True):
         b.proc.wait(10)
     else:
         conftest.stop_charon(b)
+    # Keep the log of the run that ended (start_charon writes charon.log afresh): a failing
+    # crash test names what happened before the restart.
+    log = Path(box["tmp"]) / "charon.log"
+    if log.exists():
+        n = len(list(Path(box["tmp"]).glob("charon.log.*"))) + 1
+        log.rename(log.with_name(f"charon.log.{n}"))
     box["b"] = conftest.start_charon(box["tmp"], config_text=box["cfg"])
     return box["b"]

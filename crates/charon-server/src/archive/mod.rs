@@ -138,9 +138,12 @@ impl ArchiveService {
                 let p = std::path::Path::new(&cfg.data_dir).join("archive.db");
                 format!("sqlite://{}", p.display())
             });
+        // The index recovery found (kept from the first start after an interrupted replay until
+        // it is decided), not the durable index now: opening the store already wrote (the
+        // topology's rewrite), possibly at the very index a replay's lost publish had.
         let recovered = broker
             .vhost("/")
-            .and_then(|v| v.persistence().map(|p| p.durable_index()))
+            .and_then(|v| v.persistence().map(|p| p.recovered_index()))
             .and_then(|i| i64::try_from(i).ok());
         let boot = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -208,6 +211,14 @@ impl ArchiveService {
             self.resolve(&a).await?;
             self.resolved
                 .store(true, std::sync::atomic::Ordering::SeqCst);
+            // Decided: before any new replay is INFLIGHT, the floor goes.
+            if let Some(p) = self
+                .broker()
+                .and_then(|b| b.vhost("/"))
+                .and_then(|v| v.persistence().cloned())
+            {
+                p.clear_recovered_floor();
+            }
         }
         {
             let mut g = self.archive.lock().unwrap_or_else(|p| p.into_inner());

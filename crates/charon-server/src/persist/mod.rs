@@ -29,6 +29,7 @@ use charon_store::{
 };
 
 mod definitions;
+mod recovered_floor;
 
 pub(crate) use definitions::{decode_policies, encode_policies, encode_topology, restore_topology};
 
@@ -134,6 +135,13 @@ pub(crate) struct Persistence {
     next_queue: AtomicU64,
     /// The store's durable index, for publishes' confirms.
     durable: DurableWatch,
+    /// The last log index recovery found — or, while the archive has not decided the replays
+    /// of an earlier stop, the one the first run after it found (`recovered_floor`). Every index
+    /// above it may be new in this run, even one a record lost in the crash had been given: the
+    /// store hands such indices out again.
+    recovered_index: u64,
+    /// Where `recovered_floor` keeps its file.
+    data_dir: std::path::PathBuf,
 }
 
 /// Held bodies keep at least `budget / BODY_BUDGET_FLOOR_DIV`, however large the index.
@@ -239,6 +247,11 @@ impl Persistence {
             budget: paging.budget,
             paging,
             next_queue: AtomicU64::new(1),
+            recovered_index: recovered_floor::open(data_dir, rec.last_index).unwrap_or_else(|e| {
+                tracing::error!(error = %e, "could not keep the recovered index for the archive's replays");
+                rec.last_index
+            }),
+            data_dir: data_dir.to_path_buf(),
         };
         for q in rec.queues.keys() {
             p.note_queue_id(*q);
@@ -524,6 +537,22 @@ impl Persistence {
     }
 
     /// Last durable log index (bodies stored at or below it can be read back).
+    /// The last log index recovery found at open, before this run wrote anything: a record
+    /// index at or below it is one that survived the last stop; one above it may have been given
+    /// to a record the crash lost *and* to a record this run wrote since (the topology's
+    /// rewrite at start, new publishes), so [`Self::durable_index`] cannot decide that.
+    pub(crate) fn recovered_index(&self) -> u64 {
+        self.recovered_index
+    }
+
+    /// The archive decided every replay an earlier stop interrupted: the next start keeps its own
+    /// recovered index (`recovered_floor`).
+    pub(crate) fn clear_recovered_floor(&self) {
+        if let Err(e) = recovered_floor::clear(&self.data_dir) {
+            tracing::error!(error = %e, "could not remove the recovered floor");
+        }
+    }
+
     pub(crate) fn durable_index(&self) -> u64 {
         self.store.durable_index()
     }
