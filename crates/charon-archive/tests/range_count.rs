@@ -24,10 +24,10 @@ fn rec(i: usize) -> NewRecord {
         stable_key: format!("r:{i}"),
         queue: format!("dlq-{}", i % 3),
         // NULL key columns in some groups (the index seek compares with `IS`).
-        original_queue: (i % 5 != 0).then(|| format!("q{}", i % 4)),
-        reason: (i % 7 != 0).then(|| "rejected".to_string()),
-        error_fingerprint: (i % 2 == 0).then(|| format!("{:016x}", i % 6)),
-        content_type: Some(if i % 4 == 0 { "a/b" } else { "c/d" }.into()),
+        original_queue: (!i.is_multiple_of(5)).then(|| format!("q{}", i % 4)),
+        reason: (!i.is_multiple_of(7)).then(|| "rejected".to_string()),
+        error_fingerprint: i.is_multiple_of(2).then(|| format!("{:016x}", i % 6)),
+        content_type: Some(if i.is_multiple_of(4) { "a/b" } else { "c/d" }.into()),
         // Out of id order, with ties.
         created_at: T0 + ((i * 7919) % N / 2) as i64 * 10,
         ..support::record(i)
