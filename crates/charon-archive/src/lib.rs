@@ -44,6 +44,7 @@ pub mod ops;
 pub mod page_plan;
 mod pg_indexer;
 pub mod postgres;
+pub mod range_count;
 pub mod rare_trigrams;
 pub mod record;
 pub mod schema;

@@ -88,6 +88,9 @@ pub fn list(
     {
         // One `error` term on PostgreSQL: the side table's matches counted without re-check.
         count(c, &sql, &p)?
+    } else if let Some((sql, p)) = crate::range_count::query(c, f)? {
+        // A time range with exact group-key terms: index ranges of `dead_letters_group`.
+        count(c, &sql, &p)?
     } else if summary::answers(f) {
         count(
             c,
@@ -124,6 +127,11 @@ pub fn list(
             .error_only()
             .filter(|_| by_id && d == Dialect::Postgres)
             .and_then(|needle| crate::search_index::pg_error_page_ids(needle, desc, reach)),
+    };
+    // A time range with exact group-key terms in id order: ids from the group index's ranges.
+    let page_ids = match page_ids {
+        None if by_id => crate::range_count::ids_query(c, f, desc, reach)?,
+        other => other,
     };
     if let Some((ids, p)) = page_ids {
         // The page's ids in id order straight from the index range (and the few unindexed).
