@@ -18,7 +18,6 @@
 //! - [`jobs`]: replay jobs and what a restart interrupted.
 //! - [`summary`]: the maintained per-group counts (groups and totals without counting rows);
 //!   [`summary_keys`]: migration 10, its key with content type and original exchange;
-//!   [`bound_index`]: migration 12, the narrower index of its bound lookups (and one index less);
 //!   [`summary_batch`]: replay's status changes counted per group on SQLite.
 //! - [`scope`]: what an API user limited to some vhosts sees.
 //! - [`filter`], [`record`], [`time`]: the API's filters, record JSON and times.
@@ -27,7 +26,6 @@
 //! API's reads (so that a page is not queued behind a 4000-record insert or a replay step);
 //! both used from blocking threads.
 
-pub mod bound_index;
 pub mod checkpoint;
 pub mod error;
 pub mod extract;

@@ -135,11 +135,7 @@ const MIGRATIONS: &[&str] = &[
     V9_HEADER_INDEX,
     V10_SUMMARY_KEYS,
     crate::sparse_sort::V11,
-    V12_BOUND_INDEX,
 ];
-
-/// Migration 12 (rendered per dialect by [`crate::bound_index::v12`]).
-const V12_BOUND_INDEX: &str = "{V12_BOUND_INDEX}";
 
 /// Migration 10 (rendered per dialect by [`crate::summary_keys::v10`]).
 const V10_SUMMARY_KEYS: &str = "{V10_SUMMARY_KEYS}";
@@ -182,9 +178,6 @@ fn render(sql: &str, d: Dialect) -> String {
     }
     if sql == V10_SUMMARY_KEYS {
         return crate::summary_keys::v10(d);
-    }
-    if sql == V12_BOUND_INDEX {
-        return crate::bound_index::v12(d);
     }
     if sql == V8_HEADER_LINES {
         return crate::header_lines::v8(d);
