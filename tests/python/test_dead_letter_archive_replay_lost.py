@@ -145,3 +145,49 @@ def test_a_lost_replay_publish_is_decided_by_the_first_restart_even_if_the_archi
         ch = c.channel()
         assert ch.queue_declare("other", passive=True).method.message_count == 20
     assert not (data / "recovered-floor").exists()
+
+
+def test_an_interrupted_replay_resumes_exactly_once_when_the_default_vhost_was_deleted(node):
+    """The store is the broker's, not vhost "/"'s: with "/" deleted (RabbitMQ allows it), a replay
+    in another vhost interrupted by kill -9 is still resolved against the recovered index."""
+    b = node["b"]
+    api = Api(b)
+    assert api.call("PUT", "/api/vhosts/other")[0] in (201, 204)
+    assert api.call("PUT", "/api/permissions/other/guest",
+                    {"configure": ".*", "write": ".*", "read": ".*"})[0] in (201, 204)
+    assert api.call("DELETE", "/api/vhosts/%2F")[0] == 204
+    n = 150
+    with b.connect(vhost="other") as c:
+        ch = c.channel()
+        ch.queue_declare("nv", durable=True,
+                         arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "nv.dlq"})
+        ch.queue_declare("nv.dlq", durable=True, arguments={"x-dead-letter-archive": True})
+        ch.confirm_delivery()
+        for i in range(n):
+            ch.basic_publish("", "nv", f"nv-{i}".encode(),
+                             pika.BasicProperties(delivery_mode=2, message_id=f"nv-{i}"))
+        for _ in range(n):
+            m, _p, _b = ch.basic_get("nv")
+            ch.basic_reject(m.delivery_tag, requeue=False)
+    api.wait_records(n)
+    db = b.data_dir / "archive.db"
+    status, job = api.call("POST", "/api/dead-letters/replay", {"filter": {"original_queue": "nv"}, "rate": 50})
+    assert status == 202
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and inflight_with_index(db) is None:
+        time.sleep(0.002)
+    b.proc.send_signal(signal.SIGKILL)
+    b.proc.wait(10)
+    assert inflight_with_index(db) is not None, "the kill fell between batches"
+    b = node["b"] = conftest.start_charon(node["tmp"], config_text=node["cfg"])
+    info = Api(b).wait_job(job["job"], timeout=180)
+    assert info["state"] == "DONE" and info["replayed"] == n and info["failed"] == 0, info
+    with b.connect(vhost="other") as c:
+        ch = c.channel()
+        bodies = []
+        while True:
+            m, _p, body = ch.basic_get("nv", auto_ack=True)
+            if m is None:
+                break
+            bodies.append(body)
+    assert sorted(bodies) == sorted(f"nv-{i}".encode() for i in range(n)), f"{len(bodies)} messages for {n}"

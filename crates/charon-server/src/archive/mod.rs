@@ -141,10 +141,11 @@ impl ArchiveService {
         // The index recovery found (kept from the first start after an interrupted replay until
         // it is decided), not the durable index now: opening the store already wrote (the
         // topology's rewrite), possibly at the very index a replay's lost publish had.
+        // The broker's store (every vhost shares it; not reached through vhost "/", which a user
+        // may have deleted).
         let recovered = broker
-            .vhost("/")
-            .and_then(|v| v.persistence().map(|p| p.recovered_index()))
-            .and_then(|i| i64::try_from(i).ok());
+            .persistence()
+            .and_then(|p| i64::try_from(p.recovered_index()).ok());
         let boot = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_micros() as u64)
@@ -212,11 +213,7 @@ impl ArchiveService {
             self.resolved
                 .store(true, std::sync::atomic::Ordering::SeqCst);
             // Decided: before any new replay is INFLIGHT, the floor goes.
-            if let Some(p) = self
-                .broker()
-                .and_then(|b| b.vhost("/"))
-                .and_then(|v| v.persistence().cloned())
-            {
+            if let Some(p) = self.broker().and_then(|b| b.persistence()) {
                 p.clear_recovered_floor();
             }
         }

@@ -229,9 +229,8 @@ pub(super) async fn run_job(svc: &Arc<ArchiveService>, spec: JobSpec) {
         let ids: Vec<i64> = records.iter().map(|r| r.id).collect();
         let watermark = svc
             .broker()
-            .and_then(|b| b.vhost("/"))
-            .and_then(|v| v.persistence().map(|p| p.durable_index()))
-            .and_then(|i| i64::try_from(i).ok())
+            .and_then(|b| b.persistence())
+            .and_then(|p| i64::try_from(p.durable_index()).ok())
             .unwrap_or(-1);
         let inflight_ids = ids.clone();
         retry(svc, "inflight", move |c| {
