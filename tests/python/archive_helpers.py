@@ -159,6 +159,18 @@ def queue_depth(broker, queue):
         return c.channel().queue_declare(queue, passive=True).method.message_count
 
 
+def take_bodies(broker, queue, vhost=None):
+    """Every message of `queue` taken (basic.get, auto-ack) until it is empty: their bodies."""
+    bodies = []
+    with broker.connect(vhost=vhost) as c:
+        ch = c.channel()
+        while True:
+            m, _p, body = ch.basic_get(queue, auto_ack=True)
+            if m is None:
+                return bodies
+            bodies.append(body)
+
+
 @pytest.fixture
 def node(tmp_path, request):
     """A broker on the archive backend `request.param` (default sqlite), as a box

@@ -14,7 +14,8 @@ import pika
 import pytest
 
 import conftest
-from archive_helpers import Api, config_for, node, own_pg_cluster, queue_depth, restart, stop_pg_cluster, wait_until
+from archive_helpers import (Api, config_for, node, own_pg_cluster, queue_depth, restart, stop_pg_cluster,
+                             take_bodies, wait_until)
 
 pytestmark = pytest.mark.charon_only
 
@@ -305,14 +306,7 @@ def test_bulk_replay_interrupted_by_kill_9_resumes_without_replaying_a_record_tw
     info = api.wait_job(job["job"], timeout=120)
     assert info["state"] == "DONE", info
     assert info["replayed"] == n and info["failed"] == 0, info
-    with b.connect() as c:
-        ch = c.channel()
-        bodies = []
-        while True:
-            m, _p, body = ch.basic_get("work", auto_ack=True)
-            if m is None:
-                break
-            bodies.append(body)
+    bodies = take_bodies(b, "work")
     expected = [f"w-{i}".encode() for i in range(n)]
     missing = sorted(set(expected) - set(bodies))
     assert len(bodies) == n, (f"{len(bodies)} messages for {n} records; missing {missing}; job {info}; "

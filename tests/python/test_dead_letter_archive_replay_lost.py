@@ -14,7 +14,7 @@ import time
 import pika
 
 import conftest
-from archive_helpers import Api, node  # noqa: F401 (fixture)
+from archive_helpers import Api, node, take_bodies  # noqa: F401 (fixture)
 
 SEGMENT_HEADER = 24  # docs/storage-format.md §2.1
 RECORD_HEADER = 28  # §2.2: len u32, crc u32, index u64, term u64, kind u8, flags, reserved
@@ -46,14 +46,12 @@ def inflight_with_index(db):
         c.close()
 
 
-def replay_until_a_publish_is_torn(node, n, queue):
-    """Archives `n` dead letters from `queue`, starts replaying them at 50 a second (batches of
-    10, 20 ms between publishes, each item INFLIGHT with its store index recorded from its
-    publish until its batch is confirmed) and kill -9s the broker until the newest store record
-    is an INFLIGHT item's publish, which it then cuts off. Returns (job id, the torn item)."""
-    b = node["b"]
+def archive_and_replay(b, n, queue, vhost=None):
+    """Archives `n` dead letters rejected from `queue` (in `vhost`) and starts replaying them at 50
+    a second: batches of 10, 20 ms between publishes, each item INFLIGHT with its store index
+    recorded from its publish until its batch is confirmed. Returns the job id."""
     api = Api(b)
-    with b.connect() as c:
+    with b.connect(vhost=vhost) as c:
         ch = c.channel()
         ch.queue_declare(queue, durable=True,
                          arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": f"{queue}.dlq"})
@@ -66,15 +64,27 @@ def replay_until_a_publish_is_torn(node, n, queue):
             m, _p, _b = ch.basic_get(queue)
             ch.basic_reject(m.delivery_tag, requeue=False)
     api.wait_records(n)
-    db = b.data_dir / "archive.db"
     status, job = api.call("POST", "/api/dead-letters/replay", {"filter": {"original_queue": queue}, "rate": 50})
     assert status == 202
+    return job["job"]
+
+
+def kill_while_inflight(b, db):
+    """kill -9 as soon as an INFLIGHT item has its store index recorded."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and inflight_with_index(db) is None:
+        time.sleep(0.002)
+    b.proc.send_signal(signal.SIGKILL)
+    b.proc.wait(10)
+
+
+def replay_until_a_publish_is_torn(node, n, queue):
+    """[`archive_and_replay`], then kill -9s the broker until the newest store record is an
+    INFLIGHT item's publish, which it then cuts off. Returns (job id, the torn item)."""
+    job = archive_and_replay(node["b"], n, queue)
+    db = node["b"].data_dir / "archive.db"
     for _attempt in range(20):
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and inflight_with_index(db) is None:
-            time.sleep(0.002)
-        node["b"].proc.send_signal(signal.SIGKILL)
-        node["b"].proc.wait(10)
+        kill_while_inflight(node["b"], db)
         item = inflight_with_index(db)
         segment = sorted((node["b"].data_dir / "store").glob("*.wal"))[-1]
         last = last_record(segment)
@@ -83,7 +93,7 @@ def replay_until_a_publish_is_torn(node, n, queue):
             with open(segment, "r+b") as f:
                 f.seek(last[0])
                 f.write(b"\0" * (segment.stat().st_size - last[0]))
-            return job["job"], item
+            return job, item
         # The kill fell elsewhere (between batches): start again on the same data and retry.
         node["b"] = conftest.start_charon(node["tmp"], config_text=node["cfg"])
     raise AssertionError("the kill never fell on an INFLIGHT publish")
@@ -93,14 +103,7 @@ def assert_replayed_once(node, job, n, queue, torn):
     b = node["b"]
     info = Api(b).wait_job(job, timeout=180)
     assert info["state"] == "DONE" and info["replayed"] == n and info["failed"] == 0, info
-    with b.connect() as c:
-        ch = c.channel()
-        bodies = []
-        while True:
-            m, _p, body = ch.basic_get(queue, auto_ack=True)
-            if m is None:
-                break
-            bodies.append(body)
+    bodies = take_bodies(b, queue)
     expected = sorted(f"{queue}-{i}".encode() for i in range(n))
     missing = sorted(set(expected) - set(bodies))
     assert sorted(bodies) == expected, (f"{len(bodies)} messages for {n} records; missing {missing}; "
@@ -157,37 +160,12 @@ def test_an_interrupted_replay_resumes_exactly_once_when_the_default_vhost_was_d
                     {"configure": ".*", "write": ".*", "read": ".*"})[0] in (201, 204)
     assert api.call("DELETE", "/api/vhosts/%2F")[0] == 204
     n = 150
-    with b.connect(vhost="other") as c:
-        ch = c.channel()
-        ch.queue_declare("nv", durable=True,
-                         arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "nv.dlq"})
-        ch.queue_declare("nv.dlq", durable=True, arguments={"x-dead-letter-archive": True})
-        ch.confirm_delivery()
-        for i in range(n):
-            ch.basic_publish("", "nv", f"nv-{i}".encode(),
-                             pika.BasicProperties(delivery_mode=2, message_id=f"nv-{i}"))
-        for _ in range(n):
-            m, _p, _b = ch.basic_get("nv")
-            ch.basic_reject(m.delivery_tag, requeue=False)
-    api.wait_records(n)
+    job = archive_and_replay(b, n, "nv", vhost="other")
     db = b.data_dir / "archive.db"
-    status, job = api.call("POST", "/api/dead-letters/replay", {"filter": {"original_queue": "nv"}, "rate": 50})
-    assert status == 202
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and inflight_with_index(db) is None:
-        time.sleep(0.002)
-    b.proc.send_signal(signal.SIGKILL)
-    b.proc.wait(10)
+    kill_while_inflight(b, db)
     assert inflight_with_index(db) is not None, "the kill fell between batches"
     b = node["b"] = conftest.start_charon(node["tmp"], config_text=node["cfg"])
-    info = Api(b).wait_job(job["job"], timeout=180)
+    info = Api(b).wait_job(job, timeout=180)
     assert info["state"] == "DONE" and info["replayed"] == n and info["failed"] == 0, info
-    with b.connect(vhost="other") as c:
-        ch = c.channel()
-        bodies = []
-        while True:
-            m, _p, body = ch.basic_get("nv", auto_ack=True)
-            if m is None:
-                break
-            bodies.append(body)
+    bodies = take_bodies(b, "nv", vhost="other")
     assert sorted(bodies) == sorted(f"nv-{i}".encode() for i in range(n)), f"{len(bodies)} messages for {n}"

@@ -7,14 +7,15 @@
 
 #[path = "support/pg_cluster.rs"]
 mod pg_cluster;
+#[path = "support/replay_step.rs"]
+mod replay_step;
 #[path = "support/record.rs"]
 mod support;
 
 use charon_archive::filter::{Filter, order_by};
 use charon_archive::ops::{self, Edit, Selection};
 use charon_archive::sql::{Conn, Dialect};
-use charon_archive::{Archive, NewRecord, jobs};
-use serde_json::json;
+use charon_archive::{Archive, NewRecord};
 
 const N: usize = 1200;
 const T0: i64 = 1_700_000_000_000;
@@ -131,31 +132,7 @@ fn change(c: &mut dyn Conn) {
     let skip = ids(c, "SELECT id FROM dead_letters WHERE id % 9 = 1");
     ops::skip(c, &Selection::Ids(skip), "carol", "range").expect("skip");
     let f = Filter::from_pairs([("queue", "dlq-2")]).expect("f");
-    let (job, total) =
-        jobs::create(c, &Selection::Filter(f), &json!({"note": "again"}), "carol").expect("job");
-    assert!(total > 0);
-    let spec = jobs::running(c)
-        .expect("running")
-        .into_iter()
-        .find(|j| j.id == job)
-        .expect("job running");
-    let next = jobs::next(c, job, 60).expect("next");
-    let results: Vec<(i64, Result<(), String>)> = next
-        .iter()
-        .enumerate()
-        .map(|(k, r)| {
-            (
-                r.id,
-                if k % 4 == 3 {
-                    Err("no route".into())
-                } else {
-                    Ok(())
-                },
-            )
-        })
-        .collect();
-    jobs::finish(c, &spec, &results).expect("finish");
-    jobs::cancel(c, job, "carol").expect("cancel");
+    replay_step::replay_step(c, f, 60, 4);
     for id in ids(c, "SELECT id FROM dead_letters WHERE id % 31 = 2") {
         let e = Edit {
             payload: Some(b"edited".to_vec()),

@@ -10,13 +10,13 @@
 mod pg_cluster;
 #[path = "support/record.rs"]
 mod record;
+#[path = "support/replay_step.rs"]
+mod replay_step;
 
 use charon_archive::filter::{Filter, order_by};
-use charon_archive::jobs;
 use charon_archive::ops::{self, Edit, Selection};
 use charon_archive::sql::{Cell, Conn, Dialect};
 use charon_archive::{Archive, NewRecord, schema};
-use serde_json::json;
 
 const BASE: i64 = 1_700_000_000_000;
 
@@ -97,32 +97,8 @@ fn check_pages(c: &mut dyn Conn, when: &str) {
 fn change(c: &mut dyn Conn, round: usize) {
     // A replay job over one queue's records: some replayed, some failed (replay_count only).
     let f = Filter::from_pairs([("queue", format!("dlq-{}", round % 3).as_str())]).expect("f");
-    let (job, total) =
-        jobs::create(c, &Selection::Filter(f), &json!({"note": "again"}), "carol").expect("job");
-    assert!(total > 0);
-    let spec = jobs::running(c)
-        .expect("running")
-        .into_iter()
-        .find(|j| j.id == job)
-        .expect("job running");
-    let next = jobs::next(c, job, 40).expect("next");
-    assert!(!next.is_empty());
-    let results: Vec<(i64, Result<(), String>)> = next
-        .iter()
-        .enumerate()
-        .map(|(k, r)| {
-            (
-                r.id,
-                if k % 3 == 2 {
-                    Err("no route".into())
-                } else {
-                    Ok(())
-                },
-            )
-        })
-        .collect();
-    jobs::finish(c, &spec, &results).expect("finish");
-    jobs::cancel(c, job, "carol").expect("cancel");
+    let finished = replay_step::replay_step(c, f, 40, 3);
+    assert!(finished > 0);
     // Edits and a skip (updated_at only).
     let ids: Vec<i64> = c
         .query(
