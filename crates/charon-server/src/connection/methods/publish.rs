@@ -519,6 +519,31 @@ fn parse_expiration(s: &str) -> Result<(), String> {
     }
 }
 
+/// Refuses a content header announcing a body over the limits before any of it is read:
+/// above RabbitMQ's hard cap (512 MiB) a frame error closing the connection (501, its
+/// command assembler's text); above `max` (`max_message_size`) 406 on the channel with
+/// RabbitMQ's channel text (which RabbitMQ sends once the body is in; here it is sent at once
+/// and the body frames that follow are dropped unread as the channel is closing).
+fn check_body_size(size: u64, max: u64) -> Result<(), AmqpError> {
+    use crate::config::MAX_MSG_SIZE;
+    if size > MAX_MSG_SIZE {
+        return Err(ServerError::ContentBodyTooLarge {
+            size,
+            max: MAX_MSG_SIZE,
+        }
+        .into());
+    }
+    if size > max {
+        return Err(ServerError::MessageTooLarge {
+            size,
+            max,
+            configured: max != MAX_MSG_SIZE,
+        }
+        .into());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::parse_expiration;
@@ -545,29 +570,4 @@ mod tests {
             Err("{value_too_large,99999999999999999999999}".into())
         );
     }
-}
-
-/// Refuses a content header announcing a body over the limits before any of it is read:
-/// above RabbitMQ's hard cap (512 MiB) a frame error closing the connection (501, its
-/// command assembler's text); above `max` (`max_message_size`) 406 on the channel with
-/// RabbitMQ's channel text (which RabbitMQ sends once the body is in; here it is sent at once
-/// and the body frames that follow are dropped unread as the channel is closing).
-fn check_body_size(size: u64, max: u64) -> Result<(), AmqpError> {
-    use crate::config::MAX_MSG_SIZE;
-    if size > MAX_MSG_SIZE {
-        return Err(ServerError::ContentBodyTooLarge {
-            size,
-            max: MAX_MSG_SIZE,
-        }
-        .into());
-    }
-    if size > max {
-        return Err(ServerError::MessageTooLarge {
-            size,
-            max,
-            configured: max != MAX_MSG_SIZE,
-        }
-        .into());
-    }
-    Ok(())
 }
