@@ -59,35 +59,6 @@ fn split(id: u64) -> (u64, u64) {
     (id >> SHIFT, id & MASK)
 }
 
-/// Chunk `key`, reached without a search when it is the newest or the oldest (ids arrive in
-/// order and mostly leave in order: a B-tree search compared `key` with every key of a node on
-/// its way, ~100 instructions a lookup).
-fn chunk<V>(chunks: &BTreeMap<u64, Chunk<V>>, key: u64) -> Option<&Chunk<V>> {
-    match chunks.last_key_value() {
-        Some((k, c)) if *k == key => return Some(c),
-        _ => {}
-    }
-    match chunks.first_key_value() {
-        Some((k, c)) if *k == key => Some(c),
-        _ => chunks.get(&key),
-    }
-}
-
-/// [`chunk`], for change.
-fn chunk_mut<V>(chunks: &mut BTreeMap<u64, Chunk<V>>, key: u64) -> Option<&mut Chunk<V>> {
-    let ends = (
-        chunks.first_key_value().map(|(k, _)| *k),
-        chunks.last_key_value().map(|(k, _)| *k),
-    );
-    if ends.1 == Some(key) {
-        return chunks.last_entry().map(|e| e.into_mut());
-    }
-    if ends.0 == Some(key) {
-        return chunks.first_entry().map(|e| e.into_mut());
-    }
-    chunks.get_mut(&key)
-}
-
 impl<V> IdTable<V> {
     pub(crate) fn len(&self) -> usize {
         self.len
@@ -95,7 +66,7 @@ impl<V> IdTable<V> {
 
     pub(crate) fn get(&self, id: &u64) -> Option<&V> {
         let (key, off) = split(*id);
-        let c = chunk(&self.chunks, key)?;
+        let c = self.chunks.get(&key)?;
         if !c.has(off) {
             return None;
         }
@@ -104,7 +75,7 @@ impl<V> IdTable<V> {
 
     pub(crate) fn get_mut(&mut self, id: &u64) -> Option<&mut V> {
         let (key, off) = split(*id);
-        let c = chunk_mut(&mut self.chunks, key)?;
+        let c = self.chunks.get_mut(&key)?;
         if !c.has(off) {
             return None;
         }
@@ -120,13 +91,10 @@ impl<V> IdTable<V> {
     /// Sets `id` to `v`; the value it replaces.
     pub(crate) fn insert(&mut self, id: u64, v: V) -> Option<V> {
         let (key, off) = split(id);
-        let c = match chunk_mut(&mut self.chunks, key) {
-            Some(c) => c,
-            None => self.chunks.entry(key).or_insert_with(|| Chunk {
-                bits: 0,
-                vals: VecDeque::new(),
-            }),
-        };
+        let c = self.chunks.entry(key).or_insert_with(|| Chunk {
+            bits: 0,
+            vals: VecDeque::new(),
+        });
         let r = c.rank(off);
         if c.has(off) {
             return c.vals.get_mut(r).map(|slot| std::mem::replace(slot, v));
@@ -152,7 +120,7 @@ impl<V> IdTable<V> {
     /// Removes `id` when `take` says so of its value (one lookup for both).
     pub(crate) fn remove_if(&mut self, id: &u64, take: impl FnOnce(&V) -> bool) -> Option<V> {
         let (key, off) = split(*id);
-        let c = chunk_mut(&mut self.chunks, key)?;
+        let c = self.chunks.get_mut(&key)?;
         if !c.has(off) {
             return None;
         }

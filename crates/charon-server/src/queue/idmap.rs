@@ -57,35 +57,6 @@ fn split(id: u64) -> (u64, u32) {
     (id / CHUNK, (id % CHUNK) as u32)
 }
 
-/// Chunk `c`, reached without a search when it is the newest or the oldest (a queue's ids
-/// arrive in order and mostly leave in order: a B-tree search compared `c` with every key of a
-/// node on its way, ~100 instructions a lookup).
-fn chunk<V>(chunks: &BTreeMap<u64, Chunk<V>>, c: u64) -> Option<&Chunk<V>> {
-    match chunks.first_key_value() {
-        Some((k, ch)) if *k == c => return Some(ch),
-        _ => {}
-    }
-    match chunks.last_key_value() {
-        Some((k, ch)) if *k == c => Some(ch),
-        _ => chunks.get(&c),
-    }
-}
-
-/// [`chunk`], for change.
-fn chunk_mut<V>(chunks: &mut BTreeMap<u64, Chunk<V>>, c: u64) -> Option<&mut Chunk<V>> {
-    let ends = (
-        chunks.first_key_value().map(|(k, _)| *k),
-        chunks.last_key_value().map(|(k, _)| *k),
-    );
-    if ends.1 == Some(c) {
-        return chunks.last_entry().map(|e| e.into_mut());
-    }
-    if ends.0 == Some(c) {
-        return chunks.first_entry().map(|e| e.into_mut());
-    }
-    chunks.get_mut(&c)
-}
-
 impl<V> IdMap<V> {
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
@@ -98,7 +69,7 @@ impl<V> IdMap<V> {
 
     pub(crate) fn get(&self, id: u64) -> Option<&V> {
         let (c, slot) = split(id);
-        let chunk = chunk(&self.chunks, c)?;
+        let chunk = self.chunks.get(&c)?;
         if !chunk.has(slot) {
             return None;
         }
@@ -107,7 +78,7 @@ impl<V> IdMap<V> {
 
     pub(crate) fn get_mut(&mut self, id: u64) -> Option<&mut V> {
         let (c, slot) = split(id);
-        let chunk = chunk_mut(&mut self.chunks, c)?;
+        let chunk = self.chunks.get_mut(&c)?;
         if !chunk.has(slot) {
             return None;
         }
@@ -123,13 +94,10 @@ impl<V> IdMap<V> {
     /// Sets `id`'s value; returns the one it replaces.
     pub(crate) fn insert(&mut self, id: u64, v: V) -> Option<V> {
         let (c, slot) = split(id);
-        let chunk = match chunk_mut(&mut self.chunks, c) {
-            Some(chunk) => chunk,
-            None => self.chunks.entry(c).or_insert_with(|| Chunk {
-                mask: 0,
-                vals: VecDeque::new(),
-            }),
-        };
+        let chunk = self.chunks.entry(c).or_insert_with(|| Chunk {
+            mask: 0,
+            vals: VecDeque::new(),
+        });
         let at = chunk.rank(slot);
         if chunk.has(slot) {
             return chunk.vals.get_mut(at).map(|old| std::mem::replace(old, v));
@@ -148,7 +116,7 @@ impl<V> IdMap<V> {
     /// Removes `id`'s value (a chunk left empty is freed).
     pub(crate) fn remove(&mut self, id: u64) -> Option<V> {
         let (c, slot) = split(id);
-        let chunk = chunk_mut(&mut self.chunks, c)?;
+        let chunk = self.chunks.get_mut(&c)?;
         if !chunk.has(slot) {
             return None;
         }
