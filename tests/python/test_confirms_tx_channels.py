@@ -201,6 +201,63 @@ def test_channel_number_can_be_reused_after_close(broker):
         c.open_channel(1)
 
 
+def test_channels_numbered_on_both_sides_of_256_publish_confirm_close_and_reopen(broker):
+    # The connection finds channels below 256 by index and the others by hash
+    # (connection/channel_map.rs): each must keep its own publishes, confirms and state, also
+    # after a channel on either side is closed and its number opened again.
+    numbers = [1, 255, 256, 2047]
+    with RawClient(broker.host, broker.port) as c:
+        c.handshake()
+        for n in numbers:
+            c.open_channel(n)
+            c.send_frame(commands.Confirm.Select(), n)
+            c.expect_method(commands.Confirm.SelectOk)
+        c.send_frame(commands.Queue.Declare(queue="", exclusive=True), 1)
+        q = c.expect_method(commands.Queue.DeclareOk).method.queue
+
+        def publish_and_confirm(chans, rounds):
+            for r in range(rounds):
+                for n in chans:
+                    c.publish(n, "", q, b"%d-%d" % (n, r))
+            acked = {n: 0 for n in chans}
+            while any(acked[n] < rounds for n in chans):
+                f = c.read_frame_skip_heartbeats()
+                assert isinstance(f.method, commands.Basic.Ack), f
+                assert f.channel in acked, f
+                # Tags count per channel from 1: a channel holding another's state acks others.
+                assert f.method.delivery_tag == acked[f.channel] + 1 or f.method.multiple, f
+                assert f.method.delivery_tag <= rounds, f
+                acked[f.channel] = f.method.delivery_tag
+
+        publish_and_confirm(numbers, 3)
+        for n in (255, 256):
+            c.send_frame(commands.Channel.Close(reply_code=200, reply_text="", class_id=0, method_id=0), n)
+            c.expect_method(commands.Channel.CloseOk)
+        # A closed number is closed (504 would close the connection): reopen it, fresh state.
+        for n in (256, 255):
+            c.open_channel(n)
+            c.send_frame(commands.Confirm.Select(), n)
+            c.expect_method(commands.Confirm.SelectOk)
+        publish_and_confirm([255, 256], 2)
+        bodies = []
+        while True:
+            c.send_frame(commands.Basic.Get(queue=q, no_ack=True), 2047)
+            f = c.read_frame_skip_heartbeats()
+            if isinstance(f.method, commands.Basic.GetEmpty):
+                break
+            assert isinstance(f.method, commands.Basic.GetOk), f
+            c.read_frame_skip_heartbeats()  # header
+            bodies.append(c.read_frame_skip_heartbeats().payload.decode())
+        expected = ["%d-%d" % (n, r) for r in range(3) for n in numbers]
+        expected += ["%d-%d" % (n, r) for r in range(2) for n in (255, 256)]
+        assert sorted(bodies) == sorted(expected)
+        # A second channel.open of a hashed number is refused as for an indexed one.
+        c.send_frame(commands.Channel.Open(), 256)
+        f = c.read_frame_skip_heartbeats()
+        assert isinstance(f.method, commands.Connection.Close), f
+        assert f.method.reply_code == 504
+
+
 def test_channel_open_twice_is_504_channel_error(broker):
     with RawClient(broker.host, broker.port) as c:
         c.handshake()

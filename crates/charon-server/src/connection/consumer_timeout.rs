@@ -36,7 +36,7 @@ impl Connection {
                     .queue
                     .consumer_timeout()
                     .or((global > 0).then_some(global))?;
-                (u.at.elapsed() > Duration::from_millis(ms)).then_some((*id, ms))
+                (u.at.elapsed() > Duration::from_millis(ms)).then_some((id, ms))
             })
             .collect();
         for (channel, ms) in expired {

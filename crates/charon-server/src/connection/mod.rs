@@ -5,6 +5,7 @@
 //! output buffer that goes to the writer once per read batch, so many replies share a syscall.
 
 mod channel;
+mod channel_map;
 mod commits;
 mod confirms;
 mod consumer_timeout;
@@ -39,7 +40,6 @@ use crate::error::{AmqpError, ServerError};
 use crate::handles::{ConnEvent, ConnHandle};
 use crate::locks::RwLockExt;
 use crate::vhost::VHostState;
-use channel::Channel;
 use handshake::HandshakeEnd;
 use methods::HotRest;
 use writer::Outgoing;
@@ -124,7 +124,7 @@ pub(crate) async fn serve_on<S: Transport>(
         frame_max: opened.frame_max,
         channel_max: opened.channel_max,
         heartbeat: opened.heartbeat,
-        channels: foldhash::HashMap::default(),
+        channels: channel_map::ChannelMap::default(),
         out: BytesMut::new(),
         out_deliveries: 0,
         wtx,
@@ -145,6 +145,7 @@ pub(crate) async fn serve_on<S: Transport>(
         publish_batches: publish_batch::PublishBatches::default(),
         settles: Vec::new(),
         frames_in: 0,
+        enqueue_clock: None,
         alarms: crate::broker::Alarms::default(),
         shutdown_sent: false,
         close_deadline: None,
@@ -267,7 +268,7 @@ pub(crate) struct Connection {
     pub(crate) channel_max: u16,
     pub(crate) heartbeat: u16,
     /// By channel id (a fast hash: looked up several times per publish).
-    pub(crate) channels: foldhash::HashMap<u16, Channel>,
+    pub(crate) channels: channel_map::ChannelMap,
     /// Encoded frames not yet handed to the writer.
     pub(crate) out: BytesMut,
     pub(crate) out_deliveries: usize,
@@ -310,6 +311,10 @@ pub(crate) struct Connection {
     pub(crate) publish_batches: publish_batch::PublishBatches,
     /// Frames decoded so far (read pacing counts the frames each read took).
     frames_in: u64,
+    /// The wall clock (ms) read for the first stored publish since the connection last read its
+    /// socket or waited for anything: the enqueue time of the stored publishes handled after it
+    /// without waiting (one clock read a read batch, not one a message; `enqueue_ms`).
+    pub(crate) enqueue_clock: Option<u64>,
     /// The resource alarms as last read (at the start, then on `Control::AlarmChanged`).
     alarms: crate::broker::Alarms,
     /// Told to close for the broker's shutdown.
@@ -552,6 +557,7 @@ impl Connection {
     /// Decodes and handles every complete frame in `buf`; the publishes gathered on the way
     /// reach their queues before it returns.
     async fn process(&mut self, buf: &mut BytesMut) -> Next {
+        self.enqueue_clock = None;
         let next = self.process_frames(buf).await;
         if !self.publish_batches.is_empty() {
             self.flush_publishes().await;
@@ -575,6 +581,7 @@ impl Connection {
                     let len = hot.len;
                     if matches!(hot.method, HotMethod::Publish { .. }) && !self.settles.is_empty() {
                         self.send_settles().await;
+                        self.enqueue_clock = None;
                     }
                     let rest = self.hot_method(hot.channel, hot.method);
                     if let HotRest::Framer = rest {
@@ -595,6 +602,7 @@ impl Connection {
                         && !self.settles.is_empty()
                     {
                         self.send_settles().await;
+                        self.enqueue_clock = None;
                     }
                     if let Some(rest) = self.content_in_place(buf) {
                         self.frames_in += 1;
@@ -602,7 +610,10 @@ impl Connection {
                             None => continue,
                             Some(rest) => match self.content_rest(rest).await {
                                 Next::Stop => return Next::Stop,
-                                Next::Continue => continue,
+                                Next::Continue => {
+                                    self.enqueue_clock = None;
+                                    continue;
+                                }
                             },
                         }
                     }
@@ -633,6 +644,7 @@ impl Connection {
             if !self.settles.is_empty() {
                 // Settles gathered so far go before anything else reaches a queue.
                 self.send_settles().await;
+                self.enqueue_clock = None;
             }
             let Some(frame) = self.start_publish_fast(frame) else {
                 continue;
@@ -652,6 +664,10 @@ impl Connection {
             if let Next::Stop = next {
                 return Next::Stop;
             }
+            // Whatever waited above (settles sent, a publish's rest, another method) may have
+            // taken a while: the next stored publish reads the clock again
+            // (`enqueue_clock`, as after each wait in this loop).
+            self.enqueue_clock = None;
         }
     }
 
@@ -729,7 +745,7 @@ impl Connection {
 
     /// Releases everything the connection holds: consumers, unacked messages, exclusive queues.
     async fn cleanup(&mut self) {
-        let ids: Vec<u16> = self.channels.keys().copied().collect();
+        let ids: Vec<u16> = self.channels.keys().collect();
         for id in ids {
             if let Some(ch) = self.channels.remove(&id) {
                 methods::release_channel(ch).await;

@@ -91,16 +91,20 @@ pub(crate) fn place(
 
 /// [`place`] for a message routed to exactly one queue (the usual case): the same id, store
 /// record and `Placed`, without `place`'s three `Vec`s (the store borrows the one member).
+/// `clock` is the enqueue time (ms) of the caller's publishes handled without waiting, read here
+/// when the first of them is stored (`None`: read now and kept there).
 pub(crate) fn place_one(
     vhost: &VHostState,
     q: &QueueHandle,
     message: Arc<Message>,
+    clock: &mut Option<u64>,
 ) -> (Placed, Option<Durable>) {
     let id = q.alloc_id();
     let persistent = message.properties.delivery_mode() == Some(2);
     let (stored, durable) = match (persistent, q.store_id(), vhost.persistence()) {
         (true, Some(sid), Some(p)) => {
-            let (msg, durable) = p.publish(&message, &[(sid, id)], now_ms());
+            let now = *clock.get_or_insert_with(now_ms);
+            let (msg, durable) = p.publish(&message, &[(sid, id)], now);
             (msg, Some(durable))
         }
         _ => (None, None),

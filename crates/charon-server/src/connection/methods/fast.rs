@@ -257,7 +257,7 @@ impl Connection {
         message: Arc<Message>,
     ) -> Result<Option<PublishRest>, AmqpError> {
         let (placed, stored) = if message.properties.delivery_mode() == Some(2) {
-            crate::queue::place_one(&self.vhost, &q, message)
+            crate::queue::place_one(&self.vhost, &q, message, &mut self.enqueue_clock)
         } else {
             let placed = Placed {
                 id: q.alloc_id(),

@@ -49,6 +49,8 @@ impl Connection {
         channel: u16,
         header: charon_protocol::ContentHeader,
     ) -> Result<bool, (u16, AmqpError)> {
+        // Read before the channel is borrowed: one channel lookup a header.
+        let max = self.broker.config().max_message_size;
         let Some(p) = self.pending_publish(channel)? else {
             return Ok(false);
         };
@@ -64,40 +66,11 @@ impl Connection {
                 .on(CLASS_BASIC, PUBLISH_METHOD_ID),
             ));
         }
-        if let Err(e) = self.check_body_size(header.body_size) {
+        if let Err(e) = check_body_size(header.body_size, max) {
             return Err((channel, e.on(CLASS_BASIC, PUBLISH_METHOD_ID)));
         }
-        let Some(p) = self.pending_publish(channel)? else {
-            return Ok(false);
-        };
         p.header = Some((header.body_size, header.properties));
         Ok(header.body_size == 0)
-    }
-
-    /// Refuses a content header announcing a body over the limits before any of it is read:
-    /// above RabbitMQ's hard cap (512 MiB) a frame error closing the connection (501, its
-    /// command assembler's text); above `max_message_size` 406 on the channel with RabbitMQ's
-    /// channel text (which RabbitMQ sends once the body is in; here it is sent at once and the
-    /// body frames that follow are dropped unread as the channel is closing).
-    fn check_body_size(&self, size: u64) -> Result<(), AmqpError> {
-        use crate::config::MAX_MSG_SIZE;
-        if size > MAX_MSG_SIZE {
-            return Err(ServerError::ContentBodyTooLarge {
-                size,
-                max: MAX_MSG_SIZE,
-            }
-            .into());
-        }
-        let max = self.broker.config().max_message_size;
-        if size > max {
-            return Err(ServerError::MessageTooLarge {
-                size,
-                max,
-                configured: max != MAX_MSG_SIZE,
-            }
-            .into());
-        }
-        Ok(())
     }
 
     /// A content body frame; `Ok(true)`: the content is complete, as for
@@ -544,6 +517,31 @@ fn parse_expiration(s: &str) -> Result<(), String> {
         Some(v) if v <= MAX_EXPIRY => Ok(()),
         _ => Err(format!("{{value_too_large,{magnitude}}}")),
     }
+}
+
+/// Refuses a content header announcing a body over the limits before any of it is read:
+/// above RabbitMQ's hard cap (512 MiB) a frame error closing the connection (501, its
+/// command assembler's text); above `max` (`max_message_size`) 406 on the channel with
+/// RabbitMQ's channel text (which RabbitMQ sends once the body is in; here it is sent at once
+/// and the body frames that follow are dropped unread as the channel is closing).
+fn check_body_size(size: u64, max: u64) -> Result<(), AmqpError> {
+    use crate::config::MAX_MSG_SIZE;
+    if size > MAX_MSG_SIZE {
+        return Err(ServerError::ContentBodyTooLarge {
+            size,
+            max: MAX_MSG_SIZE,
+        }
+        .into());
+    }
+    if size > max {
+        return Err(ServerError::MessageTooLarge {
+            size,
+            max,
+            configured: max != MAX_MSG_SIZE,
+        }
+        .into());
+    }
+    Ok(())
 }
 
 #[cfg(test)]
