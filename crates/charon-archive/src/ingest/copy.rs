@@ -61,7 +61,10 @@ pub(super) fn copy_batch(c: &mut dyn Conn, batch: &Batch) -> Result<Option<Copie
         && keys_unique(batch)
         && let Some(beside) = c.take_beside()
     {
-        return copy_split(c, batch, beside);
+        match batch_ids(c, batch.len())? {
+            Some(ids) => return copy_split(c, batch, beside, &ids),
+            None => c.put_beside(beside),
+        }
     }
     c.batch(&format!("SAVEPOINT {COPY_SAVEPOINT}"))?;
     let mut rows = batch.chunks.iter().flat_map(|p| p.chunks(INSERT_WIDTH));
@@ -131,6 +134,21 @@ fn copy_beside(c: &mut dyn Conn, rows: &[&[Param]], ids: &[i64]) -> Result<u64, 
     copy_rows(c, rows, ids)
 }
 
+/// `n` new ids of `dead_letters`, ascending, from its sequence; `None` when the table has no
+/// sequence of its own (then the batch is copied on one connection with the column's default).
+fn batch_ids(c: &mut dyn Conn, n: usize) -> Result<Option<Vec<i64>>, ArchiveError> {
+    let mut ids: Vec<i64> = c
+        .query(
+            "SELECT nextval(pg_get_serial_sequence('dead_letters', 'id')) FROM generate_series(1, CAST(? AS BIGINT))",
+            &[(n as i64).into()],
+        )?
+        .iter()
+        .filter_map(|r| r.first().and_then(|x| x.opt_int()))
+        .collect();
+    ids.sort_unstable();
+    Ok((ids.len() == n).then_some(ids))
+}
+
 /// Two backends at once (docs/archive.md "Eighteenth round"): the batch's records get their ids
 /// first, in order, from the table's sequence (so ids follow the records as with one COPY); the
 /// first half is copied on the second connection (`beside`) in a transaction of its own, the
@@ -147,24 +165,9 @@ fn copy_split(
     c: &mut dyn Conn,
     batch: &Batch,
     mut beside: Box<dyn Conn>,
+    ids: &[i64],
 ) -> Result<Option<Copied>, ArchiveError> {
     let n = batch.len();
-    let mut ids: Vec<i64> = c
-        .query(
-            "SELECT nextval(pg_get_serial_sequence('dead_letters', 'id')) FROM generate_series(1, CAST(? AS BIGINT))",
-            &[(n as i64).into()],
-        )?
-        .iter()
-        .filter_map(|r| r.first().and_then(|x| x.opt_int()))
-        .collect();
-    ids.sort_unstable();
-    if ids.len() != n {
-        c.put_beside(beside);
-        return Err(ArchiveError::Db(format!(
-            "{} ids for {n} records",
-            ids.len()
-        )));
-    }
     let rows: Vec<&[Param]> = batch
         .chunks
         .iter()
