@@ -58,6 +58,7 @@ pub(super) fn copy_batch(c: &mut dyn Conn, batch: &Batch) -> Result<Option<Copie
         return Ok(None);
     }
     if batch.len() >= SPLIT_MIN
+        && split_enabled()
         && keys_unique(batch)
         && let Some(beside) = c.take_beside()
     {
@@ -102,6 +103,13 @@ pub(super) fn copy_batch(c: &mut dyn Conn, batch: &Batch) -> Result<Option<Copie
             Ok(None)
         }
     }
+}
+
+/// `CHARON_ARCHIVE_COPY_SPLIT=off`: every batch on the one connection, as before the eighteenth
+/// round (a server with no connection to spare; the A/B of docs/archive.md "Eighteenth round").
+fn split_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("CHARON_ARCHIVE_COPY_SPLIT").map_or(true, |v| v != "off"))
 }
 
 /// Whether no stable key is twice in the batch. Two halves holding the same key would wait on
