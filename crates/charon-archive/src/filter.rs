@@ -178,6 +178,17 @@ impl Filter {
                 ));
                 params.push(Param::from(t));
             } else if k == "error" {
+                // Migration 12: checked on the narrow copy of the error texts.
+                let fts = if d == Dialect::Sqlite {
+                    narrow(Field::Error, v)?
+                } else {
+                    None
+                };
+                if let Some((cond, mut p)) = crate::error_text::condition(d, v, fts) {
+                    conds.push(cond);
+                    params.append(&mut p);
+                    continue;
+                }
                 push_candidates(&mut conds, &mut params, d, Field::Error, v, narrow)?;
                 conds.push(format!(
                     "({} OR {})",

@@ -14,6 +14,7 @@
 //! - `sqlite_static`: the archiver's INSERT bound without copies (the crate's only `unsafe`).
 //! - [`search_index`], [`indexer`] (+ `pg_indexer`): the trigram index of the text filters, filled
 //!   behind the writer.
+//! - [`error_text`]: migration 12, the narrow copy of the error texts the `error` filter checks.
 //! - [`header_lines`]: migration 8, PostgreSQL's exact index of the header lines.
 //! - [`jobs`]: replay jobs and what a restart interrupted.
 //! - [`summary`]: the maintained per-group counts (groups and totals without counting rows);
@@ -28,6 +29,7 @@
 
 pub mod checkpoint;
 pub mod error;
+pub mod error_text;
 pub mod extract;
 pub mod filter;
 pub mod header_index;

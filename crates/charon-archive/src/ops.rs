@@ -10,7 +10,7 @@ use crate::header_index;
 use crate::json::{json_to_table, table_to_json};
 use crate::record::{RECORD_COLUMNS, Record, payload_json, status};
 use crate::scope;
-use crate::sql::{Cell, Conn, Dialect, Param, transaction};
+use crate::sql::{Cell, Conn, Param, transaction};
 use crate::summary;
 use crate::time::{format_ms, now_ms};
 
@@ -77,16 +77,20 @@ pub fn list(
         Some((name, value)) => Some((name, value, header_index::watermark(c)?)),
         None => None,
     };
+    // One `error` term: counted and paged from the narrow copy of the error texts.
+    let error_fts = match f.error_only() {
+        Some(needle) => Some((needle, crate::error_text::fts_query(c, needle)?)),
+        None => None,
+    };
     let total = if let Some((ids, p)) =
         header.and_then(|(name, value, wm)| header_index::exact_ids_at(d, name, value, Some(wm)))
     {
         count(c, &format!("SELECT COUNT(*) FROM ({ids}) AS m"), &p)?
-    } else if let Some((sql, p)) = f
-        .error_only()
-        .filter(|_| d == Dialect::Postgres)
-        .and_then(crate::search_index::pg_error_count)
+    } else if let Some((sql, p)) = error_fts
+        .clone()
+        .and_then(|(needle, fts)| crate::error_text::count(d, needle, fts))
     {
-        // One `error` term on PostgreSQL: the side table's matches counted without re-check.
+        // One `error` term: the copy's matches (migration 12), no record read.
         count(c, &sql, &p)?
     } else if let Some((sql, p)) = crate::range_count::query(c, f)? {
         // A time range with exact group-key terms: index ranges of `dead_letters_group`.
@@ -122,11 +126,10 @@ pub fn list(
     let reach = offset.saturating_add(page_size);
     let page_ids = match header.filter(|_| by_id) {
         Some((name, value, wm)) => header_index::page_ids_at(d, name, value, wm, desc, reach),
-        // One `error` term on PostgreSQL: from the side table in id order (no re-check).
-        None => f
-            .error_only()
-            .filter(|_| by_id && d == Dialect::Postgres)
-            .and_then(|needle| crate::search_index::pg_error_page_ids(needle, desc, reach)),
+        // One `error` term: from the copy in id order (migration 12).
+        None => error_fts
+            .filter(|_| by_id)
+            .and_then(|(needle, fts)| crate::error_text::page_ids(d, needle, fts, desc, reach)),
     };
     // A time range with exact group-key terms in id order: ids from the group index's ranges.
     let page_ids = match page_ids {

@@ -122,20 +122,26 @@ UPDATE replay_jobs SET
 const PG_AUTOVACUUM: &str = "ALTER TABLE dead_letters SET (autovacuum_vacuum_scale_factor = 0.02, \
     autovacuum_analyze_scale_factor = 0.02, autovacuum_vacuum_insert_scale_factor = 0.02);";
 
-/// Every migration, in order (index + 1 = version).
-const MIGRATIONS: &[&str] = &[
-    V1,
-    V2_AUDIT_VHOSTS,
-    crate::summary::V3_GROUPS,
-    V4_JOB_COUNTS,
-    V5_INGEST,
-    V6_INDEX_DIET,
-    V7_SEARCH,
-    V8_HEADER_LINES,
-    V9_HEADER_INDEX,
-    V10_SUMMARY_KEYS,
-    crate::sparse_sort::V11,
+/// Every migration with its version, in order. Versions are fixed numbers, not positions: a
+/// build may lack one (branches merged apart take their numbers in advance), and the runner
+/// applies each known migration whose version the database lacks, lower first.
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, V1),
+    (2, V2_AUDIT_VHOSTS),
+    (3, crate::summary::V3_GROUPS),
+    (4, V4_JOB_COUNTS),
+    (5, V5_INGEST),
+    (6, V6_INDEX_DIET),
+    (7, V7_SEARCH),
+    (8, V8_HEADER_LINES),
+    (9, V9_HEADER_INDEX),
+    (10, V10_SUMMARY_KEYS),
+    (11, crate::sparse_sort::V11),
+    (12, V12_ERROR_TEXT),
 ];
+
+/// Migration 12 (rendered per dialect by [`crate::error_text::v12`]).
+const V12_ERROR_TEXT: &str = "{V12_ERROR_TEXT}";
 
 /// Migration 10 (rendered per dialect by [`crate::summary_keys::v10`]).
 const V10_SUMMARY_KEYS: &str = "{V10_SUMMARY_KEYS}";
@@ -179,6 +185,9 @@ fn render(sql: &str, d: Dialect) -> String {
     if sql == V10_SUMMARY_KEYS {
         return crate::summary_keys::v10(d);
     }
+    if sql == V12_ERROR_TEXT {
+        return crate::error_text::v12(d);
+    }
     if sql == V8_HEADER_LINES {
         return crate::header_lines::v8(d);
     }
@@ -200,16 +209,21 @@ const PG_MIGRATION_LOCK: i64 = 0x6368_6172_6f6e;
 /// database at a whole version, and two processes opening the same database at once apply each
 /// migration once (the second sees the first's version and skips it).
 pub fn migrate(c: &mut dyn Conn) -> Result<(), ArchiveError> {
-    migrate_to(c, MIGRATIONS.len() as i64)
+    migrate_to(c, latest())
 }
 
 /// The number of the newest migration this build knows.
 pub fn latest() -> i64 {
-    MIGRATIONS.len() as i64
+    MIGRATIONS.iter().map(|(v, _)| *v).max().unwrap_or(0)
 }
 
 /// [`migrate`], stopping at version `target` (tests build a database as an older Charon left it).
 pub fn migrate_to(c: &mut dyn Conn, target: i64) -> Result<(), ArchiveError> {
+    migrate_list(c, MIGRATIONS, target)
+}
+
+/// [`migrate_to`] over the migrations `list` (versions ascending).
+fn migrate_list(c: &mut dyn Conn, list: &[(i64, &str)], target: i64) -> Result<(), ArchiveError> {
     const CREATE: &str = "CREATE TABLE IF NOT EXISTS archive_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)";
     match c.dialect() {
         Dialect::Sqlite => c.batch(CREATE)?,
@@ -219,14 +233,13 @@ pub fn migrate_to(c: &mut dyn Conn, target: i64) -> Result<(), ArchiveError> {
             "BEGIN; SELECT pg_advisory_xact_lock({PG_MIGRATION_LOCK}); {CREATE}; COMMIT"
         ))?,
     }
-    let known = MIGRATIONS.len() as i64;
     loop {
         let begin = match c.dialect() {
             Dialect::Sqlite => "BEGIN IMMEDIATE",
             Dialect::Postgres => "BEGIN; LOCK TABLE archive_migrations IN EXCLUSIVE MODE",
         };
         c.batch(begin)?;
-        match step(c, known, target) {
+        match step(c, list, target) {
             Ok(Some(version)) => {
                 c.batch("COMMIT")?;
                 tracing::info!(version, "archive schema migrated");
@@ -243,26 +256,67 @@ pub fn migrate_to(c: &mut dyn Conn, target: i64) -> Result<(), ArchiveError> {
     }
 }
 
-/// Inside the locked transaction: applies the next missing migration (its version), or `None`
-/// when the database is current.
-fn step(c: &mut dyn Conn, known: i64, target: i64) -> Result<Option<i64>, ArchiveError> {
-    let rows = c.query("SELECT MAX(version) FROM archive_migrations", &[])?;
-    let have = rows
-        .first()
-        .and_then(|r| r.first())
-        .and_then(|c| c.opt_int())
-        .unwrap_or(0);
-    if have > known {
-        return Err(ArchiveError::TooNew { found: have, known });
+/// Inside the locked transaction: applies the lowest known migration up to `target` that the
+/// database lacks (its version), or `None` when it has them all. A database holding a version
+/// this build does not know (a newer Charon's, or a branch's this build lacks) is refused.
+fn step(c: &mut dyn Conn, list: &[(i64, &str)], target: i64) -> Result<Option<i64>, ArchiveError> {
+    let have: Vec<i64> = c
+        .query(
+            "SELECT version FROM archive_migrations ORDER BY version",
+            &[],
+        )?
+        .iter()
+        .filter_map(|r| r.first().and_then(|c| c.opt_int()))
+        .collect();
+    let known = list.iter().map(|(v, _)| *v).max().unwrap_or(0);
+    if let Some(&found) = have.iter().find(|v| !list.iter().any(|(k, _)| k == *v)) {
+        return Err(ArchiveError::TooNew { found, known });
     }
-    let Some(m) = MIGRATIONS.get(have as usize).filter(|_| have < target) else {
+    let Some((version, m)) = list.iter().find(|(v, _)| *v <= target && !have.contains(v)) else {
         return Ok(None);
     };
-    let version = have + 1;
     c.batch(&render(m, c.dialect()))?;
     c.exec(
         "INSERT INTO archive_migrations (version, applied_at) VALUES (?, ?)",
-        &[version.into(), now_ms().into()],
+        &[(*version).into(), now_ms().into()],
     )?;
-    Ok(Some(version))
+    Ok(Some(*version))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn versions(c: &mut dyn Conn) -> Vec<i64> {
+        c.query(
+            "SELECT version FROM archive_migrations ORDER BY version",
+            &[],
+        )
+        .expect("versions")
+        .iter()
+        .map(|r| r[0].int())
+        .collect()
+    }
+
+    /// Branches take their migration numbers in advance and may be merged apart: a build that
+    /// lacks version 2 still applies 3, a later build applies 2 after 3, and a database holding
+    /// a version the build does not know is refused.
+    #[test]
+    fn a_later_version_applies_when_an_earlier_one_is_absent() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let mut c = crate::sqlite::Sqlite::open(&dir.path().join("m.db")).expect("open");
+        let one = "CREATE TABLE t1 (x INTEGER)";
+        let two = "CREATE TABLE t2 (x INTEGER)";
+        let three = "CREATE TABLE t3 (x INTEGER)";
+        migrate_list(&mut c, &[(1, one), (3, three)], 3).expect("1, 3");
+        assert_eq!(versions(&mut c), vec![1, 3]);
+        migrate_list(&mut c, &[(1, one), (2, two), (3, three)], 3).expect("2 after 3");
+        assert_eq!(versions(&mut c), vec![1, 2, 3]);
+        for t in ["t1", "t2", "t3"] {
+            c.query(&format!("SELECT COUNT(*) FROM {t}"), &[])
+                .expect("table");
+        }
+        let e = migrate_list(&mut c, &[(1, one), (3, three)], 3).expect_err("2 unknown");
+        assert!(matches!(e, ArchiveError::TooNew { found: 2, .. }), "{e}");
+    }
 }

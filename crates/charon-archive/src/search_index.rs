@@ -257,69 +257,6 @@ pub fn candidates_with(
     ))
 }
 
-/// PostgreSQL: the count of records whose error message or stack trace contains `needle`, read
-/// from the side table without re-checking the records it matched (fourteenth round), and its
-/// parameters; `None` when the side table's text is not exact for it.
-///
-/// A side-table row exists exactly for each live record at or below the watermark that is not
-/// waiting in `dead_letter_search_scan` (the trigger removes it on a delete or an edit, the
-/// indexer writes it back with the scan row's removal, in one transaction, under the writer's
-/// lock), and its `error` is the message and the stack trace joined by `\n` (NUL, which
-/// PostgreSQL text cannot hold anyway, as U+FFFD). So `error LIKE '%needle%'` is the filter's own
-/// condition for a needle without `\n` (it could match across the joint) or U+FFFD; the other
-/// records (above the watermark, or edited) are counted with the filter's condition. The
-/// re-check was half of the count of `error=cause 5` over 1M records (100,200 matches, each read
-/// from `dead_letters` by id).
-pub fn pg_error_count(needle: &str) -> Option<(String, Vec<Param>)> {
-    if needle.contains(['\n', '\u{FFFD}', '\0']) || needle.chars().count() < 3 {
-        return None;
-    }
-    let sql = format!(
-        "SELECT (SELECT COUNT(*) FROM dead_letter_search WHERE error LIKE ?) \
-         + (SELECT COUNT(*) FROM dead_letters WHERE {})",
-        pg_error_unindexed()
-    );
-    Some((
-        sql,
-        vec![
-            Param::from(like_pattern(needle)),
-            Param::from(needle),
-            Param::from(needle),
-        ],
-    ))
-}
-
-/// PostgreSQL: the ids of one page of an `error` filter on `needle` in id order (`desc`: newest
-/// first), when [`pg_error_count`] may count it: the first `reach` side-table matches in id order
-/// (without re-check, as there) and the first `reach` of the other records (above the watermark,
-/// or edited) that match, merged by the caller. The side table's primary key walked backwards
-/// stops after `reach` matches when they are many; the planner takes the trigram index and a
-/// top-N sort when they are few. The candidate array alone read the whole side table (1.6 s of
-/// the page's 2 s for `error=cause 5` over 1M records).
-pub fn pg_error_page_ids(needle: &str, desc: bool, reach: u64) -> Option<(String, Vec<Param>)> {
-    let (_, p) = pg_error_count(needle)?;
-    let dir = if desc { "DESC" } else { "ASC" };
-    let sql = format!(
-        "SELECT id FROM (SELECT id FROM dead_letter_search WHERE error LIKE ? ORDER BY id {dir} LIMIT {reach}) AS p \
-         UNION ALL SELECT id FROM (SELECT id FROM dead_letters WHERE {} ORDER BY id {dir} LIMIT {reach}) AS q",
-        pg_error_unindexed()
-    );
-    Some((sql, p))
-}
-
-/// The condition on `dead_letters` of the records an `error` filter finds outside the side
-/// table (above the watermark, or edited: in `dead_letter_search_scan`) and that match it (two
-/// parameters: the needle twice), shared by [`pg_error_count`] and [`pg_error_page_ids`].
-fn pg_error_unindexed() -> String {
-    format!(
-        "id = ANY(ARRAY(\
-         SELECT id FROM dead_letters WHERE id > (SELECT watermark FROM dead_letter_search_state) \
-         UNION ALL SELECT id FROM dead_letter_search_scan)) AND ({} OR {})",
-        Dialect::Postgres.contains("error_message"),
-        Dialect::Postgres.contains("error_stacktrace")
-    )
-}
-
 /// `%needle%` for LIKE, its `%`, `_` and `\\` escaped.
 fn like_pattern(needle: &str) -> String {
     let mut pattern = String::from("%");

@@ -1,0 +1,283 @@
+//! Migration 12 (branch `q9s`): a narrow copy of every indexed record's error message and stack
+//! trace, `dead_letter_error_text`, and the `error` filter's condition, count and page read from
+//! it (docs/archive.md "Migration 12" and "Eighteenth round").
+//!
+//! The `error` filter's exact check used to run on `dead_letters`: every candidate the trigram
+//! index gave was read from the table (a ~1.5 KB row, its 16 KiB leaf page on SQLite, its heap
+//! page on PostgreSQL) for `instr`/`strpos` on its two columns. For a needle matching one record
+//! in ten (`cause 5` over 1,000,000) that touched every page of the table: 2.5 s on SQLite, 1.8 s
+//! on PostgreSQL. The copy holds the same two columns, byte for byte, of every record with an id
+//! at or below the search index's watermark (~60 B a row for the bench's texts), and the check
+//! runs on it with the very same expression; the records above the watermark (not yet indexed)
+//! are checked on `dead_letters` as before.
+//!
+//! **Kept exact by triggers, not by the writer or the indexer** (nothing on the insert path, no
+//! change to either indexer):
+//! - the indexer's `UPDATE dead_letter_search_state SET watermark = …` copies the records between
+//!   the old and the new watermark (`INSERT … SELECT`, replacing a row that exists), in the
+//!   indexer's own transaction;
+//! - a DELETE of a record deletes its row; an UPDATE of `error_message` or `error_stacktrace`
+//!   (the API never edits them; a user's SQL may) updates it.
+//!
+//! So the copy has, at every commit, exactly one row per live record at or below the watermark,
+//! with that record's two columns. The condition is
+//! `id IN (SELECT id FROM copy WHERE <candidates> AND <check on the copy> UNION ALL SELECT id FROM
+//! dead_letters WHERE id > watermark AND <check on the record>)`: it names no column of the outer
+//! `dead_letters`, so a count or page combined with another term (`status = ?`) reads that term's
+//! covering index per match instead of the record. The candidates are SQLite's FTS5 matches (the
+//! needle's rarest trigrams, [`crate::rare_trigrams`]) plus the edited records
+//! (`dead_letter_search_scan`, whose FTS5 rows are gone while their copy is current), or on
+//! PostgreSQL a `LIKE` that migration 12's trigram indexes on the copy answer; a needle the index
+//! cannot narrow (under 3 characters, or with a NUL on SQLite) checks every row of the copy.
+
+use crate::error::ArchiveError;
+use crate::search_index::{Field, trigram_query};
+use crate::sql::{Conn, Dialect, Param};
+
+/// Migration 12 on SQLite: the copy, filled from the records already indexed, and its triggers.
+pub const V12_SQLITE: &str = "
+CREATE TABLE dead_letter_error_text (
+    id INTEGER PRIMARY KEY,
+    error_message TEXT,
+    error_stacktrace TEXT
+);
+INSERT INTO dead_letter_error_text (id, error_message, error_stacktrace)
+    SELECT id, error_message, error_stacktrace FROM dead_letters
+    WHERE id <= (SELECT watermark FROM dead_letter_search_state);
+CREATE TRIGGER dead_letter_error_text_fill AFTER UPDATE OF watermark ON dead_letter_search_state
+WHEN new.watermark > old.watermark BEGIN
+    INSERT OR REPLACE INTO dead_letter_error_text (id, error_message, error_stacktrace)
+        SELECT id, error_message, error_stacktrace FROM dead_letters
+        WHERE id > old.watermark AND id <= new.watermark;
+END;
+CREATE TRIGGER dead_letter_error_text_delete AFTER DELETE ON dead_letters BEGIN
+    DELETE FROM dead_letter_error_text WHERE id = old.id;
+END;
+CREATE TRIGGER dead_letter_error_text_edit AFTER UPDATE OF error_message, error_stacktrace ON dead_letters BEGIN
+    UPDATE dead_letter_error_text SET error_message = new.error_message,
+        error_stacktrace = new.error_stacktrace WHERE id = new.id;
+END;
+";
+
+/// Migration 12 on PostgreSQL: the same copy and triggers (the delete one per statement, with
+/// its transition table), trigram indexes on the copy's two columns when `pg_trgm` is there (else
+/// a warning: the filter still answers exactly, reading the whole copy), and the side table's
+/// `error` trigram index dropped (nothing reads it any more: one GIN insert less per indexed
+/// record).
+pub const V12_POSTGRES: &str = "
+CREATE TABLE dead_letter_error_text (
+    id BIGINT PRIMARY KEY,
+    error_message TEXT,
+    error_stacktrace TEXT
+);
+INSERT INTO dead_letter_error_text (id, error_message, error_stacktrace)
+    SELECT id, error_message, error_stacktrace FROM dead_letters
+    WHERE id <= (SELECT watermark FROM dead_letter_search_state);
+CREATE FUNCTION dead_letter_error_text_fill() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+    INSERT INTO dead_letter_error_text (id, error_message, error_stacktrace)
+        SELECT id, error_message, error_stacktrace FROM dead_letters
+        WHERE id > OLD.watermark AND id <= NEW.watermark
+    ON CONFLICT (id) DO UPDATE SET error_message = EXCLUDED.error_message,
+        error_stacktrace = EXCLUDED.error_stacktrace;
+    RETURN NULL;
+END $f$;
+CREATE TRIGGER dead_letter_error_text_fill AFTER UPDATE OF watermark ON dead_letter_search_state
+    FOR EACH ROW WHEN (NEW.watermark > OLD.watermark) EXECUTE FUNCTION dead_letter_error_text_fill();
+CREATE FUNCTION dead_letter_error_text_delete() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+    DELETE FROM dead_letter_error_text e USING dead_letter_error_text_old o WHERE e.id = o.id;
+    RETURN NULL;
+END $f$;
+CREATE TRIGGER dead_letter_error_text_delete AFTER DELETE ON dead_letters
+    REFERENCING OLD TABLE AS dead_letter_error_text_old
+    FOR EACH STATEMENT EXECUTE FUNCTION dead_letter_error_text_delete();
+CREATE FUNCTION dead_letter_error_text_edit() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+    UPDATE dead_letter_error_text SET error_message = NEW.error_message,
+        error_stacktrace = NEW.error_stacktrace WHERE id = NEW.id;
+    RETURN NULL;
+END $f$;
+CREATE TRIGGER dead_letter_error_text_edit AFTER UPDATE OF error_message, error_stacktrace ON dead_letters
+    FOR EACH ROW EXECUTE FUNCTION dead_letter_error_text_edit();
+DO $$ BEGIN
+    CREATE INDEX dead_letter_error_text_message ON dead_letter_error_text USING gin (error_message gin_trgm_ops);
+    CREATE INDEX dead_letter_error_text_stacktrace ON dead_letter_error_text USING gin (error_stacktrace gin_trgm_ops);
+    DROP INDEX IF EXISTS dead_letter_search_error;
+EXCEPTION WHEN OTHERS THEN
+    RAISE WARNING 'charon archive: no trigram index on dead_letter_error_text (%); the error filter reads the whole copy', SQLERRM;
+END $$;
+ANALYZE dead_letter_error_text;
+";
+
+/// Migration 12 for dialect `d`.
+pub fn v12(d: Dialect) -> String {
+    match d {
+        Dialect::Sqlite => V12_SQLITE.to_string(),
+        Dialect::Postgres => V12_POSTGRES.to_string(),
+    }
+}
+
+/// An `error` filter on the copy: the ids it finds among the records at or below the watermark
+/// (`SELECT e.id FROM dead_letter_error_text AS e WHERE …`, never another table's row), and the
+/// condition on `dead_letters` of the others (above the watermark) that match, each with its
+/// parameters.
+pub struct Parts {
+    /// `SELECT e.id FROM dead_letter_error_text AS e WHERE …`.
+    pub indexed: String,
+    /// Its parameters.
+    pub indexed_params: Vec<Param>,
+    /// The condition on `dead_letters` of the matching records above the watermark.
+    pub rest: String,
+    /// Its parameters.
+    pub rest_params: Vec<Param>,
+}
+
+/// The parts of an `error` filter on `needle`; `fts` (SQLite) is the FTS5 query of its rarest
+/// trigrams ([`crate::rare_trigrams::query`]; `None`: every trigram). `None` on PostgreSQL for a
+/// needle with a NUL (its text cannot hold one: the filter then runs as before migration 12).
+pub fn parts(d: Dialect, needle: &str, fts: Option<String>) -> Option<Parts> {
+    if d == Dialect::Postgres && needle.contains('\0') {
+        return None;
+    }
+    let check = |p: &str| {
+        format!(
+            "({} OR {})",
+            d.contains(&format!("{p}error_message")),
+            d.contains(&format!("{p}error_stacktrace"))
+        )
+    };
+    let mut indexed_params = Vec::new();
+    let cand = match d {
+        Dialect::Sqlite => match fts.or_else(|| trigram_query(needle)) {
+            Some(q) => {
+                let t = Field::Error.table();
+                indexed_params.push(Param::from(q));
+                format!(
+                    "e.id IN (SELECT rowid FROM {t} WHERE {t} MATCH ? \
+                     UNION ALL SELECT id FROM dead_letter_search_scan) AND "
+                )
+            }
+            None => String::new(),
+        },
+        Dialect::Postgres => {
+            let pattern = like_literal(needle);
+            format!("(e.error_message LIKE {pattern} OR e.error_stacktrace LIKE {pattern}) AND ")
+        }
+    };
+    indexed_params.push(Param::from(needle));
+    indexed_params.push(Param::from(needle));
+    Some(Parts {
+        indexed: format!(
+            "SELECT e.id FROM dead_letter_error_text AS e WHERE {cand}{}",
+            check("e.")
+        ),
+        indexed_params,
+        rest: match d {
+            Dialect::Sqlite => format!(
+                "id > (SELECT watermark FROM dead_letter_search_state) AND {}",
+                check("")
+            ),
+            // The ids as an array first: `id > (SELECT watermark …)` alone is planned for
+            // ~185,000 rows over 1M (the watermark is unknown at planning) as a parallel index
+            // scan whose workers' start cost 50–60 ms of a count that finds nothing.
+            Dialect::Postgres => format!(
+                "id = ANY(ARRAY(SELECT id FROM dead_letters WHERE id > (SELECT watermark FROM dead_letter_search_state))) AND {}",
+                check("")
+            ),
+        },
+        rest_params: vec![Param::from(needle), Param::from(needle)],
+    })
+}
+
+/// PostgreSQL: the `LIKE` pattern of the candidates for `needle`, as a string literal in the
+/// statement's text: `'%…%'` with every character but letters, digits and spaces replaced by
+/// `_` (LIKE's one-character wildcard). A parameter would let a cached statement's generic plan
+/// choose without the pattern (it walked the whole copy backwards by id for a needle matching
+/// nothing: 460 ms instead of 0.4); the literal holds no quote, backslash or `?` (the driver's
+/// placeholder), and a `_` matches the character it replaces, so the candidates are a superset
+/// and the `strpos` check that follows decides exactly.
+fn like_literal(needle: &str) -> String {
+    let mut s = String::from("'%");
+    for ch in needle.chars() {
+        s.push(if ch.is_alphanumeric() || ch == ' ' {
+            ch
+        } else {
+            '_'
+        });
+    }
+    s.push_str("%'");
+    s
+}
+
+/// The filter's condition on `dead_letters` (`id IN (…)`, no other column of the record) and its
+/// parameters.
+pub fn condition(d: Dialect, needle: &str, fts: Option<String>) -> Option<(String, Vec<Param>)> {
+    let p = parts(d, needle, fts)?;
+    let sub = format!(
+        "{} UNION ALL SELECT id FROM dead_letters WHERE {}",
+        p.indexed, p.rest
+    );
+    let cond = match d {
+        Dialect::Sqlite => format!("id IN ({sub})"),
+        // An array computed once: with `IN` the planner may walk the primary key backwards
+        // testing every record (see `search_index::candidates_with`).
+        Dialect::Postgres => format!("id = ANY(ARRAY({sub}))"),
+    };
+    let mut params = p.indexed_params;
+    params.extend(p.rest_params);
+    Some((cond, params))
+}
+
+/// The `total` of a filter of one `error` term: the copy's matches plus the matching records
+/// above the watermark, without touching another record.
+pub fn count(d: Dialect, needle: &str, fts: Option<String>) -> Option<(String, Vec<Param>)> {
+    let p = parts(d, needle, fts)?;
+    let sql = format!(
+        "SELECT (SELECT COUNT(*) FROM ({}) AS m) + (SELECT COUNT(*) FROM dead_letters WHERE {})",
+        p.indexed, p.rest
+    );
+    let mut params = p.indexed_params;
+    params.extend(p.rest_params);
+    Some((sql, params))
+}
+
+/// The ids of one page of a filter of one `error` term in id order (`desc`: newest first): the
+/// first `reach` of the copy's matches and the first `reach` of the matching records above the
+/// watermark, merged by the caller (`ops::list`'s index-page path).
+pub fn page_ids(
+    d: Dialect,
+    needle: &str,
+    fts: Option<String>,
+    desc: bool,
+    reach: u64,
+) -> Option<(String, Vec<Param>)> {
+    let p = parts(d, needle, fts)?;
+    let dir = if desc { "DESC" } else { "ASC" };
+    let sql = format!(
+        "SELECT id FROM ({} ORDER BY e.id {dir} LIMIT {reach}) AS p \
+         UNION ALL SELECT id FROM (SELECT id FROM dead_letters WHERE {} ORDER BY id {dir} LIMIT {reach}) AS q",
+        p.indexed, p.rest
+    );
+    let mut params = p.indexed_params;
+    params.extend(p.rest_params);
+    Some((sql, params))
+}
+
+/// The FTS5 query of an `error` needle's rarest trigrams on connection `c` (SQLite), for
+/// [`count`] and [`page_ids`].
+pub fn fts_query(c: &mut dyn Conn, needle: &str) -> Result<Option<String>, ArchiveError> {
+    crate::rare_trigrams::query(c, Field::Error, needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn like_literals_hold_no_quote_backslash_or_placeholder() {
+        assert_eq!(like_literal("cause 5"), "'%cause 5%'");
+        assert_eq!(like_literal("it's 100%_\\?"), "'%it_s 100____%'");
+        assert_eq!(like_literal("見つか"), "'%見つか%'");
+    }
+}
