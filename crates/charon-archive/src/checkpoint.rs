@@ -6,7 +6,7 @@
 //! there (a 4000-record batch is ~14 MB, so nearly every batch checkpointed). Instead, after each
 //! commit the writer wakes this thread with the WAL's size in pages, and the thread runs a
 //! PASSIVE checkpoint on its own connection (it never blocks a writer or a reader) once either
-//! - the writer has gone quiet: no commit for [`Policy::quiet`] (250 ms), or
+//! - the writer has gone quiet: no commit for [`Policy::quiet`] (1 s), or
 //! - the WAL holds [`Policy::busy_pages`] (16,384) pages or more.
 //!
 //! While batches follow each other the WAL does not start over anyway (SQLite restarts it only
@@ -46,13 +46,13 @@ pub struct Policy {
 }
 
 impl Default for Policy {
-    /// 250 ms quiet, 16,384 pages; `CHARON_ARCHIVE_CHECKPOINT_QUIET_MS` sets the quiet time
+    /// 1 s quiet, 16,384 pages; `CHARON_ARCHIVE_CHECKPOINT_QUIET_MS` sets the quiet time
     /// (tests: a long one, to see that nothing else makes the thread checkpoint).
     fn default() -> Policy {
         let quiet = std::env::var("CHARON_ARCHIVE_CHECKPOINT_QUIET_MS")
             .ok()
             .and_then(|v| v.parse().ok())
-            .map_or(Duration::from_millis(250), Duration::from_millis);
+            .map_or(Duration::from_millis(1000), Duration::from_millis);
         Policy {
             quiet,
             busy_pages: 16384,
