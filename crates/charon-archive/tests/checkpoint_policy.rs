@@ -132,3 +132,50 @@ fn a_big_wal_is_checkpointed_while_the_writer_is_busy() {
         "database file {before} -> {len} bytes: a WAL over the bound was not checkpointed"
     );
 }
+
+#[test]
+fn after_a_big_wal_every_commit_is_checkpointed_until_the_writer_goes_quiet() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("archive.db");
+    let c = open(&path);
+    let ck = Checkpointer::start_with(
+        &path,
+        Policy {
+            quiet: Duration::from_secs(3600),
+            busy_pages: 100,
+        },
+    );
+    // Over the bound: checkpointed (as in the test above).
+    let before = db_len(&path);
+    commit_batches(&c, &ck, 10);
+    let first = wait_db_over(&path, before + (3 << 20));
+    assert!(first > before + (3 << 20), "{before} -> {first} bytes");
+    // Make sure every frame is in the database file (the thread's checkpoint may still run:
+    // then ours is busy and is tried again), so that the next write starts the WAL over and its
+    // commit leaves far fewer pages than the bound.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (busy, log, done): (i64, i64, i64) = c
+            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .expect("checkpoint");
+        if busy == 0 && log == done {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the WAL was never fully checkpointed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let len = db_len(&path);
+    let pages = commit_batches(&c, &ck, 1);
+    assert!(pages < 100, "{pages} pages: the WAL did not start over");
+    // The burst goes on (no quiet time passed): this small commit is checkpointed too.
+    let after = wait_db_over(&path, len + (300 << 10));
+    assert!(
+        after > len + (300 << 10),
+        "database file {len} -> {after} bytes: a commit of a burst past the bound was not checkpointed"
+    );
+}
