@@ -118,6 +118,16 @@ fn open(path: &PathBuf) -> rusqlite::Result<Connection> {
     // fsync per batch.
     c.pragma_update(None, "synchronous", "NORMAL")?;
     c.pragma_update(None, "cache_size", -16384)?;
+    // Not SQLite's automatic checkpoint at 1000 pages: it ran inside this indexer's COMMIT,
+    // i.e. while holding the archive writer's mutex, and copied the archiver's latest batches
+    // into the database file whenever the WAL had 1000 pages (always, during a burst). The
+    // checkpoint thread does that (`checkpoint`); this one only bounds the WAL while the
+    // indexer alone writes (catching up on a big archive).
+    c.pragma_update(
+        None,
+        "wal_autocheckpoint",
+        crate::checkpoint::WRITER_AUTOCHECKPOINT_PAGES,
+    )?;
     Ok(c)
 }
 

@@ -47,18 +47,38 @@ impl Sqlite {
         conn.pragma_update(None, "temp_store", "MEMORY")?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         conn.set_prepared_statement_cache_capacity(128);
-        // Checkpoints run on their own thread after each commit (`checkpoint`); the writer's
-        // own automatic checkpoint only bounds the WAL should that thread fall behind.
-        conn.pragma_update(
-            None,
-            "wal_autocheckpoint",
-            crate::checkpoint::WRITER_AUTOCHECKPOINT_PAGES,
-        )?;
+        // Checkpoints run on their own thread, woken after each commit with the WAL's size
+        // (`checkpoint`); this hook (instead of SQLite's automatic checkpoint at 1000 pages)
+        // notes that size and checkpoints on the writer only should that thread fall behind.
+        conn.wal_hook(Some(crate::checkpoint::wal_hook));
         Ok(Sqlite {
             conn,
             path: path.to_path_buf(),
             checkpointer: None,
         })
+    }
+}
+
+impl Sqlite {
+    /// After a statement: if it committed (the WAL hook noted the WAL's size on this thread),
+    /// wakes the checkpoint thread (started at the first commit).
+    fn committed(&mut self) -> Result<(), ArchiveError> {
+        let Some(pages) = crate::checkpoint::take_wal_pages() else {
+            return Ok(());
+        };
+        if self.checkpointer.is_none() {
+            let c = crate::checkpoint::Checkpointer::start(&self.path);
+            if !c.running() {
+                // No thread: the writer checkpoints itself, as SQLite does by default.
+                self.conn.wal_hook(None);
+                self.conn.pragma_update(None, "wal_autocheckpoint", 1000)?;
+            }
+            self.checkpointer = Some(c);
+        }
+        if let Some(c) = &self.checkpointer {
+            c.kick(Some(pages));
+        }
+        Ok(())
     }
 }
 
@@ -82,12 +102,17 @@ impl Conn for Sqlite {
 
     fn exec(&mut self, sql: &str, params: &[Param]) -> Result<u64, ArchiveError> {
         let mut st = self.conn.prepare_cached(sql)?;
-        let n = st.execute(rusqlite::params_from_iter(params.iter()))?;
-        Ok(n as u64)
+        let n = st.execute(rusqlite::params_from_iter(params.iter()));
+        drop(st);
+        // A statement outside a transaction commits by itself.
+        self.committed()?;
+        Ok(n? as u64)
     }
 
     fn exec_each(&mut self, sql: &str, sets: &[&[Param]]) -> Result<Vec<u64>, ArchiveError> {
-        crate::sqlite_static::exec_each(&self.conn, sql, sets)
+        let r = crate::sqlite_static::exec_each(&self.conn, sql, sets);
+        self.committed()?;
+        r
     }
 
     fn commit_unsynced(&mut self, on: bool) -> Result<Option<WalSync>, ArchiveError> {
@@ -114,25 +139,16 @@ impl Conn for Sqlite {
             }
             out.push(row);
         }
+        drop(rows);
+        drop(st);
+        self.committed()?;
         Ok(out)
     }
 
     fn batch(&mut self, sql: &str) -> Result<(), ArchiveError> {
-        self.conn.execute_batch(sql)?;
-        if sql == "COMMIT" {
-            if self.checkpointer.is_none() {
-                let c = crate::checkpoint::Checkpointer::start(&self.path);
-                if !c.running() {
-                    // No thread: the writer checkpoints itself, as SQLite does by default.
-                    self.conn.pragma_update(None, "wal_autocheckpoint", 1000)?;
-                }
-                self.checkpointer = Some(c);
-            }
-            if let Some(c) = &self.checkpointer {
-                c.kick();
-            }
-        }
-        Ok(())
+        let r = self.conn.execute_batch(sql);
+        self.committed()?;
+        Ok(r?)
     }
 
     fn insert_id(&mut self, sql: &str, params: &[Param]) -> Result<i64, ArchiveError> {
