@@ -343,13 +343,10 @@ pub fn insert_prepared(c: &mut dyn Conn, batch: &Batch) -> Result<u64, ArchiveEr
             _ => Keys::V10,
         };
         let mut deltas = Deltas::default();
-        if let Some(copied) = copy_batch(c, batch)? {
-            // The first `counted` records were counted by their own transaction (PostgreSQL's
-            // second connection, `ingest/copy.rs`).
-            let own = batch.records.get(copied.counted..).unwrap_or_default();
-            own.iter().for_each(|r| deltas.add(r));
+        if let Some(n) = copy_batch(c, batch)? {
+            batch.records.iter().for_each(|r| deltas.add(r));
             deltas.write(c, keys)?;
-            return finish_batch(c, trigger, copied.rows);
+            return finish_batch(c, trigger, n);
         }
         let mut n = 0;
         let chunks: Vec<(&[NewRecord], &[Param])> = batch

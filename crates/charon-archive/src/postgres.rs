@@ -2,7 +2,6 @@
 //! used only from the archive's own blocking threads.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
 
 use postgres::types::{IsNull, ToSql, Type};
 
@@ -15,20 +14,7 @@ pub struct Postgres {
     client: Option<postgres::Client>,
     /// Prepared statements by SQL text (one parse per distinct statement and connection).
     statements: HashMap<String, postgres::Statement>,
-    /// The URL it was opened with (for [`Conn::take_beside`]).
-    url: String,
-    /// The second connection of [`Conn::take_beside`], between batches.
-    beside: Option<Box<dyn Conn>>,
-    /// When opening the second connection last failed: not tried again for [`BESIDE_RETRY`].
-    beside_failed: Option<Instant>,
 }
-
-/// How long a connection that could not open its second connection ([`Conn::take_beside`])
-/// works alone before it tries again (each try is a connection attempt per batch otherwise).
-const BESIDE_RETRY: Duration = Duration::from_secs(60);
-
-/// The second connection's `application_name` (seen in `pg_stat_activity`).
-const BESIDE_NAME: &str = "charon archive copy";
 
 /// At most this many prepared statements are kept (filters make SQL texts vary).
 const STATEMENTS: usize = 256;
@@ -55,26 +41,10 @@ impl Postgres {
     /// Connects to `url` (`postgresql://user:pass@host:port/db`).
     pub fn connect(url: &str) -> Result<Self, ArchiveError> {
         let client = postgres::Client::connect(url, postgres::NoTls)?;
-        Ok(Postgres::with_client(client, url))
-    }
-
-    fn with_client(client: postgres::Client, url: &str) -> Self {
-        Postgres {
+        Ok(Postgres {
             client: Some(client),
             statements: HashMap::new(),
-            url: url.to_string(),
-            beside: None,
-            beside_failed: None,
-        }
-    }
-
-    /// A second connection to the same database, named [`BESIDE_NAME`] unless the URL names it.
-    fn connect_beside(url: &str) -> Result<Self, ArchiveError> {
-        let mut cfg: postgres::Config = url.parse()?;
-        if cfg.get_application_name().is_none() {
-            cfg.application_name(BESIDE_NAME);
-        }
-        Ok(Postgres::with_client(cfg.connect(postgres::NoTls)?, url))
+        })
     }
 
     fn client(&mut self) -> Result<&mut postgres::Client, ArchiveError> {
@@ -149,50 +119,6 @@ impl Postgres {
     }
 }
 
-impl Postgres {
-    /// One binary `COPY table (cols) FROM STDIN` of `rows` (with `ids`: an `id` column first,
-    /// row `i` getting `ids[i]`); the rows copied.
-    fn copy_rows(
-        &mut self,
-        table: &str,
-        cols: &str,
-        types: &[ColType],
-        ids: Option<&[i64]>,
-        rows: &mut dyn Iterator<Item = &[Param]>,
-    ) -> Result<u64, ArchiveError> {
-        let types: Vec<Type> = ids
-            .map(|_| Type::INT8)
-            .into_iter()
-            .chain(types.iter().map(|t| match t {
-                ColType::Text => Type::TEXT,
-                ColType::Int => Type::INT8,
-                ColType::Bytes => Type::BYTEA,
-            }))
-            .collect();
-        let sql = match ids {
-            Some(_) => format!("COPY {table} (id, {cols}) FROM STDIN (FORMAT binary)"),
-            None => format!("COPY {table} ({cols}) FROM STDIN (FORMAT binary)"),
-        };
-        let writer = self.client()?.copy_in(sql.as_str())?;
-        let mut w = postgres::binary_copy::BinaryCopyInWriter::new(writer, &types);
-        let mut ids = ids.map(|i| i.iter());
-        let mut values: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(types.len());
-        for row in rows {
-            values.clear();
-            if let Some(ids) = ids.as_mut() {
-                // Dropped unfinished on an error: the copy is aborted (the transaction fails).
-                let id = ids
-                    .next()
-                    .ok_or_else(|| ArchiveError::Db("COPY: fewer ids than rows".into()))?;
-                values.push(id);
-            }
-            values.extend(row.iter().map(|p| p as &(dyn ToSql + Sync)));
-            w.write(&values)?;
-        }
-        Ok(w.finish()?)
-    }
-}
-
 fn refs(p: &[Param]) -> Vec<&(dyn ToSql + Sync)> {
     p.iter().map(|p| p as &(dyn ToSql + Sync)).collect()
 }
@@ -241,46 +167,22 @@ impl Conn for Postgres {
         types: &[ColType],
         rows: &mut dyn Iterator<Item = &[Param]>,
     ) -> Result<Option<u64>, ArchiveError> {
-        self.copy_rows(table, cols, types, None, rows).map(Some)
-    }
-
-    fn copy_in_ids(
-        &mut self,
-        table: &str,
-        cols: &str,
-        types: &[ColType],
-        ids: &[i64],
-        rows: &mut dyn Iterator<Item = &[Param]>,
-    ) -> Result<Option<u64>, ArchiveError> {
-        self.copy_rows(table, cols, types, Some(ids), rows)
-            .map(Some)
-    }
-
-    fn take_beside(&mut self) -> Option<Box<dyn Conn>> {
-        if let Some(b) = self.beside.take().filter(|b| !b.is_broken()) {
-            return Some(b);
+        let types: Vec<Type> = types
+            .iter()
+            .map(|t| match t {
+                ColType::Text => Type::TEXT,
+                ColType::Int => Type::INT8,
+                ColType::Bytes => Type::BYTEA,
+            })
+            .collect();
+        let sql = format!("COPY {table} ({cols}) FROM STDIN (FORMAT binary)");
+        let writer = self.client()?.copy_in(sql.as_str())?;
+        let mut w = postgres::binary_copy::BinaryCopyInWriter::new(writer, &types);
+        for row in rows {
+            // Dropped unfinished on an error: the copy is aborted (the transaction fails).
+            w.write(&refs(row))?;
         }
-        if self
-            .beside_failed
-            .is_some_and(|t| t.elapsed() < BESIDE_RETRY)
-        {
-            return None;
-        }
-        match Postgres::connect_beside(&self.url) {
-            Ok(p) => {
-                self.beside_failed = None;
-                Some(Box::new(p))
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "archive: no second PostgreSQL connection; batches are copied on one");
-                self.beside_failed = Some(Instant::now());
-                None
-            }
-        }
-    }
-
-    fn put_beside(&mut self, beside: Box<dyn Conn>) {
-        self.beside = Some(beside);
+        Ok(Some(w.finish()?))
     }
 
     fn query(&mut self, sql: &str, p: &[Param]) -> Result<Vec<Vec<Cell>>, ArchiveError> {

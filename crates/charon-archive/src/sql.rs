@@ -177,31 +177,6 @@ pub trait Conn: Send {
         let _ = (table, cols, types, rows);
         Ok(None)
     }
-    /// [`Conn::copy_in`] with an `id` column before `cols`: row `i` gets `ids[i]` (PostgreSQL:
-    /// the archiver's batch split over two connections keeps its records' ids in their order,
-    /// `ingest/copy.rs`). `None`: no bulk path (SQLite).
-    fn copy_in_ids(
-        &mut self,
-        table: &str,
-        cols: &str,
-        types: &[ColType],
-        ids: &[i64],
-        rows: &mut dyn Iterator<Item = &[Param]>,
-    ) -> Result<Option<u64>, ArchiveError> {
-        let _ = (table, cols, types, ids, rows);
-        Ok(None)
-    }
-    /// A second connection to the same database, taken out of this one (opened on first use;
-    /// give it back with [`Conn::put_beside`]): PostgreSQL's archiver copies half of a batch on
-    /// it in a transaction of its own while the other half goes in here (two backends at once,
-    /// `ingest/copy.rs`). `None`: SQLite, or it cannot be opened now.
-    fn take_beside(&mut self) -> Option<Box<dyn Conn>> {
-        None
-    }
-    /// Gives back (for the next batch) what [`Conn::take_beside`] returned.
-    fn put_beside(&mut self, beside: Box<dyn Conn>) {
-        drop(beside);
-    }
     /// `true`: this connection's next commits may return before they are on disk, and what
     /// makes them durable is returned (SQLite: `synchronous=NORMAL` and a [`WalSync`]); `false`:
     /// commits are durable when they return again. `None`: they always are (PostgreSQL).
