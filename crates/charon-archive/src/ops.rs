@@ -241,7 +241,7 @@ pub fn history(c: &mut dyn Conn, id: i64) -> Result<Vec<Value>, ArchiveError> {
 /// record time and a sample error message.
 pub fn groups(c: &mut dyn Conn, by: Option<&str>, f: &Filter) -> Result<Vec<Value>, ArchiveError> {
     let cols = group_by(by)?;
-    let (cond, params) = f.to_sql_on(c)?;
+    let (cond, params) = f.to_sql_reading_records(c)?;
     let list = cols.join(", ");
     if summary::answers(f) && summary::groups_by(&cols) {
         return groups_from_summary(c, &cols, &cond, &params);
