@@ -146,9 +146,20 @@ impl Filter {
     /// [`Filter::to_sql`] for connection `c`: on SQLite a text filter looks up only its needle's
     /// rarest trigrams ([`crate::rare_trigrams`]; the same rows, found faster).
     pub fn to_sql_on(&self, c: &mut dyn Conn) -> Result<(String, Vec<Param>), ArchiveError> {
+        self.to_sql_on_known(c, None)
+    }
+
+    /// [`Filter::to_sql_on`] with the FTS5 query of an `error` needle looked up already
+    /// (`known`: the needle and its query), so that it is not looked up a second time.
+    pub fn to_sql_on_known(
+        &self,
+        c: &mut dyn Conn,
+        known: Option<(&str, &Option<String>)>,
+    ) -> Result<(String, Vec<Param>), ArchiveError> {
         let d = c.dialect();
-        self.to_sql_with(d, true, &mut |field, needle| {
-            crate::rare_trigrams::query(c, field, needle)
+        self.to_sql_with(d, true, &mut |field, needle| match known {
+            Some((k, q)) if field == Field::Error && k == needle => Ok(q.clone()),
+            _ => crate::rare_trigrams::query(c, field, needle),
         })
     }
 

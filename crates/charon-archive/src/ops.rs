@@ -69,17 +69,17 @@ pub fn list(
     page: u64,
     page_size: u64,
 ) -> Result<(Vec<Record>, i64), ArchiveError> {
-    let (cond, params) = f.to_sql_on(c)?;
+    // One `error` term: counted and paged from the narrow copy of the error texts.
+    let error_fts = match f.error_only() {
+        Some(needle) => Some((needle, crate::error_text::fts_query(c, needle)?)),
+        None => None,
+    };
+    let (cond, params) = f.to_sql_on_known(c, error_fts.as_ref().map(|(n, q)| (*n, q)))?;
     let order = order_by(sort)?;
     // One `header.NAME=value` term: counted and paged from the exact header index (migration 9).
     let d = c.dialect();
     let header = match f.header_only() {
         Some((name, value)) => Some((name, value, header_index::watermark(c)?)),
-        None => None,
-    };
-    // One `error` term: counted and paged from the narrow copy of the error texts.
-    let error_fts = match f.error_only() {
-        Some(needle) => Some((needle, crate::error_text::fts_query(c, needle)?)),
         None => None,
     };
     let total = if let Some((ids, p)) =
