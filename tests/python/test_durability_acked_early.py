@@ -1,9 +1,9 @@
-"""Persistent publishes acked before they are written (issue 13 b, branch b13o): the store keeps a
-persistent publish out of its index until the writer takes its batch, and a publish every queue
-copy of which is acked before then is never written (its confirm comes with its batch). Through
-real sockets: pipelined confirms, a consumer acking at once, kill -9 — every confirmed message not
-acked comes back (redelivered when it had been delivered), no acked one ever does, whether its
-publish was written or cancelled."""
+"""Persistent publishes acked while their confirms are still pending (issue 13 b, branch b13o).
+Written for a store that drops a publish every queue copy of which is acked before the writer takes
+its batch (branch b13o-deferred, docs/performance.md part 16); it pins the guarantees whatever the
+store does. Through real sockets: pipelined confirms, a consumer acking at once, kill -9 — every
+confirmed message not acked comes back (redelivered when it had been delivered), no acked one ever
+does."""
 
 import asyncio
 

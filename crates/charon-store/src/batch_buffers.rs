@@ -40,15 +40,6 @@ impl BatchBuffers {
         }
     }
 
-    /// Keeps an unused buffer (a chunk emptied before it was written) without taking its size
-    /// as a commit's.
-    pub(crate) fn keep(&mut self, mut b: Vec<u8>) {
-        if self.kept.len() < KEPT && b.capacity() <= MAX_KEPT {
-            b.clear();
-            self.kept.push(b);
-        }
-    }
-
     /// Takes back the buffers of a written batch.
     pub(crate) fn give_back(&mut self, buffers: impl IntoIterator<Item = Vec<u8>>) {
         let mut largest = 0;

@@ -173,8 +173,6 @@ pub(crate) fn compact_one(shared: &Shared) -> bool {
         if st.poisoned.is_some() || st.closed {
             return true;
         }
-        // Deferred settles first: what is copied must be what is live after them.
-        st.form_deferred();
         for (id, loc, rec) in &copies {
             // Moved or died since the lookup: nothing to copy.
             let Some(old) = st
@@ -243,7 +241,6 @@ pub(crate) fn compact_one(shared: &Shared) -> bool {
     if st.poisoned.is_some() || st.closed {
         return true;
     }
-    st.form_deferred();
     let mut copied = 0u64;
     for (kind, key, loc, rec) in defs {
         if st.index.defs.get(&(kind, key.clone())) != Some(&loc) {

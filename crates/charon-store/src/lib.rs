@@ -14,8 +14,6 @@
 //! - `index`: liveness of messages, members and definitions per segment; the
 //!   one state machine applied both by live appends and by recovery.
 //! - `recovery`: replays the segments, truncates a torn tail.
-//! - `deferred`: publishes kept out of the index until their batch is formed, and cancelled
-//!   when settled before (issue 13 b).
 //! - `writer`: the group-commit writer thread.
 //! - `compaction`: which segments to delete, what to copy forward.
 //! - `compactor`: the compaction thread, and reads of bodies whose copy is not written yet.
@@ -68,7 +66,6 @@ mod batch_buffers;
 mod compact_read;
 mod compaction;
 mod compactor;
-mod deferred;
 mod durable;
 mod error;
 mod id_table;

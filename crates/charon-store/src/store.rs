@@ -18,7 +18,6 @@ use crate::batch_buffers::BatchBuffers;
 use tokio::sync::oneshot;
 
 use crate::compactor::{self, Moved};
-use crate::deferred::{Deferred, What};
 use crate::durable::{Durability, DurableWatch};
 use crate::error::{AppendError, CommitError, OpenError, ReadError};
 use crate::index::{Index, Loc};
@@ -141,9 +140,6 @@ pub struct StoreStats {
     pub records_carried: u64,
     /// Times the compaction thread looked for a segment to compact (tests wait on it).
     pub compaction_checks: u64,
-    /// Publishes cancelled since open: every member settled before the writer took their
-    /// batch, so their records were never written (`deferred`).
-    pub cancelled: u64,
 }
 
 pub(crate) type Waiter = oneshot::Sender<Result<(), CommitError>>;
@@ -210,8 +206,6 @@ pub(crate) struct State {
     pub(crate) pool: BatchBuffers,
     /// Where messages compaction is copying were before (read there until the copy is durable).
     pub(crate) moved: Moved,
-    /// The deferred region of the batch's last chunk: records not applied to `index` yet.
-    pub(crate) deferred: Deferred,
 }
 
 /// Heap bytes of the index a live message with one member costs: its 28-byte entry, ~1 byte
@@ -336,7 +330,6 @@ impl State {
         payload: &[u8],
         decoded: &Payload<'_>,
     ) -> (u64, Loc) {
-        self.form_deferred();
         let rec_len = (HEADER_LEN + payload.len()) as u64;
         self.roll_if_full(segment_size, rec_len);
         let index = self.next_index;
@@ -353,21 +346,12 @@ impl State {
     /// pending batch, moving it to the next segment's chunk when it does not fit the active
     /// one, and seals and accounts for it. Returns its kind, index, where it lies, where it
     /// starts in the batch's last chunk, and the body's offset in the record.
-    ///
-    /// `defer`: the record joins the deferred region (`deferred`): its index is reserved and it
-    /// is not applied to the index nor counted until [`State::form_deferred`] (the caller adds
-    /// its [`crate::deferred::Item`]); its `Loc` is provisional. Otherwise the region is formed
-    /// first, so the index is current when the caller applies the record.
     fn append_record(
         &mut self,
         segment_size: u64,
         urgent: bool,
-        defer: bool,
         encode: impl FnOnce(&mut Vec<u8>) -> Result<(Kind, usize, Option<usize>), AppendError>,
     ) -> Result<(Kind, u64, Loc, usize, Option<usize>), AppendError> {
-        if !defer {
-            self.form_deferred();
-        }
         let active_len = self.active_len;
         if urgent {
             self.batch.urgent = true;
@@ -379,10 +363,7 @@ impl State {
         if active_len > SEGMENT_HEADER_LEN && active_len + rec_len as u64 > segment_size {
             // Rare (once a segment): the record goes to the next segment's chunk.
             let rec = chunk.bytes.split_off(start);
-            // The region never spans two segments: formed before the roll.
-            self.form_deferred();
-            let empty =
-                matches!(self.batch.chunks.last(), Some(c) if c.bytes.is_empty() && !c.create);
+            let empty = chunk.bytes.is_empty() && !chunk.create;
             if empty {
                 self.batch.chunks.pop();
             }
@@ -400,131 +381,8 @@ impl State {
         {
             record::seal(rec, index, 0);
         }
-        if defer {
-            let loc = Loc {
-                seg: self.active,
-                offset: self.active_len,
-                len: rec_len as u32,
-            };
-            self.next_index += 1;
-            self.active_len += rec_len as u64;
-            self.batch.last_index = index;
-            return Ok((kind, index, loc, start, body_at));
-        }
         let (index, loc) = self.account(rec_len as u64);
         Ok((kind, index, loc, start, body_at))
-    }
-
-    /// Forms the deferred region (`deferred`): cuts the records of cancelled publishes out of
-    /// the last chunk (moving the bytes after them down), and applies every other deferred
-    /// record to the index, in log order, where it now lies. The batch's last index covers the
-    /// cancelled ones (never written: gaps), so their confirms come with this batch. Called by
-    /// the writer before it takes the batch, and before any append that needs the index
-    /// current (anything not deferrable, a roll, compaction).
-    pub(crate) fn form_deferred(&mut self) {
-        if self.deferred.is_empty() {
-            return;
-        }
-        let mut items = std::mem::take(&mut self.deferred.items);
-        let State {
-            batch,
-            index,
-            deferred,
-            stats,
-            active_len,
-            pool,
-            ..
-        } = self;
-        let Some(chunk) = batch.chunks.last_mut() else {
-            unreachable!("deferred records lie in the batch's last chunk");
-        };
-        let (seg, base) = (chunk.seg, chunk.offset);
-        let mut w = items.first().map_or(chunk.bytes.len(), |i| i.start);
-        // The index of the last item when it is a cancelled publish: see below.
-        let tail = items.last().filter(|i| i.cancelled()).map(|i| i.index);
-        for it in items.drain(..) {
-            let len = it.len as usize;
-            batch.last_index = batch.last_index.max(it.index);
-            if it.cancelled() {
-                continue;
-            }
-            if w != it.start {
-                chunk.bytes.copy_within(it.start..it.start + len, w);
-            }
-            let at = w;
-            w += len;
-            let loc = Loc {
-                seg,
-                offset: base + at as u64,
-                len: it.len,
-            };
-            stats.records += 1;
-            index.grow(seg, u64::from(it.len));
-            match it.what {
-                What::Publish {
-                    first,
-                    n,
-                    body_offset,
-                    ..
-                } => {
-                    let members = deferred
-                        .members
-                        .get(first as usize..(first + n) as usize)
-                        .unwrap_or(&[]);
-                    let msg = MsgBody {
-                        enqueue_ms: 0,
-                        expiry_ms: None,
-                        exchange: &[],
-                        routing_key: &[],
-                        properties: &[],
-                        body: &[],
-                        body_offset: body_offset as usize,
-                    };
-                    index.apply_publish(it.index, loc, &msg, members);
-                }
-                What::Settle { queue, ids } => {
-                    index.apply(it.index, loc, &Payload::Settle { queue, ids });
-                }
-                What::Counts { queue, counts } => {
-                    index.apply(it.index, loc, &Payload::DeliveryCounts { queue, counts });
-                }
-                What::Decode(kind) => {
-                    let rec = chunk.bytes.get(at + HEADER_LEN..at + len).unwrap_or(&[]);
-                    match Payload::decode(kind as u8, rec) {
-                        Ok(p) => index.apply(it.index, loc, &p),
-                        Err(_) => tracing::error!(index = it.index, "deferred record unreadable"),
-                    }
-                }
-            }
-        }
-        chunk.bytes.truncate(w);
-        if let Some(at_index) = tail {
-            // The batch ends with cancelled publishes: an empty `Settle` (a no-op, 40 bytes)
-            // takes the last one's index, so the log records that index as used. Without it a
-            // restart would hand out again an index the durable watch already reported (the
-            // confirm of a cancelled publish), since recovery continues above the last record.
-            let empty = Command::Settle {
-                queue: 0,
-                ids: Vec::new(),
-            };
-            if let Ok((_, rec_len, _)) = record::encode_record(&mut chunk.bytes, &empty) {
-                if let Some(rec) = chunk.bytes.get_mut(w..) {
-                    record::seal(rec, at_index, 0);
-                }
-                w += rec_len;
-                stats.records += 1;
-                index.grow(seg, rec_len as u64);
-            }
-        }
-        *active_len = base + w as u64;
-        if chunk.bytes.is_empty() && !chunk.create {
-            // Everything in it was cancelled: nothing to write.
-            if let Some(c) = batch.chunks.pop() {
-                pool.keep(c.bytes);
-            }
-        }
-        deferred.items = items;
-        deferred.reset();
     }
 
     /// Encodes a publish of the borrowed `message` at `members` straight into the pending
@@ -537,20 +395,22 @@ impl State {
         members: &[Member],
     ) -> Result<(u64, Loc, usize), AppendError> {
         let msg = MsgBody::of_ref(message);
-        let (_, index, loc, start, body_at) =
-            self.append_record(segment_size, true, true, |out| {
-                record::encode_record_with(out, |out| {
-                    Ok((
-                        Kind::Publish,
-                        Some(record::encode_publish_into(out, &msg, members)?),
-                    ))
-                })
-            })?;
+        let (_, index, loc, _, body_at) = self.append_record(segment_size, true, |out| {
+            record::encode_record_with(out, |out| {
+                Ok((
+                    Kind::Publish,
+                    Some(record::encode_publish_into(out, &msg, members)?),
+                ))
+            })
+        })?;
         let at = body_at.ok_or(AppendError::Invalid("internal encoding error"))?;
-        // Applied to the index when the batch is formed (from the borrowed members, copied
-        // into the region's list), unless every member is settled before.
-        self.deferred
-            .add_publish(start, loc.len, index, members, (at - HEADER_LEN) as u32);
+        // Applied from the borrowed members (what `Index::apply` does with a decoded
+        // `Publish`), so the caller needs no member `Vec`.
+        let msg = MsgBody {
+            body_offset: at - HEADER_LEN,
+            ..msg
+        };
+        self.index.apply_publish(index, loc, &msg, members);
         Ok((index, loc, at))
     }
 
@@ -562,20 +422,6 @@ impl State {
         segment_size: u64,
         cmd: Command,
     ) -> Result<(u64, Loc, Option<usize>), AppendError> {
-        // After a deferred publish, what touches no message but by its member (or nothing)
-        // joins the deferred region; anything else forms it first (`append_record`).
-        if !self.deferred.is_empty()
-            && matches!(
-                cmd,
-                Command::Settle { .. }
-                    | Command::DeliveryCount { .. }
-                    | Command::DeliveryCounts { .. }
-                    | Command::PutDefinition { .. }
-                    | Command::DeleteDefinition { .. }
-            )
-        {
-            return self.push_deferred(segment_size, cmd);
-        }
         let urgent = !matches!(
             cmd,
             Command::Settle { .. }
@@ -585,9 +431,7 @@ impl State {
                 | Command::DeleteDefinition { .. }
         );
         let (kind, index, loc, start, body_at) =
-            self.append_record(segment_size, urgent, false, |out| {
-                record::encode_record(out, &cmd)
-            })?;
+            self.append_record(segment_size, urgent, |out| record::encode_record(out, &cmd))?;
         let Some(chunk) = self.batch.chunks.last() else {
             unreachable!("the record's chunk");
         };
@@ -622,46 +466,6 @@ impl State {
             }
         }
         Ok((index, loc, body_at))
-    }
-}
-
-impl State {
-    /// Appends a deferrable `cmd` (a settle, delivery counts, a definition) to the deferred
-    /// region. A settle first cancels the deferred publishes whose last member it settles
-    /// (`Deferred::settle`); when that leaves no id, nothing is appended (the index returned is
-    /// the last one handed out: durable at the latest with the batch that drops the publishes).
-    fn push_deferred(
-        &mut self,
-        segment_size: u64,
-        mut cmd: Command,
-    ) -> Result<(u64, Loc, Option<usize>), AppendError> {
-        if let Command::Settle { queue, ids } = &mut cmd {
-            self.deferred.settle(*queue, ids);
-            if ids.is_empty() {
-                let loc = Loc {
-                    seg: self.active,
-                    offset: self.active_len,
-                    len: 0,
-                };
-                return Ok((self.next_index.saturating_sub(1), loc, None));
-            }
-        }
-        let (kind, index, loc, start, body_at) =
-            self.append_record(segment_size, false, true, |out| {
-                record::encode_record(out, &cmd)
-            })?;
-        let what = match cmd {
-            Command::Settle { queue, ids } => What::Settle { queue, ids },
-            Command::DeliveryCounts { queue, counts } => What::Counts { queue, counts },
-            _ => What::Decode(kind),
-        };
-        self.deferred.add(start, loc.len, index, what);
-        Ok((index, loc, body_at))
-    }
-
-    /// Whether nothing is pending: no record, no waiter, nothing deferred.
-    pub(crate) fn nothing_pending(&self) -> bool {
-        self.batch.is_empty() && self.deferred.is_empty()
     }
 }
 
@@ -784,7 +588,6 @@ impl Store {
                 },
                 pool: BatchBuffers::default(),
                 moved: Moved::default(),
-                deferred: Deferred::default(),
             }),
             wake: Condvar::new(),
             compact_wake: Condvar::new(),
@@ -837,12 +640,6 @@ impl Store {
     /// are copied once into the pending batch, so the caller needs no owned `Bytes` of them
     /// (no clone, and no promotion allocation of a not-yet-shared body, per message). The
     /// members are borrowed too: a publish to one queue passes `&[(queue, id)]`, no `Vec`.
-    ///
-    /// The publish is *deferred* (`docs/storage-format.md` §3.1): the index learns of it when
-    /// the writer takes its batch, and a [`Command::Settle`] of its last member before then
-    /// cancels it (never written; durable-or-cancelled is what [`Store::durable_watch`] then
-    /// reports for its index). So [`Appended::body`] is `None`: where the body lies is decided
-    /// then ([`Store::current_body`] of the index tells it once durable).
     pub fn publish_nowait(
         &self,
         message: MessageRef<'_>,
@@ -850,10 +647,9 @@ impl Store {
     ) -> Result<Appended, AppendError> {
         let len =
             u32::try_from(message.body.len()).map_err(|_| AppendError::Invalid("body too long"))?;
-        // Its place is decided when the batch is formed: no `BodyRef` now.
-        self.push_with(len, false, None, |st, segment_size| {
-            let (index, loc, _) = st.push_publish(segment_size, &message, members)?;
-            Ok((index, loc, None))
+        self.push_with(len, true, None, |st, segment_size| {
+            let (index, loc, at) = st.push_publish(segment_size, &message, members)?;
+            Ok((index, loc, Some(at)))
         })
     }
 
@@ -1054,15 +850,6 @@ impl Store {
         st.index.messages.get(&msg).map(|e| e.body(msg))
     }
 
-    /// The id of the message at `member`, if it is live: in the index, or put there by a
-    /// publish not formed yet (`deferred`).
-    pub fn message_of(&self, member: crate::types::Member) -> Option<u64> {
-        let st = self.shared.lock();
-        st.index
-            .message_of(member)
-            .or_else(|| st.deferred.message_of(member))
-    }
-
     /// Last log index known durable: a body stored by a record at or below it can be read back.
     pub fn durable_index(&self) -> u64 {
         self.shared.lock().durable_index
@@ -1082,7 +869,6 @@ impl Store {
         s.disk_bytes = st.index.segs.values().map(|g| g.size).sum();
         s.live_bytes = st.index.segs.values().map(|g| g.live_bytes).sum();
         s.live_messages = st.index.messages.len();
-        s.cancelled = st.deferred.cancelled;
         s
     }
 

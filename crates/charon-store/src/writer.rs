@@ -91,7 +91,7 @@ fn next_batch(shared: &Shared, streaming: bool) -> Option<(Batch, bool)> {
         gather(shared);
     }
     let mut st = shared.lock();
-    let waited = st.nothing_pending();
+    let waited = st.batch.is_empty();
     if waited {
         if st.closed {
             return None;
@@ -107,7 +107,7 @@ fn next_batch(shared: &Shared, streaming: bool) -> Option<(Batch, bool)> {
     // Only settles and delivery counts, which nobody waits for: let more join them (one
     // commit instead of one per acked run while consumers drain a backlog). A publish, a
     // waiter, a full megabyte or closing takes it at once.
-    if !st.nothing_pending() && !st.batch.ready() && !shared.config.linger.is_zero() {
+    if !st.batch.is_empty() && !st.batch.ready() && !shared.config.linger.is_zero() {
         let deadline = Instant::now() + shared.config.linger;
         st.writer_lingering = true;
         while !st.closed && st.poisoned.is_none() && !st.batch.ready() {
@@ -126,7 +126,6 @@ fn next_batch(shared: &Shared, streaming: bool) -> Option<(Batch, bool)> {
     }
     if st.poisoned.is_some() {
         let batch = mem::take(&mut st.batch);
-        st.deferred.reset();
         let msg = st.poisoned.clone().unwrap_or_default();
         let closed = st.closed;
         drop(st);
@@ -135,18 +134,10 @@ fn next_batch(shared: &Shared, streaming: bool) -> Option<(Batch, bool)> {
         }
         return (!closed).then(|| (Batch::default(), waited));
     }
-    if st.nothing_pending() && st.closed {
+    if st.batch.is_empty() && st.closed {
         return None;
     }
-    // Deferred publishes are applied to the index now (cancelled ones cut out): the batch is
-    // final from here on.
-    st.form_deferred();
-    let batch = mem::take(&mut st.batch);
-    shared.live.store(
-        st.index.messages.len() as u64,
-        std::sync::atomic::Ordering::Relaxed,
-    );
-    Some((batch, waited))
+    Some((mem::take(&mut st.batch), waited))
 }
 
 /// Lets a streaming batch grow: one [`StoreConfig::gather`](crate::StoreConfig), then more, a
@@ -241,7 +232,6 @@ fn poison(shared: &Shared, msg: &str) {
         if st.poisoned.is_none() {
             st.poisoned = Some(msg.to_string());
         }
-        st.deferred.reset();
         mem::take(&mut st.batch)
     };
     for w in batch.waiters {

@@ -8,20 +8,14 @@
 //! of the appended commands that includes everything synced: nothing synced
 //! is lost, and since each command is one record, a dead-letter move is
 //! never half done. After a clean restart it must equal the model exactly.
-//!
-//! The `deferred` variants publish with `Store::publish_nowait` (deferred until the writer takes
-//! the batch, cancelled by a settle of its last member before then; issue 13 b). A crash may then
-//! also have dropped a publish whose every member a later settle removed (it was never
-//! written): the recovered state must equal a prefix state less some such publishes — never less
-//! anything else, and never with a settled one back.
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use charon_store::{Command, MemStorage, MessageRef, Store, StoreConfig};
+use charon_store::{Command, MemStorage, Store, StoreConfig};
 use common::{Snapshot, msg, open, snapshot};
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -197,14 +191,6 @@ struct Run {
     /// segment holding records was reclaimed.
     max_index: u64,
     durable_index: u64,
-    /// Publish with `publish_nowait` (deferred, cancellable).
-    deferred: bool,
-    /// Since the last sync: each deferred publish's members, by member.
-    publish_of: BTreeMap<(u64, u64), Vec<(u64, u64)>>,
-    /// Since the last sync: members removed by a `Settle`.
-    settled: BTreeSet<(u64, u64)>,
-    /// Publishes cancelled (the store's count), summed over restarts.
-    cancelled: u64,
 }
 
 impl Run {
@@ -221,33 +207,6 @@ impl Run {
         assert!(appended.index > self.durable_index, "log index went back");
         self.max_index = self.max_index.max(appended.index);
         self.states.push(next);
-    }
-
-    /// Forgets what could have been cancelled: everything appended is durable or gone now.
-    fn synced(&mut self) {
-        self.publish_of.clear();
-        self.settled.clear();
-    }
-
-    /// `state` less the members of publishes a settle removed entirely (cancellable) that the
-    /// recovered snapshot `got` does not hold.
-    fn less_cancelled(&self, state: &Model, got: &Full) -> Model {
-        let present: BTreeSet<(u64, u64)> = got
-            .0
-            .0
-            .iter()
-            .flat_map(|(q, v)| v.iter().map(move |(id, _, _)| (*q, *id)))
-            .collect();
-        let mut m = state.clone();
-        for member in state.members() {
-            let Some(all) = self.publish_of.get(&member) else {
-                continue;
-            };
-            if !present.contains(&member) && all.iter().all(|x| self.settled.contains(x)) {
-                m.remove(member);
-            }
-        }
-        m
     }
 
     fn body(&mut self, size: usize) -> Vec<u8> {
@@ -279,28 +238,6 @@ impl Run {
                         .or_default()
                         .insert(self.next_id, (body.clone(), 0));
                 }
-                if self.deferred {
-                    let owned = msg(&body);
-                    let borrowed = MessageRef {
-                        exchange: &owned.exchange,
-                        routing_key: &owned.routing_key,
-                        properties: &owned.properties,
-                        body: &owned.body,
-                        enqueue_ms: owned.enqueue_ms,
-                        expiry_ms: owned.expiry_ms,
-                    };
-                    let appended = self
-                        .store()
-                        .publish_nowait(borrowed, &members)
-                        .expect("publish");
-                    prop_assert!(appended.index > self.durable_index, "log index went back");
-                    self.max_index = self.max_index.max(appended.index);
-                    for x in &members {
-                        self.publish_of.insert(*x, members.clone());
-                    }
-                    self.states.push(m);
-                    return Ok(());
-                }
                 self.append(
                     Command::Publish {
                         message: msg(&body),
@@ -322,9 +259,7 @@ impl Run {
                     .map(|(_, id)| id)
                     .collect();
                 for id in &ids {
-                    if m.remove((queue, *id)).is_some() {
-                        self.settled.insert((queue, *id));
-                    }
+                    m.remove((queue, *id));
                 }
                 self.append(Command::Settle { queue, ids }, m);
             }
@@ -475,15 +410,12 @@ impl Run {
             Op::Sync => {
                 self.store().sync().expect("sync").wait().expect("durable");
                 self.durable_index = self.max_index;
-                self.synced();
                 let now = self.current().clone();
                 self.states = vec![now];
             }
             Op::Restart => {
-                self.cancelled += self.store().stats().cancelled;
                 // Drop first: the old store flushes what is pending.
                 self.store = None;
-                self.synced();
                 let (store, rec) = open(&self.mem, self.config.clone());
                 self.durable_index = self.max_index;
                 prop_assert!(rec.last_index >= self.durable_index);
@@ -503,7 +435,6 @@ impl Run {
                     v
                 };
                 let crashed = self.mem.crash_with(&mut tear);
-                self.cancelled += self.store().stats().cancelled;
                 // The old process is gone: its writer must not go on.
                 self.store = None;
                 let (store, rec) = open(&crashed, self.config.clone());
@@ -511,13 +442,6 @@ impl Run {
                 // Indexes above the recovered ones were never durable.
                 self.max_index = rec.last_index;
                 let got = full(&store, &rec);
-                let states: Vec<Model> = self
-                    .states
-                    .iter()
-                    .map(|s| self.less_cancelled(s, &got))
-                    .collect();
-                self.states = states;
-                self.synced();
                 let matched = self.states.iter().position(|s| s.full() == got);
                 prop_assert!(
                     matched.is_some(),
@@ -537,11 +461,6 @@ impl Run {
 }
 
 fn run_model(ops: &[Op], config: StoreConfig) -> Result<(), TestCaseError> {
-    run_model_with(ops, config, false).map(|_| ())
-}
-
-/// Runs `ops`; publishes deferred when `deferred`. Returns the publishes the store cancelled.
-fn run_model_with(ops: &[Op], config: StoreConfig, deferred: bool) -> Result<u64, TestCaseError> {
     let mem = MemStorage::new();
     let (store, _) = open(&mem, config.clone());
     let mut run = Run {
@@ -552,10 +471,6 @@ fn run_model_with(ops: &[Op], config: StoreConfig, deferred: bool) -> Result<u64
         next_id: 0,
         max_index: 0,
         durable_index: 0,
-        deferred,
-        publish_of: BTreeMap::new(),
-        settled: BTreeSet::new(),
-        cancelled: 0,
     };
     for op in ops {
         run.step(op)?;
@@ -564,40 +479,7 @@ fn run_model_with(ops: &[Op], config: StoreConfig, deferred: bool) -> Result<u64
         eprintln!("{:?}", run.store().stats());
     }
     // Finally: a clean restart sees exactly the model.
-    run.step(&Op::Restart)?;
-    Ok(run.cancelled)
-}
-
-/// Cancelled publishes over every case of the deferred variants (printed with `MODEL_STATS`).
-static CANCELLED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// The deferred variants' configuration: a longer gather, so settles often reach a publish
-/// before the writer takes its batch.
-fn deferred_config(compact_ratio: f64) -> StoreConfig {
-    StoreConfig {
-        gather: Duration::from_millis(1),
-        ..with_compaction(compact_ratio)
-    }
-}
-
-/// Publishes interleaved with settles of what was just published (ops biased towards
-/// cancellations), with the rest of the ops as in [`all_ops`].
-fn deferred_op(parks: bool) -> impl Strategy<Value = Op> {
-    prop_oneof![
-        3 => op(parks),
-        1 => (prop::collection::vec(0u64..4, 1..3), 0usize..200)
-            .prop_map(|(queues, size)| Op::Publish { queues, size }),
-        1 => prop::collection::vec(any::<Index>(), 1..4).prop_map(|pick| Op::Settle { pick }),
-    ]
-}
-
-fn run_deferred(ops: &[Op], config: StoreConfig) -> Result<(), TestCaseError> {
-    let n = run_model_with(ops, config, true)?;
-    let total = CANCELLED.fetch_add(n, std::sync::atomic::Ordering::Relaxed) + n;
-    if std::env::var_os("MODEL_STATS").is_some() {
-        eprintln!("cancelled {n} (total {total})");
-    }
-    Ok(())
+    run.step(&Op::Restart)
 }
 
 proptest! {
@@ -622,20 +504,5 @@ proptest! {
         ops in prop::collection::vec(op(true), 1..80)
     ) {
         run_model(&ops, config())?;
-    }
-
-    /// Deferred publishes (`publish_nowait`), cancelled by settles before their batch is taken,
-    /// interleaved with every other op, syncs, restarts and crashes, under compaction.
-    #[test]
-    fn deferred_publishes_match_model(ops in prop::collection::vec(deferred_op(false), 1..120)) {
-        run_deferred(&ops, deferred_config(0.6))?;
-    }
-
-    /// The same with parks and routes (they form the deferred region before they are written).
-    #[test]
-    fn deferred_publishes_with_parks_and_routes_match_model(
-        ops in prop::collection::vec(deferred_op(true), 1..120)
-    ) {
-        run_deferred(&ops, deferred_config(0.6))?;
     }
 }

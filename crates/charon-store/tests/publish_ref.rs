@@ -1,7 +1,6 @@
 //! `Store::publish_nowait` (a publish with the message borrowed, copied once into the batch)
 //! writes what `append_nowait(Command::Publish)` writes, survives a crash like it, and refuses
-//! what it refuses without damaging the batch. (Its `Appended::body` is `None`: a deferred
-//! publish's place is decided when the writer takes its batch, `deferred.rs`.)
+//! what it refuses without damaging the batch.
 
 mod common;
 
@@ -67,13 +66,8 @@ fn publish_all(store: &Store, owned: bool, ids: std::ops::Range<u64>) {
             store.publish_nowait(borrowed(&m), &members)
         }
         .expect("publish");
-        if owned {
-            let body = a.body.expect("a publish stores a body");
-            assert_eq!(body.len as usize, m.body.len());
-        } else {
-            // Deferred: its place is decided when the writer takes the batch.
-            assert_eq!(a.body, None);
-        }
+        let body = a.body.expect("a publish stores a body");
+        assert_eq!(body.len as usize, m.body.len());
     }
 }
 
@@ -99,13 +93,7 @@ fn borrowed_publish_stores_what_an_owned_one_stores_and_survives_a_crash() {
         };
         let (a, commit) = a.expect("publish");
         commit.wait().expect("durable");
-        // A deferred publish's body is found by its index once durable.
-        let at = a
-            .body
-            .or_else(|| store.current_body(a.index))
-            .expect("body");
-        assert_eq!(at.len as usize, m.body.len());
-        let body = store.read_body(&at).expect("read");
+        let body = store.read_body(&a.body.expect("body")).expect("read");
         assert_eq!(body, m.body);
         drop(store);
         let (metas, c) = recovered(&mem);

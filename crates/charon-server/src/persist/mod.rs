@@ -517,7 +517,7 @@ impl Persistence {
 
     /// The id of the message at member `(queue, qid)`, if the store holds it.
     pub(crate) fn message_of(&self, queue: u64, qid: u64) -> Option<u64> {
-        self.store.message_of((queue, qid))
+        self.store.member_body((queue, qid)).map(|b| b.msg)
     }
 
     /// Page-out backpressure settings.
