@@ -287,6 +287,31 @@ impl Batch {
         }
     }
 
+    /// Records per INSERT chunk: [`Batch::move_front`] moves whole chunks.
+    pub const CHUNK: usize = INSERT_CHUNK;
+
+    /// Moves the batch's first `n` records, with their parameters, into `into` (emptied first;
+    /// the spare memory of both stays where it is), in order; the records after them stay. `n`
+    /// is rounded down to whole chunks of [`Batch::CHUNK`] records unless it is every record.
+    /// Returns how many were moved. The archiver writes the front of its batch this way while
+    /// the rest waits for the store (`charon-server`'s `archive/consumer.rs`).
+    pub fn move_front(&mut self, n: usize, into: &mut Batch) -> usize {
+        into.clear();
+        let len = self.records.len();
+        let n = if n >= len {
+            len
+        } else {
+            n / INSERT_CHUNK * INSERT_CHUNK
+        };
+        if n == 0 {
+            return 0;
+        }
+        into.records.extend(self.records.drain(..n));
+        into.chunks
+            .extend(self.chunks.drain(..n.div_ceil(INSERT_CHUNK)));
+        n
+    }
+
     /// Records in the batch.
     pub fn len(&self) -> usize {
         self.records.len()

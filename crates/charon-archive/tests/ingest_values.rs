@@ -234,3 +234,66 @@ fn postgres_new_batch_copied_redelivered_batch_inserted() {
         assert_eq!(counted[0][0].int(), 2100, "each record counted once");
     });
 }
+
+/// The archiver writes the front of its batch while the rest waits for the store
+/// (`Batch::move_front`): the front and the rest, written one after the other, hold every
+/// record exactly and in order (ids follow the records), the front rounded down to whole
+/// chunks, the rest's chunks intact (a last short one included), the summary counting each once.
+fn exercise_move_front(a: &Archive) {
+    use charon_archive::ingest::{Batch, insert_prepared};
+    let now = charon_archive::time::now_ms();
+    let mut rest = Batch::default();
+    (0..357).for_each(|i| rest.push(rec(i, now)));
+    let mut front = Batch::default();
+    // 250 asked: two whole chunks of 100 go, 157 stay (a full chunk and one of 57).
+    assert_eq!(rest.move_front(250, &mut front), 2 * Batch::CHUNK);
+    assert_eq!((front.len(), rest.len()), (200, 157));
+    // More records pushed into the rest after the move: they fill its short chunk first.
+    (357..400).for_each(|i| rest.push(rec(i, now)));
+    a.with(|c| {
+        assert_eq!(insert_prepared(c, &front).expect("front"), 200);
+        assert_eq!(insert_prepared(c, &rest).expect("rest"), 200);
+        let all: Vec<NewRecord> = (0..400).map(|i| rec(i, now)).collect();
+        check_all(c, &all);
+        let keys: Vec<String> = c
+            .query("SELECT stable_key FROM dead_letters ORDER BY id", &[])
+            .expect("keys")
+            .iter()
+            .map(|r| r[0].text())
+            .collect();
+        let want: Vec<String> = (0..400).map(|i| format!("s:7:{i}")).collect();
+        assert_eq!(keys, want, "ids in the records' order");
+        let counted = c
+            .query(
+                "SELECT CAST(SUM(records) AS BIGINT) FROM dead_letter_groups",
+                &[],
+            )
+            .expect("summary");
+        assert_eq!(counted[0][0].int(), 400, "each record counted once");
+    });
+    // Everything asked: every record goes, a short last chunk included.
+    let mut b = Batch::default();
+    (0..57).for_each(|i| b.push(rec(1000 + i, now)));
+    let mut all = Batch::default();
+    assert_eq!(b.move_front(57, &mut all), 57);
+    assert!(b.is_empty());
+    // Fewer than a chunk asked of a bigger batch: nothing moves.
+    (0..150).for_each(|i| b.push(rec(2000 + i, now)));
+    assert_eq!(b.move_front(99, &mut all), 0);
+    assert_eq!((all.len(), b.len()), (0, 150));
+}
+
+#[test]
+fn sqlite_batch_front_moved_then_rest() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("archive.db");
+    exercise_move_front(&Archive::open(&format!("sqlite://{}", path.display())).expect("open"));
+}
+
+#[test]
+fn postgres_batch_front_moved_then_rest() {
+    let Some(pg) = pg_cluster::PgCluster::start() else {
+        return;
+    };
+    exercise_move_front(&Archive::open(&pg.url).expect("open postgres"));
+}

@@ -31,6 +31,8 @@ use crate::handles::{
 const PREFETCH: u16 = 16000;
 /// Most records written in one transaction.
 const MAX_BATCH: usize = 4000;
+/// Fewest records worth writing ahead of the rest of the batch (see [`durable_front`]).
+const MIN_FRONT: usize = 400;
 
 /// A message's key in the archive: the store's identity of the message in this queue when the
 /// store holds it (the same after a restart), else this run's identity (such a message does
@@ -119,7 +121,7 @@ pub(super) async fn run(svc: Arc<ArchiveService>, vhost: String, queue: QueueHan
                     continue;
                 }
                 extract_one(batch, d.id, d.stored, &d.message, now);
-                batch.store_upto = batch.store_upto.max(d.stored.unwrap_or(0));
+                batch.note(d.stored, false);
                 batch.settle.ids.push(d.id);
             }
             false
@@ -131,7 +133,7 @@ pub(super) async fn run(svc: Arc<ArchiveService>, vhost: String, queue: QueueHan
         let now = charon_archive::time::now_ms();
         for p in placed {
             extract_one(batch, p.id, p.stored, &p.message, now);
-            batch.store_upto = batch.store_upto.max(p.stored.unwrap_or(0));
+            batch.note(p.stored, true);
             batch.settle.direct.push(p);
         }
     };
@@ -220,7 +222,26 @@ pub(super) async fn run(svc: Arc<ArchiveService>, vhost: String, queue: QueueHan
             }
         }
         if writing.is_none() && !batch.is_empty() {
-            let next = std::mem::replace(&mut batch, spare.take().unwrap_or_default());
+            let mut next = spare.take().unwrap_or_default();
+            // The records whose messages the store has on disk already are written now; the
+            // rest (the newest, whose store commit is still under way) stay in the batch being
+            // filled, instead of the writer waiting for that commit (docs/archive.md
+            // "Nineteenth round").
+            let front = match &store {
+                Some(w)
+                    if !failing
+                        && batch.returned.is_empty()
+                        && batch.len() == batch.marks.len() =>
+                {
+                    durable_front(&batch.marks, |i| w.is_durable(i))
+                }
+                _ => 0,
+            };
+            if front > 0 {
+                batch.move_front(front, &mut next);
+            } else {
+                std::mem::swap(&mut batch, &mut next);
+            }
             writing = Some(spawn_write(&svc, &queue, next, store.clone()));
         }
     };
@@ -295,6 +316,9 @@ struct Batch {
     /// Direct messages given back to the queue whose records this batch keeps (a failed
     /// write): their deliveries are only acked with the batch.
     returned: HashSet<u64>,
+    /// Per record, in the records' order: its message's store id (0: not in the store) and
+    /// whether it is a direct message.
+    marks: Vec<(u64, bool)>,
 }
 
 impl Batch {
@@ -307,7 +331,33 @@ impl Batch {
             },
             store_upto: 0,
             returned: HashSet::new(),
+            marks: Vec::with_capacity(n),
         }
+    }
+
+    /// Notes the record just extracted: its message's store id and kind.
+    fn note(&mut self, stored: Option<u64>, direct: bool) {
+        let stored = stored.unwrap_or(0);
+        self.store_upto = self.store_upto.max(stored);
+        self.marks.push((stored, direct));
+    }
+
+    /// Moves the first `n` records (rounded down to whole INSERT chunks, see
+    /// `charon_archive::ingest::Batch::move_front`) into `into`, emptied first, with what
+    /// settles them; `into`'s store bound is theirs, this batch's that of the records left.
+    /// Only for a batch whose every settle has its record and every record its settle (no
+    /// direct message given back, `returned` empty: see the write's failure above).
+    fn move_front(&mut self, n: usize, into: &mut Batch) {
+        into.clear();
+        let n = self.records.move_front(n, &mut into.records);
+        into.marks.extend(self.marks.drain(..n));
+        let direct = into.marks.iter().filter(|m| m.1).count();
+        into.settle.ids.extend(self.settle.ids.drain(..n - direct));
+        into.settle
+            .direct
+            .extend(self.settle.direct.drain(..direct));
+        into.store_upto = into.marks.iter().map(|m| m.0).max().unwrap_or(0);
+        self.store_upto = self.marks.iter().map(|m| m.0).max().unwrap_or(0);
     }
 
     /// Records taken.
@@ -326,7 +376,33 @@ impl Batch {
         self.settle.direct.clear();
         self.store_upto = 0;
         self.returned.clear();
+        self.marks.clear();
     }
+}
+
+/// How many of a batch's first records to write at once, ahead of the rest: the records before
+/// the first whose message is not durable in the store yet (`durable(store id)`), in whole
+/// INSERT chunks, when that is at least [`MIN_FRONT`] records; 0 when the whole batch is to be
+/// written (every message durable, or too few: the write then waits for the store, as a batch
+/// always did). Every record written has its message on disk in the store, either way.
+fn durable_front(marks: &[(u64, bool)], durable: impl Fn(u64) -> bool) -> usize {
+    // The store ids' running maximum never decreases, so the durable records' front is a
+    // partition point of it (a dozen probes of the store's state, not one per record).
+    let mut top = 0;
+    let upto: Vec<u64> = marks
+        .iter()
+        .map(|m| {
+            top = top.max(m.0);
+            top
+        })
+        .collect();
+    let end = upto.partition_point(|&i| durable(i));
+    if end == marks.len() {
+        return 0;
+    }
+    let chunk = charon_archive::ingest::Batch::CHUNK;
+    let front = end / chunk * chunk;
+    if front >= MIN_FRONT { front } else { 0 }
 }
 
 /// A batch written (committed), and what makes it durable before its acks (`None`: it is).
@@ -403,19 +479,36 @@ fn spawn_write(
     let (svc, name) = (svc.clone(), queue.name().to_string());
     let (failed_tx, failed) = mpsc::channel(1);
     let upto = batch.store_upto;
+    let records = Arc::new(batch.records);
+    // Its messages durable in the store already (the usual case, see `durable_front`): the
+    // write starts now on a blocking thread, not once the task below has had its turn on the
+    // runtime.
+    let first: Option<Attempt> = store
+        .as_ref()
+        .is_none_or(|w| upto == 0 || w.is_durable(upto))
+        .then(|| {
+            let recs = records.clone();
+            svc.start_now(move |c| charon_archive::ingest::insert_prepared_sync_later(c, &recs))
+                .map(|f| Box::pin(f) as Attempt)
+        })
+        .flatten();
     let task = tokio::spawn(async move {
-        if let Some(mut w) = store.filter(|_| upto > 0)
+        let t0 = std::time::Instant::now();
+        if first.is_none()
+            && let Some(mut w) = store.filter(|_| upto > 0)
             && let Err(e) = w.reached(upto).await
         {
             tracing::error!(queue = %name, error = %e, "the store stopped before the batch's messages were durable there; writing it anyway");
         }
-        let (records, sync) = write(svc, name, batch.records, failed_tx).await;
+        tracing::debug!(queue = %name, started = first.is_some(), waited = ?t0.elapsed(), "archive batch: its messages durable in the store");
+        let (records, sync) = write(svc, name, records, first, failed_tx).await;
         Written {
             batch: Batch {
                 records,
                 settle: batch.settle,
                 store_upto: 0,
                 returned: HashSet::new(),
+                marks: batch.marks,
             },
             sync,
         }
@@ -423,23 +516,37 @@ fn spawn_write(
     (task, Settle { ids, direct }, failed)
 }
 
-/// Writes `records` in one transaction, retrying every second until the database takes them;
+/// A write attempt started already ([`ArchiveService::start_now`]): records new, and the sync.
+type Attempt = std::pin::Pin<
+    Box<
+        dyn std::future::Future<
+                Output = Result<(u64, Option<WalSync>), charon_archive::ArchiveError>,
+            > + Send,
+    >,
+>;
+
+/// Writes `records` in one transaction (`first`: its first attempt, started already),
+/// retrying every second until the database takes them;
 /// gives them back (their memory serves the next batch) with what makes them durable.
 async fn write(
     svc: Arc<ArchiveService>,
     queue: String,
-    records: charon_archive::ingest::Batch,
+    records: Arc<charon_archive::ingest::Batch>,
+    mut first: Option<Attempt>,
     failed: mpsc::Sender<()>,
 ) -> (charon_archive::ingest::Batch, Option<WalSync>) {
-    let records = Arc::new(records);
     let mut failures = 0u32;
     loop {
-        let recs = records.clone();
         let t0 = std::time::Instant::now();
-        match svc
-            .run(move |c| charon_archive::ingest::insert_prepared_sync_later(c, &recs))
-            .await
-        {
+        let attempt = match first.take() {
+            Some(started) => started.await,
+            None => {
+                let recs = records.clone();
+                svc.run(move |c| charon_archive::ingest::insert_prepared_sync_later(c, &recs))
+                    .await
+            }
+        };
+        match attempt {
             Ok((_, sync)) => {
                 tracing::debug!(queue = %queue, records = records.len(), took = ?t0.elapsed(), "archive batch: written");
                 return (Arc::try_unwrap(records).unwrap_or_default(), sync);
@@ -455,5 +562,112 @@ async fn write(
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use charon_archive::NewRecord;
+    use charon_core::Message;
+    use charon_protocol::RawProperties;
+
+    use super::{Batch, MIN_FRONT, durable_front};
+    use crate::handles::Placed;
+
+    /// Marks of `n` records whose messages have store ids 1..=n, every third one direct.
+    fn marks(n: u64) -> Vec<(u64, bool)> {
+        (1..=n).map(|i| (i, i % 3 == 0)).collect()
+    }
+
+    #[test]
+    fn the_front_is_the_records_whose_messages_are_durable_in_whole_chunks() {
+        // Durable up to store id 2,345 of 4,000: 2,300 records go ahead (whole chunks of 100).
+        assert_eq!(durable_front(&marks(4000), |i| i <= 2345), 2300);
+        // Every message durable: the whole batch is written, nothing to split.
+        assert_eq!(durable_front(&marks(4000), |i| i <= 4000), 0);
+        // Too few durable to be worth their own transaction: the batch waits, as before.
+        assert_eq!(durable_front(&marks(4000), |i| i < MIN_FRONT as u64), 0);
+        assert_eq!(
+            durable_front(&marks(4000), |i| i <= MIN_FRONT as u64),
+            MIN_FRONT
+        );
+        // Nothing durable.
+        assert_eq!(durable_front(&marks(4000), |_| false), 0);
+        // Store ids out of order: a record is written ahead only when every record before it
+        // is durable too (the front ends at the first one that is not).
+        let mut m = marks(1000);
+        m[450].0 = 5000;
+        assert_eq!(durable_front(&m, |i| i <= 1000), 400);
+        // Records outside the store (id 0) are durable.
+        let zeros = vec![(0, false); 900];
+        assert_eq!(durable_front(&zeros, |i| i == 0), 0);
+    }
+
+    fn record(i: u64) -> NewRecord {
+        NewRecord {
+            stable_key: format!("s:1:{i}"),
+            vhost: "/".into(),
+            queue: "dlq".into(),
+            original_queue: None,
+            original_exchange: None,
+            original_routing_keys: Vec::new(),
+            reason: None,
+            death_count: 0,
+            message_id: None,
+            correlation_id: None,
+            key: None,
+            content_type: None,
+            properties: "{}".into(),
+            headers: "{}".into(),
+            amqp_properties: Bytes::new(),
+            payload: Bytes::new(),
+            error_message: None,
+            error_stacktrace: None,
+            error_fingerprint: None,
+            created_at: 0,
+        }
+    }
+
+    #[test]
+    fn the_front_moves_with_exactly_its_own_acks_and_direct_messages() {
+        let mut b = Batch::with_capacity(16);
+        for i in 1..=700u64 {
+            b.records.push(record(i));
+            let direct = i % 3 == 0;
+            b.note(Some(i), direct);
+            if direct {
+                b.settle.direct.push(Placed {
+                    message: Arc::new(Message::new(
+                        Arc::from(""),
+                        Arc::from("dlq"),
+                        RawProperties::empty(),
+                        Bytes::new(),
+                    )),
+                    id: i,
+                    stored: Some(i),
+                });
+            } else {
+                b.settle.ids.push(i);
+            }
+        }
+        let mut front = Batch::with_capacity(16);
+        b.move_front(450, &mut front);
+        // 400 records (whole chunks): ids 1..=400, of them 133 direct (every third).
+        assert_eq!(front.records.len(), 400);
+        assert_eq!(front.len(), 400);
+        assert_eq!(front.settle.direct.len(), 133);
+        let mut settled: Vec<u64> = front.settle.ids.clone();
+        settled.extend(front.settle.direct.iter().map(|p| p.id));
+        settled.sort_unstable();
+        assert_eq!(settled, (1..=400).collect::<Vec<_>>());
+        assert_eq!(front.store_upto, 400);
+        // The rest: 401..=700, its bound 700, its records and settles matching.
+        assert_eq!((b.records.len(), b.len(), b.marks.len()), (300, 300, 300));
+        assert_eq!(b.settle.ids.first(), Some(&401));
+        assert_eq!(b.settle.direct.first().map(|p| p.id), Some(402));
+        assert_eq!(b.store_upto, 700);
     }
 }

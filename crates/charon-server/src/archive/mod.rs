@@ -119,7 +119,7 @@ fn archive_queues(vhost: &VHostState) -> Vec<QueueHandle> {
 }
 
 impl Broker {
-    /// The dead-letter archive, once [`ArchiveService::start`] ran.
+    /// The dead-letter archive, once [`ArchiveService::start_now`] ran.
     pub fn archive(&self) -> Option<Arc<ArchiveService>> {
         self.archive.get().cloned()
     }
@@ -286,18 +286,43 @@ impl ArchiveService {
         f: impl FnOnce(&mut dyn Conn) -> Result<T, ArchiveError> + Send + 'static,
     ) -> Result<T, ArchiveError> {
         let a = self.open().await?;
+        self.run_on(a, f).await
+    }
+
+    /// [`ArchiveService::run`] started at once when the archive is open already: `f` is handed
+    /// to a blocking thread before this returns, so it does not wait for a turn of the async
+    /// runtime (on two cores one thread, busy with the connections) the way a spawned task
+    /// calling `run` would; the future only gives the result. `None` when the archive is not
+    /// open (then `run` opens it).
+    pub fn start_now<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&mut dyn Conn) -> Result<T, ArchiveError> + Send + 'static,
+    ) -> Option<impl Future<Output = Result<T, ArchiveError>> + Send + 'static> {
+        let a = self.opened()?;
+        Some(self.run_on(a, f))
+    }
+
+    /// Starts `f` on `a` in a blocking thread now; the future gives its result (and forgets the
+    /// connection when it was lost).
+    fn run_on<T: Send + 'static>(
+        self: &Arc<Self>,
+        a: Archive,
+        f: impl FnOnce(&mut dyn Conn) -> Result<T, ArchiveError> + Send + 'static,
+    ) -> impl Future<Output = Result<T, ArchiveError>> + Send + 'static {
         let a2 = a.clone();
-        let r = tokio::task::spawn_blocking(move || a2.with(f))
-            .await
-            .map_err(|e| ArchiveError::Db(e.to_string()))?;
-        if r.is_err() && a.is_broken() {
-            // The server went away: the next call connects again.
-            let mut g = self.archive.lock().unwrap_or_else(|p| p.into_inner());
-            if g.as_ref().is_some_and(|cur| cur.same(&a)) {
-                *g = None;
+        let task = tokio::task::spawn_blocking(move || a2.with(f));
+        let svc = self.clone();
+        async move {
+            let r = task.await.map_err(|e| ArchiveError::Db(e.to_string()))?;
+            if r.is_err() && a.is_broken() {
+                // The server went away: the next call connects again.
+                let mut g = svc.archive.lock().unwrap_or_else(|p| p.into_inner());
+                if g.as_ref().is_some_and(|cur| cur.same(&a)) {
+                    *g = None;
+                }
             }
+            r
         }
-        r
     }
 
     /// Starts a replay job for the selected records; returns (job id, records).
