@@ -119,7 +119,7 @@ fn archive_queues(vhost: &VHostState) -> Vec<QueueHandle> {
 }
 
 impl Broker {
-    /// The dead-letter archive, once [`ArchiveService::start_now`] ran.
+    /// The dead-letter archive, once [`ArchiveService::start`] ran.
     pub fn archive(&self) -> Option<Arc<ArchiveService>> {
         self.archive.get().cloned()
     }
