@@ -92,6 +92,11 @@ pub fn list(
     {
         // One `error` term: the copy's matches (migration 12), no record read.
         count(c, &sql, &p)?
+    } else if crate::key_copy::answers(f) {
+        // An `error` or header term with terms of the copy's columns: counted on the copy
+        // (migration 13) and the records above the watermark, no record read.
+        let (sql, p) = crate::key_copy::count(d, &cond, &params);
+        count(c, &sql, &p)?
     } else if let Some((sql, p)) = crate::range_count::query(c, f)? {
         // A time range with exact group-key terms: index ranges of `dead_letters_group`.
         count(c, &sql, &p)?
@@ -130,6 +135,13 @@ pub fn list(
         None => error_fts
             .filter(|_| by_id)
             .and_then(|(needle, fts)| crate::error_text::page_ids(d, needle, fts, desc, reach)),
+    };
+    // An `error` or header term with terms of the copy's columns in id order: from the copy.
+    let page_ids = match page_ids {
+        None if by_id && crate::key_copy::answers(f) => {
+            Some(crate::key_copy::page_ids(d, &cond, &params, desc, reach))
+        }
+        other => other,
     };
     // A time range with exact group-key terms in id order: ids from the group index's ranges.
     let page_ids = match page_ids {
@@ -241,6 +253,13 @@ pub fn history(c: &mut dyn Conn, id: i64) -> Result<Vec<Value>, ArchiveError> {
 /// record time and a sample error message.
 pub fn groups(c: &mut dyn Conn, by: Option<&str>, f: &Filter) -> Result<Vec<Value>, ArchiveError> {
     let cols = group_by(by)?;
+    if crate::key_copy::answers(f) && crate::key_copy::holds(&cols) {
+        // An `error` or header term, by and with the copy's columns: grouped on the copy
+        // (migration 13) and the records above the watermark, no record read.
+        let (cond, params) = f.to_sql_on(c)?;
+        let (sql, p) = crate::key_copy::groups(c.dialect(), &cols, &cond, &params);
+        return groups_from_rows(c, &cols, &sql, &p);
+    }
     let (cond, params) = f.to_sql_reading_records(c)?;
     let list = cols.join(", ");
     if summary::answers(f) && summary::groups_by(&cols) {
@@ -307,13 +326,25 @@ fn groups_from_summary(
     params: &[Param],
 ) -> Result<Vec<Value>, ArchiveError> {
     let list = cols.join(", ");
-    let rows = c.query(
+    groups_from_rows(
+        c,
+        cols,
         &format!(
             "SELECT {list}, CAST(SUM(records) AS BIGINT), MIN(oldest), MAX(newest), MIN(error_message) \
              FROM dead_letter_groups WHERE {cond} GROUP BY {list} ORDER BY SUM(records) DESC"
         ),
         params,
-    )?;
+    )
+}
+
+/// The groups of `sql`: rows of the `cols`, then count, oldest, newest and a sample message.
+fn groups_from_rows(
+    c: &mut dyn Conn,
+    cols: &[String],
+    sql: &str,
+    params: &[Param],
+) -> Result<Vec<Value>, ArchiveError> {
+    let rows = c.query(sql, params)?;
     let n = cols.len();
     Ok(rows
         .iter()
