@@ -198,59 +198,108 @@ fn above(d: Dialect) -> &'static str {
     }
 }
 
-/// The parameters of a statement that applies `cond` twice (copy, then the records above).
-fn twice(params: &[Param]) -> Vec<Param> {
-    let mut p = params.to_vec();
-    p.extend_from_slice(params);
-    p
+/// A filter [`answers`] accepts, split: its condition on the copy (alias `e`) and on the records
+/// above the watermark, each with its parameters.
+pub struct Split {
+    /// `WITH r AS MATERIALIZED (…)`: the copy's columns of the records above the watermark. The
+    /// filter's condition runs on `r`, never on `dead_letters` itself: there SQLite took an
+    /// `id IN (…)` term (the header index's ids) as its loop and built and probed the whole
+    /// list again for the few records above the watermark (185 ms for 50,000 ids; 1 ms on `r`).
+    above: String,
+    copy: String,
+    copy_params: Vec<Param>,
+    rest: String,
+    rest_params: Vec<Param>,
 }
 
-/// The `total` of a filter [`answers`] accepts, whose condition is `cond`.
-pub fn count(d: Dialect, cond: &str, params: &[Param]) -> (String, Vec<Param>) {
-    (
-        format!(
-            "SELECT (SELECT COUNT(*) FROM dead_letter_error_text WHERE {cond}) + \
-             (SELECT COUNT(*) FROM dead_letters WHERE {} AND {cond})",
-            above(d)
-        ),
-        twice(params),
-    )
-}
+impl Split {
+    /// `f`'s condition `cond` (with `params`, on `dead_letters`), applied to both sides. With an
+    /// `error` term, pass its needle and FTS5 query in `error` and the condition of the other
+    /// terms in `others`: the copy's side then checks the needle on the very row it reads for the
+    /// other columns (one lookup per candidate), not in a subquery of its own (two).
+    pub fn new(
+        d: Dialect,
+        cond: &str,
+        params: &[Param],
+        error: Option<(&str, Option<String>)>,
+        others: Option<(String, Vec<Param>)>,
+    ) -> Split {
+        let inline = match (error, others) {
+            (Some((needle, fts)), Some((oc, op))) => {
+                crate::error_text::parts(d, needle, fts).map(|p| {
+                    let mut cp = p.indexed_params;
+                    cp.extend(op);
+                    (format!("{} AND {oc}", p.indexed_where), cp)
+                })
+            }
+            _ => None,
+        };
+        let (copy, copy_params) = inline.unwrap_or_else(|| (cond.to_string(), params.to_vec()));
+        Split {
+            above: format!(
+                "WITH r AS MATERIALIZED (SELECT id, {} FROM dead_letters WHERE {}) ",
+                all_columns().join(", "),
+                above(d)
+            ),
+            copy,
+            copy_params,
+            rest: cond.to_string(),
+            rest_params: params.to_vec(),
+        }
+    }
 
-/// The ids of one page in id order (`desc`: newest first): the first `reach` matches of the copy
-/// and the first `reach` of the records above the watermark, merged by the caller.
-pub fn page_ids(
-    d: Dialect,
-    cond: &str,
-    params: &[Param],
-    desc: bool,
-    reach: u64,
-) -> (String, Vec<Param>) {
-    let dir = if desc { "DESC" } else { "ASC" };
-    (
-        format!(
-            "SELECT id FROM (SELECT id FROM dead_letter_error_text WHERE {cond} ORDER BY id {dir} LIMIT {reach}) AS p \
-             UNION ALL SELECT id FROM (SELECT id FROM dead_letters WHERE {} AND {cond} ORDER BY id {dir} LIMIT {reach}) AS q",
-            above(d)
-        ),
-        twice(params),
-    )
-}
+    fn params(&self) -> Vec<Param> {
+        let mut p = self.copy_params.clone();
+        p.extend_from_slice(&self.rest_params);
+        p
+    }
 
-/// `/groups` by `cols` (all in the copy): per group its count, oldest and newest time, and the
-/// smallest error message as its sample, ordered by count (largest first).
-pub fn groups(d: Dialect, cols: &[String], cond: &str, params: &[Param]) -> (String, Vec<Param>) {
-    let list = cols.join(", ");
-    (
-        format!(
-            "SELECT {list}, COUNT(*), MIN(created_at), MAX(created_at), MIN(error_message) FROM (\
-             SELECT {list}, created_at, error_message FROM dead_letter_error_text WHERE {cond} \
-             UNION ALL SELECT {list}, created_at, error_message FROM dead_letters WHERE {} AND {cond}) AS u \
-             GROUP BY {list} ORDER BY COUNT(*) DESC",
-            above(d)
-        ),
-        twice(params),
-    )
+    /// The `total`.
+    pub fn count(&self) -> (String, Vec<Param>) {
+        (
+            format!(
+                "{}SELECT (SELECT COUNT(*) FROM dead_letter_error_text AS e WHERE {}) + \
+                 (SELECT COUNT(*) FROM r WHERE {})",
+                self.above, self.copy, self.rest
+            ),
+            self.params(),
+        )
+    }
+
+    /// The ids of one page in id order (`desc`: newest first): the first `reach` matches of the
+    /// copy and the first `reach` of the records above the watermark, merged by the caller.
+    pub fn page_ids(&self, desc: bool, reach: u64) -> (String, Vec<Param>) {
+        let dir = if desc { "DESC" } else { "ASC" };
+        (
+            format!(
+                "{}SELECT id FROM (SELECT e.id FROM dead_letter_error_text AS e WHERE {} ORDER BY e.id {dir} LIMIT {reach}) AS p \
+                 UNION ALL SELECT id FROM (SELECT id FROM r WHERE {} ORDER BY id {dir} LIMIT {reach}) AS q",
+                self.above, self.copy, self.rest
+            ),
+            self.params(),
+        )
+    }
+
+    /// `/groups` by `cols` (all in the copy): per group its count, oldest and newest time, and
+    /// the smallest error message as its sample, ordered by count (largest first).
+    pub fn groups(&self, cols: &[String]) -> (String, Vec<Param>) {
+        let list = cols.join(", ");
+        let e_list = cols
+            .iter()
+            .map(|c| format!("e.{c}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        (
+            format!(
+                "{}SELECT {list}, COUNT(*), MIN(created_at), MAX(created_at), MIN(error_message) FROM (\
+                 SELECT {e_list}, e.created_at, e.error_message FROM dead_letter_error_text AS e WHERE {} \
+                 UNION ALL SELECT {list}, created_at, error_message FROM r WHERE {}) AS u \
+                 GROUP BY {list} ORDER BY COUNT(*) DESC",
+                self.above, self.copy, self.rest
+            ),
+            self.params(),
+        )
+    }
 }
 
 #[cfg(test)]
