@@ -28,11 +28,11 @@ const T0: i64 = 1_700_000_000_000;
 fn rec(i: usize) -> NewRecord {
     NewRecord {
         stable_key: format!("kc:{i}"),
-        vhost: if i % 4 == 0 { "v2" } else { "/" }.into(),
+        vhost: if i.is_multiple_of(4) { "v2" } else { "/" }.into(),
         queue: format!("dlq-{}", i % 3),
-        original_queue: (i % 7 != 0).then(|| format!("o-{}", i % 4)),
-        reason: (i % 6 != 0).then(|| "rejected".to_string()),
-        error_fingerprint: (i % 5 != 0).then(|| format!("f{}", i % 5)),
+        original_queue: (!i.is_multiple_of(7)).then(|| format!("o-{}", i % 4)),
+        reason: (!i.is_multiple_of(6)).then(|| "rejected".to_string()),
+        error_fingerprint: (!i.is_multiple_of(5)).then(|| format!("f{}", i % 5)),
         headers: format!(r#"{{"x-kind":"k{}","x-n":{}}}"#, i % 4, i % 9),
         error_message: (!i.is_multiple_of(11))
             .then(|| format!("Order {i} could not be processed: cause {}", i % 10)),
@@ -96,7 +96,10 @@ fn copy_sound(c: &mut dyn Conn, when: &str) {
 
 /// The filters: an indexed term (`error` with many, few and no matches, a short needle; a
 /// header) with the copy's other columns.
-fn filters() -> Vec<(Vec<(&'static str, String)>, Option<Vec<String>>)> {
+/// A filter's terms and its vhost limit.
+type Case = (Vec<(&'static str, String)>, Option<Vec<String>>);
+
+fn filters() -> Vec<Case> {
     let mut out = Vec::new();
     let indexed: Vec<(&str, &str)> = vec![
         ("error", "cause 5"),
