@@ -125,6 +125,8 @@ pub fn v12(d: Dialect) -> String {
 pub struct Parts {
     /// `SELECT e.id FROM dead_letter_error_text AS e WHERE …`.
     pub indexed: String,
+    /// Its `WHERE` condition alone (over the alias `e` of the copy; the same parameters).
+    pub indexed_where: String,
     /// Its parameters.
     pub indexed_params: Vec<Param>,
     /// The condition on `dead_letters` of the matching records above the watermark.
@@ -167,11 +169,10 @@ pub fn parts(d: Dialect, needle: &str, fts: Option<String>) -> Option<Parts> {
     };
     indexed_params.push(Param::from(needle));
     indexed_params.push(Param::from(needle));
+    let indexed_where = format!("{cand}{}", check("e."));
     Some(Parts {
-        indexed: format!(
-            "SELECT e.id FROM dead_letter_error_text AS e WHERE {cand}{}",
-            check("e.")
-        ),
+        indexed: format!("SELECT e.id FROM dead_letter_error_text AS e WHERE {indexed_where}"),
+        indexed_where,
         indexed_params,
         rest: match d {
             Dialect::Sqlite => format!(

@@ -39,6 +39,7 @@ pub mod indexer;
 pub mod ingest;
 pub mod jobs;
 pub mod json;
+pub mod key_copy;
 mod onepass;
 pub mod ops;
 pub mod page_plan;

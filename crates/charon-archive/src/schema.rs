@@ -138,7 +138,11 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (10, V10_SUMMARY_KEYS),
     (11, crate::sparse_sort::V11),
     (12, V12_ERROR_TEXT),
+    (13, V13_KEY_COPY),
 ];
+
+/// Migration 13 (rendered per dialect by [`crate::key_copy::v13`]).
+const V13_KEY_COPY: &str = "{V13_KEY_COPY}";
 
 /// Migration 12 (rendered per dialect by [`crate::error_text::v12`]).
 const V12_ERROR_TEXT: &str = "{V12_ERROR_TEXT}";
@@ -187,6 +191,9 @@ fn render(sql: &str, d: Dialect) -> String {
     }
     if sql == V12_ERROR_TEXT {
         return crate::error_text::v12(d);
+    }
+    if sql == V13_KEY_COPY {
+        return crate::key_copy::v13(d);
     }
     if sql == V8_HEADER_LINES {
         return crate::header_lines::v8(d);
