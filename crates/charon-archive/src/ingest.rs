@@ -236,7 +236,10 @@ impl<'a> Deltas<'a> {
                 d.payload_bytes.into(),
                 text(d.error_message),
             ]);
-            if c.dialect() == Dialect::Postgres {
+            // Only with migration 10's key are the batch's groups (keyed by all seven
+            // columns) the summary's rows: below it two of them may share one row, which one
+            // multi-row upsert cannot update twice.
+            if c.dialect() == Dialect::Postgres && keys == Keys::V10 {
                 rows.push(p);
             } else {
                 c.exec(&sql, &p)?;

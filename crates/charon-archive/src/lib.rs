@@ -44,7 +44,6 @@ pub mod ops;
 pub mod page_plan;
 mod pg_batch;
 mod pg_indexer;
-pub mod pg_sync;
 pub mod postgres;
 pub mod range_count;
 pub mod rare_trigrams;

@@ -6,9 +6,7 @@ use std::collections::HashMap;
 use postgres::types::{IsNull, ToSql, Type};
 
 use crate::error::ArchiveError;
-use crate::pg_sync::PgSync;
 use crate::sql::{Cell, ColType, Conn, Dialect, Param};
-use crate::wal_sync::WalSync;
 
 /// A PostgreSQL connection.
 pub struct Postgres {
@@ -16,18 +14,6 @@ pub struct Postgres {
     client: Option<postgres::Client>,
     /// Prepared statements by SQL text (one parse per distinct statement and connection).
     statements: HashMap<String, postgres::Statement>,
-    /// The URL it was opened with (the archiver's sync connection opens the same).
-    url: String,
-    /// Transactions begun now commit with `synchronous_commit = off` ([`Conn::commit_unsynced`]).
-    unsynced: bool,
-    /// What makes this connection's unsynced commits durable (opened on first use).
-    sync: Option<PgSync>,
-}
-
-/// `CHARON_ARCHIVE_PG_SYNC_LATER=off`: the archiver's batches commit synchronously as before the
-/// nineteenth round (benchmarks comparing both in one build).
-fn sync_later() -> bool {
-    std::env::var("CHARON_ARCHIVE_PG_SYNC_LATER").map_or(true, |v| v != "off")
 }
 
 /// At most this many prepared statements are kept (filters make SQL texts vary).
@@ -58,9 +44,6 @@ impl Postgres {
         Ok(Postgres {
             client: Some(client),
             statements: HashMap::new(),
-            url: url.to_string(),
-            unsynced: false,
-            sync: None,
         })
     }
 
@@ -211,29 +194,8 @@ impl Conn for Postgres {
     }
 
     fn batch(&mut self, sql: &str) -> Result<(), ArchiveError> {
-        if self.unsynced && sql == "BEGIN" {
-            // In the same round trip as the BEGIN.
-            self.client()?
-                .batch_execute("BEGIN; SET LOCAL synchronous_commit = off")?;
-            return Ok(());
-        }
         self.client()?.batch_execute(sql)?;
         Ok(())
-    }
-
-    /// The archiver's batches (docs/archive.md "Nineteenth round (branch `pg9t`)"): `on`, the
-    /// transactions begun from now on commit with `synchronous_commit = off`, and the returned
-    /// [`WalSync`] makes them durable ([`PgSync`], a synchronous commit on a second
-    /// connection); their messages must not be acked before. `None` when
-    /// `CHARON_ARCHIVE_PG_SYNC_LATER=off` (every COMMIT waits for the flush itself).
-    fn commit_unsynced(&mut self, on: bool) -> Result<Option<WalSync>, ArchiveError> {
-        self.unsynced = on && sync_later();
-        if !self.unsynced {
-            return Ok(None);
-        }
-        let url = &self.url;
-        let sync = self.sync.get_or_insert_with(|| PgSync::new(url));
-        Ok(Some(WalSync::postgres(sync.clone())))
     }
 
     fn is_broken(&self) -> bool {

@@ -179,9 +179,7 @@ pub trait Conn: Send {
     }
     /// `true`: this connection's next commits may return before they are on disk, and what
     /// makes them durable is returned (SQLite: `synchronous=NORMAL` and a [`WalSync`]); `false`:
-    /// commits are durable when they return again. `None`: they always are. PostgreSQL:
-    /// `synchronous_commit = off` in the transactions begun meanwhile and a `WalSync` that
-    /// commits synchronously on a second connection (`pg_sync`).
+    /// commits are durable when they return again. `None`: they always are (PostgreSQL).
     fn commit_unsynced(&mut self, on: bool) -> Result<Option<WalSync>, ArchiveError> {
         let _ = on;
         Ok(None)

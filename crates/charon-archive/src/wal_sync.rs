@@ -24,15 +24,12 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::ArchiveError;
-use crate::pg_sync::PgSync;
 
-/// Makes the commits before it durable: syncs the WAL file of one database (PostgreSQL: a
-/// synchronous commit on a second connection, [`crate::pg_sync`]).
+/// Makes the commits before it durable: syncs the WAL file of one database.
 #[derive(Debug, Clone)]
 pub struct WalSync {
     wal: PathBuf,
     db: PathBuf,
-    pg: Option<PgSync>,
 }
 
 impl WalSync {
@@ -43,25 +40,12 @@ impl WalSync {
         WalSync {
             wal: PathBuf::from(wal),
             db: db.to_path_buf(),
-            pg: None,
-        }
-    }
-
-    /// For a PostgreSQL database ([`PgSync`]).
-    pub fn postgres(pg: PgSync) -> WalSync {
-        WalSync {
-            wal: PathBuf::new(),
-            db: PathBuf::new(),
-            pg: Some(pg),
         }
     }
 
     /// Syncs the WAL's data (blocking: call it off the async runtime); once it returns `Ok`,
     /// every commit that returned before the call is on disk.
     pub fn sync(&self) -> Result<(), ArchiveError> {
-        if let Some(pg) = &self.pg {
-            return pg.sync();
-        }
         let err =
             |e: std::io::Error, p: &Path| ArchiveError::Db(format!("sync {}: {e}", p.display()));
         match std::fs::File::open(&self.wal) {
