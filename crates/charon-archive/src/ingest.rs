@@ -188,7 +188,8 @@ impl<'a> Deltas<'a> {
         }
     }
 
-    /// One upsert per group; the key expression is the summary's own, computed by the database.
+    /// One upsert per group (PostgreSQL: all groups in one statement, [`crate::pg_batch`]); the
+    /// key expression is the summary's own, computed by the database.
     /// `keys`: the summary's key in this database (a database below migration 10 is written by
     /// tests only: the broker migrates at open).
     fn write(&self, c: &mut dyn Conn, keys: Keys) -> Result<(), ArchiveError> {
@@ -215,6 +216,8 @@ impl<'a> Deltas<'a> {
             k = key_expr_of(keys, "v.")
         );
         let text = |s: Option<&str>| Param::Text(s.map(str::to_string));
+        // PostgreSQL: every group's row in one statement (one round trip, not one per group).
+        let mut rows: Vec<Vec<Param>> = Vec::new();
         for key in &self.order {
             let Some(d) = self.by_group.get(key) else {
                 continue;
@@ -233,9 +236,16 @@ impl<'a> Deltas<'a> {
                 d.payload_bytes.into(),
                 text(d.error_message),
             ]);
-            c.exec(&sql, &p)?;
+            // Only with migration 10's key are the batch's groups (keyed by all seven
+            // columns) the summary's rows: below it two of them may share one row, which one
+            // multi-row upsert cannot update twice.
+            if c.dialect() == Dialect::Postgres && keys == Keys::V10 {
+                rows.push(p);
+            } else {
+                c.exec(&sql, &p)?;
+            }
         }
-        Ok(())
+        crate::pg_batch::upsert_groups(c, keys, &rows)
     }
 }
 

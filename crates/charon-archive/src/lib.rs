@@ -43,6 +43,7 @@ pub mod key_copy;
 mod onepass;
 pub mod ops;
 pub mod page_plan;
+mod pg_batch;
 mod pg_indexer;
 pub mod postgres;
 pub mod range_count;

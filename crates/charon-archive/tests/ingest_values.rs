@@ -199,7 +199,8 @@ fn postgres_new_batch_copied_redelivered_batch_inserted() {
     let a = Archive::open(&pg.url).expect("open postgres");
     let now = charon_archive::time::now_ms();
     a.with(|c| {
-        // More than one COPY statement's records (1,000): two COPYs in the one savepoint.
+        // More records than one COPY statement took before the nineteenth round (1,000): one
+        // COPY in the one savepoint.
         let first: Vec<NewRecord> = (0..1050).map(|i| rec(i, now)).collect();
         assert_eq!(ops::insert_batch(c, &first).expect("insert"), 1050);
         let copied = xmins(c, "SELECT xmin::text FROM dead_letters");
@@ -209,7 +210,7 @@ fn postgres_new_batch_copied_redelivered_batch_inserted() {
             copied.is_disjoint(&summary),
             "records {copied:?} written in the savepoint, summary {summary:?} outside it"
         );
-        // 1050..2099 new, then record 1049 again: the second COPY fails on its last row.
+        // 1050..2099 new, then record 1049 again: the COPY fails on its last row.
         let second: Vec<NewRecord> = (1050..2100).chain([1049]).map(|i| rec(i, now)).collect();
         assert_eq!(ops::insert_batch(c, &second).expect("insert"), 1050);
         let all: Vec<NewRecord> = (0..2100).map(|i| rec(i, now)).collect();

@@ -4,6 +4,7 @@
 
 use super::{Batch, INSERT_WIDTH, RECORD_COLS};
 use crate::error::ArchiveError;
+use crate::pg_batch::{copy_work_mem, param_bytes};
 use crate::sql::{ColType, Conn, Dialect};
 
 /// The types of [`RECORD_COLS`], for PostgreSQL's binary COPY ([`copy_batch`]).
@@ -13,12 +14,13 @@ const RECORD_TYPES: [ColType; INSERT_WIDTH] = {
         T, T, T, T, T, T, T, I, T, T, T, T, T, T, B, B, I, T, T, T, T, I, I,
     ]
 };
-/// Records per COPY statement (a batch is up to 4,000: several COPYs in one savepoint). The
-/// summary's statement trigger keeps every row a statement inserts (its transition table,
-/// migration 3) and spills it to a temporary file past `work_mem` (4 MB by default): the whole
-/// batch in one COPY (~12 MB of the bench's records) wrote it to disk, 1,000 records (~3 MB) do
-/// not (docs/archive.md "Fourteenth round").
-const COPY_ROWS: usize = 1000;
+/// The whole batch goes in by one COPY statement (two round trips). Until the nineteenth round
+/// (docs/archive.md, branch `pg9t`) it was 1,000 records per COPY: the summary's statement
+/// trigger keeps every row a statement inserts (its transition table, migration 3) and spilled
+/// the whole batch (~12 MB of the bench's records) to a temporary file past the default
+/// `work_mem` (4 MB). Now the batch's transaction sets `work_mem` to what its rows need
+/// ([`copy_work_mem`]), so one COPY keeps them in memory, and the backend no longer idles
+/// between four COPY statements (a prepare and a start each).
 /// The savepoint a batch's COPY runs in: on a failure (a record archived before, after a
 /// redelivery) the batch is inserted again row by row with `ON CONFLICT DO NOTHING`.
 const COPY_SAVEPOINT: &str = "archive_copy";
@@ -28,7 +30,7 @@ fn rollback_copy() -> String {
     format!("ROLLBACK TO SAVEPOINT {COPY_SAVEPOINT}; RELEASE SAVEPOINT {COPY_SAVEPOINT}")
 }
 
-/// PostgreSQL: the whole batch by binary COPY ([`COPY_ROWS`] records each), in a savepoint; `Some(n)`: every record
+/// PostgreSQL: the whole batch by one binary COPY, in a savepoint; `Some(n)`: every record
 /// was new and is in. A COPY has no `ON CONFLICT`: a record whose stable key is archived
 /// already (a redelivery after a crash) fails the whole COPY with a unique violation, so the
 /// savepoint is rolled back and `None` returned: the caller inserts the batch with `ON
@@ -38,20 +40,13 @@ pub(super) fn copy_batch(c: &mut dyn Conn, batch: &Batch) -> Result<Option<u64>,
     if c.dialect() != Dialect::Postgres || batch.is_empty() {
         return Ok(None);
     }
+    let bytes: u64 = batch.chunks.iter().map(|p| param_bytes(p)).sum();
+    if let Some(set) = copy_work_mem(bytes, batch.len() as u64) {
+        c.batch(&set)?;
+    }
     c.batch(&format!("SAVEPOINT {COPY_SAVEPOINT}"))?;
     let mut rows = batch.chunks.iter().flat_map(|p| p.chunks(INSERT_WIDTH));
-    let mut copied = Ok(Some(0));
-    for _ in 0..batch.len().div_ceil(COPY_ROWS) {
-        let mut part = rows.by_ref().take(COPY_ROWS);
-        let n = match c.copy_in("dead_letters", RECORD_COLS, &RECORD_TYPES, &mut part) {
-            Ok(Some(n)) => n,
-            other => {
-                copied = other;
-                break;
-            }
-        };
-        copied = copied.map(|total| total.map(|t| t + n));
-    }
+    let copied = c.copy_in("dead_letters", RECORD_COLS, &RECORD_TYPES, &mut rows);
     match copied {
         Ok(Some(n)) if n == batch.len() as u64 => {
             c.batch(&format!("RELEASE SAVEPOINT {COPY_SAVEPOINT}"))?;
