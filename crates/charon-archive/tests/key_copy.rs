@@ -9,6 +9,8 @@
 //! users' UPDATEs of the copied columns, deletes (by ids and by filter), retention and a user's
 //! INSERT, and caught up again.
 
+#[path = "support/copy_scenario.rs"]
+mod copy_scenario;
 #[path = "support/indexer_wait.rs"]
 mod indexer_wait;
 #[path = "support/pg_cluster.rs"]
@@ -373,39 +375,23 @@ fn upgraded(url: &str, mut old: Box<dyn Conn>) -> Archive {
     a
 }
 
-fn scenario(url: &str, old: Box<dyn Conn>) {
-    let a = upgraded(url, old);
-    a.with(|c| check(c, "after the upgrade"));
-    indexer_wait::wait_caught_up(&a);
-    a.with(|c| {
-        check(c, "caught up");
-        insert(c, 400..700);
-        check(c, "a burst above the watermark");
-    });
-    indexer_wait::wait_caught_up(&a);
-    a.with(|c| {
-        change(c);
-        check(c, "after changes");
-    });
-    indexer_wait::wait_caught_up(&a);
-    a.with(|c| check(c, "after changes, caught up"));
-}
+/// The shared scenario (`support/copy_scenario.rs`) with this file's check, burst and changes.
+const STEPS: copy_scenario::Steps<'static> = copy_scenario::Steps {
+    check: &check,
+    burst: &|c| insert(c, 400..700),
+    change: &change,
+};
 
 #[test]
 fn sqlite_filters_on_the_key_copy_equal_the_plain_sql() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let path = dir.path().join("archive.db");
-    let old = charon_archive::sqlite::Sqlite::open(&path).expect("open");
-    scenario(&format!("sqlite://{}", path.display()), Box::new(old));
+    copy_scenario::on_sqlite(upgraded, &STEPS);
 }
 
 #[test]
 fn postgres_filters_on_the_key_copy_equal_the_plain_sql() {
-    let Some(pg) = pg_cluster::PgCluster::start() else {
+    let Some(pg) = copy_scenario::on_postgres(upgraded, &STEPS) else {
         return;
     };
-    let old = charon_archive::postgres::Postgres::connect(&pg.url).expect("postgres");
-    scenario(&pg.url, Box::new(old));
     let a = Archive::open(&pg.url).expect("open");
     a.with(|c| {
         let r = c
