@@ -215,18 +215,7 @@ fn change(c: &mut dyn Conn) {
     let by_filter = Filter::from_pairs([("error", "cause 7"), ("queue", "dlq-0")]).expect("f");
     ops::delete(c, &Selection::Filter(by_filter), "carol", None).expect("delete by filter");
     ops::retention(c, Some(T0 + 500), None).expect("retention");
-    c.exec(
-        &format!(
-            "INSERT INTO dead_letters (stable_key, vhost, queue, original_queue, original_exchange, \
-             original_routing_keys, reason, death_count, message_id, message_key, properties, headers, \
-             amqp_properties, payload, payload_bytes, error_message, status, created_at, updated_at) \
-             SELECT 'u:' || id, '/', 'dlq-1', NULL, NULL, '[]', NULL, 1, NULL, NULL, '{{}}', '{{}}', {empty}, {empty}, 0, \
-             'user row: cause 5', 'PENDING', created_at + 1, created_at + 1 FROM dead_letters WHERE id % 29 = 5",
-            empty = if c.dialect() == Dialect::Sqlite { "x''" } else { "''::bytea" }
-        ),
-        &[],
-    )
-    .expect("user insert");
+    copy_scenario::user_insert(c, r#"{}"#);
 }
 
 /// An archive at version 11 with 400 records, the first 250 indexed (the search index as the
@@ -234,19 +223,10 @@ fn change(c: &mut dyn Conn) {
 fn upgraded(url: &str, mut old: Box<dyn Conn>) -> Archive {
     schema::migrate_to(old.as_mut(), 11).expect("v11");
     insert(old.as_mut(), 0..400);
-    let fill = match old.dialect() {
-        Dialect::Postgres => "INSERT INTO dead_letter_search (id, error, body, headers) \
-             SELECT id, concat_ws(E'\\n', error_message, error_stacktrace), convert_from(payload, 'UTF8'), '' \
-             FROM dead_letters WHERE id <= 250; \
-             UPDATE dead_letter_search_state SET watermark = 250"
-            .to_string(),
-        Dialect::Sqlite => "INSERT INTO dead_letter_search_error (rowid, text) SELECT id, \
-             COALESCE(error_message, '') || CASE WHEN error_message IS NOT NULL AND error_stacktrace IS NOT NULL THEN char(10) ELSE '' END || COALESCE(error_stacktrace, '') \
-             FROM dead_letters WHERE id <= 250; \
-             INSERT INTO dead_letter_search_body (rowid, text) SELECT id, CAST(payload AS TEXT) FROM dead_letters WHERE id <= 250; \
-             UPDATE dead_letter_search_state SET watermark = 250"
-            .to_string(),
-    };
+    let fill = format!(
+        "{}; UPDATE dead_letter_search_state SET watermark = 250",
+        copy_scenario::search_fill_sql(old.dialect(), 250)
+    );
     old.batch(&fill).expect("fill the v11 index");
     drop(old);
     let a = Archive::open(url).expect("open v12");

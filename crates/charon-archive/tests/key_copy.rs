@@ -312,18 +312,7 @@ fn change(c: &mut dyn Conn) {
     let by_filter = Filter::from_pairs([("header.x-kind", "k2"), ("queue", "dlq-0")]).expect("f");
     ops::delete(c, &Selection::Filter(by_filter), "carol", None).expect("delete by filter");
     ops::retention(c, Some(T0 + 500), None).expect("retention");
-    c.exec(
-        &format!(
-            "INSERT INTO dead_letters (stable_key, vhost, queue, original_queue, original_exchange, \
-             original_routing_keys, reason, death_count, message_id, message_key, properties, headers, \
-             amqp_properties, payload, payload_bytes, error_message, status, created_at, updated_at) \
-             SELECT 'u:' || id, '/', 'dlq-1', NULL, NULL, '[]', NULL, 1, NULL, NULL, '{{}}', '{{\"x-kind\":\"k1\"}}', {empty}, {empty}, 0, \
-             'user row: cause 5', 'PENDING', created_at + 1, created_at + 1 FROM dead_letters WHERE id % 29 = 5",
-            empty = if c.dialect() == Dialect::Sqlite { "x''" } else { "''::bytea" }
-        ),
-        &[],
-    )
-    .expect("user insert");
+    copy_scenario::user_insert(c, r#"{"x-kind":"k1"}"#);
 }
 
 /// An archive at version 12 with 400 records, the first 250 indexed (the search index and the
@@ -333,17 +322,7 @@ fn upgraded(url: &str, mut old: Box<dyn Conn>) -> Archive {
     schema::migrate_to(old.as_mut(), 12).expect("v12");
     insert(old.as_mut(), 0..400);
     let d = old.dialect();
-    let fill = match d {
-        Dialect::Postgres => "INSERT INTO dead_letter_search (id, error, body, headers) \
-             SELECT id, concat_ws(E'\\n', error_message, error_stacktrace), convert_from(payload, 'UTF8'), '' \
-             FROM dead_letters WHERE id <= 250"
-            .to_string(),
-        Dialect::Sqlite => "INSERT INTO dead_letter_search_error (rowid, text) SELECT id, \
-             COALESCE(error_message, '') || CASE WHEN error_message IS NOT NULL AND error_stacktrace IS NOT NULL THEN char(10) ELSE '' END || COALESCE(error_stacktrace, '') \
-             FROM dead_letters WHERE id <= 250; \
-             INSERT INTO dead_letter_search_body (rowid, text) SELECT id, CAST(payload AS TEXT) FROM dead_letters WHERE id <= 250"
-            .to_string(),
-    };
+    let fill = copy_scenario::search_fill_sql(d, 250);
     old.batch(&fill).expect("fill the v12 index");
     old.batch(&header_index::fill_sql(d, "d.id <= 250"))
         .expect("fill the header index");

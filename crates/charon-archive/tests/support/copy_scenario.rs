@@ -52,3 +52,42 @@ pub(crate) fn on_postgres(
     run(&a, s);
     Some(pg)
 }
+
+/// A user's own `INSERT … SELECT` (one row for every record whose id is 5 modulo 29, headers
+/// `headers_json`, error `user row: cause 5`), as the docs allow: the copy must follow it.
+pub(crate) fn user_insert(c: &mut dyn Conn, headers_json: &str) {
+    let empty = if c.dialect() == charon_archive::sql::Dialect::Sqlite {
+        "x''"
+    } else {
+        "''::bytea"
+    };
+    c.exec(
+        &format!(
+            "INSERT INTO dead_letters (stable_key, vhost, queue, original_queue, original_exchange, \
+             original_routing_keys, reason, death_count, message_id, message_key, properties, headers, \
+             amqp_properties, payload, payload_bytes, error_message, status, created_at, updated_at) \
+             SELECT 'u:' || id, '/', 'dlq-1', NULL, NULL, '[]', NULL, 1, NULL, NULL, '{{}}', '{headers_json}', {empty}, {empty}, 0, \
+             'user row: cause 5', 'PENDING', created_at + 1, created_at + 1 FROM dead_letters WHERE id % 29 = 5"
+        ),
+        &[],
+    )
+    .expect("user insert");
+}
+
+/// The search index (migration 7) of records `id <= upto` as the indexer fills it, in SQL (the
+/// watermark not moved).
+pub(crate) fn search_fill_sql(d: charon_archive::sql::Dialect, upto: i64) -> String {
+    match d {
+        charon_archive::sql::Dialect::Postgres => format!(
+            "INSERT INTO dead_letter_search (id, error, body, headers) \
+             SELECT id, concat_ws(E'\\n', error_message, error_stacktrace), convert_from(payload, 'UTF8'), '' \
+             FROM dead_letters WHERE id <= {upto}"
+        ),
+        charon_archive::sql::Dialect::Sqlite => format!(
+            "INSERT INTO dead_letter_search_error (rowid, text) SELECT id, \
+             COALESCE(error_message, '') || CASE WHEN error_message IS NOT NULL AND error_stacktrace IS NOT NULL THEN char(10) ELSE '' END || COALESCE(error_stacktrace, '') \
+             FROM dead_letters WHERE id <= {upto}; \
+             INSERT INTO dead_letter_search_body (rowid, text) SELECT id, CAST(payload AS TEXT) FROM dead_letters WHERE id <= {upto}"
+        ),
+    }
+}
