@@ -308,11 +308,6 @@ impl Settle {
 struct Batch {
     records: charon_archive::ingest::Batch,
     settle: Settle,
-    /// The highest store id (log index) of its messages: the batch is written once the store
-    /// is durable up to it. Otherwise a kill -9 could leave a record in the archive whose
-    /// message the store lost: a dead letter whose move was not on disk is dead-lettered again
-    /// from its source after the restart, under a new store id, i.e. a second key.
-    store_upto: u64,
     /// Direct messages given back to the queue whose records this batch keeps (a failed
     /// write): their deliveries are only acked with the batch.
     returned: HashSet<u64>,
@@ -329,7 +324,6 @@ impl Batch {
                 ids: Vec::with_capacity(n),
                 direct: Vec::new(),
             },
-            store_upto: 0,
             returned: HashSet::new(),
             marks: Vec::with_capacity(n),
         }
@@ -337,9 +331,15 @@ impl Batch {
 
     /// Notes the record just extracted: its message's store id and kind.
     fn note(&mut self, stored: Option<u64>, direct: bool) {
-        let stored = stored.unwrap_or(0);
-        self.store_upto = self.store_upto.max(stored);
-        self.marks.push((stored, direct));
+        self.marks.push((stored.unwrap_or(0), direct));
+    }
+
+    /// The highest store id (log index) of its messages: the batch is written once the store
+    /// is durable up to it. Otherwise a kill -9 could leave a record in the archive whose
+    /// message the store lost: a dead letter whose move was not on disk is dead-lettered again
+    /// from its source after the restart, under a new store id, i.e. a second key.
+    fn store_upto(&self) -> u64 {
+        self.marks.iter().map(|m| m.0).max().unwrap_or(0)
     }
 
     /// Moves the first `n` records (rounded down to whole INSERT chunks, see
@@ -356,8 +356,6 @@ impl Batch {
         into.settle
             .direct
             .extend(self.settle.direct.drain(..direct));
-        into.store_upto = into.marks.iter().map(|m| m.0).max().unwrap_or(0);
-        self.store_upto = self.marks.iter().map(|m| m.0).max().unwrap_or(0);
     }
 
     /// Records taken.
@@ -374,7 +372,6 @@ impl Batch {
         self.records.clear();
         self.settle.ids.clear();
         self.settle.direct.clear();
-        self.store_upto = 0;
         self.returned.clear();
         self.marks.clear();
     }
@@ -478,7 +475,7 @@ fn spawn_write(
     let direct = std::mem::take(&mut batch.settle.direct);
     let (svc, name) = (svc.clone(), queue.name().to_string());
     let (failed_tx, failed) = mpsc::channel(1);
-    let upto = batch.store_upto;
+    let upto = batch.store_upto();
     let records = Arc::new(batch.records);
     // Its messages durable in the store already (the usual case, see `durable_front`): the
     // write starts now on a blocking thread, not once the task below has had its turn on the
@@ -506,7 +503,6 @@ fn spawn_write(
             batch: Batch {
                 records,
                 settle: batch.settle,
-                store_upto: 0,
                 returned: HashSet::new(),
                 marks: batch.marks,
             },
@@ -663,11 +659,11 @@ mod tests {
         settled.extend(front.settle.direct.iter().map(|p| p.id));
         settled.sort_unstable();
         assert_eq!(settled, (1..=400).collect::<Vec<_>>());
-        assert_eq!(front.store_upto, 400);
+        assert_eq!(front.store_upto(), 400);
         // The rest: 401..=700, its bound 700, its records and settles matching.
         assert_eq!((b.records.len(), b.len(), b.marks.len()), (300, 300, 300));
         assert_eq!(b.settle.ids.first(), Some(&401));
         assert_eq!(b.settle.direct.first().map(|p| p.id), Some(402));
-        assert_eq!(b.store_upto, 700);
+        assert_eq!(b.store_upto(), 700);
     }
 }
