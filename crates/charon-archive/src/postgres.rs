@@ -40,7 +40,17 @@ impl std::fmt::Debug for Postgres {
 impl Postgres {
     /// Connects to `url` (`postgresql://user:pass@host:port/db`).
     pub fn connect(url: &str) -> Result<Self, ArchiveError> {
-        let client = postgres::Client::connect(url, postgres::NoTls)?;
+        let mut client = postgres::Client::connect(url, postgres::NoTls)?;
+        // No JIT in the archive's sessions. The summary's statement triggers join the changed
+        // rows' transition tables with `dead_letter_groups`, and the planner, which knows neither
+        // table's size there, prices that join above `jit_above_cost` and `jit_optimize_above_cost`:
+        // every replay step, skip or delete then compiled ~57 functions with LLVM, 1.5–1.7 s of
+        // CPU a statement for a join that runs in under 10 ms (docs/archive.md, "JIT"). A `SET`
+        // (not planned, so not compiled itself); a server older than 11 has no `jit` to set.
+        match client.batch_execute("SET jit = off") {
+            Err(e) if e.code() == Some(&postgres::error::SqlState::UNDEFINED_OBJECT) => {}
+            r => r?,
+        }
         Ok(Postgres {
             client: Some(client),
             statements: HashMap::new(),

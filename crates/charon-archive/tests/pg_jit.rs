@@ -1,0 +1,130 @@
+//! The archive's PostgreSQL sessions run without JIT (docs/archive.md, "JIT"): the summary's
+//! statement triggers are priced above `jit_above_cost`, and LLVM compiled them for 1.5 s a
+//! statement on every replay step, skip and delete. Shown on a server told to compile
+//! everything (`jit_above_cost = 0`), with `auto_explain` logging every statement, nested ones
+//! included: a plain session's summary trigger is compiled (the check can see JIT), the archive's
+//! skip — its UPDATE and the trigger's statements under it — is not.
+
+#[path = "support/pg_cluster.rs"]
+mod pg_cluster;
+
+use bytes::Bytes;
+use charon_archive::ops::{self, Selection};
+use charon_archive::{Archive, NewRecord};
+
+fn rec(i: usize, at: i64) -> NewRecord {
+    let key = format!("s:3:{i}");
+    let text = Some(format!("Order {i} failed: cause {}", i % 3));
+    NewRecord {
+        stable_key: key.clone(),
+        vhost: "/".into(),
+        queue: "dlq".into(),
+        original_queue: Some(format!("orders-{}", i % 4)),
+        original_exchange: Some("orders".into()),
+        original_routing_keys: vec![format!("orders-{}", i % 4)],
+        reason: Some("rejected".into()),
+        death_count: 1,
+        message_id: Some(key.clone()),
+        correlation_id: None,
+        key: Some(key),
+        content_type: Some("text/plain".into()),
+        properties: "{}".into(),
+        headers: "{}".into(),
+        amqp_properties: Bytes::from_static(&[0, 0]),
+        payload: Bytes::from(format!("body {i}")),
+        error_message: text.clone(),
+        error_stacktrace: None,
+        error_fingerprint: charon_archive::extract::fingerprint(text.as_deref(), None),
+        created_at: at + i as i64,
+    }
+}
+
+/// The server log from byte `from` on.
+fn log_since(pg: &pg_cluster::PgCluster, from: usize) -> String {
+    let log = std::fs::read(pg.dir().join("log")).unwrap_or_default();
+    String::from_utf8_lossy(log.get(from..).unwrap_or_default()).into_owned()
+}
+
+fn log_len(pg: &pg_cluster::PgCluster) -> usize {
+    std::fs::metadata(pg.dir().join("log")).map_or(0, |m| m.len() as usize)
+}
+
+/// Waits (generously) until the log holds `needle` after `from`: the server writes it a
+/// moment after the statement returns.
+fn wait_log(pg: &pg_cluster::PgCluster, from: usize, needle: &str) -> String {
+    for _ in 0..600 {
+        let s = log_since(pg, from);
+        if s.contains(needle) {
+            return s;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    log_since(pg, from)
+}
+
+#[test]
+fn postgres_archive_sessions_never_jit_compile_the_summary_triggers() {
+    let Some(pg) = pg_cluster::PgCluster::start() else {
+        return;
+    };
+    let a = Archive::open(&pg.url).expect("open postgres");
+    let now = charon_archive::time::now_ms();
+    a.with(|c| {
+        let recs: Vec<NewRecord> = (0..40).map(|i| rec(i, now)).collect();
+        assert_eq!(ops::insert_batch(c, &recs).expect("insert"), 40);
+    });
+    drop(a);
+
+    // Every later session: JIT on, for every statement, each one logged with its plan.
+    let mut admin = postgres::Client::connect(&pg.url, postgres::NoTls).expect("plain session");
+    admin
+        .batch_execute(
+            "ALTER DATABASE postgres SET jit = on;
+             ALTER DATABASE postgres SET jit_above_cost = 0;
+             ALTER DATABASE postgres SET session_preload_libraries = 'auto_explain';
+             ALTER DATABASE postgres SET auto_explain.log_min_duration = 0;
+             ALTER DATABASE postgres SET auto_explain.log_analyze = on;
+             ALTER DATABASE postgres SET auto_explain.log_nested_statements = on;",
+        )
+        .expect("settings");
+    drop(admin);
+
+    // A plain session (a user's psql): the trigger's statements are compiled.
+    let mut user = postgres::Client::connect(&pg.url, postgres::NoTls).expect("user session");
+    let jit: bool = user
+        .query_one("SELECT pg_jit_available()", &[])
+        .expect("pg_jit_available")
+        .get(0);
+    if !jit {
+        eprintln!("\n*** SKIPPING the JIT check: this PostgreSQL has no JIT provider ***\n");
+        return;
+    }
+    let from = log_len(&pg);
+    user.batch_execute("UPDATE dead_letters SET status = 'SKIPPED' WHERE id <= 5")
+        .expect("user's update");
+    let user_log = wait_log(&pg, from, "UPDATE dead_letter_groups");
+    assert!(
+        user_log.contains("UPDATE dead_letter_groups") && user_log.contains("JIT:"),
+        "the check must see the trigger's statement compiled in a plain session:\n{user_log}"
+    );
+    drop(user);
+
+    // The archive's sessions: the same kind of change through the archive, nothing compiled.
+    let a = Archive::open(&pg.url).expect("reopen postgres");
+    let from = log_len(&pg);
+    let n = a.with(|c| ops::skip(c, &Selection::Ids((10..30).collect()), "carol", "no JIT"));
+    assert_eq!(n.expect("skip"), 20);
+    let shown = a
+        .read(|c| c.query("SHOW jit", &[]))
+        .expect("SHOW jit on the readers' connection");
+    let archive_log = wait_log(&pg, from, "UPDATE dead_letter_groups");
+    assert!(
+        archive_log.contains("UPDATE dead_letter_groups"),
+        "auto_explain logged the archive's trigger statements:\n{archive_log}"
+    );
+    assert!(
+        !archive_log.contains("JIT:"),
+        "the archive's statements were JIT-compiled:\n{archive_log}"
+    );
+    assert_eq!(shown[0][0].text(), "off");
+}
