@@ -1,4 +1,6 @@
-//! The archive's PostgreSQL sessions run without JIT (docs/archive.md, "JIT"): the summary's
+//! How PostgreSQL runs the archive's own statements (docs/archive.md, "JIT" and "Replay").
+//!
+//! The archive's PostgreSQL sessions run without JIT: the summary's
 //! statement triggers are priced above `jit_above_cost`, and LLVM compiled them for 1.5 s a
 //! statement on every replay step, skip and delete. Shown on a server told to compile
 //! everything (`jit_above_cost = 0`), with `auto_explain` logging every statement, nested ones
@@ -10,7 +12,8 @@ mod pg_cluster;
 
 use bytes::Bytes;
 use charon_archive::ops::{self, Selection};
-use charon_archive::{Archive, NewRecord};
+use charon_archive::{Archive, NewRecord, jobs};
+use serde_json::json;
 
 fn rec(i: usize, at: i64) -> NewRecord {
     let key = format!("s:3:{i}");
@@ -127,4 +130,59 @@ fn postgres_archive_sessions_never_jit_compile_the_summary_triggers() {
         "the archive's statements were JIT-compiled:\n{archive_log}"
     );
     assert_eq!(shown[0][0].text(), "off");
+}
+
+/// A replay job's steps update its items by `job_id = ? AND record_id IN (…)`. Right after the
+/// job filled `replay_items` (no statistics yet), PostgreSQL scanned the primary key on `job_id`
+/// alone and filtered every item of the job in each step (quadratic over a job); with the
+/// statistics the job's creation gathers, the step reads only its own items.
+#[test]
+fn postgres_replay_step_reads_only_its_own_items() {
+    let Some(pg) = pg_cluster::PgCluster::start() else {
+        return;
+    };
+    let a = Archive::open(&pg.url).expect("open postgres");
+    let now = charon_archive::time::now_ms();
+    a.with(|c| {
+        let recs: Vec<NewRecord> = (0..20_000).map(|i| rec(i, now)).collect();
+        assert_eq!(ops::insert_batch(c, &recs).expect("insert"), 20_000);
+        let ids: Vec<i64> = c
+            .query("SELECT id FROM dead_letters ORDER BY id", &[])
+            .expect("ids")
+            .iter()
+            .map(|r| r[0].int())
+            .collect();
+        let (job, total) = jobs::create(
+            c,
+            &Selection::Ids(ids.clone()),
+            &json!({"exchange": "", "routing_key": "elsewhere"}),
+            "carol",
+        )
+        .expect("job");
+        assert_eq!(total, 20_000);
+        let step: Vec<String> = ids[10_000..10_100].iter().map(i64::to_string).collect();
+        c.batch("BEGIN").expect("begin");
+        let plan = c
+            .query(
+                &format!(
+                    "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) UPDATE replay_items SET state = 'INFLIGHT' \
+                     WHERE job_id = {job} AND record_id IN ({})",
+                    step.join(", ")
+                ),
+                &[],
+            )
+            .expect("explain");
+        c.batch("ROLLBACK").expect("rollback");
+        let plan: Vec<String> = plan.iter().map(|r| r[0].text()).collect();
+        let text = plan.join("\n");
+        assert!(
+            plan.iter()
+                .any(|l| l.contains("Index Cond") && l.contains("record_id")),
+            "the step must look its items up by (job_id, record_id):\n{text}"
+        );
+        assert!(
+            !text.contains("Rows Removed by Filter"),
+            "the step read other items of the job:\n{text}"
+        );
+    });
 }
