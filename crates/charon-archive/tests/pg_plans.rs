@@ -184,5 +184,34 @@ fn postgres_replay_step_reads_only_its_own_items() {
             !text.contains("Rows Removed by Filter"),
             "the step read other items of the job:\n{text}"
         );
+
+        // The step's status change: the summary trigger finds a group's new bound by one seek
+        // of `dead_letters_group_key` (an ordered scan stopped at its first row), not by
+        // reading the group's whole range.
+        let from = log_len(&pg);
+        c.batch(
+            "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; \
+             SET auto_explain.log_nested_statements = on",
+        )
+        .expect("auto_explain");
+        c.batch("BEGIN").expect("begin");
+        c.batch(&format!(
+            "UPDATE dead_letters SET status = 'PROCESSING' WHERE id IN ({})",
+            step.join(", ")
+        ))
+        .expect("status change");
+        c.batch("ROLLBACK").expect("rollback");
+        c.batch("SET auto_explain.log_min_duration = -1").expect("auto_explain off");
+        let log = wait_log(&pg, from, "UPDATE dead_letter_groups");
+        let trigger = log
+            .split("LOG:  duration:")
+            .find(|plan| plan.contains("Query Text: UPDATE dead_letter_groups"))
+            .unwrap_or_default();
+        assert!(
+            trigger.contains("Index Scan using dead_letters_group_key")
+                && trigger.contains("Limit")
+                && !trigger.contains("Bitmap Heap Scan on dead_letters"),
+            "the trigger must seek a group's bound:\n{trigger}"
+        );
     });
 }
