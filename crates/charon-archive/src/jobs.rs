@@ -78,42 +78,9 @@ pub fn create(
         )?;
         Ok((id, total))
     })?;
-    analyze_items(c, total);
+    crate::plan_stats::after_job_created(c, total);
     Ok((id, total))
 }
-
-/// PostgreSQL: statistics for the tables a job's steps update, once the job has filled
-/// `replay_items`. Every step updates its items by `job_id = ? AND record_id IN (…)` and its
-/// records' status, whose summary trigger looks up each touched group's new oldest/newest record.
-/// Planned without statistics (a table just filled, before autovacuum's analyze came), the
-/// primary key was scanned on `job_id` alone, so each step read all the job's items, and each
-/// group bound was a bitmap scan of the group's whole range instead of one index seek: a replay
-/// of 20,000 records ran at 1.5k records/s, ~700 µs of database CPU a record, growing with the
-/// archive (docs/archive.md, "Replay"). `replay_items` is analyzed for every such job (it is
-/// small); `dead_letters` only when it has no statistics or more than a fifth of it changed since
-/// its last analyze (autovacuum's own rule is a tenth, checked once a minute). Small jobs are
-/// left to autovacuum. A failure only costs speed, so it is logged, not returned.
-fn analyze_items(c: &mut dyn Conn, total: i64) {
-    if c.dialect() != crate::sql::Dialect::Postgres || total < ANALYZE_ITEMS {
-        return;
-    }
-    let stale = "SELECT 1 FROM pg_stat_user_tables s WHERE s.relid = 'dead_letters'::regclass \
-         AND (NOT EXISTS (SELECT 1 FROM pg_stats p WHERE p.schemaname = s.schemaname AND p.tablename = s.relname) \
-         OR s.n_mod_since_analyze > s.n_live_tup / 5)";
-    let r = c.batch("ANALYZE replay_items").and_then(|()| {
-        if c.query(stale, &[])?.is_empty() {
-            Ok(())
-        } else {
-            c.batch("ANALYZE dead_letters")
-        }
-    });
-    if let Err(e) = r {
-        tracing::warn!(error = %e, "could not analyze the replay's tables");
-    }
-}
-
-/// Jobs of at least this many records analyze `replay_items` ([`analyze_items`]).
-const ANALYZE_ITEMS: i64 = 500;
 
 /// Adds `n` to the job's counter `col` (`replayed`, `failed`, `cancelled`; migration 4).
 fn count(c: &mut dyn Conn, job: i64, col: &str, n: u64) -> Result<(), ArchiveError> {

@@ -45,6 +45,7 @@ pub mod ops;
 pub mod page_plan;
 mod pg_batch;
 mod pg_indexer;
+mod plan_stats;
 pub mod postgres;
 pub mod range_count;
 pub mod rare_trigrams;

@@ -146,6 +146,21 @@ fn postgres_replay_step_reads_only_its_own_items() {
     a.with(|c| {
         let recs: Vec<NewRecord> = (0..20_000).map(|i| rec(i, now)).collect();
         assert_eq!(ops::insert_batch(c, &recs).expect("insert"), 20_000);
+    });
+    // The error-text copy holds the records the search indexer has indexed: wait for all.
+    for _ in 0..1200 {
+        let caught_up = a.read(|c| {
+            c.query(
+                "SELECT 1 FROM dead_letter_search_state WHERE watermark >= (SELECT MAX(id) FROM dead_letters)",
+                &[],
+            )
+        });
+        if caught_up.is_ok_and(|r| !r.is_empty()) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    a.with(|c| {
         let ids: Vec<i64> = c
             .query("SELECT id FROM dead_letters ORDER BY id", &[])
             .expect("ids")
@@ -203,10 +218,24 @@ fn postgres_replay_step_reads_only_its_own_items() {
         c.batch("ROLLBACK").expect("rollback");
         c.batch("SET auto_explain.log_min_duration = -1").expect("auto_explain off");
         let log = wait_log(&pg, from, "UPDATE dead_letter_groups");
+        let log = if log.contains("UPDATE dead_letter_error_text AS e") {
+            log
+        } else {
+            wait_log(&pg, from, "UPDATE dead_letter_error_text AS e")
+        };
         let trigger = log
             .split("LOG:  duration:")
             .find(|plan| plan.contains("Query Text: UPDATE dead_letter_groups"))
             .unwrap_or_default();
+        let copy = log
+            .split("LOG:  duration:")
+            .find(|plan| plan.contains("Query Text: UPDATE dead_letter_error_text AS e"))
+            .unwrap_or_default();
+        assert!(
+            copy.contains("Index Scan using dead_letter_error_text_pkey")
+                && !copy.contains("Seq Scan on dead_letter_error_text"),
+            "the copy's trigger must look the changed rows up by id:\n{copy}"
+        );
         assert!(
             trigger.contains("Index Scan using dead_letters_group_key")
                 && trigger.contains("Limit")
