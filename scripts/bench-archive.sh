@@ -5,7 +5,8 @@
 # seconds the broker and PostgreSQL used (from /proc/PID/stat) per archived record.
 #
 # Usage: scripts/bench-archive.sh sqlite|postgres [N] [extra bench args…, e.g. --archive-preload 1000000]
-#   BIN=target/release/charon  PERF=1 (record the broker with perf into $W/perf.data)
+#   BIN=target/release/charon  CLIENT=BIN (the binary whose `charon bench` is the client; default BIN)
+#   PERF=1 (record the broker with perf into $W/perf.data)
 #   KEEP=1 (keep the work dir)
 #   FILL=N insert N dead-letter rows with SQL before the run (PostgreSQL: generate_series, SQLite:
 #   a recursive CTE; 100k per transaction), so that the queries run over a big archive quickly;
@@ -69,7 +70,7 @@ if [ -n "${FILL:-}" ] && [ -n "$PGPID" ]; then
 fi
 if [ -n "${FILL:-}" ] && [ -z "$PGPID" ]; then
   # The broker creates and migrates archive.db once an archive queue exists: the bench's own.
-  "$BIN" bench --uri "amqp://guest:guest@127.0.0.1:$P/%2f" --http-url "http://127.0.0.1:$H" \
+  "${CLIENT:-$BIN}" bench --uri "amqp://guest:guest@127.0.0.1:$P/%2f" --http-url "http://127.0.0.1:$H" \
     --scenario archive --pmessages 1 --size 16 --quiet --queue-prefix fill-init >/dev/null
   T0=$(date +%s.%N)
   python3 - "$W/data/archive.db" "$FILL" <<'PY'
@@ -96,7 +97,7 @@ PY
 fi
 B0=$(ticks $CPID); S0=$(sys_ticks $CPID); G0=0; [ -n "$PGPID" ] && G0=$(pg_ticks "$PGPID")
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-"$BIN" bench --uri "amqp://guest:guest@127.0.0.1:$P/%2f" --http-url "http://127.0.0.1:$H" \
+"${CLIENT:-$BIN}" bench --uri "amqp://guest:guest@127.0.0.1:$P/%2f" --http-url "http://127.0.0.1:$H" \
   --scenario archive --pmessages "$N" --size 1024 --broker-pid "$CPID" ${PGPID:+--db-pid "$PGPID"} "$@"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 B1=$(ticks $CPID); S1=$(sys_ticks $CPID); G1=0; [ -n "$PGPID" ] && G1=$(pg_ticks "$PGPID")

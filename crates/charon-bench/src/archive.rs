@@ -71,7 +71,7 @@ async fn api(
 }
 
 /// Records of archive queue `queue`: its groups' counts (answered from the maintained summary,
-/// so that polling every 50 ms costs the broker next to nothing, as a dashboard's would).
+/// so that polling every 2–50 ms costs the broker next to nothing, as a dashboard's would).
 async fn records_in(args: &BenchArgs, queue: &str) -> Result<u64, BenchError> {
     let v = api(
         args,
@@ -170,6 +170,25 @@ async fn publish_dead_letters(
     Ok(())
 }
 
+/// Longest pause between two polls of [`wait_records`].
+const POLL_MAX: Duration = Duration::from_millis(50);
+/// Shortest pause between two polls of [`wait_records`].
+const POLL_MIN: Duration = Duration::from_millis(2);
+
+/// The pause before the next poll of [`wait_records`]: a quarter of the time the `missing`
+/// records take at the rate seen since the first poll (`gained` in `since`), within
+/// [`POLL_MIN`, `POLL_MAX`]. Far from the end the poll stays at 50 ms (next to nothing for the
+/// broker); in the last ~200 ms it comes every 2–12 ms, so that the time measured ends a few ms
+/// after the last batch's commit instead of up to 50 ms (5 % of a 1 s run). Nothing gained yet:
+/// 10 ms.
+fn next_poll(missing: u64, gained: u64, since: Duration) -> Duration {
+    if gained == 0 {
+        return Duration::from_millis(10);
+    }
+    let left = since.mul_f64(missing as f64 / gained as f64);
+    (left / 4).clamp(POLL_MIN, POLL_MAX)
+}
+
 /// Waits until archive queue `queue` has `n` records.
 async fn wait_records(
     args: &BenchArgs,
@@ -178,11 +197,15 @@ async fn wait_records(
     start: Instant,
 ) -> Result<(), BenchError> {
     let mut last_print = Instant::now();
+    // The first poll's count and time: the rate the pauses are reckoned from.
+    let mut first: Option<(u64, Instant)> = None;
     loop {
         let have = records_in(args, queue).await?;
         if have >= n {
             return Ok(());
         }
+        let (had, at) = *first.get_or_insert((have, Instant::now()));
+        let pause = next_poll(n - have, have.saturating_sub(had), at.elapsed());
         if !args.quiet && last_print.elapsed() >= Duration::from_secs(1) {
             eprintln!(
                 "archive {queue}: {have}/{n} records after {:.1}s",
@@ -190,7 +213,7 @@ async fn wait_records(
             );
             last_print = Instant::now();
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(pause).await;
     }
 }
 
@@ -449,4 +472,22 @@ pub async fn run_archive(args: BenchArgs) -> Result<Value, BenchError> {
         );
     }
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_poll_comes_sooner_near_the_end() {
+        let ms = Duration::from_millis;
+        // 10,000 of 50,000 in 200 ms: 800 ms left, polled every 50 ms.
+        assert_eq!(next_poll(40_000, 10_000, ms(200)), POLL_MAX);
+        // 4,000 missing at 50 records a ms: 80 ms left, polled in 20 ms.
+        assert_eq!(next_poll(4_000, 40_000, ms(800)), ms(20));
+        // One record missing: at the floor.
+        assert_eq!(next_poll(1, 40_000, ms(800)), POLL_MIN);
+        // Nothing archived since the first poll: 10 ms.
+        assert_eq!(next_poll(50_000, 0, ms(100)), ms(10));
+    }
 }
