@@ -188,8 +188,11 @@ pub fn list(
             total,
         ));
     }
+    // PostgreSQL with a `status` term: migration 16's `(status, id) INCLUDE (created_at)` walked
+    // in id order answers the page without a record read (`range_count::status_walk`).
+    let walk_status = crate::range_count::status_walk(c.dialect(), f);
     let inner_order = match order.strip_prefix("id ") {
-        Some(dir) if ranged => format!("(id + 0) {dir}"),
+        Some(dir) if ranged && !walk_status => format!("(id + 0) {dir}"),
         _ => order.clone(),
     };
     let inner = format!(

@@ -139,7 +139,11 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (11, crate::sparse_sort::V11),
     (12, V12_ERROR_TEXT),
     (13, V13_KEY_COPY),
+    (16, V16_STATUS_TIME),
 ];
+
+/// Migration 16 (rendered per dialect by [`crate::range_count::v16`]).
+const V16_STATUS_TIME: &str = "{V16_STATUS_TIME}";
 
 /// Migration 13 (rendered per dialect by [`crate::key_copy::v13`]).
 const V13_KEY_COPY: &str = "{V13_KEY_COPY}";
@@ -191,6 +195,9 @@ fn render(sql: &str, d: Dialect) -> String {
     }
     if sql == V12_ERROR_TEXT {
         return crate::error_text::v12(d);
+    }
+    if sql == V16_STATUS_TIME {
+        return crate::range_count::v16(d);
     }
     if sql == V13_KEY_COPY {
         return crate::key_copy::v13(d);
