@@ -44,6 +44,7 @@ mod onepass;
 pub mod ops;
 pub mod page_plan;
 mod pg_batch;
+pub mod pg_collation;
 mod pg_indexer;
 mod plan_stats;
 pub mod postgres;

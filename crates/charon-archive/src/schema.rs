@@ -139,11 +139,15 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (11, crate::sparse_sort::V11),
     (12, V12_ERROR_TEXT),
     (13, V13_KEY_COPY),
+    (15, V15_PG_COLLATION),
     (16, V16_STATUS_TIME),
 ];
 
 /// Migration 16 (rendered per dialect by [`crate::range_count::v16`]).
 const V16_STATUS_TIME: &str = "{V16_STATUS_TIME}";
+
+/// Migration 15 (rendered per dialect by [`crate::pg_collation::v15`]).
+const V15_PG_COLLATION: &str = "{V15_PG_COLLATION}";
 
 /// Migration 13 (rendered per dialect by [`crate::key_copy::v13`]).
 const V13_KEY_COPY: &str = "{V13_KEY_COPY}";
@@ -201,6 +205,9 @@ fn render(sql: &str, d: Dialect) -> String {
     }
     if sql == V13_KEY_COPY {
         return crate::key_copy::v13(d);
+    }
+    if sql == V15_PG_COLLATION {
+        return crate::pg_collation::v15(d);
     }
     if sql == V8_HEADER_LINES {
         return crate::header_lines::v8(d);
