@@ -9,36 +9,23 @@
 
 #[path = "support/pg_cluster.rs"]
 mod pg_cluster;
+#[path = "support/record.rs"]
+mod support;
 
-use bytes::Bytes;
 use charon_archive::ops::{self, Selection};
 use charon_archive::{Archive, NewRecord, jobs};
 use serde_json::json;
 
-fn rec(i: usize, at: i64) -> NewRecord {
-    let key = format!("s:3:{i}");
+/// Record `i`: one of four original queues, an error message that groups by cause.
+fn rec(i: usize) -> NewRecord {
     let text = Some(format!("Order {i} failed: cause {}", i % 3));
     NewRecord {
-        stable_key: key.clone(),
-        vhost: "/".into(),
-        queue: "dlq".into(),
+        stable_key: format!("s:3:{i}"),
         original_queue: Some(format!("orders-{}", i % 4)),
-        original_exchange: Some("orders".into()),
-        original_routing_keys: vec![format!("orders-{}", i % 4)],
-        reason: Some("rejected".into()),
-        death_count: 1,
-        message_id: Some(key.clone()),
-        correlation_id: None,
-        key: Some(key),
         content_type: Some("text/plain".into()),
-        properties: "{}".into(),
-        headers: "{}".into(),
-        amqp_properties: Bytes::from_static(&[0, 0]),
-        payload: Bytes::from(format!("body {i}")),
-        error_message: text.clone(),
-        error_stacktrace: None,
         error_fingerprint: charon_archive::extract::fingerprint(text.as_deref(), None),
-        created_at: at + i as i64,
+        error_message: text,
+        ..support::record(i)
     }
 }
 
@@ -71,9 +58,8 @@ fn postgres_archive_sessions_never_jit_compile_the_summary_triggers() {
         return;
     };
     let a = Archive::open(&pg.url).expect("open postgres");
-    let now = charon_archive::time::now_ms();
     a.with(|c| {
-        let recs: Vec<NewRecord> = (0..40).map(|i| rec(i, now)).collect();
+        let recs: Vec<NewRecord> = (0..40).map(rec).collect();
         assert_eq!(ops::insert_batch(c, &recs).expect("insert"), 40);
     });
     drop(a);
@@ -142,22 +128,24 @@ fn postgres_replay_step_reads_only_its_own_items() {
         return;
     };
     let a = Archive::open(&pg.url).expect("open postgres");
-    let now = charon_archive::time::now_ms();
     a.with(|c| {
-        let recs: Vec<NewRecord> = (0..20_000).map(|i| rec(i, now)).collect();
+        let recs: Vec<NewRecord> = (0..20_000).map(rec).collect();
         assert_eq!(ops::insert_batch(c, &recs).expect("insert"), 20_000);
     });
-    // The error-text copy holds the records the search indexer has indexed: wait for all.
-    for _ in 0..1200 {
-        let caught_up = a.read(|c| {
+    // The error-text copy holds the records the search indexer has indexed: wait for all, on the
+    // readers' connection (a query on the writers' one counts as activity, and the indexer backs
+    // off while the writer is busy: `indexer_wait` would starve it).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !a
+        .read(|c| {
             c.query(
                 "SELECT 1 FROM dead_letter_search_state WHERE watermark >= (SELECT MAX(id) FROM dead_letters)",
                 &[],
             )
-        });
-        if caught_up.is_ok_and(|r| !r.is_empty()) {
-            break;
-        }
+        })
+        .is_ok_and(|r| !r.is_empty())
+    {
+        assert!(std::time::Instant::now() < deadline, "the indexer caught up");
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     a.with(|c| {
