@@ -32,26 +32,28 @@ def test_multiple_ack_over_two_queues_with_a_requeued_tag_inside_survives_kill_9
     b = node["b"]
     queues = ["range-a", "range-b"]
     with b.connect() as pc:
-        pch = pc.channel()
-        pch.confirm_delivery()
         for q in queues:
-            pch.queue_declare(q, durable=True)
-        # Interleaved publishes: the consumer's tags alternate between the queues.
-        for i in range(N):
-            for q in queues:
-                pch.basic_publish("", q, f"{q}-{i:04}".encode(),
-                                  pika.BasicProperties(delivery_mode=2))
+            pc.channel().queue_declare(q, durable=True)
     with RawClient(b.host, b.port) as c:
         c.handshake()
         c.open_channel(1)
-        c.send_frame(commands.Basic.Qos(prefetch_count=0), 1)
-        c.expect_method(commands.Basic.QosOk)
         for q in queues:
             c.send_frame(commands.Basic.Consume(queue=q, consumer_tag=q), 1)
             c.expect_method(commands.Basic.ConsumeOk)
+        # Interleaved confirmed publishes to the consuming queues: the consumer's delivery tags
+        # alternate between the queues.
+        with b.connect() as pc:
+            pch = pc.channel()
+            pch.confirm_delivery()
+            for i in range(N):
+                for q in queues:
+                    pch.basic_publish("", q, f"{q}-{i:04}".encode(),
+                                      pika.BasicProperties(delivery_mode=2))
         got, _ = read_deliveries(c, [1], 2 * N)
         by_tag = {t: body for t, _, body in got[1]}
         assert sorted(by_tag) == list(range(1, 2 * N + 1))
+        switches = sum(by_tag[t][:7] != by_tag[t + 1][:7] for t in range(1, 2 * N))
+        assert switches > N // 2, f"tags not interleaved between the queues ({switches})"
         # A tag inside the range to be acked goes back first (redelivered under tag 2N+1).
         gap = 51
         c.send_frame(commands.Basic.Nack(delivery_tag=gap, multiple=False, requeue=True), 1)
