@@ -124,6 +124,30 @@ impl<T> TagRing<T> {
         Some(value)
     }
 
+    /// Takes the entries at `tags` (in any order; a multiple ack gives a run), each into `f`
+    /// with its tag; tags without an entry are skipped. The entries left are exactly those
+    /// [`TagRing::remove`] per tag leaves, but the front's empty slots are popped and the length
+    /// bound restored once after the run, not once a tag (a run of 100 settles pays them once).
+    pub fn remove_each(&mut self, tags: &[u64], mut f: impl FnMut(u64, T)) {
+        for &tag in tags {
+            let value = match tag.checked_sub(self.base) {
+                None => self.old.remove(&tag),
+                Some(at) => usize::try_from(at)
+                    .ok()
+                    .and_then(|i| self.ring.get_mut(i))
+                    .and_then(Option::take)
+                    .inspect(|_| self.in_ring -= 1),
+            };
+            if let Some(value) = value {
+                f(tag, value);
+            }
+        }
+        self.pop_empty_front();
+        if self.ring.len() > 2 * self.in_ring + SLACK {
+            self.shrink();
+        }
+    }
+
     /// Whether an entry is at `tag`.
     pub fn contains(&self, tag: u64) -> bool {
         self.get(tag).is_some()
@@ -257,6 +281,9 @@ mod tests {
         All,
         /// A key below the newest again (a requeued message delivered anew).
         Again(u64),
+        /// `remove_each` of a run below the newest (`start` back, `len` tags) less the tags
+        /// at `holes` (offsets into the run): a multiple ack over a requeued/nacked tag.
+        Each(u64, u64, Vec<u64>),
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -266,6 +293,8 @@ mod tests {
             1 => (0u64..400).prop_map(Op::Through),
             1 => Just(Op::All),
             2 => (0u64..400).prop_map(Op::Again),
+            2 => (0u64..400, 0u64..150, proptest::collection::vec(0u64..150, 0..4))
+                .prop_map(|(b, n, h)| Op::Each(b, n, h)),
         ]
     }
 
@@ -326,6 +355,19 @@ mod tests {
                                 *m += 1;
                             }
                         }
+                    }
+                    Op::Each(back, len, holes) => {
+                        let first = next.saturating_sub(back);
+                        let tags: Vec<u64> = (first..first + len)
+                            .filter(|t| !holes.contains(&(t - first)))
+                            .collect();
+                        let mut got = Vec::new();
+                        ring.remove_each(&tags, |t, v| got.push((t, v)));
+                        let want: Vec<(u64, u64)> = tags
+                            .iter()
+                            .filter_map(|t| model.remove(t).map(|v| (*t, v)))
+                            .collect();
+                        prop_assert_eq!(got, want);
                     }
                     Op::All => {
                         let mut got = Vec::new();

@@ -320,6 +320,16 @@ impl QueueMembers {
 
     /// Removes member `id`; with the item that held its delivery count.
     pub(crate) fn remove(&mut self, id: u64) -> Option<(MemberEntry, Option<CountItem>)> {
+        let r = self.take(id)?;
+        self.trim();
+        Some(r)
+    }
+
+    /// Removes member `id` as [`QueueMembers::remove`] does, but leaves tombstones at the ends
+    /// and the memory as they are: a caller removing a run of members (a `Settle` record's
+    /// ids, `Index::settle`) calls [`QueueMembers::trim`] once after the run instead of once
+    /// a member. Between the two the members are exactly those `remove` would leave.
+    pub(crate) fn take(&mut self, id: u64) -> Option<(MemberEntry, Option<CountItem>)> {
         // The common case: a FIFO queue's oldest member leaves (no search, no tombstone).
         let msg = if let Some(c) = self.chunks.front_mut()
             && c.slots.front().is_some_and(|s| s.live() && c.id(s) == id)
@@ -342,13 +352,12 @@ impl QueueMembers {
             (self.count_of(id), self.drop_count(id))
         };
         self.live -= 1;
-        self.trim();
         Some((MemberEntry { msg, count }, item))
     }
 
     /// Drops tombstones at the ends; compacts once they outnumber the live members; gives
     /// memory back as chunks empty (amortised O(1) per removal).
-    fn trim(&mut self) {
+    pub(crate) fn trim(&mut self) {
         while let Some(c) = self.chunks.front_mut() {
             while c.slots.front().is_some_and(|s| !s.live()) {
                 c.slots.pop_front();
@@ -387,6 +396,20 @@ impl QueueMembers {
         if cap > 64 && self.chunks.len() * 4 < cap {
             self.chunks.shrink_to(self.chunks.len() * 2);
         }
+    }
+
+    /// No tombstone and no empty chunk at either end (what [`QueueMembers::trim`] leaves).
+    #[cfg(test)]
+    pub(crate) fn trimmed(&self) -> bool {
+        self.chunks.iter().all(|c| !c.slots.is_empty())
+            && self
+                .chunks
+                .front()
+                .is_none_or(|c| c.slots.front().is_some_and(Slot::live))
+            && self
+                .chunks
+                .back()
+                .is_none_or(|c| c.slots.back().is_some_and(Slot::live))
     }
 
     /// Live members in id order.
@@ -495,7 +518,7 @@ mod tests {
         /// counted) through the append and front-removal fast paths behaves as a B-tree map,
         /// and the tombstone accounting stays exact (no tombstone or empty chunk at the ends).
         #[test]
-        fn a_fifo_stream_matches_a_btree_map(ops in prop::collection::vec((0u8..5, 0usize..12), 0..600)) {
+        fn a_fifo_stream_matches_a_btree_map(ops in prop::collection::vec((0u8..6, 0usize..12), 0..600)) {
             let mut r = QueueMembers::default();
             let mut model: BTreeMap<u64, (MemberEntry, Option<CountItem>)> = BTreeMap::new();
             let mut next = 0u64;
@@ -514,6 +537,19 @@ mod tests {
                         let want = model.remove(&id);
                         prop_assert_eq!(got.map(|g| g.0), want.map(|w| w.0));
                         prop_assert_eq!(got.and_then(|g| g.1), want.and_then(|w| w.1));
+                    }
+                    5 => {
+                        // A settle record's run (`Index::settle`): ids from the k-th oldest on,
+                        // 10·k + 1 of them, the second one skipped (a requeued tag inside a
+                        // multiple ack), each taken, then one trim.
+                        let first = model.keys().nth(k).copied().unwrap_or(next);
+                        for id in (first..first + 10 * k as u64 + 1).filter(|&i| i != first + 1) {
+                            let got = r.take(id);
+                            let want = model.remove(&id);
+                            prop_assert_eq!(got.map(|g| g.0), want.map(|w| w.0));
+                            prop_assert_eq!(got.and_then(|g| g.1), want.and_then(|w| w.1));
+                        }
+                        r.trim();
                     }
                     _ => {
                         let id = model.keys().nth(k).copied().unwrap_or(next);

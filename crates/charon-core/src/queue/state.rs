@@ -478,11 +478,22 @@ impl QueueState {
 
     /// Acknowledge; unknown ids are ignored.
     pub fn ack(&mut self, ids: &[MsgId]) {
-        for id in ids {
-            if self.settle(*id).is_some() {
-                self.mark_gone(*id);
+        // One pass over the unacked ring for the whole list (a multi-ack's ids are a run):
+        // its front and length bound are fixed up once after it, not once an id.
+        let QueueState {
+            unacked,
+            consumers,
+            gone,
+            ..
+        } = self;
+        unacked.remove_each(ids, |id, u| {
+            if let Some(c) = u.consumer {
+                consumers.settled(c);
             }
-        }
+            if let Some(g) = gone.as_mut() {
+                g.push(id);
+            }
+        });
     }
 
     /// The delivery limit in force: quorum queues, 20 unless set (RabbitMQ 4.x's default), a

@@ -447,6 +447,9 @@ impl StoreSide {
         // second list grown a message at a time).
         let mut settled = ids;
         let mut paged = Vec::new();
+        // The held bytes freed, given back to the budget once for the list (one atomic update,
+        // not one a message).
+        let mut freed = 0u64;
         settled.retain_mut(|slot| {
             let id = *slot;
             let body = self.bodies.remove(id).or_else(|| {
@@ -457,7 +460,7 @@ impl StoreSide {
                 })
             });
             if let Some(b) = body {
-                self.p.release(u64::from(b.bytes));
+                freed += u64::from(b.bytes);
             }
             if self.stored.remove(id) {
                 let qid = self.forget_alias(id);
@@ -473,6 +476,9 @@ impl StoreSide {
             }
             false
         });
+        if freed > 0 {
+            self.p.release(freed);
+        }
         self.shrink();
         if !settled.is_empty() {
             self.p.settle(self.sid, settled);
