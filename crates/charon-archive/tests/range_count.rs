@@ -29,6 +29,8 @@ fn rec(i: usize) -> NewRecord {
         reason: (!i.is_multiple_of(7)).then(|| "rejected".to_string()),
         error_fingerprint: i.is_multiple_of(2).then(|| format!("{:016x}", i % 6)),
         content_type: Some(if i.is_multiple_of(4) { "a/b" } else { "c/d" }.into()),
+        // One message a record (a group's sample must be of its group and range), some none.
+        error_message: (!i.is_multiple_of(3)).then(|| format!("m{i}")),
         // Out of id order, with ties.
         created_at: T0 + ((i * 7919) % N / 2) as i64 * 10,
         ..support::record(i)
