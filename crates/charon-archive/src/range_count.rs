@@ -22,6 +22,15 @@
 //! order: it reads index entries, never records (the plain page read every match's record for its
 //! time or status before sorting them by `id + 0`).
 //!
+//! The per-key counts (`Plan::per_key`, twenty-first round): a one-sided range is counted on
+//! the smaller side of each key's index range — the range itself, or the key's summary
+//! `records` minus the entries outside it — picked from the summary's oldest and newest time
+//! (only the speed depends on the pick; both sides are exact in the same snapshot, the summary
+//! being kept by triggers in each writing transaction). `/groups` of a time range with only key
+//! terms (none, too) by key columns ([`groups_query`]) sums those per-key counts per group, with
+//! each key's oldest and newest time in the range (one seek each) and a sample message from the
+//! group's index ranges ([`Groups::sample`]): no record read except the sample's.
+//!
 //! PostgreSQL (migration 16, [`v16`], docs/archive.md "Twentieth round"): its group index is an
 //! expression index (no index-only scan), so a range with a `status` term read every record of
 //! the range for its status (1.3 s over 1,000,000). Migration 16 rebuilds `dead_letters_status`
@@ -255,7 +264,7 @@ impl Plan {
 }
 
 /// The count statement of `f` and its parameters, when the group index answers it (see the
-/// module docs), else `None`: the per-key counts of [`Plan::per_key`] summed.
+/// module docs), else `None`: the per-key counts of `Plan::per_key` summed.
 pub fn query(c: &mut dyn Conn, f: &Filter) -> Result<Option<(String, Vec<Param>)>, ArchiveError> {
     Ok(plan(c, f, true)?.map(|pl| {
         let (with, p) = pl.per_key(false);
