@@ -322,11 +322,19 @@ pub fn groups(c: &mut dyn Conn, by: Option<&str>, f: &Filter) -> Result<Vec<Valu
     if summary::answers(f) && summary::groups_by(&cols) {
         return groups_from_summary(c, &cols, &cond, &params);
     }
-    let sql = format!(
-        "SELECT {list}, COUNT(*), MIN(created_at), MAX(created_at) \
-         FROM dead_letters WHERE {cond} GROUP BY {list} ORDER BY COUNT(*) DESC"
-    );
-    let rows = c.query(&sql, &params)?;
+    // A time range with group-key terms only, by group-key columns (SQLite): counted from the
+    // group index's ranges, no record read (`range_count::groups_query`).
+    let ranged = crate::range_count::groups_query(c, f, &cols)?;
+    let rows = match &ranged {
+        Some(g) => c.query(&g.sql, &g.params)?,
+        None => c.query(
+            &format!(
+                "SELECT {list}, COUNT(*), MIN(created_at), MAX(created_at) \
+                 FROM dead_letters WHERE {cond} GROUP BY {list} ORDER BY COUNT(*) DESC"
+            ),
+            &params,
+        )?,
+    };
     let n = cols.len();
     let mut out = Vec::with_capacity(rows.len());
     for (g, r) in rows.iter().enumerate() {
@@ -341,7 +349,11 @@ pub fn groups(c: &mut dyn Conn, by: Option<&str>, f: &Filter) -> Result<Vec<Valu
         m.insert("oldest".into(), json!(format_ms(r[n + 1].int())));
         m.insert("newest".into(), json!(format_ms(r[n + 2].int())));
         // A sample error message of the group (the first 100 groups; one indexed lookup each).
-        let sample = if g < 100 {
+        let sample = if let (true, Some(ranged)) = (g < 100, &ranged) {
+            let values: Vec<Option<String>> = (0..n).map(|i| r[i].opt_text()).collect();
+            let (sql, p) = ranged.sample(&cols, &values);
+            c.query(&sql, &p)?.first().and_then(|row| row[0].opt_text())
+        } else if g < 100 {
             let mut conds = vec![cond.clone()];
             let mut p = params.clone();
             for (i, col) in cols.iter().enumerate() {

@@ -12,7 +12,7 @@ mod replay_step;
 #[path = "support/record.rs"]
 mod support;
 
-use charon_archive::filter::{Filter, order_by};
+use charon_archive::filter::{Filter, group_by, order_by};
 use charon_archive::ops::{self, Edit, Selection};
 use charon_archive::sql::{Conn, Dialect};
 use charon_archive::{Archive, NewRecord};
@@ -29,6 +29,8 @@ fn rec(i: usize) -> NewRecord {
         reason: (!i.is_multiple_of(7)).then(|| "rejected".to_string()),
         error_fingerprint: i.is_multiple_of(2).then(|| format!("{:016x}", i % 6)),
         content_type: Some(if i.is_multiple_of(4) { "a/b" } else { "c/d" }.into()),
+        // One message a record (a group's sample must be of its group and range), some none.
+        error_message: (!i.is_multiple_of(3)).then(|| format!("m{i}")),
         // Out of id order, with ties.
         created_at: T0 + ((i * 7919) % N / 2) as i64 * 10,
         ..support::record(i)
@@ -119,6 +121,118 @@ fn check(c: &mut dyn Conn, when: &str) {
     }
 }
 
+/// `/groups` of every filter by several key sets equals the plain `GROUP BY` (count, oldest,
+/// newest per group, largest first), each sample message one of its group's records' in the
+/// range; on SQLite a range with only group-key terms (none, too) by group-key columns is
+/// answered from the group index (`range_count::groups_query`).
+fn check_groups(c: &mut dyn Conn, when: &str) {
+    let sqlite = c.dialect() == Dialect::Sqlite;
+    for pairs in filters() {
+        let f = Filter::from_pairs(pairs.iter().map(|(k, v)| (*k, v.as_str()))).expect("f");
+        let (cond, p) = f.to_sql(c.dialect()).expect("cond");
+        for by in [
+            "status",
+            "queue",
+            "original_queue,reason,error_fingerprint,status",
+            "vhost,queue,original_queue,reason,error_fingerprint,status",
+            "content_type",
+        ] {
+            let cols = group_by(Some(by)).expect("by");
+            let fast = charon_archive::range_count::groups_query(c, &f, &cols).expect("groups");
+            let keyed = pairs
+                .iter()
+                .all(|(k, _)| !matches!(*k, "content_type" | "error"))
+                && by != "content_type";
+            assert_eq!(
+                fast.is_some(),
+                sqlite && keyed,
+                "path {pairs:?} by {by} ({when})"
+            );
+            let list = cols.join(", ");
+            let plain = c
+                .query(
+                    &format!(
+                        "SELECT {list}, COUNT(*), MIN(created_at), MAX(created_at) FROM dead_letters \
+                         WHERE {cond} GROUP BY {list}"
+                    ),
+                    &p,
+                )
+                .expect("plain");
+            let key = |vals: Vec<Option<String>>| {
+                vals.into_iter()
+                    .map(|v| v.unwrap_or_default())
+                    .collect::<Vec<_>>()
+                    .join("|")
+            };
+            let mut want: Vec<(String, i64, String, String)> = plain
+                .iter()
+                .map(|r| {
+                    (
+                        key((0..cols.len()).map(|i| r[i].opt_text()).collect()),
+                        r[cols.len()].int(),
+                        charon_archive::time::format_ms(r[cols.len() + 1].int()),
+                        charon_archive::time::format_ms(r[cols.len() + 2].int()),
+                    )
+                })
+                .collect();
+            want.sort();
+            let groups = ops::groups(c, Some(by), &f).expect("groups");
+            let counts: Vec<i64> = groups
+                .iter()
+                .map(|g| g["count"].as_i64().expect("count"))
+                .collect();
+            assert!(
+                counts.windows(2).all(|w| w[0] >= w[1]),
+                "largest first {pairs:?} by {by} ({when})"
+            );
+            let mut have: Vec<(String, i64, String, String)> = groups
+                .iter()
+                .map(|g| {
+                    (
+                        key(cols
+                            .iter()
+                            .map(|col| g[col.as_str()].as_str().map(str::to_string))
+                            .collect()),
+                        g["count"].as_i64().expect("count"),
+                        g["oldest"].as_str().expect("oldest").to_string(),
+                        g["newest"].as_str().expect("newest").to_string(),
+                    )
+                })
+                .collect();
+            have.sort();
+            assert_eq!(have, want, "groups {pairs:?} by {by} ({when})");
+            for g in &groups {
+                let Some(m) = g["error_message"].as_str() else {
+                    continue;
+                };
+                let mut conds = vec![cond.clone(), "error_message = ?".to_string()];
+                let mut q = p.clone();
+                q.push(m.into());
+                for col in &cols {
+                    match g[col.as_str()].as_str() {
+                        Some(v) => {
+                            conds.push(format!("{col} = ?"));
+                            q.push(v.into());
+                        }
+                        None => conds.push(format!("{col} IS NULL")),
+                    }
+                }
+                let n = c
+                    .query(
+                        &format!(
+                            "SELECT COUNT(*) FROM dead_letters WHERE {}",
+                            conds.join(" AND ")
+                        ),
+                        &q,
+                    )
+                    .expect("sample")[0][0]
+                    .int();
+                assert!(n > 0, "sample {m:?} of {g} {pairs:?} ({when})");
+            }
+        }
+    }
+}
+
 fn ids(c: &mut dyn Conn, sql: &str) -> Vec<i64> {
     c.query(sql, &[])
         .expect("ids")
@@ -173,8 +287,10 @@ fn scenario(a: &Archive) {
         let recs: Vec<NewRecord> = (0..N).map(rec).collect();
         ops::insert_batch(c, &recs).expect("insert");
         check(c, "inserted");
+        check_groups(c, "inserted");
         change(c);
         check(c, "after changes");
+        check_groups(c, "after changes");
     });
 }
 
