@@ -78,8 +78,15 @@ pub fn create(
         )?;
         Ok((id, total))
     })?;
-    crate::plan_stats::after_job_created(c, total);
     Ok((id, total))
+}
+
+/// Gathers the statistics a big job's steps are planned with (PostgreSQL; `plan_stats`): call it
+/// on the readers' connection ([`crate::Archive::read`]) before the job's first step, so the
+/// writers' connection (archivers, the API's changes) never waits for the analyze. Any job, also
+/// one resumed after a restart; nothing for SQLite or a job under 500 records.
+pub fn gather_statistics(c: &mut dyn Conn, job: i64) {
+    crate::plan_stats::before_job(c, job);
 }
 
 /// Adds `n` to the job's counter `col` (`replayed`, `failed`, `cancelled`; migration 4).

@@ -1,5 +1,5 @@
 //! PostgreSQL: statistics for the tables a replay job's steps touch, gathered when a big job
-//! starts instead of waiting for autovacuum (docs/archive.md, "Replay").
+//! starts instead of waiting for autovacuum (docs/archive.md, "Replay"), on the readers' connection.
 //!
 //! Every step of a job updates its items by `job_id = ? AND record_id IN (…)` and its records'
 //! status, which fires the summary trigger (each touched group's new oldest/newest record) and
@@ -12,18 +12,34 @@
 
 use crate::sql::{Conn, Dialect};
 
-/// Jobs of at least this many records gather statistics ([`after_job_created`]).
+/// Jobs of at least this many records gather statistics ([`before_job`]).
 pub(crate) const BIG_JOB: i64 = 500;
 
 /// The tables analyzed when their statistics lag: none, or more than a fifth of the rows changed
 /// since the last analyze (autovacuum's own rule is a tenth, checked once a minute).
 const WATCHED: [&str; 2] = ["dead_letters", "dead_letter_error_text"];
 
-/// After a job of `total` records filled `replay_items`: analyzes it (it is small), and the
-/// watched tables whose statistics lag. SQLite and small jobs: nothing. A failure only costs
-/// speed, so it is logged, not returned.
-pub(crate) fn after_job_created(c: &mut dyn Conn, total: i64) {
-    if c.dialect() != Dialect::Postgres || total < BIG_JOB {
+/// Before job `job` replays its first records: when it has at least [`BIG_JOB`] records,
+/// analyzes `replay_items` (it is small) and the watched tables whose statistics lag. SQLite and
+/// small jobs: nothing. A failure only costs speed, so it is logged, not returned.
+///
+/// Run it on the readers' connection ([`crate::Archive::read`]), not the writers': an analyze of
+/// a 1M-record `dead_letters` takes about a second, and on the writers' connection every
+/// archiver and the API's changes would wait for it (the replay request itself answered only
+/// after it: 4–10 s at load 10, branch `q9v`'s measurement). Analyzed from another session, the
+/// statistics reach the writers' next statements all the same.
+pub(crate) fn before_job(c: &mut dyn Conn, job: i64) {
+    if c.dialect() != Dialect::Postgres {
+        return;
+    }
+    let total = match c.query("SELECT total FROM replay_jobs WHERE id = ?", &[job.into()]) {
+        Ok(rows) => rows.first().map_or(0, |r| r[0].int()),
+        Err(e) => {
+            tracing::warn!(error = %e, job, "could not read the replay job's size");
+            return;
+        }
+    };
+    if total < BIG_JOB {
         return;
     }
     if let Err(e) = analyze(c) {

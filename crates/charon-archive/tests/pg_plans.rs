@@ -148,7 +148,7 @@ fn postgres_replay_step_reads_only_its_own_items() {
         assert!(std::time::Instant::now() < deadline, "the indexer caught up");
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    a.with(|c| {
+    let (ids, job) = a.with(|c| {
         let ids: Vec<i64> = c
             .query("SELECT id FROM dead_letters ORDER BY id", &[])
             .expect("ids")
@@ -163,6 +163,29 @@ fn postgres_replay_step_reads_only_its_own_items() {
         )
         .expect("job");
         assert_eq!(total, 20_000);
+        (ids, job)
+    });
+    // The job's statistics are gathered on the readers' connection while the writers' one is
+    // held (as by an archiver's batch): the analyze must not wait for it, nor hold it.
+    std::thread::scope(|s| {
+        let writer = a.lock();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let a = &a;
+        s.spawn(move || {
+            let r = a.read(|c| {
+                jobs::gather_statistics(c, job);
+                Ok(())
+            });
+            let _ = tx.send(r);
+        });
+        let done = rx.recv_timeout(std::time::Duration::from_secs(120));
+        drop(writer);
+        assert!(
+            matches!(done, Ok(Ok(()))),
+            "the statistics were not gathered beside a held writers' connection: {done:?}"
+        );
+    });
+    a.with(|c| {
         let step: Vec<String> = ids[10_000..10_100].iter().map(i64::to_string).collect();
         c.batch("BEGIN").expect("begin");
         let plan = c

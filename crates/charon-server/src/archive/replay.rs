@@ -212,6 +212,17 @@ pub(super) async fn run_job(svc: &Arc<ArchiveService>, spec: JobSpec) {
     let batch = rate.map_or(1000, |r| (r / 5.0).clamp(1.0, 200.0) as u64);
     let gap = rate.map(|r| Duration::from_secs_f64(1.0 / r));
     let mut next_at = Instant::now();
+    // Statistics for the steps' plans, on the readers' connection: the archivers keep the
+    // writers' one meanwhile (a big archive's analyze takes about a second).
+    if let Err(e) = svc
+        .read(move |c| {
+            jobs::gather_statistics(c, id);
+            Ok(())
+        })
+        .await
+    {
+        tracing::warn!(job = id, error = %e, "replay job statistics");
+    }
     tracing::info!(job = id, "replay job running");
     loop {
         if !retry(svc, "job state", move |c| jobs::is_running(c, id)).await {
