@@ -123,10 +123,10 @@ impl<'a> Val<'a> {
         (self.tag == b'A').then_some(Elements(Cur(self.body)))
     }
 
-    /// The values of `keys` in a table value, as [`Val::table`] and [`get`] give them (of
-    /// repeated keys the last), in one pass over the octets: no entry list, no sort, no UTF-8
-    /// check of an ASCII key. `None` where [`Val::table`] is `None` (another type, malformed, a
-    /// key not UTF-8).
+    /// The values of `keys` in a table value as the decoded map has them (of repeated keys the
+    /// last), in one pass over the octets: no entry list, no sort, no UTF-8 check of an ASCII
+    /// key. `None` for another type, when malformed or when a key is not UTF-8 (as `Val::table`,
+    /// which the tests compare it with).
     pub(super) fn table_values<const N: usize>(
         &self,
         keys: [&str; N],
@@ -151,7 +151,9 @@ impl<'a> Val<'a> {
         Some(out)
     }
 
-    /// The entries of a table value (`None` for any other type, or when malformed).
+    /// The entries of a table value (`None` for any other type, or when malformed). Tests only:
+    /// the extraction reads tables by [`Val::table_values`] or [`write_table`]'s entries.
+    #[cfg(test)]
     pub(super) fn table(&self) -> Option<Vec<Entry<'a>>> {
         if self.tag == b'F' {
             entries(self.body)
@@ -179,7 +181,8 @@ pub(crate) type Entry<'a> = (&'a str, Val<'a>);
 
 /// The entries of table body `body` as the decoded `BTreeMap` has them: sorted by key (byte
 /// order), the last of repeated keys kept. `None` when malformed or a key is not UTF-8. For a
-/// table already written by [`write_table`] (which checks what the map drops, too).
+/// table already written by [`write_table`] (which checks what the map drops, too). Tests only.
+#[cfg(test)]
 pub(crate) fn entries(body: &[u8]) -> Option<Vec<Entry<'_>>> {
     entries_at(body, None)
 }
