@@ -220,19 +220,20 @@ impl<'a> Parsed<'a> {
             return (death_count, routing_keys);
         };
         for d in deaths {
-            let Some(d) = d.table() else {
+            let Some([count, d_queue, d_reason, d_keys]) =
+                d.table_values(["count", "queue", "reason", "routing-keys"])
+            else {
                 continue;
             };
-            death_count =
-                death_count.wrapping_add(get(&d, "count").and_then(|v| v.int()).unwrap_or(1));
-            let same = |k: &str, want: &Option<String>| match want {
+            death_count = death_count.wrapping_add(count.and_then(|v| v.int()).unwrap_or(1));
+            let same = |v: Option<Val<'_>>, want: &Option<String>| match want {
                 None => true,
-                Some(w) => get(&d, k).is_some_and(|v| v.text_is(w)),
+                Some(w) => v.is_some_and(|v| v.text_is(w)),
             };
             if routing_keys.is_empty()
-                && same("queue", queue)
-                && same("reason", reason)
-                && let Some(keys) = get(&d, "routing-keys").and_then(|v| v.elements())
+                && same(d_queue, queue)
+                && same(d_reason, reason)
+                && let Some(keys) = d_keys.and_then(|v| v.elements())
             {
                 routing_keys = keys.filter_map(|v| v.text()).collect();
             }

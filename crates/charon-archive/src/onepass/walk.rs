@@ -123,7 +123,37 @@ impl<'a> Val<'a> {
         (self.tag == b'A').then_some(Elements(Cur(self.body)))
     }
 
-    /// The entries of a table value (`None` for any other type, or when malformed).
+    /// The values of `keys` in a table value as the decoded map has them (of repeated keys the
+    /// last), in one pass over the octets: no entry list, no sort, no UTF-8 check of an ASCII
+    /// key. `None` for another type, when malformed or when a key is not UTF-8 (as `Val::table`,
+    /// which the tests compare it with).
+    pub(super) fn table_values<const N: usize>(
+        &self,
+        keys: [&str; N],
+    ) -> Option<[Option<Val<'a>>; N]> {
+        if self.tag != b'F' {
+            return None;
+        }
+        let mut out = [None; N];
+        let mut c = Cur(self.body);
+        while !c.0.is_empty() {
+            let k = c.short()?;
+            if !k.is_ascii() && std::str::from_utf8(k).is_err() {
+                return None;
+            }
+            let v = c.value()?;
+            if let Some(i) = keys.iter().position(|want| want.as_bytes() == k)
+                && let Some(slot) = out.get_mut(i)
+            {
+                *slot = Some(v);
+            }
+        }
+        Some(out)
+    }
+
+    /// The entries of a table value (`None` for any other type, or when malformed). Tests only:
+    /// the extraction reads tables by [`Val::table_values`] or [`write_table`]'s entries.
+    #[cfg(test)]
     pub(super) fn table(&self) -> Option<Vec<Entry<'a>>> {
         if self.tag == b'F' {
             entries(self.body)
@@ -151,7 +181,8 @@ pub(crate) type Entry<'a> = (&'a str, Val<'a>);
 
 /// The entries of table body `body` as the decoded `BTreeMap` has them: sorted by key (byte
 /// order), the last of repeated keys kept. `None` when malformed or a key is not UTF-8. For a
-/// table already written by [`write_table`] (which checks what the map drops, too).
+/// table already written by [`write_table`] (which checks what the map drops, too). Tests only.
+#[cfg(test)]
 pub(crate) fn entries(body: &[u8]) -> Option<Vec<Entry<'_>>> {
     entries_at(body, None)
 }
@@ -226,4 +257,108 @@ pub(super) fn get<'a>(entries: &[Entry<'a>], key: &str) -> Option<Val<'a>> {
         .ok()
         .and_then(|i| entries.get(i))
         .map(|(_, v)| *v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A table body of `(key, value)` entries: each value a long string (`S`).
+    fn table(entries: &[(&[u8], &[u8])]) -> Vec<u8> {
+        let mut b = Vec::new();
+        for (k, v) in entries {
+            b.push(u8::try_from(k.len()).expect("short key"));
+            b.extend_from_slice(k);
+            b.push(b'S');
+            b.extend_from_slice(&u32::try_from(v.len()).expect("short value").to_be_bytes());
+            b.extend_from_slice(v);
+        }
+        b
+    }
+
+    /// What `table_values` must give: `table` and `get`, the sorted map's reading.
+    fn by_map<const N: usize>(v: Val<'_>, keys: [&str; N]) -> Option<[Option<Vec<u8>>; N]> {
+        let es = v.table()?;
+        Some(keys.map(|k| get(&es, k).map(|x| x.body.to_vec())))
+    }
+
+    fn by_pass<const N: usize>(v: Val<'_>, keys: [&str; N]) -> Option<[Option<Vec<u8>>; N]> {
+        Some(v.table_values(keys)?.map(|x| x.map(|x| x.body.to_vec())))
+    }
+
+    #[test]
+    fn table_values_read_as_the_map_does() {
+        let keys = ["count", "queue", "reason", "routing-keys"];
+        let bodies = [
+            table(&[(b"queue", b"q1"), (b"reason", b"rejected")]),
+            // Unsorted, repeated (the last is kept), a key read that is absent.
+            table(&[
+                (b"reason", b"a"),
+                (b"queue", b"q1"),
+                (b"reason", b"b"),
+                (b"queue", b"q2"),
+            ]),
+            // A key that is not UTF-8: the map cannot be built, neither can the values.
+            table(&[(b"queue", b"q1"), (b"\xff\xfe", b"x")]),
+            // A UTF-8 key that is not ASCII is read as any other.
+            table(&[("é".as_bytes(), b"x"), (b"count", b"c")]),
+            Vec::new(),
+        ];
+        for body in &bodies {
+            let v = Val { tag: b'F', body };
+            assert_eq!(by_pass(v, keys), by_map(v, keys), "{body:?}");
+        }
+        assert_eq!(
+            by_pass(
+                Val {
+                    tag: b'F',
+                    body: &bodies[2]
+                },
+                keys
+            ),
+            None
+        );
+        let b1 = by_pass(
+            Val {
+                tag: b'F',
+                body: &bodies[1],
+            },
+            keys,
+        )
+        .expect("a table");
+        assert_eq!(b1[1].as_deref(), Some(&b"q2"[..]));
+        assert_eq!(b1[2].as_deref(), Some(&b"b"[..]));
+        // Malformed (cut short) and not a table: no values.
+        let cut = &bodies[1][..bodies[1].len() - 1];
+        assert_eq!(
+            by_pass(
+                Val {
+                    tag: b'F',
+                    body: cut
+                },
+                keys
+            ),
+            None
+        );
+        assert_eq!(
+            by_map(
+                Val {
+                    tag: b'F',
+                    body: cut
+                },
+                keys
+            ),
+            None
+        );
+        assert_eq!(
+            by_pass(
+                Val {
+                    tag: b'S',
+                    body: &bodies[0]
+                },
+                keys
+            ),
+            None
+        );
+    }
 }
