@@ -308,57 +308,19 @@ mod tests {
             let v = Val { tag: b'F', body };
             assert_eq!(by_pass(v, keys), by_map(v, keys), "{body:?}");
         }
-        assert_eq!(
-            by_pass(
-                Val {
-                    tag: b'F',
-                    body: &bodies[2]
-                },
-                keys
-            ),
-            None
-        );
-        let b1 = by_pass(
-            Val {
-                tag: b'F',
-                body: &bodies[1],
-            },
-            keys,
-        )
-        .expect("a table");
+        let table_of = |body| Val { tag: b'F', body };
+        assert_eq!(by_pass(table_of(&bodies[2]), keys), None);
+        let b1 = by_pass(table_of(&bodies[1]), keys).expect("a table");
         assert_eq!(b1[1].as_deref(), Some(&b"q2"[..]));
         assert_eq!(b1[2].as_deref(), Some(&b"b"[..]));
         // Malformed (cut short) and not a table: no values.
         let cut = &bodies[1][..bodies[1].len() - 1];
-        assert_eq!(
-            by_pass(
-                Val {
-                    tag: b'F',
-                    body: cut
-                },
-                keys
-            ),
-            None
-        );
-        assert_eq!(
-            by_map(
-                Val {
-                    tag: b'F',
-                    body: cut
-                },
-                keys
-            ),
-            None
-        );
-        assert_eq!(
-            by_pass(
-                Val {
-                    tag: b'S',
-                    body: &bodies[0]
-                },
-                keys
-            ),
-            None
-        );
+        assert_eq!(by_pass(table_of(cut), keys), None);
+        assert_eq!(by_map(table_of(cut), keys), None);
+        let string = Val {
+            tag: b'S',
+            body: &bodies[0],
+        };
+        assert_eq!(by_pass(string, keys), None);
     }
 }
