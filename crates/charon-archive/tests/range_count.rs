@@ -7,12 +7,14 @@
 
 #[path = "support/pg_cluster.rs"]
 mod pg_cluster;
+#[path = "support/plain_pages.rs"]
+mod plain_pages;
 #[path = "support/replay_step.rs"]
 mod replay_step;
 #[path = "support/record.rs"]
 mod support;
 
-use charon_archive::filter::{Filter, group_by, order_by};
+use charon_archive::filter::{Filter, group_by};
 use charon_archive::ops::{self, Edit, Selection};
 use charon_archive::sql::{Conn, Dialect};
 use charon_archive::{Archive, NewRecord};
@@ -79,14 +81,6 @@ fn check(c: &mut dyn Conn, when: &str) {
     let sqlite = c.dialect() == Dialect::Sqlite;
     for pairs in filters() {
         let f = Filter::from_pairs(pairs.iter().map(|(k, v)| (*k, v.as_str()))).expect("f");
-        let (cond, p) = f.to_sql(c.dialect()).expect("cond");
-        let want = c
-            .query(
-                &format!("SELECT COUNT(*) FROM dead_letters WHERE {cond}"),
-                &p,
-            )
-            .expect("count")[0][0]
-            .int();
         let fast = charon_archive::range_count::query(c, &f).expect("range count");
         let keyed = pairs.len() > 1
             && pairs
@@ -95,28 +89,7 @@ fn check(c: &mut dyn Conn, when: &str) {
         let keyed = keyed && pairs.iter().any(|(k, _)| !matches!(*k, "since" | "until"));
         assert_eq!(fast.is_some(), sqlite && keyed, "path {pairs:?} ({when})");
         for sort in [None, Some("id"), Some("created_at"), Some("-created_at")] {
-            let order = order_by(sort).expect("order");
-            let all: Vec<i64> = c
-                .query(
-                    &format!("SELECT id FROM dead_letters WHERE {cond} ORDER BY {order}"),
-                    &p,
-                )
-                .expect("all")
-                .iter()
-                .map(|r| r[0].int())
-                .collect();
-            for page in [1u64, 2] {
-                let (recs, total) = ops::list(c, &f, sort, page, 20).expect("list");
-                assert_eq!(total, want, "total {pairs:?} ({when})");
-                let want_ids: Vec<i64> = all
-                    .iter()
-                    .copied()
-                    .skip((page as usize - 1) * 20)
-                    .take(20)
-                    .collect();
-                let have: Vec<i64> = recs.iter().map(|r| r.id).collect();
-                assert_eq!(have, want_ids, "page {page} {pairs:?} {sort:?} ({when})");
-            }
+            plain_pages::assert_pages(c, &f, sort, &[1, 2], 20, &format!("{pairs:?} ({when})"));
         }
     }
 }
@@ -233,28 +206,20 @@ fn check_groups(c: &mut dyn Conn, when: &str) {
     }
 }
 
-fn ids(c: &mut dyn Conn, sql: &str) -> Vec<i64> {
-    c.query(sql, &[])
-        .expect("ids")
-        .iter()
-        .map(|r| r[0].int())
-        .collect()
-}
-
 /// Skips, a replay job, edits, deletes, users' UPDATEs and INSERTs.
 fn change(c: &mut dyn Conn) {
-    let skip = ids(c, "SELECT id FROM dead_letters WHERE id % 9 = 1");
+    let skip = plain_pages::ids(c, "SELECT id FROM dead_letters WHERE id % 9 = 1", &[]);
     ops::skip(c, &Selection::Ids(skip), "carol", "range").expect("skip");
     let f = Filter::from_pairs([("queue", "dlq-2")]).expect("f");
     replay_step::replay_step(c, f, 60, 4);
-    for id in ids(c, "SELECT id FROM dead_letters WHERE id % 31 = 2") {
+    for id in plain_pages::ids(c, "SELECT id FROM dead_letters WHERE id % 31 = 2", &[]) {
         let e = Edit {
             payload: Some(b"edited".to_vec()),
             ..Edit::default()
         };
         ops::edit(c, id, "carol", &e).expect("edit");
     }
-    let del = ids(c, "SELECT id FROM dead_letters WHERE id % 17 = 3");
+    let del = plain_pages::ids(c, "SELECT id FROM dead_letters WHERE id % 17 = 3", &[]);
     ops::delete(c, &Selection::Ids(del), "carol", None).expect("delete");
     let by_filter = Filter::from_pairs([
         ("since", (T0 + 5000).to_string().as_str()),

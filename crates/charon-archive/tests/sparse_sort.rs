@@ -8,6 +8,8 @@
 
 #[path = "support/pg_cluster.rs"]
 mod pg_cluster;
+#[path = "support/plain_pages.rs"]
+mod plain_pages;
 #[path = "support/record.rs"]
 mod record;
 #[path = "support/replay_step.rs"]
@@ -65,30 +67,9 @@ fn filters() -> Vec<Vec<(&'static str, String)>> {
 fn check_pages(c: &mut dyn Conn, when: &str) {
     for pairs in filters() {
         let f = Filter::from_pairs(pairs.iter().map(|(k, v)| (*k, v.as_str()))).expect("filter");
-        let (cond, p) = f.to_sql(c.dialect()).expect("cond");
         for sort in SORTS {
-            let order = order_by(Some(sort)).expect("order");
-            let all: Vec<i64> = c
-                .query(
-                    &format!("SELECT id FROM dead_letters WHERE {cond} ORDER BY {order}"),
-                    &p,
-                )
-                .expect("plain")
-                .iter()
-                .map(|r| r[0].int())
-                .collect();
-            for page in [1u64, 2, 9] {
-                let (recs, total) = ops::list(c, &f, Some(sort), page, 25).expect("list");
-                assert_eq!(total, all.len() as i64, "total {pairs:?} {sort} ({when})");
-                let want: Vec<i64> = all
-                    .iter()
-                    .copied()
-                    .skip((page as usize - 1) * 25)
-                    .take(25)
-                    .collect();
-                let have: Vec<i64> = recs.iter().map(|r| r.id).collect();
-                assert_eq!(have, want, "page {page} {pairs:?} sort={sort} ({when})");
-            }
+            let what = format!("{pairs:?} sort={sort} ({when})");
+            plain_pages::assert_pages(c, &f, Some(sort), &[1, 2, 9], 25, &what);
         }
     }
 }

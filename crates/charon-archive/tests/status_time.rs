@@ -6,10 +6,12 @@
 
 #[path = "support/pg_cluster.rs"]
 mod pg_cluster;
+#[path = "support/plain_pages.rs"]
+mod plain_pages;
 #[path = "support/record.rs"]
 mod support;
 
-use charon_archive::filter::{Filter, order_by};
+use charon_archive::filter::Filter;
 use charon_archive::ops::{self, Selection};
 use charon_archive::schema;
 use charon_archive::sql::{Conn, Dialect};
@@ -26,14 +28,6 @@ fn rec(i: usize) -> NewRecord {
         created_at: T0 + ((i * 7919) % N / 2) as i64 * 10,
         ..support::record(i)
     }
-}
-
-fn ids(c: &mut dyn Conn, sql: &str) -> Vec<i64> {
-    c.query(sql, &[])
-        .expect("ids")
-        .iter()
-        .map(|r| r[0].int())
-        .collect()
 }
 
 fn version16(c: &mut dyn Conn) -> bool {
@@ -59,30 +53,8 @@ fn check(c: &mut dyn Conn, when: &str) {
             let mut pairs = range.clone();
             pairs.push(("status", status.to_string()));
             let f = Filter::from_pairs(pairs.iter().map(|(k, v)| (*k, v.as_str()))).expect("f");
-            let (cond, p) = f.to_sql(c.dialect()).expect("cond");
             for sort in [None, Some("id")] {
-                let order = order_by(sort).expect("order");
-                let all: Vec<i64> = c
-                    .query(
-                        &format!("SELECT id FROM dead_letters WHERE {cond} ORDER BY {order}"),
-                        &p,
-                    )
-                    .expect("all")
-                    .iter()
-                    .map(|r| r[0].int())
-                    .collect();
-                for page in [1u64, 2] {
-                    let (recs, total) = ops::list(c, &f, sort, page, 25).expect("list");
-                    assert_eq!(total, all.len() as i64, "total {pairs:?} ({when})");
-                    let want: Vec<i64> = all
-                        .iter()
-                        .copied()
-                        .skip((page as usize - 1) * 25)
-                        .take(25)
-                        .collect();
-                    let have: Vec<i64> = recs.iter().map(|r| r.id).collect();
-                    assert_eq!(have, want, "page {page} {pairs:?} {sort:?} ({when})");
-                }
+                plain_pages::assert_pages(c, &f, sort, &[1, 2], 25, &format!("{pairs:?} ({when})"));
             }
         }
     }
@@ -100,7 +72,7 @@ fn upgraded(url: &str, mut old: Box<dyn Conn>) -> Archive {
     a.with(|c| {
         assert!(version16(c), "migration 16 applied");
         check(c, "after the upgrade");
-        let skip = ids(c, "SELECT id FROM dead_letters WHERE id % 4 = 1");
+        let skip = plain_pages::ids(c, "SELECT id FROM dead_letters WHERE id % 4 = 1", &[]);
         ops::skip(c, &Selection::Ids(skip), "carol", "status time").expect("skip");
         c.exec(
             "UPDATE dead_letters SET created_at = created_at + 777 WHERE id % 11 = 3",
