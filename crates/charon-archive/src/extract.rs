@@ -121,10 +121,9 @@ pub fn extract(
     body: Bytes,
     now_ms: i64,
 ) -> NewRecord {
-    let Some(mut p) = onepass::parse(&properties.0) else {
+    let Some(p) = onepass::parse(&properties.0) else {
         return extract_general(cfg, stable_key, vhost, queue, properties, body, now_ms);
     };
-    let headers_json = std::mem::take(&mut p.headers_json);
     let h = |k: &str| p.header_text(k);
     let original_queue = h("x-first-death-queue");
     let original_exchange = h("x-first-death-exchange").or_else(|| h("x-original-exchange"));
@@ -145,7 +144,8 @@ pub fn extract(
         key: None,
         content_type: p.props.content_type.map(str::to_string),
         properties: p.props.to_json_text(),
-        headers: headers_json,
+        // Moved in below, once the headers are read (they read its text).
+        headers: String::new(),
         amqp_properties: properties.0.clone(),
         payload: body,
         error_message: None,
@@ -153,7 +153,9 @@ pub fn extract(
         error_fingerprint: None,
         created_at: now_ms,
     };
-    with_headers_read(record, cfg, h)
+    let mut record = with_headers_read(record, cfg, h);
+    record.headers = p.headers_json;
+    record
 }
 
 /// What both ways of reading a record take from its headers (`h`: a header as text) once the

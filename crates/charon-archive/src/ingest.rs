@@ -145,11 +145,13 @@ struct Delta<'a> {
     error_message: Option<&'a str>,
 }
 
-/// The new records of a batch counted per group, in the order groups first appear.
+/// The new records of a batch counted per group, in the order groups first appear. Hashed with
+/// foldhash (seeded per process, so header values cannot be chosen to collide): SipHash over the
+/// seven key columns was ~1,500 instructions per record on the writer's thread.
 #[derive(Default)]
 struct Deltas<'a> {
     order: Vec<GroupKey<'a>>,
-    by_group: HashMap<GroupKey<'a>, Delta<'a>>,
+    by_group: HashMap<GroupKey<'a>, Delta<'a>, foldhash::fast::RandomState>,
 }
 
 impl<'a> Deltas<'a> {

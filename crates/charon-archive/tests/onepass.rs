@@ -491,3 +491,62 @@ fn dead_letter_is_equal_and_walked() {
     assert_eq!(r.original_routing_keys, vec!["orders".to_string()]);
     assert!(r.headers.contains("\"bad\":\"a\u{fffd}\""), "{}", r.headers);
 }
+
+/// Properties with only a headers table, encoded by hand: `(key, long string)` entries, so that
+/// keys and values may be any octets.
+fn headers_only(entries: &[(&[u8], &[u8])]) -> RawProperties {
+    let mut table = Vec::new();
+    for (k, v) in entries {
+        table.push(u8::try_from(k.len()).expect("short key"));
+        table.extend_from_slice(k);
+        table.push(b'S');
+        put_long(&mut table, v);
+    }
+    let mut out = 0x2000u16.to_be_bytes().to_vec();
+    put_long(&mut out, &table);
+    RawProperties(Bytes::from(out))
+}
+
+/// The headers the record reads are taken from the headers' JSON text where their string was
+/// written without an escape (its UTF-8 checked once, as the whole text): a text with escapes is
+/// read as the text, not as its JSON; a value not UTF-8 makes the table written again with each
+/// string read as lossy UTF-8 (a cut-short four-octet sequence keeps its length when replaced);
+/// a key not UTF-8 sends the message to the general path.
+#[test]
+fn header_texts_are_the_texts_not_their_json() {
+    let escaped = "Order \"17\" not found\n\tat é";
+    let cut = b"rej\xf0\x9f\x98";
+    let cfg = ExtractConfig::default();
+    let read = |raw: &RawProperties| {
+        check(raw).expect("equal to the general path");
+        extract(&cfg, "k".into(), "/", "q", raw, Bytes::new(), 1)
+    };
+    let raw = headers_only(&[
+        (b"x-exception-message", escaped.as_bytes()),
+        (b"x-exception-stacktrace", b"at a.B.c(B.java:1)"),
+        (b"x-first-death-queue", b"orders"),
+    ]);
+    assert!(takes_one_pass(&raw));
+    let r = read(&raw);
+    assert_eq!(r.error_message.as_deref(), Some(escaped));
+    assert_eq!(r.error_stacktrace.as_deref(), Some("at a.B.c(B.java:1)"));
+    assert_eq!(r.original_queue.as_deref(), Some("orders"));
+
+    let raw = headers_only(&[
+        (b"x-exception-message", escaped.as_bytes()),
+        (b"x-first-death-queue", b"orders"),
+        (b"x-first-death-reason", cut),
+    ]);
+    assert!(takes_one_pass(&raw));
+    let r = read(&raw);
+    assert_eq!(r.error_message.as_deref(), Some(escaped));
+    assert_eq!(r.original_queue.as_deref(), Some("orders"));
+    assert_eq!(r.reason.as_deref(), Some("rej\u{fffd}"));
+    assert!(r.headers.contains("\"rej\u{fffd}\""), "{}", r.headers);
+
+    let raw = headers_only(&[(b"x-first-death-queue", b"orders"), (b"k\xff", b"v")]);
+    assert!(!takes_one_pass(&raw));
+    let r = read(&raw);
+    assert_eq!(r.original_queue, None);
+    assert_eq!(r.headers, "{}");
+}

@@ -5,9 +5,11 @@
 //!
 //! The property octets are walked once: the short-string properties are borrowed, the headers
 //! table is written as JSON straight from its octets ([`write`]: exactly the text
-//! [`crate::json::table_to_json_text`] writes for the decoded table), and the headers the record
-//! needs are read from the same table's entries ([`walk`]); the other properties' JSON text is
-//! written from the borrowed values ([`Props::to_json_text`]). The general path decodes with
+//! [`crate::json::table_to_json_text`] writes for the decoded table; its keys and string values
+//! checked as UTF-8 once, as the whole text), and the headers the record needs are read from the
+//! same table's entries ([`walk`]) — a string header written without an escape as its slice of
+//! that checked text, not checked again; the other properties' JSON text is written from the
+//! borrowed values ([`Props::to_json_text`]). The general path decodes with
 //! `amq-protocol`, whose field table is a `BTreeMap`: its JSON lists keys in byte order and keeps
 //! the last of repeated keys; the walk does the same.
 //!
@@ -20,7 +22,8 @@
 mod walk;
 mod write;
 
-use walk::{Cur, Entry, Val, get};
+use walk::{Cur, Entry, Val, find, get};
+use write::{Check, Span};
 
 /// The basic properties, borrowed from their octets.
 #[derive(Debug, Default)]
@@ -174,6 +177,9 @@ pub(crate) struct Parsed<'a> {
     pub(crate) headers_json: String,
     /// The headers' entries.
     pub(crate) headers: Vec<Entry<'a>>,
+    /// Per entry of `headers`: where its text lies in `headers_json`, for a string value written
+    /// without an escape.
+    spans: Vec<Span>,
 }
 
 /// Walks encoded properties once; `None` whenever the general decode would not give the same
@@ -185,14 +191,28 @@ pub(crate) fn parse(bytes: &[u8]) -> Option<Parsed<'_>> {
             props,
             headers_json: "{}".to_string(),
             headers: Vec::new(),
+            spans: Vec::new(),
         });
     };
-    let mut headers_json = String::with_capacity(body.len() + body.len() / 8 + 16);
-    let headers = write::write_table(&mut headers_json, body, 1)?;
+    let mut json = Vec::with_capacity(body.len() + body.len() / 8 + 16);
+    let mut spans = Vec::with_capacity(16);
+    let headers = write::write_table(&mut json, body, 1, Check::Once, Some(&mut spans))?;
+    let (headers_json, headers) = match String::from_utf8(json) {
+        Ok(text) => (text, headers),
+        Err(e) => {
+            // A key or a string value is not UTF-8: written again, each checked (the rare case).
+            let mut json = e.into_bytes();
+            json.clear();
+            spans.clear();
+            let headers = write::write_table(&mut json, body, 1, Check::Each, Some(&mut spans))?;
+            (String::from_utf8(json).ok()?, headers)
+        }
+    };
     Some(Parsed {
         props,
         headers_json,
         headers,
+        spans,
     })
 }
 
@@ -202,9 +222,16 @@ impl<'a> Parsed<'a> {
         get(&self.headers, key)
     }
 
-    /// A header as text (`extract`'s `text`).
+    /// A header as text (`extract`'s `text`): a string written without an escape is its slice of
+    /// the checked JSON text (the same octets, or with [`Check::Each`] the same lossy text).
     pub(crate) fn header_text(&self, key: &str) -> Option<String> {
-        self.header(key).and_then(|v| v.text())
+        let i = find(&self.headers, key)?;
+        if let Some(Some((a, b))) = self.spans.get(i)
+            && let Some(t) = self.headers_json.get(*a..*b)
+        {
+            return Some(t.to_string());
+        }
+        self.headers.get(i).and_then(|(_, v)| v.text())
     }
 
     /// The sum of the `x-death` counts (an entry without one counts 1) and the routing keys of

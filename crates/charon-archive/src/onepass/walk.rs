@@ -5,7 +5,7 @@ use std::borrow::Cow;
 
 use charon_protocol::MAX_TABLE_NESTING;
 
-use super::write::write_value;
+use super::write::{Check, write_value};
 
 /// Octets as UTF-8 text, invalid sequences replaced (`String::from_utf8_lossy`), checked with
 /// the fast validation first (the lossy one walks every byte).
@@ -87,9 +87,9 @@ impl<'a> Val<'a> {
             b'S' | b'x' => Some(lossy(self.body).into_owned()),
             b'V' => None,
             _ => {
-                let mut s = String::new();
-                write_value(&mut s, *self, 1)?;
-                Some(s)
+                let mut s = Vec::new();
+                write_value(&mut s, *self, 1, Check::Each)?;
+                String::from_utf8(s).ok()
             }
         }
     }
@@ -176,25 +176,30 @@ impl<'a> Iterator for Elements<'a> {
     }
 }
 
-/// A table entry: key and value.
-pub(crate) type Entry<'a> = (&'a str, Val<'a>);
+/// A table entry: key (its octets: checked as UTF-8 where the table is written, see
+/// [`super::write`]) and value.
+pub(crate) type Entry<'a> = (&'a [u8], Val<'a>);
 
 /// The entries of table body `body` as the decoded `BTreeMap` has them: sorted by key (byte
 /// order), the last of repeated keys kept. `None` when malformed or a key is not UTF-8. For a
-/// table already written by [`write_table`] (which checks what the map drops, too). Tests only.
+/// table already written by `write_table` (which checks what the map drops, too). Tests only.
 #[cfg(test)]
 pub(crate) fn entries(body: &[u8]) -> Option<Vec<Entry<'_>>> {
-    entries_at(body, None)
+    let es = entries_at(body, None)?;
+    es.iter()
+        .all(|(k, _)| std::str::from_utf8(k).is_ok())
+        .then_some(es)
 }
 
-/// [`entries`]; with `Some(depth)` (the table's nesting depth) the values of repeated keys that
-/// the map drops are checked as decoding checks them (it fails on them all the same).
+/// [`entries`] without the check of the keys as UTF-8 (the writer makes it, [`super::write`]);
+/// with `Some(depth)` (the table's nesting depth) the values of repeated keys that the map drops
+/// are checked as decoding checks them (it fails on them all the same).
 pub(super) fn entries_at(body: &[u8], depth: Option<usize>) -> Option<Vec<Entry<'_>>> {
     let mut c = Cur(body);
     let mut out: Vec<Entry<'_>> = Vec::with_capacity(16);
     let mut sorted = true;
     while !c.0.is_empty() {
-        let key = std::str::from_utf8(c.short()?).ok()?;
+        let key = c.short()?;
         let v = c.value()?;
         sorted &= out.last().is_none_or(|(k, _)| *k < key);
         out.push((key, v));
@@ -252,11 +257,16 @@ fn valid(v: Val<'_>, depth: usize) -> bool {
 
 /// The value of `key` in sorted, de-duplicated `entries`.
 pub(super) fn get<'a>(entries: &[Entry<'a>], key: &str) -> Option<Val<'a>> {
-    entries
-        .binary_search_by(|(k, _)| (*k).cmp(key))
-        .ok()
+    find(entries, key)
         .and_then(|i| entries.get(i))
         .map(|(_, v)| *v)
+}
+
+/// The index of `key` in sorted, de-duplicated `entries`.
+pub(super) fn find(entries: &[Entry<'_>], key: &str) -> Option<usize> {
+    entries
+        .binary_search_by(|(k, _)| (*k).cmp(key.as_bytes()))
+        .ok()
 }
 
 #[cfg(test)]
