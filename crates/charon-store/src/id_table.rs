@@ -11,8 +11,14 @@
 //! a ring (`VecDeque`): the oldest id leaving (a FIFO queue's settles) and the newest arriving
 //! move no other value, and a chunk drained from its front gives memory back in large steps
 //! (it is about to be freed whole) instead of a reallocation every [`GROW`] removals.
+//!
+//! The chunks are kept in a [`ChunkRing`]: the chunks of the current run of ids in a ring
+//! indexed by chunk number (an index, not a B-tree search, for the next id's insert and the
+//! oldest id's removal), older or far-off chunks in a B-tree.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
+
+use crate::ChunkRing;
 
 /// Ids per chunk (a `u64` bitmap).
 const SHIFT: u32 = 6;
@@ -42,14 +48,14 @@ impl<V> Chunk<V> {
 /// A map `u64 → V` for mostly dense, mostly increasing ids.
 #[derive(Debug, Clone)]
 pub(crate) struct IdTable<V> {
-    chunks: BTreeMap<u64, Chunk<V>>,
+    chunks: ChunkRing<Chunk<V>>,
     len: usize,
 }
 
 impl<V> Default for IdTable<V> {
     fn default() -> Self {
         IdTable {
-            chunks: BTreeMap::new(),
+            chunks: ChunkRing::default(),
             len: 0,
         }
     }
@@ -66,7 +72,7 @@ impl<V> IdTable<V> {
 
     pub(crate) fn get(&self, id: &u64) -> Option<&V> {
         let (key, off) = split(*id);
-        let c = self.chunks.get(&key)?;
+        let c = self.chunks.get(key)?;
         if !c.has(off) {
             return None;
         }
@@ -75,7 +81,7 @@ impl<V> IdTable<V> {
 
     pub(crate) fn get_mut(&mut self, id: &u64) -> Option<&mut V> {
         let (key, off) = split(*id);
-        let c = self.chunks.get_mut(&key)?;
+        let c = self.chunks.get_mut(key)?;
         if !c.has(off) {
             return None;
         }
@@ -85,13 +91,13 @@ impl<V> IdTable<V> {
 
     pub(crate) fn contains_key(&self, id: &u64) -> bool {
         let (key, off) = split(*id);
-        self.chunks.get(&key).is_some_and(|c| c.has(off))
+        self.chunks.get(key).is_some_and(|c| c.has(off))
     }
 
     /// Sets `id` to `v`; the value it replaces.
     pub(crate) fn insert(&mut self, id: u64, v: V) -> Option<V> {
         let (key, off) = split(id);
-        let c = self.chunks.entry(key).or_insert_with(|| Chunk {
+        let c = self.chunks.get_or_insert_with(key, || Chunk {
             bits: 0,
             vals: VecDeque::new(),
         });
@@ -120,7 +126,7 @@ impl<V> IdTable<V> {
     /// Removes `id` when `take` says so of its value (one lookup for both).
     pub(crate) fn remove_if(&mut self, id: &u64, take: impl FnOnce(&V) -> bool) -> Option<V> {
         let (key, off) = split(*id);
-        let c = self.chunks.get_mut(&key)?;
+        let c = self.chunks.get_mut(key)?;
         if !c.has(off) {
             return None;
         }
@@ -138,7 +144,7 @@ impl<V> IdTable<V> {
         self.len -= 1;
         let (len, cap) = (c.vals.len(), c.vals.capacity());
         if c.bits == 0 {
-            self.chunks.remove(&key);
+            self.chunks.remove(key);
         } else if cap >= len + 2 * GROW && (r > 0 || len * 4 <= cap) {
             // Removals from the front drain the chunk: shrink by quarters (at most 4× a
             // value's size of slack in a chunk left so), elsewhere keep the slack at `GROW`.
@@ -165,6 +171,7 @@ impl<V> IdTable<V> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::collections::BTreeMap;
 
     #[derive(Debug, Clone)]
     enum Op {
@@ -251,7 +258,7 @@ mod tests {
             assert!(t.remove(&id).is_some());
             let (len, now) = t
                 .chunks
-                .get(&0)
+                .get(0)
                 .map_or((0, 0), |c| (c.vals.len(), c.vals.capacity()));
             assert!(now < (len + 2 * GROW).max(4 * len), "{len} values in {now}");
             if now != cap {
