@@ -37,7 +37,16 @@ struct Chunk<V> {
 impl<V> Chunk<V> {
     /// Index in `vals` of offset `off` (whether present or not: where it would go).
     fn rank(&self, off: u64) -> usize {
-        (self.bits & ((1u64 << off) - 1)).count_ones() as usize
+        let below = self.bits & ((1u64 << off) - 1);
+        // The usual cases without a population count (software on the baseline x86-64
+        // target, ~12 instructions): the oldest id (a FIFO settle) and the newest (an append).
+        if below == 0 {
+            0
+        } else if below == self.bits {
+            self.vals.len()
+        } else {
+            below.count_ones() as usize
+        }
     }
 
     fn has(&self, off: u64) -> bool {

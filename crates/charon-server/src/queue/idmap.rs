@@ -34,7 +34,16 @@ struct Chunk<V> {
 impl<V> Chunk<V> {
     /// Index in `vals` of slot `slot`'s value (present or not).
     fn rank(&self, slot: u32) -> usize {
-        (self.mask & ((1u64 << slot) - 1)).count_ones() as usize
+        let below = self.mask & ((1u64 << slot) - 1);
+        // The usual cases without a population count (software on the baseline x86-64
+        // target, ~12 instructions): the oldest id (a FIFO settle) and the newest (an append).
+        if below == 0 {
+            0
+        } else if below == self.mask {
+            self.vals.len()
+        } else {
+            below.count_ones() as usize
+        }
     }
 
     fn has(&self, slot: u32) -> bool {
