@@ -7,6 +7,8 @@
 //!   [`DiskStorage`] and the crash-injecting [`MemStorage`].
 //! - `record`: record framing (length, CRC32C, index, term) and payloads.
 //! - `segment`: segment file names and header.
+//! - [`ChunkRing`]: chunks of message ids keyed by chunk number, a ring for the current run
+//!   and a B-tree for the rest (under `IdTable` here and the server's per-queue `IdMap`).
 //! - `messages`: the live messages, 32 bytes each (record place, one member inline).
 //! - `queue_members`: a queue's live members in id order (a ring of 24-byte slots).
 //! - [`MetaReader`]: a live message's metadata read back from its record (recovery keeps
@@ -63,6 +65,7 @@
 #![deny(clippy::indexing_slicing)]
 
 mod batch_buffers;
+pub mod chunk_ring;
 mod compact_read;
 mod compaction;
 mod compactor;
@@ -86,6 +89,7 @@ mod types;
 mod window;
 mod writer;
 
+pub use chunk_ring::ChunkRing;
 pub use durable::DurableWatch;
 pub use error::{AppendError, CommitError, OpenError, ReadError};
 pub use meta::MetaReader;
