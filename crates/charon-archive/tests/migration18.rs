@@ -25,8 +25,8 @@ fn rec(i: usize) -> NewRecord {
     NewRecord {
         stable_key: format!("s:{i}"),
         queue: format!("dlq-{}", i % 3),
-        original_queue: (i % 9 != 0).then(|| format!("orders-{}", i % 4)),
-        error_fingerprint: (i % 11 != 0).then(|| format!("fp-{}", i % 5)),
+        original_queue: (!i.is_multiple_of(9)).then(|| format!("orders-{}", i % 4)),
+        error_fingerprint: (!i.is_multiple_of(11)).then(|| format!("fp-{}", i % 5)),
         ..support::record(i)
     }
 }
