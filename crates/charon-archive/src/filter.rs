@@ -195,6 +195,11 @@ impl Filter {
             } else if let Some((_, col)) = EXACT.iter().find(|(key, _)| key == k) {
                 conds.push(format!("{col} = ?"));
                 params.push(Param::from(v.as_str()));
+                // Migration 18 (pg9w): PostgreSQL's partial indexes need their predicate as a
+                // literal in the prepared statement.
+                if k == "status" && crate::pg_partial::carries_not_pending(d, v) {
+                    conds.push(crate::pg_partial::NOT_PENDING.into());
+                }
             } else if k == "since" || k == "until" {
                 let t = parse_time(v)
                     .ok_or_else(|| ArchiveError::Invalid(format!("{k}: not a time: '{v}'")))?;

@@ -16,6 +16,7 @@
 //!   behind the writer.
 //! - [`error_text`]: migration 12, the narrow copy of the error texts the `error` filter checks.
 //! - [`header_lines`]: migration 8, PostgreSQL's exact index of the header lines.
+//! - [`pg_partial`]: migration 18, PostgreSQL's `(X, status, id)` indexes without `PENDING` records.
 //! - [`jobs`]: replay jobs and what a restart interrupted.
 //! - [`summary`]: the maintained per-group counts (groups and totals without counting rows);
 //!   [`summary_keys`]: migration 10, its key with content type and original exchange;
@@ -46,6 +47,7 @@ pub mod page_plan;
 mod pg_batch;
 pub mod pg_collation;
 mod pg_indexer;
+pub mod pg_partial;
 mod plan_stats;
 pub mod postgres;
 pub mod range_count;
