@@ -141,7 +141,11 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (13, V13_KEY_COPY),
     (15, V15_PG_COLLATION),
     (16, V16_STATUS_TIME),
+    (19, V19_GROUP_SECONDS),
 ];
+
+/// Migration 19 (rendered per dialect by [`crate::summary_seconds::v19`]).
+const V19_GROUP_SECONDS: &str = "{V19_GROUP_SECONDS}";
 
 /// Migration 16 (rendered per dialect by [`crate::range_count::v16`]).
 const V16_STATUS_TIME: &str = "{V16_STATUS_TIME}";
@@ -199,6 +203,9 @@ fn render(sql: &str, d: Dialect) -> String {
     }
     if sql == V12_ERROR_TEXT {
         return crate::error_text::v12(d);
+    }
+    if sql == V19_GROUP_SECONDS {
+        return crate::summary_seconds::v19(d);
     }
     if sql == V16_STATUS_TIME {
         return crate::range_count::v16(d);
