@@ -280,12 +280,16 @@ impl Plan {
             .collect();
         p.extend(self.params.iter().cloned());
         let cols = Keys::V10.list("d.");
+        // LATERAL … OFFSET 0: one range scan of `dead_letters_created` per window. As a plain
+        // join the planner, which cannot see the windows' widths, read all 1,000,000 records
+        // (a parallel sequential scan: 1.5 s).
         (
             format!(
-                "SELECT {cols}, {k}, COUNT(*) FILTER (WHERE w.counted), MIN(d.created_at), MAX(d.created_at), \
-                 MIN(d.error_message) FROM (VALUES {}) AS w (a, z, counted) \
-                 JOIN dead_letters AS d ON d.created_at >= w.a AND d.created_at < w.z \
-                 WHERE {} GROUP BY {cols}",
+                "SELECT {cols}, {k}, COUNT(*) FILTER (WHERE d.counted), MIN(d.created_at), MAX(d.created_at), \
+                 MIN(d.error_message) FROM (VALUES {}) AS w (a, z, counted), \
+                 LATERAL (SELECT {cols}, d.created_at, d.error_message, w.counted FROM dead_letters AS d \
+                 WHERE d.created_at >= w.a AND d.created_at < w.z AND {} OFFSET 0) AS d \
+                 GROUP BY {cols}",
                 values.join(", "),
                 self.cond,
                 k = key_expr_of(Keys::V10, "d."),
