@@ -63,6 +63,7 @@ mod sqlite_static;
 pub mod summary;
 pub mod summary_batch;
 pub mod summary_keys;
+pub mod summary_seconds;
 pub mod time;
 pub mod wal_sync;
 

@@ -105,6 +105,10 @@ pub fn list(
         // (migration 13) and the records above the watermark, no record read.
         let (sql, p) = s.count();
         count(c, &sql, &p)?
+    } else if let Some(n) = crate::summary_seconds::total(c, f)? {
+        // PostgreSQL: a time range with exact group-key terms, from the summary per second
+        // (migration 19) and the records of the range's partial seconds.
+        n
     } else if let Some((sql, p)) = crate::range_count::query(c, f)? {
         // A time range with exact group-key terms: index ranges of `dead_letters_group`.
         count(c, &sql, &p)?
@@ -322,6 +326,11 @@ pub fn groups(c: &mut dyn Conn, by: Option<&str>, f: &Filter) -> Result<Vec<Valu
     if summary::answers(f) && summary::groups_by(&cols) {
         return groups_from_summary(c, &cols, &cond, &params);
     }
+    // PostgreSQL: a time range with group-key terms only, by group-key columns, from the
+    // summary per second (migration 19).
+    if let Some(groups) = crate::summary_seconds::groups(c, f, &cols)? {
+        return groups_from_seconds(c, &cols, &cond, &params, groups);
+    }
     // A time range with group-key terms only, by group-key columns (SQLite): counted from the
     // group index's ranges, no record read (`range_count::groups_query`).
     let ranged = crate::range_count::groups_query(c, f, &cols)?;
@@ -354,28 +363,74 @@ pub fn groups(c: &mut dyn Conn, by: Option<&str>, f: &Filter) -> Result<Vec<Valu
             let (sql, p) = ranged.sample(&cols, &values);
             c.query(&sql, &p)?.first().and_then(|row| row[0].opt_text())
         } else if g < 100 {
-            let mut conds = vec![cond.clone()];
-            let mut p = params.clone();
-            for (i, col) in cols.iter().enumerate() {
-                match r[i].opt_text() {
-                    Some(v) => {
-                        conds.push(format!("{col} = ?"));
-                        p.push(Param::from(v));
-                    }
-                    None => conds.push(format!("{col} IS NULL")),
-                }
-            }
-            c.query(
-                &format!(
-                    "SELECT error_message FROM dead_letters WHERE {} AND error_message IS NOT NULL LIMIT 1",
-                    conds.join(" AND ")
-                ),
-                &p,
-            )?
-            .first()
-            .and_then(|row| row[0].opt_text())
+            let values: Vec<Option<String>> = (0..n).map(|i| r[i].opt_text()).collect();
+            plain_sample(c, &cols, &cond, &params, &values)?
         } else {
             None
+        };
+        m.insert(
+            "error_message".into(),
+            sample.map_or(Value::Null, Value::from),
+        );
+        out.push(Value::Object(m));
+    }
+    Ok(out)
+}
+
+/// A sample error message of the group whose `cols` have `values` among the records matching
+/// `cond` (any record of it with a message).
+fn plain_sample(
+    c: &mut dyn Conn,
+    cols: &[String],
+    cond: &str,
+    params: &[Param],
+    values: &[Option<String>],
+) -> Result<Option<String>, ArchiveError> {
+    let mut conds = vec![cond.to_string()];
+    let mut p = params.to_vec();
+    for (col, v) in cols.iter().zip(values) {
+        match v {
+            Some(v) => {
+                conds.push(format!("{col} = ?"));
+                p.push(Param::from(v.as_str()));
+            }
+            None => conds.push(format!("{col} IS NULL")),
+        }
+    }
+    Ok(c.query(
+        &format!(
+            "SELECT error_message FROM dead_letters WHERE {} AND error_message IS NOT NULL LIMIT 1",
+            conds.join(" AND ")
+        ),
+        &p,
+    )?
+    .first()
+    .and_then(|row| row[0].opt_text()))
+}
+
+/// [`groups`] from the summary per second (`crate::summary_seconds`): each group's sample is
+/// the smallest message among its records read there, else (the first 100 groups) the plain
+/// lookup's.
+fn groups_from_seconds(
+    c: &mut dyn Conn,
+    cols: &[String],
+    cond: &str,
+    params: &[Param],
+    groups: Vec<crate::summary_seconds::Group>,
+) -> Result<Vec<Value>, ArchiveError> {
+    let mut out = Vec::with_capacity(groups.len());
+    for (i, g) in groups.into_iter().enumerate() {
+        let mut m = serde_json::Map::new();
+        for (col, v) in cols.iter().zip(&g.values) {
+            m.insert(col.clone(), v.clone().map_or(Value::Null, Value::from));
+        }
+        m.insert("count".into(), json!(g.count));
+        m.insert("oldest".into(), json!(format_ms(g.oldest)));
+        m.insert("newest".into(), json!(format_ms(g.newest)));
+        let sample = match g.sample {
+            Some(s) => Some(s),
+            None if i < 100 => plain_sample(c, cols, cond, params, &g.values)?,
+            None => None,
         };
         m.insert(
             "error_message".into(),

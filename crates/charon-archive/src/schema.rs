@@ -142,7 +142,11 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (15, V15_PG_COLLATION),
     (16, V16_STATUS_TIME),
     (18, V18_PG_PARTIAL),
+    (19, V19_GROUP_SECONDS),
 ];
+
+/// Migration 19 (rendered per dialect by [`crate::summary_seconds::v19`]).
+const V19_GROUP_SECONDS: &str = "{V19_GROUP_SECONDS}";
 
 /// Migration 18 (rendered per dialect by [`crate::pg_partial::v18`]).
 const V18_PG_PARTIAL: &str = "{V18_PG_PARTIAL}";
@@ -206,6 +210,9 @@ fn render(sql: &str, d: Dialect) -> String {
     }
     if sql == V18_PG_PARTIAL {
         return crate::pg_partial::v18(d);
+    }
+    if sql == V19_GROUP_SECONDS {
+        return crate::summary_seconds::v19(d);
     }
     if sql == V16_STATUS_TIME {
         return crate::range_count::v16(d);

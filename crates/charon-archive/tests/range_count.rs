@@ -49,6 +49,12 @@ fn filters() -> Vec<Vec<(&'static str, String)>> {
         vec![("until", t(3000))],
         vec![("since", t(1000)), ("until", t(4000))],
         vec![("since", t(99_000))],
+        // Bounds inside a second (PostgreSQL's summary per second reads those seconds' records),
+        // with ties at 1230 and 3450, and a range within one second.
+        vec![("since", t(1230))],
+        vec![("until", t(3450))],
+        vec![("since", t(1230)), ("until", t(3450))],
+        vec![("since", t(2100)), ("until", t(2870))],
     ] {
         for keys in [
             vec![],
@@ -88,6 +94,26 @@ fn check(c: &mut dyn Conn, when: &str) {
                 .all(|(k, _)| !matches!(*k, "content_type" | "error"));
         let keyed = keyed && pairs.iter().any(|(k, _)| !matches!(*k, "since" | "until"));
         assert_eq!(fast.is_some(), sqlite && keyed, "path {pairs:?} ({when})");
+        let seconds = charon_archive::summary_seconds::total(c, &f).expect("seconds");
+        // The summary's key has the content type too (migration 10).
+        let pg_keyed = pairs.iter().all(|(k, _)| *k != "error")
+            && pairs.iter().any(|(k, _)| !matches!(*k, "since" | "until"));
+        assert_eq!(
+            seconds.is_some(),
+            !sqlite && pg_keyed,
+            "pg path {pairs:?} ({when})"
+        );
+        if let Some(n) = seconds {
+            let (cond, p) = f.to_sql(c.dialect()).expect("cond");
+            let want = c
+                .query(
+                    &format!("SELECT COUNT(*) FROM dead_letters WHERE {cond}"),
+                    &p,
+                )
+                .expect("count")[0][0]
+                .int();
+            assert_eq!(n, want, "total {pairs:?} ({when})");
+        }
         for sort in [None, Some("id"), Some("created_at"), Some("-created_at")] {
             plain_pages::assert_pages(c, &f, sort, &[1, 2], 20, &format!("{pairs:?} ({when})"));
         }
@@ -120,6 +146,13 @@ fn check_groups(c: &mut dyn Conn, when: &str) {
                 fast.is_some(),
                 sqlite && keyed,
                 "path {pairs:?} by {by} ({when})"
+            );
+            let seconds =
+                charon_archive::summary_seconds::groups(c, &f, &cols).expect("seconds groups");
+            assert_eq!(
+                seconds.is_some(),
+                !sqlite && pairs.iter().all(|(k, _)| *k != "error"),
+                "pg path {pairs:?} by {by} ({when})"
             );
             let list = cols.join(", ");
             let plain = c
@@ -247,13 +280,41 @@ fn change(c: &mut dyn Conn) {
     .expect("insert");
 }
 
+/// PostgreSQL: the summary per second (migration 19) equals the records counted per second and
+/// group.
+pub fn check_seconds(c: &mut dyn Conn, when: &str) {
+    if c.dialect() != Dialect::Postgres {
+        return;
+    }
+    let have = c
+        .query(
+            "SELECT second, group_key, records FROM dead_letter_group_seconds ORDER BY 1, 2",
+            &[],
+        )
+        .expect("seconds");
+    let want = c
+        .query(
+            &format!(
+                "SELECT FLOOR(created_at / 1000.0)::BIGINT, g.group_key, COUNT(*) FROM dead_letters AS d \
+                 JOIN dead_letter_groups AS g ON g.group_key = {} GROUP BY 1, 2 ORDER BY 1, 2",
+                charon_archive::summary::key_expr_of(charon_archive::summary::Keys::V10, "d.")
+            ),
+            &[],
+        )
+        .expect("plain seconds");
+    assert!(!want.is_empty(), "records ({when})");
+    assert_eq!(have, want, "summary per second ({when})");
+}
+
 fn scenario(a: &Archive) {
     a.with(|c| {
         let recs: Vec<NewRecord> = (0..N).map(rec).collect();
         ops::insert_batch(c, &recs).expect("insert");
+        check_seconds(c, "inserted");
         check(c, "inserted");
         check_groups(c, "inserted");
         change(c);
+        check_seconds(c, "after changes");
         check(c, "after changes");
         check_groups(c, "after changes");
     });
