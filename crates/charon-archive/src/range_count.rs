@@ -96,12 +96,15 @@ struct Plan {
     until: Option<i64>,
 }
 
-/// `f`'s plan when the group index answers it (`keyed`: at least one key term required), else
-/// `None`.
-fn plan(c: &mut dyn Conn, f: &Filter, keyed: bool) -> Result<Option<Plan>, ArchiveError> {
-    if c.dialect() != Dialect::Sqlite {
-        return Ok(None);
-    }
+/// A time range whose other terms are all among `columns`: its bounds and those terms (with
+/// `f`'s vhost limit). `None` when a term names another column, a time does not parse (the
+/// plain path reports it), there is no bound, or `keyed` and there is no other term. Shared by
+/// this module (SQLite) and `summary_seconds` (PostgreSQL).
+pub(crate) fn range_terms(
+    f: &Filter,
+    columns: &[&str],
+    keyed: bool,
+) -> Option<(Option<i64>, Option<i64>, Filter)> {
     let (mut since, mut until) = (None, None);
     let mut keys = Filter {
         terms: Default::default(),
@@ -109,25 +112,29 @@ fn plan(c: &mut dyn Conn, f: &Filter, keyed: bool) -> Result<Option<Plan>, Archi
     };
     for (k, v) in &f.terms {
         match k.as_str() {
-            "since" | "until" => {
-                let Some(t) = parse_time(v) else {
-                    return Ok(None); // the plain path reports the error
-                };
-                if k == "since" {
-                    since = Some(t);
-                } else {
-                    until = Some(t);
-                }
-            }
-            key if KEY.contains(&key) => {
+            "since" => since = Some(parse_time(v)?),
+            "until" => until = Some(parse_time(v)?),
+            key if columns.contains(&key) => {
                 keys.terms.insert(k.clone(), v.clone());
             }
-            _ => return Ok(None),
+            _ => return None,
         }
     }
     if (since.is_none() && until.is_none()) || (keyed && keys.terms.is_empty()) {
+        return None;
+    }
+    Some((since, until, keys))
+}
+
+/// `f`'s plan when the group index answers it (`keyed`: at least one key term required), else
+/// `None`.
+fn plan(c: &mut dyn Conn, f: &Filter, keyed: bool) -> Result<Option<Plan>, ArchiveError> {
+    if c.dialect() != Dialect::Sqlite {
         return Ok(None);
     }
+    let Some((since, until, keys)) = range_terms(f, &KEY, keyed) else {
+        return Ok(None);
+    };
     let index = c.query(
         "SELECT sql FROM sqlite_master WHERE type = 'index' AND name = 'dead_letters_group'",
         &[],

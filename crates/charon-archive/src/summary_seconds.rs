@@ -24,7 +24,6 @@ use crate::error::ArchiveError;
 use crate::filter::Filter;
 use crate::sql::{Conn, Dialect, Param};
 use crate::summary::{KEY_COLUMNS, Keys, key_expr_of};
-use crate::time::parse_time;
 
 /// The migration's version.
 pub const VERSION: i64 = 19;
@@ -123,32 +122,9 @@ pub fn plan(c: &mut dyn Conn, f: &Filter, keyed: bool) -> Result<Option<Plan>, A
     if c.dialect() != Dialect::Postgres {
         return Ok(None);
     }
-    let (mut since, mut until) = (None, None);
-    let mut keys = Filter {
-        terms: Default::default(),
-        vhosts: f.vhosts.clone(),
-    };
-    for (k, v) in &f.terms {
-        match k.as_str() {
-            "since" | "until" => {
-                let Some(t) = parse_time(v) else {
-                    return Ok(None); // the plain path reports the error
-                };
-                if k == "since" {
-                    since = Some(t);
-                } else {
-                    until = Some(t);
-                }
-            }
-            key if KEY_COLUMNS.contains(&key) => {
-                keys.terms.insert(k.clone(), v.clone());
-            }
-            _ => return Ok(None),
-        }
-    }
-    if (since.is_none() && until.is_none()) || (keyed && keys.terms.is_empty()) {
+    let Some((since, until, keys)) = crate::range_count::range_terms(f, KEY_COLUMNS, keyed) else {
         return Ok(None);
-    }
+    };
     let have = c.query(
         "SELECT 1 FROM archive_migrations WHERE version = ?",
         &[VERSION.into()],
