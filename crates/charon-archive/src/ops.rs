@@ -347,34 +347,46 @@ pub fn groups(c: &mut dyn Conn, by: Option<&str>, f: &Filter) -> Result<Vec<Valu
     let n = cols.len();
     let mut out = Vec::with_capacity(rows.len());
     for (g, r) in rows.iter().enumerate() {
-        let mut m = serde_json::Map::new();
-        for (i, col) in cols.iter().enumerate() {
-            m.insert(
-                col.clone(),
-                r[i].opt_text().map_or(Value::Null, Value::from),
-            );
-        }
-        m.insert("count".into(), json!(r[n].int()));
-        m.insert("oldest".into(), json!(format_ms(r[n + 1].int())));
-        m.insert("newest".into(), json!(format_ms(r[n + 2].int())));
+        let values: Vec<Option<String>> = (0..n).map(|i| r[i].opt_text()).collect();
         // A sample error message of the group (the first 100 groups; one indexed lookup each).
         let sample = if let (true, Some(ranged)) = (g < 100, &ranged) {
-            let values: Vec<Option<String>> = (0..n).map(|i| r[i].opt_text()).collect();
             let (sql, p) = ranged.sample(&cols, &values);
             c.query(&sql, &p)?.first().and_then(|row| row[0].opt_text())
         } else if g < 100 {
-            let values: Vec<Option<String>> = (0..n).map(|i| r[i].opt_text()).collect();
             plain_sample(c, &cols, &cond, &params, &values)?
         } else {
             None
         };
-        m.insert(
-            "error_message".into(),
-            sample.map_or(Value::Null, Value::from),
-        );
-        out.push(Value::Object(m));
+        out.push(group_object(
+            &cols,
+            &values,
+            [r[n].int(), r[n + 1].int(), r[n + 2].int()],
+            sample,
+        ));
     }
     Ok(out)
+}
+
+/// One `/groups` object: the `by` columns' values, `count`, `oldest`, `newest` (from
+/// `[count, oldest, newest]`, times in ms) and the sample `error_message`.
+fn group_object(
+    cols: &[String],
+    values: &[Option<String>],
+    [count, oldest, newest]: [i64; 3],
+    sample: Option<String>,
+) -> Value {
+    let mut m = serde_json::Map::new();
+    for (col, v) in cols.iter().zip(values) {
+        m.insert(col.clone(), v.clone().map_or(Value::Null, Value::from));
+    }
+    m.insert("count".into(), json!(count));
+    m.insert("oldest".into(), json!(format_ms(oldest)));
+    m.insert("newest".into(), json!(format_ms(newest)));
+    m.insert(
+        "error_message".into(),
+        sample.map_or(Value::Null, Value::from),
+    );
+    Value::Object(m)
 }
 
 /// A sample error message of the group whose `cols` have `values` among the records matching
@@ -420,23 +432,17 @@ fn groups_from_seconds(
 ) -> Result<Vec<Value>, ArchiveError> {
     let mut out = Vec::with_capacity(groups.len());
     for (i, g) in groups.into_iter().enumerate() {
-        let mut m = serde_json::Map::new();
-        for (col, v) in cols.iter().zip(&g.values) {
-            m.insert(col.clone(), v.clone().map_or(Value::Null, Value::from));
-        }
-        m.insert("count".into(), json!(g.count));
-        m.insert("oldest".into(), json!(format_ms(g.oldest)));
-        m.insert("newest".into(), json!(format_ms(g.newest)));
         let sample = match g.sample {
             Some(s) => Some(s),
             None if i < 100 => plain_sample(c, cols, cond, params, &g.values)?,
             None => None,
         };
-        m.insert(
-            "error_message".into(),
-            sample.map_or(Value::Null, Value::from),
-        );
-        out.push(Value::Object(m));
+        out.push(group_object(
+            cols,
+            &g.values,
+            [g.count, g.oldest, g.newest],
+            sample,
+        ));
     }
     Ok(out)
 }

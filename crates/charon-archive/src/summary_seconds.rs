@@ -38,11 +38,11 @@ fn second_of(x: &str) -> String {
 }
 
 /// The rows of `from` (aliased `r`) per group key and second: `sec, k, n`.
-fn per_second(from: &str) -> String {
+fn group_second_counts(from: &str) -> String {
     let cols = Keys::V10.list("r.");
     format!(
         "SELECT r.sec, {k} AS k, r.n FROM (SELECT {cols}, {sec} AS sec, COUNT(*) AS n FROM {from} \
-         GROUP BY {cols}, 9) AS r",
+         GROUP BY {cols}, sec) AS r",
         k = key_expr_of(Keys::V10, "r."),
         sec = second_of("r.created_at"),
     )
@@ -53,13 +53,13 @@ fn add(from: &str) -> String {
     format!(
         "INSERT INTO dead_letter_group_seconds AS s (second, group_key, records) {} \
          ON CONFLICT (second, group_key) DO UPDATE SET records = s.records + excluded.records;",
-        per_second(from)
+        group_second_counts(from)
     )
 }
 
 /// Takes the rows of `from` (aliased `r`) out; rows reaching 0 go.
 fn sub(from: &str) -> String {
-    let d = per_second(from);
+    let d = group_second_counts(from);
     format!(
         "UPDATE dead_letter_group_seconds AS s SET records = s.records - d.n FROM ({d}) AS d \
          WHERE s.second = d.sec AND s.group_key = d.k;
@@ -99,7 +99,7 @@ CREATE TRIGGER dead_letter_group_seconds_insert AFTER INSERT ON dead_letters REF
 CREATE TRIGGER dead_letter_group_seconds_delete AFTER DELETE ON dead_letters REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION dead_letter_group_seconds_delete();
 CREATE TRIGGER dead_letter_group_seconds_update AFTER UPDATE ON dead_letters REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION dead_letter_group_seconds_update();
 ANALYZE dead_letter_group_seconds;",
-        fill = per_second("dead_letters AS r"),
+        fill = group_second_counts("dead_letters AS r"),
         ins = add("new_rows AS r"),
         del = sub("old_rows AS r"),
         upd_old = sub(&changed("o")),
