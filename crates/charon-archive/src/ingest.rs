@@ -264,7 +264,7 @@ impl<'a> Deltas<'a> {
             if keys == Keys::V10 {
                 p.extend([text(ct), text(ox)]);
             }
-            if seconds {
+            if seconds && keys == Keys::V10 {
                 // Migration 20 comes after 10: the key is [`Keys::V10`]'s, status PENDING.
                 for (s, n) in d.per_second() {
                     let mut row = p.clone();
