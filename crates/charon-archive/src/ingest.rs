@@ -1,10 +1,12 @@
 //! The archiver's insert path (migration 5, docs/archive.md "Migration 5"): a batch of records as
 //! multi-row INSERTs in one transaction (PostgreSQL: one binary COPY in a savepoint, the INSERTs
 //! only when it fails, docs/archive.md "Fourteenth round"), and the summary (`dead_letter_groups`) counted once per
-//! group per batch here instead of once per row by the insert trigger.
+//! group per batch here instead of once per row by the insert trigger; since migration 20
+//! (PostgreSQL) also the group summary per second (`dead_letter_group_seconds`, migration 19),
+//! once per group and second per batch.
 //!
-//! The insert trigger stays for every other writer (a user's own SQL, the bench's fill): it
-//! skips only while the transaction holds the row `summary_by_archiver` in `archive_counters`,
+//! The insert triggers stay for every other writer (a user's own SQL, the bench's fill): they
+//! skip only while the transaction holds the row `summary_by_archiver` in `archive_counters`,
 //! which [`insert_batch`] inserts first and deletes before its COMMIT, so no other connection
 //! ever sees it.
 
@@ -143,6 +145,34 @@ struct Delta<'a> {
     payload_bytes: i64,
     /// The first error message of the batch's records in the group (the trigger's sample).
     error_message: Option<&'a str>,
+    /// Records per second (`floor(created_at / 1000)`) for the group summary per second
+    /// (migration 20): a run of records in one second adds to the last entry, another second
+    /// pushes one; [`Delta::per_second`] merges the entries of a second.
+    seconds: Vec<(i64, i64)>,
+}
+
+impl Delta<'_> {
+    fn count_second(&mut self, created_at: i64) {
+        let s = created_at.div_euclid(1000);
+        match self.seconds.last_mut() {
+            Some((last, n)) if *last == s => *n += 1,
+            _ => self.seconds.push((s, 1)),
+        }
+    }
+
+    /// The group's records per second, one entry per second.
+    fn per_second(&self) -> Vec<(i64, i64)> {
+        let mut v = self.seconds.clone();
+        v.sort_unstable_by_key(|(s, _)| *s);
+        let mut out: Vec<(i64, i64)> = Vec::with_capacity(v.len());
+        for (s, n) in v {
+            match out.last_mut() {
+                Some((last, m)) if *last == s => *m += n,
+                _ => out.push((s, n)),
+            }
+        }
+        out
+    }
 }
 
 /// The new records of a batch counted per group, in the order groups first appear. Hashed with
@@ -173,19 +203,20 @@ impl<'a> Deltas<'a> {
                 d.newest = d.newest.max(r.created_at);
                 d.payload_bytes += bytes;
                 d.error_message = d.error_message.or(r.error_message.as_deref());
+                d.count_second(r.created_at);
             }
             None => {
                 self.order.push(key);
-                self.by_group.insert(
-                    key,
-                    Delta {
-                        records: 1,
-                        oldest: r.created_at,
-                        newest: r.created_at,
-                        payload_bytes: bytes,
-                        error_message: r.error_message.as_deref(),
-                    },
-                );
+                let mut d = Delta {
+                    records: 1,
+                    oldest: r.created_at,
+                    newest: r.created_at,
+                    payload_bytes: bytes,
+                    error_message: r.error_message.as_deref(),
+                    seconds: Vec::new(),
+                };
+                d.count_second(r.created_at);
+                self.by_group.insert(key, d);
             }
         }
     }
@@ -193,8 +224,10 @@ impl<'a> Deltas<'a> {
     /// One upsert per group (PostgreSQL: all groups in one statement, [`crate::pg_batch`]); the
     /// key expression is the summary's own, computed by the database.
     /// `keys`: the summary's key in this database (a database below migration 10 is written by
-    /// tests only: the broker migrates at open).
-    fn write(&self, c: &mut dyn Conn, keys: Keys) -> Result<(), ArchiveError> {
+    /// tests only: the broker migrates at open). `seconds`: the database has migration 20 (its
+    /// insert trigger leaves the archiver's batches to it), so the records per group and second
+    /// are upserted too ([`crate::pg_batch::upsert_seconds`]).
+    fn write(&self, c: &mut dyn Conn, keys: Keys, seconds: bool) -> Result<(), ArchiveError> {
         let (least, greatest) = match c.dialect() {
             Dialect::Sqlite => ("min", "max"),
             Dialect::Postgres => ("LEAST", "GREATEST"),
@@ -220,6 +253,7 @@ impl<'a> Deltas<'a> {
         let text = |s: Option<&str>| Param::Text(s.map(str::to_string));
         // PostgreSQL: every group's row in one statement (one round trip, not one per group).
         let mut rows: Vec<Vec<Param>> = Vec::new();
+        let mut second_rows: Vec<Vec<Param>> = Vec::new();
         for key in &self.order {
             let Some(d) = self.by_group.get(key) else {
                 continue;
@@ -229,6 +263,14 @@ impl<'a> Deltas<'a> {
                 vec![vhost.into(), queue.into(), text(oq), text(reason), text(fp)];
             if keys == Keys::V10 {
                 p.extend([text(ct), text(ox)]);
+            }
+            if seconds && keys == Keys::V10 {
+                // Migration 20 comes after 10: the key is [`Keys::V10`]'s, status PENDING.
+                for (s, n) in d.per_second() {
+                    let mut row = p.clone();
+                    row.extend([status::PENDING.into(), s.into(), n.into()]);
+                    second_rows.push(row);
+                }
             }
             p.extend([
                 status::PENDING.into(),
@@ -247,7 +289,8 @@ impl<'a> Deltas<'a> {
                 c.exec(&sql, &p)?;
             }
         }
-        crate::pg_batch::upsert_groups(c, keys, &rows)
+        crate::pg_batch::upsert_groups(c, keys, &rows)?;
+        crate::pg_batch::upsert_seconds(c, &second_rows)
     }
 }
 
@@ -369,9 +412,14 @@ pub fn insert_prepared(c: &mut dyn Conn, batch: &Batch) -> Result<u64, ArchiveEr
         )?;
         // Ids are given in insertion order by the archive's single writer connection: a record
         // of this batch has an id above every record committed before it.
-        // With the schema's version (the summary's key, see [`Deltas::write`]) in the same query.
+        // With the schema's version (the summary's key, see [`Deltas::write`]) and whether
+        // migration 20 is in (the archiver counts its seconds) in the same query.
         let row = c.query(
-            "SELECT COALESCE(MAX(id), 0), (SELECT MAX(version) FROM archive_migrations) FROM dead_letters",
+            &format!(
+                "SELECT COALESCE(MAX(id), 0), (SELECT MAX(version) FROM archive_migrations), \
+                 (SELECT COUNT(*) FROM archive_migrations WHERE version = {}) FROM dead_letters",
+                crate::summary_seconds::ARCHIVER_COUNTS
+            ),
             &[],
         )?;
         let before = row.first().and_then(|r| r.first()).map_or(0, |x| x.int());
@@ -379,10 +427,12 @@ pub fn insert_prepared(c: &mut dyn Conn, batch: &Batch) -> Result<u64, ArchiveEr
             Some(v) if v < 10 => Keys::V3,
             _ => Keys::V10,
         };
+        let seconds = c.dialect() == Dialect::Postgres
+            && row.first().and_then(|r| r.get(2)).map_or(0, |x| x.int()) > 0;
         let mut deltas = Deltas::default();
         if let Some(n) = copy_batch(c, batch)? {
             batch.records.iter().for_each(|r| deltas.add(r));
-            deltas.write(c, keys)?;
+            deltas.write(c, keys, seconds)?;
             return finish_batch(c, trigger, n);
         }
         let mut n = 0;
@@ -418,7 +468,7 @@ pub fn insert_prepared(c: &mut dyn Conn, batch: &Batch) -> Result<u64, ArchiveEr
                     .for_each(|r| deltas.add(r));
             }
         }
-        deltas.write(c, keys)?;
+        deltas.write(c, keys, seconds)?;
         finish_batch(c, trigger, n)
     })
 }
@@ -503,4 +553,26 @@ fn inserted_keys(
     .into_iter()
     .filter_map(|r| r.into_iter().next().and_then(|x| x.opt_text()))
     .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_groups_records_per_second_are_merged_and_floored() {
+        let mut d = Delta {
+            records: 0,
+            oldest: 0,
+            newest: 0,
+            payload_bytes: 0,
+            error_message: None,
+            seconds: Vec::new(),
+        };
+        // Runs in one second, a second seen again after another, times before 1970.
+        for t in [5_000, 5_999, 7_000, 5_500, -1, -1_000, -1_001, 7_001] {
+            d.count_second(t);
+        }
+        assert_eq!(d.per_second(), vec![(-2, 1), (-1, 2), (5, 3), (7, 2)]);
+    }
 }

@@ -5,6 +5,9 @@
 //! - [`upsert_groups`]: the batch's summary rows (one per group it touches) in multi-row
 //!   upserts, one statement (one round trip) per [`GROUPS_PER_STATEMENT`] groups instead of one
 //!   per group;
+//! - [`upsert_seconds`]: since migration 20, the batch's records per (second, group) into the
+//!   group summary per second (`dead_letter_group_seconds`, migration 19) in multi-row upserts,
+//!   instead of the insert trigger aggregating the COPY's transition table;
 //! - [`copy_work_mem`]: the `work_mem` of the batch's transaction, so that the whole batch goes in
 //!   by one `COPY` (one statement, two round trips) without the summary trigger's transition
 //!   table spilling to a temporary file.
@@ -79,6 +82,40 @@ pub(crate) fn upsert_groups(
     Ok(())
 }
 
+/// Rows per upsert of [`upsert_seconds`]: 10 parameters each.
+pub(crate) const SECONDS_PER_STATEMENT: usize = 1000;
+
+/// The multi-row upsert of `rows` rows of the group summary per second: each row is the group's
+/// key columns ([`Keys::V10`]'s eight, texts), the second (`floor(created_at / 1000)`) and the
+/// number of records. The group key expression is the summary's own, computed by the database,
+/// as migration 19's insert trigger computes it. Two rows of one statement must not share a
+/// (second, group): the caller's rows are per group and second.
+pub(crate) fn upsert_seconds_sql(rows: usize) -> String {
+    let cols = Keys::V10.columns();
+    let row = format!(
+        "({}, CAST(? AS BIGINT), CAST(? AS BIGINT))",
+        vec!["CAST(? AS TEXT)"; cols.len()].join(", ")
+    );
+    format!(
+        "INSERT INTO dead_letter_group_seconds AS s (second, group_key, records) \
+         SELECT v.second, {k}, v.records FROM (VALUES {rows}) AS v ({names}, second, records) \
+         ON CONFLICT (second, group_key) DO UPDATE SET records = s.records + excluded.records",
+        k = key_expr_of(Keys::V10, "v."),
+        rows = vec![row; rows].join(", "),
+        names = cols.join(", "),
+    )
+}
+
+/// Counts a batch's records into the group summary per second: `rows` holds one (group,
+/// second)'s parameters each (see [`upsert_seconds_sql`]), at most one row per pair.
+pub(crate) fn upsert_seconds(c: &mut dyn Conn, rows: &[Vec<Param>]) -> Result<(), ArchiveError> {
+    for chunk in rows.chunks(SECONDS_PER_STATEMENT) {
+        let p: Vec<Param> = chunk.iter().flatten().cloned().collect();
+        c.exec(&upsert_seconds_sql(chunk.len()), &p)?;
+    }
+    Ok(())
+}
+
 /// The smallest `work_mem` set for a batch's COPY (PostgreSQL's default).
 const MIN_WORK_MEM_KB: u64 = 4 * 1024;
 /// The largest (a bigger batch spills its transition table to a temporary file, as before).
@@ -117,6 +154,14 @@ mod tests {
         // 8 key columns + 5 values per group.
         assert_eq!(sql.matches('?').count(), 3 * 13);
         assert_eq!(sql.matches("), (").count(), 2);
+    }
+
+    #[test]
+    fn seconds_upsert_has_one_row_of_parameters_per_group_and_second() {
+        let sql = upsert_seconds_sql(4);
+        // 8 key columns + second + records per row.
+        assert_eq!(sql.matches('?').count(), 4 * 10);
+        assert_eq!(sql.matches("), (").count(), 3);
     }
 
     #[test]

@@ -143,7 +143,11 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (16, V16_STATUS_TIME),
     (18, V18_PG_PARTIAL),
     (19, V19_GROUP_SECONDS),
+    (20, V20_ARCHIVER_SECONDS),
 ];
+
+/// Migration 20 (rendered per dialect by [`crate::summary_seconds::v20`]).
+const V20_ARCHIVER_SECONDS: &str = "{V20_ARCHIVER_SECONDS}";
 
 /// Migration 19 (rendered per dialect by [`crate::summary_seconds::v19`]).
 const V19_GROUP_SECONDS: &str = "{V19_GROUP_SECONDS}";
@@ -213,6 +217,9 @@ fn render(sql: &str, d: Dialect) -> String {
     }
     if sql == V19_GROUP_SECONDS {
         return crate::summary_seconds::v19(d);
+    }
+    if sql == V20_ARCHIVER_SECONDS {
+        return crate::summary_seconds::v20(d);
     }
     if sql == V16_STATUS_TIME {
         return crate::range_count::v16(d);

@@ -3,7 +3,9 @@
 //! and every second (`floor(created_at / 1000)`) that has records of it, how many. Statement
 //! triggers on `dead_letters` (transition tables, one aggregated change per statement, as the
 //! summary's) keep it exact in the same transaction as every INSERT, DELETE and UPDATE, the
-//! archiver's COPY and a user's SQL alike.
+//! archiver's COPY and a user's SQL alike. Since migration 20 ([`v20`]) the insert trigger steps
+//! aside for the archiver's batches, which count their records per group and second themselves
+//! in the same transaction (`crate::pg_batch::upsert_seconds`), as they count the summary.
 //!
 //! It answers `/groups` and the list `total` of a time range (`since`/`until`) whose other terms
 //! are all summary key columns (none, too, for `/groups`) by key columns, without reading every
@@ -27,6 +29,11 @@ use crate::summary::{KEY_COLUMNS, Keys, key_expr_of};
 
 /// The migration's version.
 pub const VERSION: i64 = 19;
+
+/// Migration 20's version (docs/archive.md "Migration 20"): from it on the archiver counts its
+/// own batches into the table ([`crate::pg_batch::upsert_seconds`]) and the insert trigger
+/// steps aside for them.
+pub const ARCHIVER_COUNTS: i64 = 20;
 
 /// At most this many matched groups take this path (each adds its first and last second to the
 /// records read); more, and the plain statement runs.
@@ -104,6 +111,25 @@ ANALYZE dead_letter_group_seconds;",
         del = sub("old_rows AS r"),
         upd_old = sub(&changed("o")),
         upd_new = add(&changed("n")),
+    )
+}
+
+/// Migration 20 (PostgreSQL; SQLite: `SELECT 1`): the insert trigger's function replaced by one
+/// that returns at once while the transaction holds the archiver's flag row
+/// ([`crate::ingest::SUMMARY_FLAG`], the marker the group summary's insert trigger has skipped
+/// on since migration 5). The archiver's batch then upserts its (second, group) counts itself,
+/// in the same transaction ([`crate::pg_batch::upsert_seconds`]); every other INSERT (a user's
+/// SQL, the bench's fill) is counted by the trigger as before. The delete and update triggers
+/// are unchanged.
+pub fn v20(d: Dialect) -> String {
+    if d == Dialect::Sqlite {
+        return "SELECT 1".into();
+    }
+    format!(
+        "CREATE OR REPLACE FUNCTION dead_letter_group_seconds_insert() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+         IF EXISTS (SELECT 1 FROM archive_counters WHERE name = '{flag}') THEN RETURN NULL; END IF; {ins} RETURN NULL; END $$;",
+        flag = crate::ingest::SUMMARY_FLAG,
+        ins = add("new_rows AS r"),
     )
 }
 
