@@ -17,8 +17,8 @@
 //! snapshot). The matches between the bounds are a subset of all matches, so equal counts mean
 //! equal sets, and the page walked between the bounds is the plain page. Otherwise the same
 //! statement falls back to the plain walk. The proof costs one index-only entry per match, so it
-//! is taken only when the plain walk's far side (counted from the summary per second) is larger
-//! than the matches.
+//! is taken only when the plain walk's far side (at most the status's records outside the range,
+//! from the summary) is larger than the matches.
 
 use crate::error::ArchiveError;
 use crate::filter::Filter;
@@ -45,9 +45,7 @@ pub fn query(
         return Ok(None);
     }
     let reach = i64::try_from(offset.saturating_add(page_size)).unwrap_or(i64::MAX);
-    let Some(far) = crate::range_count::far_side(c, f, desc)? else {
-        return Ok(None);
-    };
+    let far = crate::range_count::far_side(c, f, desc, total)?;
     if far.saturating_add(reach) <= total {
         return Ok(None);
     }

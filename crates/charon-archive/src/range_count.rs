@@ -104,8 +104,8 @@ const WALKED: [&str; 5] = [
 /// answer is the same. PostgreSQL: a time range whose other terms are summary key columns, one
 /// of them in [`WALKED`]. The walk starts at the order's end: it visits the key's records on the
 /// far side of the range first (`desc`: those at or after `until`; ascending: those before
-/// `since`), counted exactly from the summary per second (migration 19) on the complementary
-/// range, then about `reach` matches (a record's time is its archiving time, so the range's
+/// `since`), at most the key terms' records outside the range ([`far_side`], from the summary),
+/// then about `reach` matches (a record's time is its archiving time, so the range's
 /// records are together in id order). It is taken when that is no more than the `total` matches
 /// the `+ 0` plan reads, and the page lies within the matches (else the walk runs on through the
 /// other side of the range to the key's end).
@@ -126,30 +126,41 @@ pub fn key_walk(
     if reach > total {
         return Ok(false);
     }
-    Ok(far_side(c, f, desc)?.is_some_and(|far| far.saturating_add(reach) <= total))
+    Ok(far_side(c, f, desc, total)?.saturating_add(reach) <= total)
 }
 
-/// How many records of `f`'s key terms lie beyond its range on the side a walk in id order
-/// starts from (`desc`: at or after `until`; ascending: before `since`; 0 without that bound),
-/// from the summary per second (migration 19); `None` when it does not answer.
+/// At least how many records of `f`'s key terms lie beyond its range on the side a walk in id
+/// order starts from (`desc`: at or after `until`; ascending: before `since`): 0 without that
+/// bound, else every record of the key terms outside the range — the summary's records of the
+/// key terms (`dead_letter_groups`, a few rows) less the range's `total`. That is exact for a
+/// one-sided range and an upper bound for a two-sided one (only the speed depends on it). The
+/// exact far side from the summary per second would sum one row per group and second of the
+/// complementary range: a month's worth for a short range early in a long-lived archive.
 pub(crate) fn far_side(
     c: &mut dyn Conn,
     f: &Filter,
     desc: bool,
-) -> Result<Option<i64>, ArchiveError> {
-    let (bound, other) = if desc {
-        ("until", "since")
-    } else {
-        ("since", "until")
-    };
-    let Some(t) = f.terms.get(bound) else {
-        return Ok(Some(0));
-    };
-    let mut g = f.clone();
-    g.terms.remove("since");
-    g.terms.remove("until");
-    g.terms.insert(other.to_string(), t.clone());
-    crate::summary_seconds::total(c, &g)
+    total: i64,
+) -> Result<i64, ArchiveError> {
+    let bound = if desc { "until" } else { "since" };
+    if !f.terms.contains_key(bound) {
+        return Ok(0);
+    }
+    let mut keys = f.clone();
+    keys.terms.remove("since");
+    keys.terms.remove("until");
+    let (cond, p) = keys.to_sql(c.dialect())?;
+    let all = c
+        .query(
+            &format!(
+                "SELECT CAST(COALESCE(SUM(records), 0) AS BIGINT) FROM dead_letter_groups WHERE {cond}"
+            ),
+            &p,
+        )?
+        .first()
+        .and_then(|r| r.first())
+        .map_or(0, crate::sql::Cell::int);
+    Ok(all.saturating_sub(total).max(0))
 }
 
 /// The matched keys and range of a filter the group index answers (see the module docs).
