@@ -195,17 +195,39 @@ pub fn list(
     // PostgreSQL with a `status` term: migration 16's `(status, id) INCLUDE (created_at)` walked
     // in id order answers the page without a record read (`range_count::status_walk`).
     let walk_status = crate::range_count::status_walk(c.dialect(), f);
+    // PostgreSQL, other key terms: an `(X, id)` index walked when the summary per second shows
+    // few of the key's records beyond the range on the walk's side (`range_count::key_walk`).
+    let walk =
+        walk_status || (ranged && by_id && crate::range_count::key_walk(c, f, desc, reach, total)?);
     let inner_order = match order.strip_prefix("id ") {
-        Some(dir) if ranged && !walk_status => format!("(id + 0) {dir}"),
+        Some(dir) if ranged && !walk => format!("(id + 0) {dir}"),
         _ => order.clone(),
     };
     let inner = format!(
         "SELECT id FROM {{from}} WHERE {{cond}} ORDER BY {inner_order} LIMIT {page_size}{skip}"
     );
     let ids = if ranged && !order.starts_with("created_at ") {
-        inner
+        let plain = inner
             .replace("{from}", "dead_letters")
-            .replace("{cond}", &cond)
+            .replace("{cond}", &cond);
+        // PostgreSQL, a range with `status` in id order: between id bounds proven in the
+        // statement itself (`id_bounds`) when the walk's far side outweighs the matches.
+        let bounded = if walk_status && by_id {
+            crate::id_bounds::query(c, f, &cond, &params, desc, offset, page_size, total, &plain)?
+        } else {
+            None
+        };
+        if let Some((ids, p)) = bounded {
+            let sql = format!(
+                "SELECT {RECORD_COLUMNS} FROM dead_letters WHERE id IN ({ids}) ORDER BY {order}"
+            );
+            let rows = c.query(&sql, &p)?;
+            return Ok((
+                rows.iter().filter_map(|r| Record::from_row(r)).collect(),
+                total,
+            ));
+        }
+        plain
     } else {
         // Sorted by time, a range walks `dead_letters_created` in order (SQLite), never probes.
         let plan = if ranged {

@@ -86,6 +86,83 @@ pub fn status_walk(d: Dialect, f: &Filter) -> bool {
             .all(|k| matches!(k.as_str(), "status" | "since" | "until"))
 }
 
+/// The key columns whose `(X, id)` index (migrations 5, 16 and 18, and `(reason, id)`) PostgreSQL
+/// walks in id order for a page of a filter naming X.
+const WALKED: [&str; 5] = [
+    "queue",
+    "original_queue",
+    "error_fingerprint",
+    "reason",
+    "status",
+];
+
+/// Whether a page of `f` in id order (`desc`: newest first) reaching `reach` ids into `total`
+/// matches may be left to PostgreSQL's own `ORDER BY id` (it walks an `(X, id)` index of one of
+/// `f`'s key terms, testing the time on each entry, and stops after `reach` matches) rather than
+/// `id + 0` (every match read and sorted: `since…&original_queue=orders-7&page=10`, 36,501
+/// matches of 1,002,000, 0.6–0.8 s). Only the speed depends on this choice, the statement's
+/// answer is the same. PostgreSQL: a time range whose other terms are summary key columns, one
+/// of them in [`WALKED`]. The walk starts at the order's end: it visits the key's records on the
+/// far side of the range first (`desc`: those at or after `until`; ascending: those before
+/// `since`), at most the key terms' records outside the range ([`far_side`], from the summary),
+/// then about `reach` matches (a record's time is its archiving time, so the range's
+/// records are together in id order). It is taken when that is no more than the `total` matches
+/// the `+ 0` plan reads, and the page lies within the matches (else the walk runs on through the
+/// other side of the range to the key's end).
+pub fn key_walk(
+    c: &mut dyn Conn,
+    f: &Filter,
+    desc: bool,
+    reach: u64,
+    total: i64,
+) -> Result<bool, ArchiveError> {
+    if c.dialect() != Dialect::Postgres
+        || !f.terms.keys().any(|k| WALKED.contains(&k.as_str()))
+        || range_terms(f, crate::summary::KEY_COLUMNS, true).is_none()
+    {
+        return Ok(false);
+    }
+    let reach = i64::try_from(reach).unwrap_or(i64::MAX);
+    if reach > total {
+        return Ok(false);
+    }
+    Ok(far_side(c, f, desc, total)?.saturating_add(reach) <= total)
+}
+
+/// At least how many records of `f`'s key terms lie beyond its range on the side a walk in id
+/// order starts from (`desc`: at or after `until`; ascending: before `since`): 0 without that
+/// bound, else every record of the key terms outside the range — the summary's records of the
+/// key terms (`dead_letter_groups`, a few rows) less the range's `total`. That is exact for a
+/// one-sided range and an upper bound for a two-sided one (only the speed depends on it). The
+/// exact far side from the summary per second would sum one row per group and second of the
+/// complementary range: a month's worth for a short range early in a long-lived archive.
+pub(crate) fn far_side(
+    c: &mut dyn Conn,
+    f: &Filter,
+    desc: bool,
+    total: i64,
+) -> Result<i64, ArchiveError> {
+    let bound = if desc { "until" } else { "since" };
+    if !f.terms.contains_key(bound) {
+        return Ok(0);
+    }
+    let mut keys = f.clone();
+    keys.terms.remove("since");
+    keys.terms.remove("until");
+    let (cond, p) = keys.to_sql(c.dialect())?;
+    let all = c
+        .query(
+            &format!(
+                "SELECT CAST(COALESCE(SUM(records), 0) AS BIGINT) FROM dead_letter_groups WHERE {cond}"
+            ),
+            &p,
+        )?
+        .first()
+        .and_then(|r| r.first())
+        .map_or(0, crate::sql::Cell::int);
+    Ok(all.saturating_sub(total).max(0))
+}
+
 /// The matched keys and range of a filter the group index answers (see the module docs).
 struct Plan {
     /// The key terms' condition on the summary's (and the records') columns, and its parameters.

@@ -317,6 +317,36 @@ pub fn total(c: &mut dyn Conn, f: &Filter) -> Result<Option<i64>, ArchiveError> 
     Ok(Some(n))
 }
 
+/// [`total`] as one statement (one row, one BIGINT column), for a caller that compares it with
+/// another count in the same snapshot (`crate::id_bounds`); `None` as for [`total`].
+pub fn total_query(
+    c: &mut dyn Conn,
+    f: &Filter,
+) -> Result<Option<(String, Vec<Param>)>, ArchiveError> {
+    let Some(plan) = plan(c, f, true)? else {
+        return Ok(None);
+    };
+    let (whole, mut p) = plan.whole();
+    let mut sql = format!("COALESCE((SELECT SUM(w.n) FROM ({whole}) AS w (k, n)), 0)");
+    let edges = plan.edges();
+    if !edges.is_empty() {
+        let (read, q) = plan.read(&edges);
+        p.extend(q);
+        // `read`'s columns: the key columns, the group key, the counted records, ….
+        let mut names: Vec<String> = Keys::V10
+            .columns()
+            .iter()
+            .map(|c| format!("c_{c}"))
+            .collect();
+        names.extend(["k".to_string(), "n".to_string()]);
+        sql.push_str(&format!(
+            " + COALESCE((SELECT SUM(r.n) FROM ({read}) AS r ({})), 0)",
+            names.join(", ")
+        ));
+    }
+    Ok(Some((format!("SELECT CAST({sql} AS BIGINT)"), p)))
+}
+
 /// One group of the answer: count, oldest, newest, a sample message.
 #[derive(Debug, Clone)]
 pub struct Group {

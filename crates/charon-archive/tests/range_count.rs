@@ -85,6 +85,7 @@ fn filters() -> Vec<Vec<(&'static str, String)>> {
 
 fn check(c: &mut dyn Conn, when: &str) {
     let sqlite = c.dialect() == Dialect::Sqlite;
+    let mut walks = [0u32; 2];
     for pairs in filters() {
         let f = Filter::from_pairs(pairs.iter().map(|(k, v)| (*k, v.as_str()))).expect("f");
         let fast = charon_archive::range_count::query(c, &f).expect("range count");
@@ -116,6 +117,67 @@ fn check(c: &mut dyn Conn, when: &str) {
         }
         for sort in [None, Some("id"), Some("created_at"), Some("-created_at")] {
             plain_pages::assert_pages(c, &f, sort, &[1, 2], 20, &format!("{pairs:?} ({when})"));
+        }
+        check_key_walk(c, &pairs, &mut walks, when);
+    }
+    if !sqlite {
+        // Both choices occur (a choice fixed either way fails here).
+        assert!(
+            walks[0] > 0 && walks[1] > 0,
+            "walk choices {walks:?} ({when})"
+        );
+    }
+}
+
+/// PostgreSQL: `range_count::key_walk` (a page of a range with key terms in id order walks an
+/// `(X, id)` index) is taken exactly when a key term has such an index, the page lies within the
+/// `total` matches, and the key's records outside the range when the walk's side is bounded
+/// (counted here with plain SQL) and the page's reach are no more than the matches. `walks` counts the choices
+/// made (not taken, taken).
+fn check_key_walk(c: &mut dyn Conn, pairs: &[(&str, String)], walks: &mut [u32; 2], when: &str) {
+    let f = Filter::from_pairs(pairs.iter().map(|(k, v)| (*k, v.as_str()))).expect("f");
+    let count = |c: &mut dyn Conn, f: &Filter| {
+        let (cond, p) = f.to_sql(c.dialect()).expect("cond");
+        c.query(
+            &format!("SELECT COUNT(*) FROM dead_letters WHERE {cond}"),
+            &p,
+        )
+        .expect("count")[0][0]
+            .int()
+    };
+    let total = count(c, &f);
+    let walked = pairs.iter().any(|(k, _)| {
+        matches!(
+            *k,
+            "queue" | "original_queue" | "error_fingerprint" | "reason" | "status"
+        )
+    }) && pairs.iter().all(|(k, _)| !matches!(*k, "error"));
+    for desc in [true, false] {
+        // The far side: without the walk's bound (`until` newest first, `since` ascending) none,
+        // else the key terms' records outside the range.
+        let bound = if desc { "until" } else { "since" };
+        let far = if pairs.iter().any(|(k, _)| *k == bound) {
+            let keys: Vec<(&str, &str)> = pairs
+                .iter()
+                .filter(|(k, _)| !matches!(*k, "since" | "until"))
+                .map(|(k, v)| (*k, v.as_str()))
+                .collect();
+            count(c, &Filter::from_pairs(keys).expect("keys")) - total
+        } else {
+            0
+        };
+        for reach in [20u64, 40, 400] {
+            let r = reach as i64;
+            let want = c.dialect() == Dialect::Postgres && walked && r <= total && far + r <= total;
+            let have =
+                charon_archive::range_count::key_walk(c, &f, desc, reach, total).expect("key walk");
+            assert_eq!(
+                have, want,
+                "key walk {pairs:?} desc {desc} reach {reach} total {total} far {far} ({when})"
+            );
+            if c.dialect() == Dialect::Postgres && walked {
+                walks[usize::from(have)] += 1;
+            }
         }
     }
 }
