@@ -51,6 +51,7 @@ pub mod runtime_settings;
 pub mod server;
 pub mod tls;
 pub mod topic_access;
+pub mod topology_lock;
 pub mod turn_cpu;
 pub mod vhost;
 

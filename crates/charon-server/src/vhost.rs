@@ -12,6 +12,7 @@ use charon_core::{Policies, QueueArgs, QueueMeta, VHost};
 use crate::handles::QueueHandle;
 use crate::locks::{MutexExt, RwLockExt};
 use crate::persist::{self, Durable, Persistence, StoreSlot};
+use crate::topology_lock::Topology;
 
 /// One virtual host: its topology (exchanges, bindings, queue handles) and its policies.
 ///
@@ -21,8 +22,9 @@ use crate::persist::{self, Durable, Persistence, StoreSlot};
 pub struct VHostState {
     /// The vhost's name.
     pub name: Arc<str>,
-    /// Exchanges, bindings and the registry of queue actors.
-    pub topology: RwLock<VHost<QueueHandle>>,
+    /// Exchanges, bindings and the registry of queue actors, with the generation every write
+    /// advances (`topology_lock.rs`).
+    pub topology: Topology,
     /// Policies (set through `Broker::set_policy`, policies.rs).
     pub policies: RwLock<Policies>,
     /// Operator policies (`Broker::set_policy_of`, policies.rs), merged over `policies`.
@@ -48,7 +50,7 @@ impl VHostState {
         v.seed_names(seed);
         Self {
             name: Arc::from(name),
-            topology: RwLock::new(v),
+            topology: Topology::new(v),
             policies: RwLock::new(Policies::default()),
             operator_policies: RwLock::new(Policies::default()),
             store,

@@ -74,7 +74,9 @@ impl<C> ChunkRing<C> {
         }
     }
 
-    /// Key `key`'s chunk, made by `make` when there is none.
+    /// Key `key`'s chunk, made by `make` when there is none. Inline: a queue's `IdMap::insert`
+    /// calls it once a message, and left out of line it cost ~16 instructions a call (part 19).
+    #[inline]
     pub fn get_or_insert_with(&mut self, key: u64, make: impl FnOnce() -> C) -> &mut C {
         if self.slot(key).is_none() && !self.cover(key) {
             return self.spill.entry(key).or_insert_with(make);

@@ -193,8 +193,10 @@ pub struct Exchange {
     pub bindings: Box<dyn BindingTable>,
     /// Declared as `x-delayed-message` ([`delayed`]): `kind` is its `x-delayed-type`.
     pub delayed: bool,
-    /// Messages published into it and routed out of it (management rates).
-    pub stats: ExchangeStats,
+    /// Messages published into it and routed out of it (management rates). Shared so a
+    /// connection's route cache (charon-server `connection/route_cache.rs`) counts a publish it
+    /// routed without the topology lock into the exchange it cached.
+    pub stats: Arc<ExchangeStats>,
 }
 
 impl Exchange {
@@ -216,7 +218,7 @@ impl Exchange {
             arguments,
             bindings: kind.new_table(),
             delayed: false,
-            stats: ExchangeStats::default(),
+            stats: Arc::default(),
         }
     }
 

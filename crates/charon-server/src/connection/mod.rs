@@ -14,6 +14,7 @@ mod methods;
 mod publish_batch;
 mod read_pace;
 mod read_size;
+mod route_cache;
 mod shapes;
 mod transport;
 mod writer;
@@ -142,6 +143,7 @@ pub(crate) async fn serve_on<S: Transport>(
         confirms_due: Vec::new(),
         confirm_replies: Vec::new(),
         spare_targets: Vec::new(),
+        route_cache: route_cache::RouteCache::default(),
         publish_batches: publish_batch::PublishBatches::default(),
         settles: Vec::new(),
         frames_in: 0,
@@ -306,6 +308,9 @@ pub(crate) struct Connection {
     /// An emptied target list of an earlier publish, kept for the next one's routing (no
     /// allocation per publish routed to one queue).
     pub(crate) spare_targets: Vec<crate::handles::QueueHandle>,
+    /// The queues the last cacheable publish was routed to, while the topology is unchanged
+    /// (`route_cache.rs`).
+    pub(crate) route_cache: route_cache::RouteCache,
     /// Single-target publishes of the read batch not yet handed to their queues
     /// (`publish_batch.rs`).
     pub(crate) publish_batches: publish_batch::PublishBatches,

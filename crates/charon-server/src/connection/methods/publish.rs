@@ -206,7 +206,7 @@ impl Connection {
     /// (with whether the exchange is durable): it is routed when due (`exchange_delay`).
     #[allow(clippy::type_complexity)]
     fn route(
-        &self,
+        &mut self,
         names: (Arc<str>, Arc<str>),
         properties: RawProperties,
         body: Bytes,
@@ -252,7 +252,17 @@ impl Connection {
         // growing from empty.
         targets.clear();
         targets.reserve(1);
-        let delay = {
+        // A route that depends on the topology, the exchange and the key alone (no headers
+        // read, no CC/BCC, no topic permissions to check: `connection/route_cache.rs`) is
+        // taken from the connection's cache while the topology is unchanged.
+        let cacheable = decoded.is_none() && !self.broker.access().topics.any();
+        let cached = cacheable
+            && self
+                .route_cache
+                .route(&self.vhost.topology, &names.0, &names.1, &mut targets);
+        let delay = if cached {
+            None
+        } else {
             let topo = self.vhost.topology.read_recover();
             // One exchange lookup for the delay check and the routing.
             let x = topo.exchange(exchange);
@@ -260,7 +270,18 @@ impl Connection {
             crate::topic_access::check_publish(&self.broker, &topo, &self.user, exchange, keys)?;
             if delay.is_none() {
                 match x {
-                    Some(x) => topo.route_from(x, keys, headers, &mut targets)?,
+                    Some(x) => {
+                        topo.route_from(x, keys, headers, &mut targets)?;
+                        if cacheable && !x.delayed {
+                            self.route_cache.remember(
+                                self.vhost.topology.generation(),
+                                &names.0,
+                                &names.1,
+                                &targets,
+                                &x.stats,
+                            );
+                        }
+                    }
                     None => topo.route(exchange, keys, headers, &mut targets)?,
                 }
             }
