@@ -35,6 +35,17 @@ def counts(ch, *queues):
     return [count(ch, q) for q in queues]
 
 
+
+def queue_gone(conn, q):
+    """Whether a passive declare of `q` on a fresh channel of `conn` is refused (404)."""
+    try:
+        probe = conn.channel()
+        probe.queue_declare(q, passive=True)
+        probe.close()
+        return False
+    except pika.exceptions.ChannelClosedByBroker:
+        return True
+
 def test_binding_and_unbinding_change_where_the_next_publish_goes(broker, ch, uniq, publisher):
     _, pch = publisher
     x, a, b, y = uniq("rc-x"), uniq("rc-a"), uniq("rc-b"), uniq("rc-y")
@@ -130,16 +141,9 @@ def test_queue_removed_by_its_last_consumer_leaving_then_redeclared(broker, ch, 
     eventually(lambda: seen == [b"first"], "first delivery", conn=ch.connection)
     ch.basic_cancel(tag)  # the last consumer leaves: the queue deletes itself
 
-    def gone():
-        try:
-            probe = ch.connection.channel()
-            probe.queue_declare(q, passive=True)
-            probe.close()
-            return False
-        except pika.exceptions.ChannelClosedByBroker:
-            return True
-
-    eventually(gone, "auto-delete queue removed", conn=ch.connection)
+    eventually(
+        lambda: queue_gone(ch.connection, q), "auto-delete queue removed", conn=ch.connection
+    )
     ch2 = ch.connection.channel()
     ch2.queue_declare(q, durable=True)
     publish(pch, "", q, b"second")
@@ -158,16 +162,9 @@ def test_exclusive_queue_removed_with_its_connection_then_redeclared(broker, ch,
     assert count(och, q) == 2
     owner.close()  # its exclusive queue goes with it
 
-    def gone():
-        try:
-            probe = ch.connection.channel()
-            probe.queue_declare(q, passive=True)
-            probe.close()
-            return False
-        except pika.exceptions.ChannelClosedByBroker:
-            return True
-
-    eventually(gone, "exclusive queue removed", conn=ch.connection)
+    eventually(
+        lambda: queue_gone(ch.connection, q), "exclusive queue removed", conn=ch.connection
+    )
     ch2 = ch.connection.channel()
     ch2.queue_declare(q, durable=True)
     publish(pch, "", q, b"after")

@@ -183,14 +183,7 @@ pub fn list(
     if let Some((ids, p)) =
         crate::sparse_sort::ids_query(c, &cond, &params, &order, total, ranged, offset, page_size)?
     {
-        let sql = format!(
-            "SELECT {RECORD_COLUMNS} FROM dead_letters WHERE id IN ({ids}) ORDER BY {order}"
-        );
-        let rows = c.query(&sql, &p)?;
-        return Ok((
-            rows.iter().filter_map(|r| Record::from_row(r)).collect(),
-            total,
-        ));
+        return Ok((records_in_order(c, &ids, &p, &order)?, total));
     }
     // PostgreSQL with a `status` term: migration 16's `(status, id) INCLUDE (created_at)` walked
     // in id order answers the page without a record read (`range_count::status_walk`).
@@ -218,14 +211,7 @@ pub fn list(
             None
         };
         if let Some((ids, p)) = bounded {
-            let sql = format!(
-                "SELECT {RECORD_COLUMNS} FROM dead_letters WHERE id IN ({ids}) ORDER BY {order}"
-            );
-            let rows = c.query(&sql, &p)?;
-            return Ok((
-                rows.iter().filter_map(|r| Record::from_row(r)).collect(),
-                total,
-            ));
+            return Ok((records_in_order(c, &ids, &p, &order)?, total));
         }
         plain
     } else {
@@ -245,13 +231,21 @@ pub fn list(
             offset.saturating_add(page_size),
         )?
     };
+    Ok((records_in_order(c, &ids, &params, &order)?, total))
+}
+
+/// The records of a page whose ids a statement chose (`ids`: an id list or a subquery, with
+/// `params`), read in the page's `order`.
+fn records_in_order(
+    c: &mut dyn Conn,
+    ids: &str,
+    params: &[Param],
+    order: &str,
+) -> Result<Vec<Record>, ArchiveError> {
     let sql =
         format!("SELECT {RECORD_COLUMNS} FROM dead_letters WHERE id IN ({ids}) ORDER BY {order}");
-    let rows = c.query(&sql, &params)?;
-    Ok((
-        rows.iter().filter_map(|r| Record::from_row(r)).collect(),
-        total,
-    ))
+    let rows = c.query(&sql, params)?;
+    Ok(rows.iter().filter_map(|r| Record::from_row(r)).collect())
 }
 
 /// An `error` term's needle and FTS5 query (looked up once) when `f` is an `error`-only filter
