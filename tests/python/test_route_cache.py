@@ -46,6 +46,18 @@ def queue_gone(conn, q):
     except pika.exceptions.ChannelClosedByBroker:
         return True
 
+
+def redeclared_gets_the_next_publish(ch, pch, q, what, body):
+    """Waits until `q` is gone (`what` names why), declares it again (durable) and checks that
+    the next publish to it through the default exchange lands in the new queue."""
+    eventually(lambda: queue_gone(ch.connection, q), what, conn=ch.connection)
+    ch2 = ch.connection.channel()
+    ch2.queue_declare(q, durable=True)
+    publish(pch, "", q, body)
+    assert count(ch2, q) == 1
+    assert ch2.basic_get(q, auto_ack=True)[2] == body
+    ch2.queue_delete(q)
+
 def test_binding_and_unbinding_change_where_the_next_publish_goes(broker, ch, uniq, publisher):
     _, pch = publisher
     x, a, b, y = uniq("rc-x"), uniq("rc-a"), uniq("rc-b"), uniq("rc-y")
@@ -140,16 +152,7 @@ def test_queue_removed_by_its_last_consumer_leaving_then_redeclared(broker, ch, 
     publish(pch, "", q, b"first")
     eventually(lambda: seen == [b"first"], "first delivery", conn=ch.connection)
     ch.basic_cancel(tag)  # the last consumer leaves: the queue deletes itself
-
-    eventually(
-        lambda: queue_gone(ch.connection, q), "auto-delete queue removed", conn=ch.connection
-    )
-    ch2 = ch.connection.channel()
-    ch2.queue_declare(q, durable=True)
-    publish(pch, "", q, b"second")
-    assert count(ch2, q) == 1
-    assert ch2.basic_get(q, auto_ack=True)[2] == b"second"
-    ch2.queue_delete(q)
+    redeclared_gets_the_next_publish(ch, pch, q, "auto-delete queue removed", b"second")
 
 
 def test_exclusive_queue_removed_with_its_connection_then_redeclared(broker, ch, uniq, publisher):
@@ -161,16 +164,7 @@ def test_exclusive_queue_removed_with_its_connection_then_redeclared(broker, ch,
     publish(pch, "", q, n=2)
     assert count(och, q) == 2
     owner.close()  # its exclusive queue goes with it
-
-    eventually(
-        lambda: queue_gone(ch.connection, q), "exclusive queue removed", conn=ch.connection
-    )
-    ch2 = ch.connection.channel()
-    ch2.queue_declare(q, durable=True)
-    publish(pch, "", q, b"after")
-    assert count(ch2, q) == 1
-    assert ch2.basic_get(q, auto_ack=True)[2] == b"after"
-    ch2.queue_delete(q)
+    redeclared_gets_the_next_publish(ch, pch, q, "exclusive queue removed", b"after")
 
 
 def test_policy_set_on_a_queue_reached_through_a_cached_route_applies(broker, ch, uniq, publisher):

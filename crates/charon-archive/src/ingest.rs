@@ -147,7 +147,7 @@ struct Delta<'a> {
     error_message: Option<&'a str>,
     /// Records per second (`floor(created_at / 1000)`) for the group summary per second
     /// (migration 20): a run of records in one second adds to the last entry, another second
-    /// pushes one; [`Delta::per_second`] merges the entries of a second.
+    /// pushes one; [`Delta::second_counts`] merges the entries of a second.
     seconds: Vec<(i64, i64)>,
 }
 
@@ -161,7 +161,7 @@ impl Delta<'_> {
     }
 
     /// The group's records per second, one entry per second.
-    fn per_second(&self) -> Vec<(i64, i64)> {
+    fn second_counts(&self) -> Vec<(i64, i64)> {
         let mut v = self.seconds.clone();
         v.sort_unstable_by_key(|(s, _)| *s);
         let mut out: Vec<(i64, i64)> = Vec::with_capacity(v.len());
@@ -266,7 +266,7 @@ impl<'a> Deltas<'a> {
             }
             if seconds && keys == Keys::V10 {
                 // Migration 20 comes after 10: the key is [`Keys::V10`]'s, status PENDING.
-                for (s, n) in d.per_second() {
+                for (s, n) in d.second_counts() {
                     let mut row = p.clone();
                     row.extend([status::PENDING.into(), s.into(), n.into()]);
                     second_rows.push(row);
@@ -573,6 +573,6 @@ mod tests {
         for t in [5_000, 5_999, 7_000, 5_500, -1, -1_000, -1_001, 7_001] {
             d.count_second(t);
         }
-        assert_eq!(d.per_second(), vec![(-2, 1), (-1, 2), (5, 3), (7, 2)]);
+        assert_eq!(d.second_counts(), vec![(-2, 1), (-1, 2), (5, 3), (7, 2)]);
     }
 }
