@@ -38,7 +38,7 @@ fn exchange_json(broker: &Broker, x: &ExchangeView) -> Value {
         "name": x.name, "vhost": x.vhost, "type": x.kind, "durable": x.durable,
         "auto_delete": x.auto_delete, "internal": x.internal,
         "arguments": table_to_json(&x.arguments),
-        "user_who_performed_action": "rmq-internal", "policy": null,
+        "user_who_performed_action": "rmq-internal", "policy": x.policy,
         "message_stats": {
             "publish_in": publish_in, "publish_in_details": details(rates[0]),
             "publish_out": publish_out, "publish_out_details": details(rates[1]),
