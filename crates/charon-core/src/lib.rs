@@ -28,7 +28,7 @@ pub mod vhost;
 
 pub use arguments::{Overflow, QueueArgs, QueueType};
 pub use error::CoreError;
-pub use exchange::{Binding, Destination, Exchange, ExchangeKind};
+pub use exchange::{Binding, Destination, Exchange, ExchangeKind, ExchangePolicy};
 pub use message::{Body, Message};
 pub use policy::{ApplyTo, DefValue, Policies, Policy, PolicyDefinition, PolicyError};
 pub use queue::{

@@ -38,12 +38,16 @@ fn exchange_json(broker: &Broker, x: &ExchangeView) -> Value {
         "name": x.name, "vhost": x.vhost, "type": x.kind, "durable": x.durable,
         "auto_delete": x.auto_delete, "internal": x.internal,
         "arguments": table_to_json(&x.arguments),
-        "user_who_performed_action": "rmq-internal", "policy": null,
+        "user_who_performed_action": "rmq-internal",
         "message_stats": {
             "publish_in": publish_in, "publish_in_details": details(rates[0]),
             "publish_out": publish_out, "publish_out_details": details(rates[1]),
         },
     });
+    // RabbitMQ lists `policy` only when one applies.
+    if let (Some(p), Some(o)) = (&x.policy, v.as_object_mut()) {
+        o.insert("policy".into(), json!(p));
+    }
     // The delayed-message plugin's `messages_delayed`, for x-delayed-message exchanges.
     if let (Some(n), Some(o)) = (x.messages_delayed, v.as_object_mut()) {
         o.insert("messages_delayed".into(), json!(n));

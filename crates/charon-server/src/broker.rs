@@ -270,6 +270,8 @@ impl Broker {
                 drop(v.save_topology());
                 restored += crate::exchange_delay::recover(&v, &rec, &mut known);
             }
+            // The restored policies on the built-in and restored exchanges.
+            v.apply_exchange_policies();
         }
         // Messages of queues that no longer exist (deleted while a publish was on its way).
         for sid in rec.queues.keys().filter(|q| !known.contains(*q)) {

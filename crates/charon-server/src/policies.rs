@@ -1,5 +1,5 @@
 //! Setting, clearing and listing policies and operator policies of a vhost, and applying them at
-//! once to its existing queues (each queue actor gets its new effective settings). The management
+//! once to its existing exchanges and queues (each queue actor gets its new effective settings). The management
 //! API and `charon ctl` go through these functions; nothing else changes policies.
 
 use charon_core::{ApplyTo, DefValue, Policy, PolicyDefinition, PolicyError};
@@ -153,8 +153,10 @@ fn save(vhost: &VHostState, kind: PolicyKind) {
     });
 }
 
-/// Sends every queue of `vhost` its current effective settings.
+/// Applies the policies to every exchange of `vhost` (their alternate exchanges) and sends every
+/// queue its current effective settings.
 fn reapply(vhost: &VHostState) {
+    vhost.apply_exchange_policies();
     let topo = vhost.topology.read_recover();
     for entry in topo.queues() {
         let args = vhost.effective_args(&entry.meta);

@@ -82,6 +82,22 @@ impl VHostState {
         p.save_topology(&self.name, encoded)
     }
 
+    /// Sets on exchange `name` of `topo` (this vhost's topology, write-locked by the caller) what
+    /// the vhost's policies apply to it (charon-core `vhost/exchange_policy.rs`): after a declare.
+    pub(crate) fn apply_exchange_policy(&self, topo: &mut VHost<QueueHandle>, name: &str) {
+        let policies = self.policies.read_recover();
+        topo.apply_exchange_policy(name, &policies);
+    }
+
+    /// Sets on every exchange what the vhost's policies apply to it (after a policy changed, and
+    /// once the saved policies and topology are restored). Taking the topology's write lock
+    /// advances its generation, so no connection's route cache keeps a route computed before.
+    pub(crate) fn apply_exchange_policies(&self) {
+        let mut topo = self.topology.write_recover();
+        let policies = self.policies.read_recover();
+        topo.apply_exchange_policies(&policies);
+    }
+
     /// The settings queue `meta` runs with: its arguments overlaid with the policy and the
     /// operator policy that apply (merged by charon-core's `merge_operator`).
     pub fn effective_args(&self, meta: &QueueMeta) -> QueueArgs {

@@ -197,6 +197,17 @@ pub struct Exchange {
     /// connection's route cache (charon-server `connection/route_cache.rs`) counts a publish it
     /// routed without the topology lock into the exchange it cached.
     pub stats: Arc<ExchangeStats>,
+    /// The policy that applies to it, as last applied (charon-core `vhost/exchange_policy.rs`).
+    pub policy: Option<ExchangePolicy>,
+}
+
+/// What the policy applying to an exchange sets for it (`rabbit_policy` for exchanges).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExchangePolicy {
+    /// The policy's name (listed as the exchange's `policy`).
+    pub name: Arc<str>,
+    /// Its `alternate-exchange`, used when the exchange has no such argument.
+    pub alternate_exchange: Option<Arc<str>>,
 }
 
 impl Exchange {
@@ -219,6 +230,7 @@ impl Exchange {
             bindings: kind.new_table(),
             delayed: false,
             stats: Arc::default(),
+            policy: None,
         }
     }
 
@@ -231,14 +243,19 @@ impl Exchange {
         }
     }
 
-    /// The `alternate-exchange` argument, if it is a string.
+    /// The alternate exchange: the `alternate-exchange` argument if there is one (and it is a
+    /// string), else the applying policy's (`rabbit_policy:get_arg/3`: the argument wins).
     pub fn alternate_exchange(&self) -> Option<&str> {
         match crate::value::lookup(&self.arguments, "alternate-exchange") {
             Some(charon_protocol::AMQPValue::LongString(s)) => {
                 std::str::from_utf8(s.as_bytes()).ok()
             }
             Some(charon_protocol::AMQPValue::ShortString(s)) => Some(s.as_str()),
-            _ => None,
+            Some(_) => None,
+            None => self
+                .policy
+                .as_ref()
+                .and_then(|p| p.alternate_exchange.as_deref()),
         }
     }
 }

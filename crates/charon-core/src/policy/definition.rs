@@ -31,7 +31,6 @@ impl DefValue {
 
 /// Keys RabbitMQ accepts that Charon stores without acting on them.
 const INERT_KEYS: &[&str] = &[
-    "alternate-exchange",
     "queue-mode",
     "max-in-memory-length",
     "max-in-memory-bytes",
@@ -59,6 +58,8 @@ pub struct PolicyDefinition {
     pub dead_letter_exchange: Option<String>,
     /// `dead-letter-routing-key`.
     pub dead_letter_routing_key: Option<String>,
+    /// `alternate-exchange` (for exchanges; the exchange's own argument wins).
+    pub alternate_exchange: Option<String>,
     /// `message-ttl` (ms).
     pub message_ttl: Option<u64>,
     /// `expires` (ms).
@@ -117,6 +118,16 @@ impl PolicyDefinition {
             match key.as_str() {
                 "dead-letter-exchange" => d.dead_letter_exchange = Some(string(key, v)?),
                 "dead-letter-routing-key" => d.dead_letter_routing_key = Some(string(key, v)?),
+                // `rabbit_policies:validate_policy0`'s message.
+                "alternate-exchange" => match v {
+                    DefValue::Str(s) => d.alternate_exchange = Some(s.clone()),
+                    other => {
+                        return Err(invalid(format!(
+                            "{} is not a valid alternate exchange name",
+                            other.describe()
+                        )));
+                    }
+                },
                 "message-ttl" => d.message_ttl = Some(non_neg(key, v, Some(MAX_EXPIRY))?),
                 "expires" => {
                     let e = non_neg(key, v, Some(MAX_EXPIRY))?;

@@ -2,12 +2,13 @@
 //! registry. The queues themselves live elsewhere (one actor each in the
 //! server); the vhost only stores their metadata and a handle `Q`.
 //!
-//! Split by concern: [`exchanges`](self) declare/delete, `queues`
+//! Split by concern: [`exchanges`](self) declare/delete, `exchange_policy`, `queues`
 //! declare/delete/access, `bindings`, `routing`, plus `equivalence` checks
 //! and `naming` of server-named queues.
 
 mod bindings;
 mod equivalence;
+mod exchange_policy;
 mod exchanges;
 mod naming;
 mod queues;

@@ -43,6 +43,8 @@ pub struct ExchangeView {
     pub release_lateness: Option<crate::lateness::LatenessSummary>,
     /// Messages published into it (`publish_in`) and routed out of it to queues (`publish_out`).
     pub publish_in_out: (u64, u64),
+    /// The policy that applies to it.
+    pub policy: Option<String>,
 }
 
 /// A binding as listed.
@@ -135,6 +137,7 @@ impl Broker {
                         .then(|| v.delayed.get().map_or(0, |h| h.waiting(&x.name))),
                     release_lateness: v.delayed.get().and_then(|h| h.lateness(&x.name)),
                     publish_in_out: x.stats.get(),
+                    policy: x.policy.as_ref().map(|p| p.name.to_string()),
                 }
             }));
         }
@@ -219,6 +222,7 @@ impl Broker {
                     .check_exchange_declare(&d.name, new_args)?;
             }
             topo.declare_exchange(&d)?;
+            v.apply_exchange_policy(&mut topo, &d.name);
         }
         save(&v).await;
         Ok(())

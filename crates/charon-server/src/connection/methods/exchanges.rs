@@ -37,6 +37,8 @@ impl Connection {
                     internal: d.internal,
                     arguments: d.arguments,
                 })?;
+                self.vhost
+                    .apply_exchange_policy(&mut topo, d.exchange.as_str());
                 (
                     exchange::AMQPMethod::DeclareOk(exchange::DeclareOk {}),
                     d.nowait,
