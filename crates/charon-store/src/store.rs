@@ -396,12 +396,8 @@ impl State {
     ) -> Result<(u64, Loc, usize), AppendError> {
         let msg = MsgBody::of_ref(message);
         let (_, index, loc, _, body_at) = self.append_record(segment_size, true, |out| {
-            record::encode_record_with(out, |out| {
-                Ok((
-                    Kind::Publish,
-                    Some(record::encode_publish_into(out, &msg, members)?),
-                ))
-            })
+            let (len, at) = record::encode_publish_record(out, &msg, members)?;
+            Ok((Kind::Publish, len, Some(at)))
         })?;
         let at = body_at.ok_or(AppendError::Invalid("internal encoding error"))?;
         // Applied from the borrowed members (what `Index::apply` does with a decoded

@@ -173,6 +173,67 @@ pub(crate) fn encode_publish_into(
     Ok(put_msg(out, msg)? - start)
 }
 
+/// A whole publish record (header and payload, the format [`encode_publish_into`] and
+/// `record::encode_record_with` write together) appended to `out` in one pass: every length
+/// checked first (on an error `out` is left as it was), one `reserve`, the header and the
+/// fixed-size fields each written as one block. Index, term and CRC are left to
+/// `record::seal` and the writer, as for `encode_record`. Returns the record's length and the
+/// body's offset inside the record. The publish hot path (`Store::publish_nowait`).
+pub(crate) fn encode_publish_record(
+    out: &mut Vec<u8>,
+    msg: &MsgBody<'_>,
+    members: &[Member],
+) -> Result<(usize, usize), AppendError> {
+    if members.is_empty() {
+        return Err(AppendError::Invalid("publish without members"));
+    }
+    let n = u32::try_from(members.len()).map_err(|_| AppendError::Invalid("too many members"))?;
+    let ex = u8::try_from(msg.exchange.len())
+        .map_err(|_| AppendError::Invalid("exchange longer than 255 bytes"))?;
+    let rk = u8::try_from(msg.routing_key.len())
+        .map_err(|_| AppendError::Invalid("routing key longer than 255 bytes"))?;
+    let pl = u32::try_from(msg.properties.len())
+        .map_err(|_| AppendError::Invalid("properties too long"))?;
+    let bl = u32::try_from(msg.body.len()).map_err(|_| AppendError::Invalid("body too long"))?;
+    // Payload: member count, members, enqueue and expiry times, exchange, routing key,
+    // properties, body (`put_members` then `put_msg`).
+    let body_at = (4 + 16 * n as u64 + 8 + 8 + 1 + u64::from(ex) + 1 + u64::from(rk))
+        + (4 + u64::from(pl) + 4);
+    let payload_len = body_at + u64::from(bl);
+    let (Ok(body_at), Ok(payload_len)) = (usize::try_from(body_at), usize::try_from(payload_len))
+    else {
+        return Err(AppendError::Invalid("record larger than 1 GiB"));
+    };
+    if !super::fits(payload_len) {
+        return Err(AppendError::Invalid("record larger than 1 GiB"));
+    }
+    out.reserve(super::HEADER_LEN + payload_len);
+    // The header (length, CRC, index and term set later) and the member count.
+    let mut head = [0u8; super::HEADER_LEN + 4];
+    head[24] = Kind::Publish as u8;
+    head[28..32].copy_from_slice(&n.to_le_bytes());
+    out.extend_from_slice(&head);
+    for (q, id) in members {
+        let mut m = [0u8; 16];
+        m[..8].copy_from_slice(&q.to_le_bytes());
+        m[8..].copy_from_slice(&id.to_le_bytes());
+        out.extend_from_slice(&m);
+    }
+    let mut times = [0u8; 17];
+    times[..8].copy_from_slice(&msg.enqueue_ms.to_le_bytes());
+    times[8..16].copy_from_slice(&msg.expiry_ms.unwrap_or(NO_EXPIRY).to_le_bytes());
+    times[16] = ex;
+    out.extend_from_slice(&times);
+    out.extend_from_slice(msg.exchange);
+    out.push(rk);
+    out.extend_from_slice(msg.routing_key);
+    out.extend_from_slice(&pl.to_le_bytes());
+    out.extend_from_slice(msg.properties);
+    out.extend_from_slice(&bl.to_le_bytes());
+    out.extend_from_slice(msg.body);
+    Ok((super::HEADER_LEN + payload_len, super::HEADER_LEN + body_at))
+}
+
 /// Payload bytes for `cmd`, its kind, and for message-creating commands the
 /// offset of the body inside the payload.
 pub(crate) fn encode_command(cmd: &Command) -> Result<(Kind, Vec<u8>, Option<usize>), AppendError> {
