@@ -12,6 +12,8 @@ use crate::types::Command;
 
 /// Header bytes before the payload.
 pub(crate) const HEADER_LEN: usize = 28;
+/// Where a record's kind byte sits in its header (docs/storage-format.md).
+pub(crate) const KIND_AT: usize = 24;
 /// Bytes covered by `len` that are not payload (index, term, kind, flags, reserved).
 const LEN_OVERHEAD: u32 = 20;
 /// Largest `len` accepted when reading.
@@ -70,7 +72,7 @@ pub(crate) fn encode_record_with(
         out.truncate(start);
         return Err(AppendError::Invalid("record larger than 1 GiB"));
     }
-    if let Some(kb) = out.get_mut(start + 24) {
+    if let Some(kb) = out.get_mut(start + KIND_AT) {
         *kb = kind as u8;
     }
     Ok((

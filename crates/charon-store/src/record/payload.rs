@@ -210,8 +210,8 @@ pub(crate) fn encode_publish_record(
     out.reserve(super::HEADER_LEN + payload_len);
     // The header (length, CRC, index and term set later) and the member count.
     let mut head = [0u8; super::HEADER_LEN + 4];
-    head[24] = Kind::Publish as u8;
-    head[28..32].copy_from_slice(&n.to_le_bytes());
+    head[super::KIND_AT] = Kind::Publish as u8;
+    head[super::HEADER_LEN..].copy_from_slice(&n.to_le_bytes());
     out.extend_from_slice(&head);
     for (q, id) in members {
         let mut m = [0u8; 16];
