@@ -288,6 +288,18 @@ def ch(conn):
 
 
 @pytest.fixture
+def confirm_publisher(broker):
+    """A connection of its own and its channel in confirm mode: each publish returns once routed
+    (a mandatory one nobody takes raises UnroutableError)."""
+    c = broker.connect()
+    pch = c.channel()
+    pch.confirm_delivery()
+    yield c, pch
+    if c.is_open:
+        c.close()
+
+
+@pytest.fixture
 def uniq():
     def make(prefix="t"):
         return f"{prefix}-{uuid.uuid4().hex[:12]}"

@@ -18,14 +18,9 @@ PERSISTENT = pika.BasicProperties(delivery_mode=2)
 
 
 @pytest.fixture
-def publisher(broker):
-    """A confirm-mode channel: a mandatory publish nobody takes raises UnroutableError."""
-    c = broker.connect()
-    ch = c.channel()
-    ch.confirm_delivery()
-    yield ch
-    if c.is_open:
-        c.close()
+def publisher(confirm_publisher):
+    """conftest's confirm-mode channel."""
+    return confirm_publisher[1]
 
 
 def unroutable(pch, exchange, key="k"):

@@ -16,14 +16,9 @@ PERSISTENT = pika.BasicProperties(delivery_mode=2)
 
 
 @pytest.fixture
-def publisher(broker):
-    """A connection whose channel is in confirm mode: each publish returns once routed."""
-    c = broker.connect()
-    ch = c.channel()
-    ch.confirm_delivery()
-    yield c, ch
-    if c.is_open:
-        c.close()
+def publisher(confirm_publisher):
+    """conftest's confirm-mode connection and channel."""
+    return confirm_publisher
 
 
 def publish(ch, exchange, key, body=b"m", n=1):
