@@ -261,7 +261,11 @@ mod tests {
         let keys: Vec<Arc<str>> = vec![Arc::from("a"), Arc::from("b")];
         let m = Message::new("x", "k", RawProperties::default(), Bytes::new()).with_bcc(keys);
         assert_eq!(m.bcc.iter().map(|k| &**k).collect::<Vec<_>>(), ["a", "b"]);
-        assert!(Message::new("x", "k", RawProperties::default(), Bytes::new()).bcc.is_empty());
+        assert!(
+            Message::new("x", "k", RawProperties::default(), Bytes::new())
+                .bcc
+                .is_empty()
+        );
     }
 
     proptest! {
