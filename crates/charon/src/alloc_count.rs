@@ -177,7 +177,7 @@ mod tests {
             let mut live = Vec::new();
             for (i, (size, align_log, new_size, zeroed)) in reqs.into_iter().enumerate() {
                 let align = 1usize << align_log;
-                let layout = Layout::from_size_align(size, align).unwrap();
+                let layout = Layout::from_size_align(size, align).expect("a power of two");
                 // SAFETY: a non-zero size; every block is freed below with its layout.
                 let p = unsafe { if zeroed { a.alloc_zeroed(layout) } else { a.alloc(layout) } };
                 prop_assert!(!p.is_null());
@@ -197,7 +197,7 @@ mod tests {
                 // SAFETY: `q` is a block of `new_size` >= `keep` bytes.
                 let kept = unsafe { std::slice::from_raw_parts(q, keep) };
                 prop_assert_eq!(kept, &model[..keep]);
-                live.push((q, Layout::from_size_align(new_size, align).unwrap()));
+                live.push((q, Layout::from_size_align(new_size, align).expect("a power of two")));
             }
             for (q, layout) in live {
                 // SAFETY: allocated above with this layout.
