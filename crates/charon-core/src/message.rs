@@ -288,7 +288,8 @@ mod tests {
             prop_assert_eq!(body.resident(), Some(&bytes[..]));
             prop_assert_eq!(body.to_bytes(), Some(Bytes::copy_from_slice(&bytes)));
             let resident = Body::Resident(Bytes::copy_from_slice(&bytes));
-            prop_assert!(body == resident && resident == body);
+            prop_assert_eq!(&body, &resident);
+            prop_assert_eq!(&resident, &body);
             prop_assert!(body == Bytes::copy_from_slice(&bytes));
             prop_assert_eq!(body == Body::copy_from_slice(&other), bytes == other);
             let m = Message::new("x", "k", RawProperties::default(), body.clone());
