@@ -29,7 +29,7 @@ pub mod vhost;
 pub use arguments::{Overflow, QueueArgs, QueueType};
 pub use error::CoreError;
 pub use exchange::{Binding, Destination, Exchange, ExchangeKind, ExchangePolicy};
-pub use message::{Body, Message};
+pub use message::{Bcc, Body, INLINE_MAX, InlineBody, Message};
 pub use policy::{ApplyTo, DefValue, Policies, Policy, PolicyDefinition, PolicyError};
 pub use queue::{
     ConsumerId, ConsumerSpec, DeadLetter, Delivery, GetResult, MsgId, PublishOutcome, QueueState,

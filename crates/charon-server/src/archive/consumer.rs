@@ -106,7 +106,7 @@ pub(super) async fn run(svc: Arc<ArchiveService>, vhost: String, queue: QueueHan
                 &vhost,
                 queue.name(),
                 &m.properties,
-                m.body.resident().cloned().unwrap_or_default(),
+                m.body.to_bytes().unwrap_or_default(),
                 now,
             ));
         };

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use charon_core::{ConsumerId, MsgId};
 use charon_protocol::CLASS_BASIC;
 
@@ -21,7 +21,8 @@ pub(crate) struct PendingPublish {
     pub(crate) mandatory: bool,
     pub(crate) header: Option<(u64, charon_protocol::RawProperties)>,
     pub(crate) body: BytesMut,
-    pub(crate) first_body: Option<Bytes>,
+    /// A body that came in one frame (small ones kept in place, `shapes::BodyPart::into_body`).
+    pub(crate) first_body: Option<charon_core::Body>,
 }
 
 impl PendingPublish {

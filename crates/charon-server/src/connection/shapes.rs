@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use charon_core::{Body, InlineBody};
 use charon_protocol::RawProperties;
 
 /// Bodies up to this size are copied into their own buffer (larger ones stay slices of the read
@@ -120,11 +121,15 @@ impl BodyPart<'_> {
         }
     }
 
-    /// A whole body in a buffer of its own when small ([`own_body`]).
-    pub(crate) fn into_owned(self) -> Bytes {
+    /// A whole body: a small one copied out of the read buffer ([`own_body`]), in place in
+    /// the message when it fits there ([`charon_core::INLINE_MAX`]).
+    pub(crate) fn into_body(self) -> Body {
         match self {
-            BodyPart::Shared(b) => own_body(b),
-            BodyPart::InPlace(s) => Bytes::copy_from_slice(s),
+            BodyPart::Shared(b) => match InlineBody::new(&b) {
+                Some(inline) => Body::Inline(inline),
+                None => Body::Resident(own_body(b)),
+            },
+            BodyPart::InPlace(s) => Body::copy_from_slice(s),
         }
     }
 }

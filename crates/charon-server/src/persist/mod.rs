@@ -207,7 +207,7 @@ fn message_ref(message: &Message, now: u64) -> MessageRef<'_> {
         routing_key: message.routing_key.as_bytes(),
         properties: &message.properties.0,
         // A published message is always resident when it is stored.
-        body: message.body.resident().map_or(&[], |b| &b[..]),
+        body: message.body.resident().unwrap_or(&[]),
         enqueue_ms: now,
         expiry_ms: own_expiry(message, now),
     }
@@ -220,7 +220,7 @@ fn new_message(message: &Message, now: u64) -> NewMessage {
         routing_key: name_bytes(1, &message.routing_key),
         properties: message.properties.0.clone(),
         // A published or dead-lettered message is always resident when it is stored.
-        body: message.body.resident().cloned().unwrap_or_default(),
+        body: message.body.to_bytes().unwrap_or_default(),
         enqueue_ms: now,
         expiry_ms: own_expiry(message, now),
     }

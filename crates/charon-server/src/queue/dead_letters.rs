@@ -43,7 +43,7 @@ struct Copied {
     from_properties: RawProperties,
     from_exchange: Arc<str>,
     from_routing_key: Arc<str>,
-    from_bcc: Box<[Arc<str>]>,
+    from_bcc: charon_core::Bcc,
     reason: Reason,
     /// The copy's properties (x-death added), routing key and delivery mode.
     properties: RawProperties,

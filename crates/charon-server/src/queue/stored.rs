@@ -306,7 +306,9 @@ impl StoreSide {
     ) {
         let held = match &message.body {
             Body::Paged { .. } => 0,
-            Body::Resident(b) => u32::try_from(b.len()).unwrap_or(u32::MAX),
+            Body::Resident(_) | Body::Inline(_) => {
+                u32::try_from(message.body.len()).unwrap_or(u32::MAX)
+            }
         };
         if stored.is_none() && backlog < TRACK_BACKLOG && (held as usize) < TRACK_BYTES {
             return;
@@ -348,8 +350,13 @@ impl StoreSide {
         stored: Option<u64>,
         message: Arc<Message>,
     ) -> (Arc<Message>, Option<Bytes>) {
+        // An inline body is paged like a resident one (counted alike in `accept`).
         let body = match (&message.body, stored) {
-            (Body::Resident(b), Some(_)) if !b.is_empty() && message.bcc.is_empty() => b,
+            (b @ (Body::Resident(_) | Body::Inline(_)), Some(_))
+                if !b.is_empty() && message.bcc.is_empty() =>
+            {
+                b
+            }
             _ => return (message, None),
         };
         let paging = self.p.over_budget()
@@ -360,7 +367,9 @@ impl StoreSide {
         if !paging {
             return (message, None);
         }
-        let body = body.clone();
+        let Some(body) = body.to_bytes() else {
+            return (message, None);
+        };
         let paged = self.shapes.get(
             message.exchange.as_bytes(),
             message.routing_key.as_bytes(),

@@ -2,10 +2,9 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-use charon_core::Message;
 use charon_core::arguments::MAX_EXPIRY;
 use charon_core::routing::{has_header_routes, header_routes, strip_bcc};
+use charon_core::{Body, Message};
 use charon_protocol::{
     BasicProperties, CLASS_BASIC, RawProperties, encode_basic_ack, encode_basic_nack,
     encode_basic_return, encode_content, erlang,
@@ -87,7 +86,7 @@ impl Connection {
             return Err((channel, p.content_expected()));
         };
         let size = *size;
-        let had = p.first_body.as_ref().map_or(p.body.len(), |b| b.len()) as u64;
+        let had = p.first_body.as_ref().map_or(p.body.len() as u64, Body::len);
         let len = payload.octets().len() as u64;
         if had + len > size {
             // RabbitMQ's command assembler: a frame error, closing the connection.
@@ -97,8 +96,8 @@ impl Connection {
             ));
         }
         if p.first_body.is_none() && p.body.is_empty() && len == size {
-            // A small body copied out of the read buffer (`shapes::own_body`).
-            p.first_body = Some(payload.into_owned());
+            // A small body copied out of the read buffer (`shapes::BodyPart::into_body`).
+            p.first_body = Some(payload.into_body());
         } else {
             if p.body.is_empty() {
                 // One allocation of the body's size: growing by doubling would hold up to
@@ -108,11 +107,11 @@ impl Connection {
                     .reserve(usize::try_from(size.min(EXACT_BODY_RESERVE)).unwrap_or(0));
             }
             if let Some(first) = p.first_body.take() {
-                p.body.extend_from_slice(&first);
+                p.body.extend_from_slice(first.wire_bytes());
             }
             p.body.extend_from_slice(payload.octets());
         }
-        let have = p.first_body.as_ref().map_or(p.body.len(), |b| b.len()) as u64;
+        let have = p.first_body.as_ref().map_or(p.body.len() as u64, Body::len);
         Ok(have >= size)
     }
 
@@ -168,9 +167,9 @@ impl Connection {
             Some(b) => b,
             // A large body that outgrew its first allocation: copied once to its size.
             None if p.body.capacity() - p.body.len() > p.body.len() / 4 => {
-                bytes::Bytes::copy_from_slice(&p.body)
+                Body::Resident(bytes::Bytes::copy_from_slice(&p.body))
             }
-            None => p.body.freeze(),
+            None => Body::Resident(p.body.freeze()),
         };
         let names = (p.exchange, p.routing_key);
         let properties = ch.shapes.properties(properties);
@@ -209,7 +208,7 @@ impl Connection {
         &mut self,
         names: (Arc<str>, Arc<str>),
         properties: RawProperties,
-        body: Bytes,
+        body: Body,
         mut targets: Vec<QueueHandle>,
     ) -> Result<(Arc<Message>, Vec<QueueHandle>, Option<(u64, bool)>), AmqpError> {
         let exchange: &str = &names.0;
