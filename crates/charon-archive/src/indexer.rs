@@ -143,10 +143,39 @@ fn busy_rows(prev: i64, n: usize, took: Duration, size: i64) -> i64 {
     fit.clamp(1, size)
 }
 
+/// The indexer's view of the writer: active when its connection was used since the last look,
+/// or when it holds its mutex at a look (a `try_lock` failed), or within [`QUIET`] of either.
+/// A writer's transaction takes the mutex once (one bump of the activity counter) and may hold
+/// it longer than [`QUIET`]: PostgreSQL's archiver batches took 250–750 ms on a loaded host.
+/// Judged by the counter alone, the writer then counted as idle by the time it let go, and the
+/// indexer's next batch was an idle one (500 records, a 50 ms budget that single statements
+/// overran: 200–250 ms), which the archiver's next batch waited for (docs/archive.md
+/// "Twenty-fourth round (branch `pg9z`)").
+struct WriterActivity {
+    seen: u64,
+    at: std::time::Instant,
+}
+
+impl WriterActivity {
+    /// Looks at the writer at `now`: `count` is the activity counter, `held` whether the last
+    /// `try_lock` found the mutex taken. Returns whether the writer counts as active.
+    fn look(&mut self, count: u64, held: bool, now: std::time::Instant) -> bool {
+        if count != self.seen || held {
+            self.at = now;
+        }
+        self.seen = count;
+        now.saturating_duration_since(self.at) < QUIET
+    }
+}
+
 fn run<B: Backend>(backend: B, writer: Weak<Mutex<Box<dyn Conn>>>, activity: Arc<AtomicU64>) {
     let mut conn = None;
-    let mut seen = activity.load(Ordering::Relaxed);
-    let mut active_at = std::time::Instant::now();
+    let mut writer_activity = WriterActivity {
+        seen: activity.load(Ordering::Relaxed),
+        at: std::time::Instant::now(),
+    };
+    // Whether the last `try_lock` found the writer holding its mutex.
+    let mut held = false;
     let size = batch_size();
     let mut rows = size.min(16);
     // Small test batches also pause longer in between.
@@ -168,12 +197,11 @@ fn run<B: Backend>(backend: B, writer: Weak<Mutex<Box<dyn Conn>>>, activity: Arc
             },
         };
         // Only while the writer is idle; it waits for at most this one batch.
-        let now = activity.load(Ordering::Relaxed);
-        if now != seen {
-            active_at = std::time::Instant::now();
-        }
-        seen = now;
-        let busy = active_at.elapsed() < QUIET;
+        let busy = writer_activity.look(
+            activity.load(Ordering::Relaxed),
+            held,
+            std::time::Instant::now(),
+        );
         let (budget, max) = if busy {
             (BUSY_BUDGET, rows)
         } else {
@@ -181,6 +209,7 @@ fn run<B: Backend>(backend: B, writer: Weak<Mutex<Box<dyn Conn>>>, activity: Arc
         };
         let done = match w.try_lock() {
             Ok(guard) => {
+                held = false;
                 let t0 = std::time::Instant::now();
                 let r = backend.batch(&mut c, max, budget);
                 let took = t0.elapsed();
@@ -190,7 +219,10 @@ fn run<B: Backend>(backend: B, writer: Weak<Mutex<Box<dyn Conn>>>, activity: Arc
                 }
                 Some(r)
             }
-            Err(_) => None,
+            Err(_) => {
+                held = true;
+                None
+            }
         };
         drop(w);
         let pause = match done {
@@ -375,5 +407,30 @@ mod tests {
         assert_eq!(busy_rows(16, 500, Duration::from_micros(50), 500), 500);
         // Nothing indexed: unchanged.
         assert_eq!(busy_rows(16, 0, Duration::from_millis(1), 500), 16);
+    }
+
+    #[test]
+    fn a_writer_holding_its_mutex_past_quiet_still_counts_as_active() {
+        let t0 = std::time::Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let mut w = WriterActivity { seen: 0, at: t0 };
+        // The writer takes the mutex once (one bump) and holds it for 750 ms; the indexer's
+        // `try_lock` fails every 5 ms meanwhile.
+        assert!(w.look(1, false, ms(1)));
+        let mut t = 1;
+        while t < 750 {
+            t += 5;
+            assert!(
+                w.look(1, true, ms(t)),
+                "active while it holds the mutex ({t} ms)"
+            );
+        }
+        // It let go: the batch the indexer now takes is a busy one.
+        assert!(w.look(1, true, ms(755)), "active right after it let go");
+        // Left alone for QUIET (no bump, the mutex free at every look): idle.
+        assert!(w.look(1, false, ms(1000)));
+        assert!(!w.look(1, false, ms(1300)), "idle after QUIET alone");
+        // Used again.
+        assert!(w.look(2, false, ms(1310)));
     }
 }

@@ -33,6 +33,7 @@ pub mod error;
 pub mod error_text;
 pub mod extract;
 pub mod filter;
+pub mod group_bounds;
 pub mod header_index;
 pub mod header_lines;
 pub mod id_bounds;

@@ -144,7 +144,11 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (18, V18_PG_PARTIAL),
     (19, V19_GROUP_SECONDS),
     (20, V20_ARCHIVER_SECONDS),
+    (21, V21_GROUP_BOUNDS),
 ];
+
+/// Migration 21 (rendered per dialect by [`crate::group_bounds::v21`]).
+const V21_GROUP_BOUNDS: &str = "{V21_GROUP_BOUNDS}";
 
 /// Migration 20 (rendered per dialect by [`crate::summary_seconds::v20`]).
 const V20_ARCHIVER_SECONDS: &str = "{V20_ARCHIVER_SECONDS}";
@@ -220,6 +224,9 @@ fn render(sql: &str, d: Dialect) -> String {
     }
     if sql == V20_ARCHIVER_SECONDS {
         return crate::summary_seconds::v20(d);
+    }
+    if sql == V21_GROUP_BOUNDS {
+        return crate::group_bounds::v21(d);
     }
     if sql == V16_STATUS_TIME {
         return crate::range_count::v16(d);

@@ -227,23 +227,46 @@ fn postgres_same_group(keys: Keys) -> String {
     }
 }
 
+/// How PostgreSQL's remove triggers look a group's removed bound up again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bounds {
+    /// Through the group key's expression index `dead_letters_group_key` (migrations 3 to 20).
+    KeyIndex,
+    /// Through the group summary per second and `dead_letters_created` (migration 21,
+    /// `crate::group_bounds`): the expression index is gone.
+    Seconds,
+}
+
+/// PostgreSQL: the new oldest (`newest`: false) or newest bound of summary row `g`'s group.
+fn postgres_bound(keys: Keys, bounds: Bounds, newest: bool) -> String {
+    match bounds {
+        Bounds::KeyIndex => {
+            let same = postgres_same_group(keys);
+            let agg = if newest { "MAX" } else { "MIN" };
+            format!("(SELECT {agg}(created_at) FROM dead_letters WHERE {same})")
+        }
+        Bounds::Seconds => crate::group_bounds::bound(newest),
+    }
+}
+
 /// PostgreSQL: the rows of `from` (aliased `r`) taken out of their groups; a removed bound is
 /// looked up again unless the group empties.
-fn postgres_sub(keys: Keys, from: &str) -> String {
-    let same = postgres_same_group(keys);
+fn postgres_sub(keys: Keys, bounds: Bounds, from: &str) -> String {
     format!(
         "UPDATE dead_letter_groups AS g SET records = g.records - d.n, payload_bytes = g.payload_bytes - d.b, \
-         oldest = CASE WHEN d.mn <= g.oldest AND g.records > d.n THEN COALESCE((SELECT MIN(created_at) FROM dead_letters WHERE {same}), g.oldest) ELSE g.oldest END, \
-         newest = CASE WHEN d.mx >= g.newest AND g.records > d.n THEN COALESCE((SELECT MAX(created_at) FROM dead_letters WHERE {same}), g.newest) ELSE g.newest END \
+         oldest = CASE WHEN d.mn <= g.oldest AND g.records > d.n THEN COALESCE({lo}, g.oldest) ELSE g.oldest END, \
+         newest = CASE WHEN d.mx >= g.newest AND g.records > d.n THEN COALESCE({hi}, g.newest) ELSE g.newest END \
          FROM (SELECT {k} AS k, COUNT(*) AS n, SUM(r.payload_bytes) AS b, MIN(r.created_at) AS mn, MAX(r.created_at) AS mx FROM {from} GROUP BY 1) AS d \
          WHERE g.group_key = d.k;
          DELETE FROM dead_letter_groups WHERE records <= 0;",
-        k = key_expr_of(keys, "r.")
+        k = key_expr_of(keys, "r."),
+        lo = postgres_bound(keys, bounds, false),
+        hi = postgres_bound(keys, bounds, true),
     )
 }
 
 /// PostgreSQL: the bodies (`BEGIN … END`) of the delete and update trigger functions.
-pub(crate) fn postgres_remove_bodies(keys: Keys) -> (String, String) {
+pub(crate) fn postgres_remove_bodies(keys: Keys, bounds: Bounds) -> (String, String) {
     // Rows of an UPDATE whose group, size or time changed.
     let changed = |side: &str| {
         format!(
@@ -256,11 +279,11 @@ pub(crate) fn postgres_remove_bodies(keys: Keys) -> (String, String) {
     (
         format!(
             "BEGIN {} RETURN NULL; END",
-            postgres_sub(keys, "old_rows AS r")
+            postgres_sub(keys, bounds, "old_rows AS r")
         ),
         format!(
             "BEGIN {} {} RETURN NULL; END",
-            postgres_sub(keys, &changed("o")),
+            postgres_sub(keys, bounds, &changed("o")),
             postgres_add(keys, &changed("n"))
         ),
     )
@@ -268,7 +291,7 @@ pub(crate) fn postgres_remove_bodies(keys: Keys) -> (String, String) {
 
 /// PostgreSQL: statement triggers with transition tables (one aggregated change per statement).
 fn postgres_triggers() -> String {
-    let (del, upd) = postgres_remove_bodies(Keys::V3);
+    let (del, upd) = postgres_remove_bodies(Keys::V3, Bounds::KeyIndex);
     format!(
         "CREATE FUNCTION dead_letter_groups_insert() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN {ins} RETURN NULL; END $$;
 CREATE FUNCTION dead_letter_groups_delete() RETURNS trigger LANGUAGE plpgsql AS $$ {del} $$;

@@ -13,8 +13,8 @@
 use crate::ingest::SUMMARY_FLAG;
 use crate::sql::Dialect;
 use crate::summary::{
-    Keys, key_expr_of, postgres_add, postgres_remove_bodies, sqlite_add, sqlite_remove_triggers,
-    sqlite_same_group_by_columns,
+    Bounds, Keys, key_expr_of, postgres_add, postgres_remove_bodies, sqlite_add,
+    sqlite_remove_triggers, sqlite_same_group_by_columns,
 };
 
 /// Migration 10, rendered for `d`.
@@ -43,7 +43,7 @@ CREATE TRIGGER dead_letter_groups_insert AFTER INSERT ON dead_letters WHEN NOT E
             remove = sqlite_remove_triggers(keys, sqlite_same_group_by_columns),
         ),
         Dialect::Postgres => {
-            let (del, upd) = postgres_remove_bodies(keys);
+            let (del, upd) = postgres_remove_bodies(keys, Bounds::KeyIndex);
             format!(
                 "ALTER TABLE dead_letter_groups ADD COLUMN content_type TEXT, ADD COLUMN original_exchange TEXT;
 {refill}

@@ -211,9 +211,9 @@ fn postgres_replay_step_reads_only_its_own_items() {
             "the step read other items of the job:\n{text}"
         );
 
-        // The step's status change: the summary trigger finds a group's new bound by one seek
-        // of `dead_letters_group_key` (an ordered scan stopped at its first row), not by
-        // reading the group's whole range.
+        // The step's status change: the summary trigger finds a group's new bound from its
+        // first/last second (migration 21) by an ordered walk of `dead_letters_created`
+        // stopped at its first row, not by reading the group's whole range.
         let from = log_len(&pg);
         c.batch(
             "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; \
@@ -248,7 +248,8 @@ fn postgres_replay_step_reads_only_its_own_items() {
             "the copy's trigger must look the changed rows up by id:\n{copy}"
         );
         assert!(
-            trigger.contains("Index Scan using dead_letters_group_key")
+            trigger.contains("Index Scan using dead_letters_created")
+                && trigger.contains("Index Scan Backward using dead_letters_created")
                 && trigger.contains("Limit")
                 && !trigger.contains("Bitmap Heap Scan on dead_letters"),
             "the trigger must seek a group's bound:\n{trigger}"
