@@ -33,12 +33,54 @@ const KEYS: &[&str] = &[
 pub struct Plan {
     ids: String,
     params: Vec<Param>,
+    /// The header term, the watermark, the key column and value (for [`Plan::page_ids`]).
+    name: String,
+    value: String,
+    wm: i64,
+    col: &'static str,
+    v: String,
 }
 
 impl Plan {
     /// The matching ids (no order, no duplicates) as a subquery and its parameters.
     pub fn ids(&self) -> (String, Vec<Param>) {
         (self.ids.clone(), self.params.clone())
+    }
+
+    /// The ids of one page in id order (`desc`: newest first) reaching `reach` matches: each
+    /// part of the header's ids (index range, records above the watermark, edited records) walked
+    /// in order for its first `reach` + |other keys' records| ids (the other keys' records
+    /// counted in the same statement), then the other keys' records taken out. At most that many
+    /// of a part's ids are taken out, so each part keeps its first `reach` matches: exact, and
+    /// the walk stops there instead of reading the whole header range and sorting it.
+    pub fn page_ids(&self, desc: bool, reach: u64) -> (String, Vec<Param>) {
+        let field = Dialect::Postgres.json_field("headers");
+        let dir = if desc { "DESC" } else { "ASC" };
+        let others = others_sql(self.col);
+        let lim = format!("(SELECT {reach} + COUNT(*) FROM ({others}) AS c)");
+        let part = |sql: &str| format!("SELECT id FROM ({sql} ORDER BY id {dir} LIMIT {lim}) AS p");
+        let sql = format!(
+            "SELECT q.id FROM ({} UNION ALL {} UNION ALL {}) AS q \
+             WHERE NOT EXISTS (SELECT 1 FROM ({others}) AS o WHERE o.id = q.id)",
+            part(
+                "SELECT id FROM dead_letter_search_header WHERE name = ? AND value = ? AND id <= ?"
+            ),
+            part(&format!(
+                "SELECT id FROM dead_letters WHERE id > ? AND {field} = ?"
+            )),
+            part(&format!(
+                "SELECT id FROM dead_letters WHERE id IN (SELECT id FROM dead_letter_search_scan WHERE id <= ?) AND {field} = ?"
+            )),
+        );
+        let (name, value, v) = (self.name.as_str(), self.value.as_str(), self.v.as_str());
+        let mut p = vec![Param::from(name), Param::from(value), Param::from(self.wm)];
+        p.extend([Param::from(v), Param::from(v)]);
+        p.extend([Param::from(self.wm), Param::from(name), Param::from(value)]);
+        p.extend([Param::from(v), Param::from(v)]);
+        p.extend([Param::from(self.wm), Param::from(name), Param::from(value)]);
+        p.extend([Param::from(v), Param::from(v)]);
+        p.extend([Param::from(v), Param::from(v)]);
+        (sql, p)
     }
 
     /// `COUNT(*)` of the matches, one row.
@@ -100,14 +142,30 @@ pub fn plan(c: &mut dyn Conn, f: &Filter) -> Result<Option<Plan>, ArchiveError> 
         return Ok(None);
     };
     let ids = format!(
-        "SELECT h.id FROM ({h}) AS h WHERE NOT EXISTS (SELECT 1 FROM (\
-         SELECT id FROM dead_letters WHERE {col} < ? \
-         UNION ALL SELECT id FROM dead_letters WHERE {col} > ? \
-         UNION ALL SELECT id FROM dead_letters WHERE {col} IS NULL) AS o WHERE o.id = h.id)"
+        "SELECT h.id FROM ({h}) AS h WHERE NOT EXISTS (SELECT 1 FROM ({}) AS o WHERE o.id = h.id)",
+        others_sql(col)
     );
     params.push(Param::from(v));
     params.push(Param::from(v));
-    Ok(Some(Plan { ids, params }))
+    Ok(Some(Plan {
+        ids,
+        params,
+        name: name.to_string(),
+        value: value.to_string(),
+        wm,
+        col,
+        v: v.to_string(),
+    }))
+}
+
+/// The ids of the records whose `col` is not the parameter (two parameters, the value twice):
+/// `col`'s index read as the ranges below, above and NULL.
+fn others_sql(col: &str) -> String {
+    format!(
+        "SELECT id FROM dead_letters WHERE {col} < ? \
+         UNION ALL SELECT id FROM dead_letters WHERE {col} > ? \
+         UNION ALL SELECT id FROM dead_letters WHERE {col} IS NULL"
+    )
 }
 
 #[cfg(test)]

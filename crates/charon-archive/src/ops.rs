@@ -155,7 +155,7 @@ pub fn list(
             .and_then(|(needle, fts)| crate::error_text::page_ids(d, needle, fts, desc, reach)),
     };
     let page_ids = match page_ids {
-        None if by_id => header_keys.as_ref().map(crate::header_keys::Plan::ids),
+        None if by_id => header_keys.as_ref().map(|hk| hk.page_ids(desc, reach)),
         other => other,
     };
     // An `error` or header term with terms of the copy's columns in id order: from the copy.
