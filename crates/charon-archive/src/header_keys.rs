@@ -92,8 +92,11 @@ impl Plan {
     }
 }
 
+/// A header term `(name, value)` and a key term `(column, value)`.
+pub type Terms<'f> = ((&'f str, &'f str), (&'static str, &'f str));
+
 /// The filter's header term and key term when it is exactly those two (no vhost limit).
-pub fn terms(f: &Filter) -> Option<((&str, &str), (&'static str, &str))> {
+pub fn terms(f: &Filter) -> Option<Terms<'_>> {
     if f.vhosts.is_some() || f.terms.len() != 2 {
         return None;
     }
