@@ -35,6 +35,7 @@ pub mod extract;
 pub mod filter;
 pub mod group_bounds;
 pub mod header_index;
+pub mod header_keys;
 pub mod header_lines;
 pub mod id_bounds;
 pub mod index_diet;

@@ -90,10 +90,16 @@ pub fn list(
         Some((name, value)) => Some((name, value, header_index::watermark(c)?)),
         None => None,
     };
+    // PostgreSQL, one header term and one key term matching almost every record: the header's
+    // ids minus those of the key's other values (`header_keys`), no probe per header match.
+    let header_keys = crate::header_keys::plan(c, f)?;
     let total = if let Some((ids, p)) =
         header.and_then(|(name, value, wm)| header_index::exact_ids_at(d, name, value, Some(wm)))
     {
         count(c, &format!("SELECT COUNT(*) FROM ({ids}) AS m"), &p)?
+    } else if let Some(hk) = &header_keys {
+        let (sql, p) = hk.count();
+        count(c, &sql, &p)?
     } else if let Some((sql, p)) = error_fts
         .clone()
         .and_then(|(needle, fts)| crate::error_text::count(d, needle, fts))
@@ -147,6 +153,10 @@ pub fn list(
         None => error_fts
             .filter(|_| by_id)
             .and_then(|(needle, fts)| crate::error_text::page_ids(d, needle, fts, desc, reach)),
+    };
+    let page_ids = match page_ids {
+        None if by_id => header_keys.as_ref().map(|hk| hk.page_ids(desc, reach)),
+        other => other,
     };
     // An `error` or header term with terms of the copy's columns in id order: from the copy.
     let page_ids = match page_ids {

@@ -7,15 +7,19 @@ use charon_archive::Archive;
 /// `(watermark, highest record id)`: the indexer has reached every record when the first is at
 /// least the second.
 pub(crate) fn watermark(a: &Archive) -> (i64, i64) {
-    a.with(|c| {
-        let r = c
-            .query(
-                "SELECT (SELECT watermark FROM dead_letter_search_state), (SELECT COALESCE(MAX(id), 0) FROM dead_letters)",
-                &[],
-            )
-            .expect("watermark");
-        (r[0][0].int(), r[0][1].int())
-    })
+    a.with(watermark_of)
+}
+
+/// [`watermark`] on a connection the caller holds.
+#[allow(dead_code)]
+pub(crate) fn watermark_of(c: &mut dyn charon_archive::sql::Conn) -> (i64, i64) {
+    let r = c
+        .query(
+            "SELECT (SELECT watermark FROM dead_letter_search_state), (SELECT COALESCE(MAX(id), 0) FROM dead_letters)",
+            &[],
+        )
+        .expect("watermark");
+    (r[0][0].int(), r[0][1].int())
 }
 
 /// Waits (up to two minutes) until the indexer has reached every record and re-indexed every
