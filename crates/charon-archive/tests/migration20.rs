@@ -18,23 +18,7 @@ use charon_archive::summary::{Keys, key_expr_of};
 use charon_archive::{Archive, NewRecord, schema};
 
 fn rec(i: usize) -> NewRecord {
-    NewRecord {
-        stable_key: format!("m20:{i}"),
-        queue: format!("dlq-{}", i % 2),
-        original_queue: (!i.is_multiple_of(3)).then(|| format!("q{}", i % 4)),
-        reason: (!i.is_multiple_of(5)).then(|| "rejected".to_string()),
-        content_type: i.is_multiple_of(4).then(|| "a/b".to_string()),
-        // Seconds apart, out of order within a group, a few before 1970 (floored, not
-        // truncated), a few in one second.
-        created_at: if i.is_multiple_of(11) {
-            -1500 - i as i64 * 7
-        } else if i.is_multiple_of(2) {
-            1_700_000_000_000 + i as i64 * 137
-        } else {
-            1_700_000_090_000 - i as i64 * 3
-        },
-        ..support::record(i)
-    }
+    support::spread("m20", i)
 }
 
 fn rows(c: &mut dyn Conn, sql: &str) -> Vec<Vec<Cell>> {

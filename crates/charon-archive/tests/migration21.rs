@@ -21,24 +21,7 @@ use charon_archive::{Archive, NewRecord, schema};
 use summary_check::{check_summary, rows};
 
 fn rec(i: usize) -> NewRecord {
-    NewRecord {
-        stable_key: format!("m21:{i}"),
-        queue: format!("dlq-{}", i % 2),
-        original_queue: (!i.is_multiple_of(3)).then(|| format!("q{}", i % 4)),
-        reason: (!i.is_multiple_of(5)).then(|| "rejected".to_string()),
-        content_type: i.is_multiple_of(4).then(|| "a/b".to_string()),
-        // Several records of a group in one second (the walk from the second's first
-        // millisecond must pass other groups' records and the group's later ones), seconds
-        // apart, out of order, a few before 1970.
-        created_at: if i.is_multiple_of(11) {
-            -1500 - i as i64 * 7
-        } else if i.is_multiple_of(2) {
-            1_700_000_000_000 + i as i64 * 137
-        } else {
-            1_700_000_090_000 - i as i64 * 3
-        },
-        ..support::record(i)
-    }
+    support::spread("m21", i)
 }
 
 fn ids(c: &mut dyn Conn, sql: &str) -> Vec<i64> {

@@ -29,3 +29,25 @@ pub(crate) fn record(i: usize) -> NewRecord {
         created_at: 1_700_000_000_000 + i as i64,
     }
 }
+
+/// Record `i` spread over groups and seconds (migrations 20 and 21): two queues, NULL key columns
+/// for some, several records of a group in one second, seconds apart and out of order within a
+/// group, a few before 1970 (floored, not truncated). `prefix` makes the stable keys.
+#[allow(dead_code)]
+pub(crate) fn spread(prefix: &str, i: usize) -> NewRecord {
+    NewRecord {
+        stable_key: format!("{prefix}:{i}"),
+        queue: format!("dlq-{}", i % 2),
+        original_queue: (!i.is_multiple_of(3)).then(|| format!("q{}", i % 4)),
+        reason: (!i.is_multiple_of(5)).then(|| "rejected".to_string()),
+        content_type: i.is_multiple_of(4).then(|| "a/b".to_string()),
+        created_at: if i.is_multiple_of(11) {
+            -1500 - i as i64 * 7
+        } else if i.is_multiple_of(2) {
+            1_700_000_000_000 + i as i64 * 137
+        } else {
+            1_700_000_090_000 - i as i64 * 3
+        },
+        ..record(i)
+    }
+}
