@@ -287,6 +287,17 @@ def ch(conn):
     return conn.channel()
 
 
+def publish_persistent(b, queue, bodies):
+    """Declares durable `queue` on broker `b` and publishes `bodies` to it, persistent, each
+    confirmed."""
+    with b.connect() as c:
+        ch = c.channel()
+        ch.queue_declare(queue, durable=True)
+        ch.confirm_delivery()
+        for body in bodies:
+            ch.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2))
+
+
 @pytest.fixture
 def confirm_publisher(broker):
     """A connection of its own and its channel in confirm mode: each publish returns once routed

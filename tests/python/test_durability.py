@@ -19,14 +19,7 @@ pytestmark = pytest.mark.charon_only
 restart = conftest.restart_charon
 
 
-def publish_persistent(b, queue, bodies):
-    """Declares durable `queue` and publishes `bodies` to it, persistent, each confirmed."""
-    with b.connect() as c:
-        ch = c.channel()
-        ch.queue_declare(queue, durable=True)
-        ch.confirm_delivery()
-        for body in bodies:
-            ch.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2))
+publish_persistent = conftest.publish_persistent
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import json
 import signal
 import urllib.request
 
-import pika
 import pytest
 
 import conftest
@@ -31,15 +30,6 @@ def memory(b):
         return json.loads(r.read())["memory"]
 
 
-def publish(b, queue):
-    with b.connect() as c:
-        ch = c.channel()
-        ch.queue_declare(queue, durable=True)
-        ch.confirm_delivery()
-        for body in BODIES:
-            ch.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2))
-
-
 def consume_all(b, queue):
     got = []
     with b.connect() as c:
@@ -57,7 +47,7 @@ def consume_all(b, queue):
 def test_small_bodies_are_counted_as_held_bodies_to_the_byte(private_charon):
     b = private_charon
     assert memory(b)["message_bodies"] == 0
-    publish(b, "inline-held")
+    conftest.publish_persistent(b, "inline-held", BODIES)
     # every stored body held in memory counts its own bytes, those kept in place included
     assert memory(b)["message_bodies"] == sum(len(x) for x in BODIES)
     assert consume_all(b, "inline-held") == BODIES
@@ -69,7 +59,7 @@ def test_small_bodies_admitted_paged_out_come_back_byte_for_byte_also_after_kill
     cfg = conftest.CONFIG_TOML.replace("heartbeat = 60\n", "heartbeat = 60\nmessage_memory_budget = 1\n", 1)
     b = conftest.start_charon(tmp_path, config_text=cfg)
     try:
-        publish(b, "inline-paged")
+        conftest.publish_persistent(b, "inline-paged", BODIES)
         with b.connect() as c:
             ch = c.channel()
             got = []
