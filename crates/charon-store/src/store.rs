@@ -28,6 +28,7 @@ use crate::spare;
 use crate::storage::{DiskStorage, Storage, StorageFile};
 use crate::types::{Appended, BodyRef, Command, Member, MessageRef, Recovered};
 use crate::writer;
+use crate::zero_ahead::ZeroState;
 
 /// Tuning knobs.
 #[derive(Debug, Clone)]
@@ -136,6 +137,8 @@ pub struct StoreStats {
     pub live_messages: usize,
     /// Segments deleted since open.
     pub segments_deleted: u64,
+    /// Bytes zeroed ahead of the writer in fresh segment files since open (`zero_ahead`).
+    pub zeroed_bytes: u64,
     /// Records copied forward by compaction since open.
     pub records_carried: u64,
     /// Times the compaction thread looked for a segment to compact (tests wait on it).
@@ -206,6 +209,8 @@ pub(crate) struct State {
     pub(crate) pool: BatchBuffers,
     /// Where messages compaction is copying were before (read there until the copy is durable).
     pub(crate) moved: Moved,
+    /// The active segment's zeroing ahead of the writer (`zero_ahead`).
+    pub(crate) zero: ZeroState,
 }
 
 /// Heap bytes of the index a live message with one member costs: its 28-byte entry, ~1 byte
@@ -538,6 +543,8 @@ impl Store {
             let name = name.clone();
             move |source| OpenError::Io { op, name, source }
         };
+        // A fresh file's blocks are unwritten extents: zero ahead of the writer in it.
+        let fresh = out.spare.is_none() && config.preallocate;
         let file = match out.spare {
             // The spare's header is rewritten and synced before it takes the name (`spare`).
             Some(spare) => {
@@ -584,6 +591,13 @@ impl Store {
                 },
                 pool: BatchBuffers::default(),
                 moved: Moved::default(),
+                zero: {
+                    let mut z = ZeroState::default();
+                    if fresh {
+                        z.start(active, file.clone(), SEGMENT_HEADER_LEN);
+                    }
+                    z
+                },
             }),
             wake: Condvar::new(),
             compact_wake: Condvar::new(),
@@ -865,6 +879,7 @@ impl Store {
         s.disk_bytes = st.index.segs.values().map(|g| g.size).sum();
         s.live_bytes = st.index.segs.values().map(|g| g.live_bytes).sum();
         s.live_messages = st.index.messages.len();
+        s.zeroed_bytes = st.zero.zeroed;
         s
     }
 

@@ -15,6 +15,7 @@ use crate::segment::SEGMENT_HEADER_LEN;
 use crate::spare;
 use crate::storage::StorageFile;
 use crate::store::{Batch, Chunk, GATHER_MAX_BYTES, Shared};
+use crate::zero_ahead::{self, ZeroState};
 
 /// Thread body; returns when the store is closed and nothing is pending.
 /// `end` is where the written bytes of `active` end.
@@ -44,7 +45,9 @@ pub(crate) fn run(shared: Arc<Shared>, mut active: Arc<dyn StorageFile>, mut end
                         st.stats.bytes_written += written;
                         st.recycle(batch.chunks);
                         st.moved.durable(index);
-                        (st.durable_seg > before, index)
+                        let zero =
+                            ZeroState::committed(&mut st, written, shared.config.segment_size);
+                        (st.durable_seg > before || zero, index)
                     };
                     // Published after the lock is released: waking the connections that wait
                     // for it does not hold up appenders (the index only grows).
@@ -53,7 +56,8 @@ pub(crate) fn run(shared: Arc<Shared>, mut active: Arc<dyn StorageFile>, mut end
                         .send_modify(|d| d.index = d.index.max(index));
                     // Compaction looks again when a segment was sealed (and on its idle tick,
                     // for segments dying by settles): not after every batch, which woke its
-                    // thread and took the store lock a thousand times a second for nothing.
+                    // thread and took the store lock a thousand times a second for nothing;
+                    // also when the zeros ahead of the writer run low (`zero_ahead`).
                     if sealed {
                         shared.compact_wake.notify_one();
                     }
@@ -137,7 +141,13 @@ fn next_batch(shared: &Shared, streaming: bool) -> Option<(Batch, bool)> {
     if st.batch.is_empty() && st.closed {
         return None;
     }
-    Some((mem::take(&mut st.batch), waited))
+    let batch = mem::take(&mut st.batch);
+    // No zeroing ahead (`zero_ahead`) may reach into the bytes about to be written.
+    for c in &batch.chunks {
+        st = zero_ahead::claim(shared, st, c.seg, c.offset + c.bytes.len() as u64);
+    }
+    drop(st);
+    Some((batch, waited))
 }
 
 /// Lets a streaming batch grow: one [`StoreConfig::gather`](crate::StoreConfig), then more, a
@@ -196,6 +206,8 @@ fn write(
             record::set_crcs(recs);
         }
         if chunk.create {
+            // No zeroing ahead may touch the old segment's file once it is cut.
+            zero_ahead::seal_before(shared, chunk.seg);
             // Seal the old segment completely before the new one gets a byte.
             if active.size()? > *end {
                 active.truncate(*end)?;
@@ -207,6 +219,13 @@ fn write(
                 .unwrap_or(&[]);
             let (file, n) = spare::new_segment(shared, chunk.seg, header)?;
             syncs += 1 + n;
+            if n == 1 && shared.config.preallocate {
+                // A fresh `fallocate`d file (not a recycled or zeroed spare): zero ahead in it.
+                shared
+                    .lock()
+                    .zero
+                    .start(chunk.seg, file.clone(), SEGMENT_HEADER_LEN);
+            }
             shared
                 .files
                 .write()
