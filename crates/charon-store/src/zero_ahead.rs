@@ -21,11 +21,11 @@ use crate::storage::StorageFile;
 use crate::store::{Shared, State};
 
 /// Zeros written (and synced) per step.
-const CHUNK: u64 = 256 << 10;
+const CHUNK: u64 = 2 << 20;
 /// How far ahead of the append frontier zeroing goes.
-const AHEAD: u64 = 2 << 20;
+const AHEAD: u64 = 4 << 20;
 /// The writer asks for more zeros once fewer than this many bytes past the frontier are zeroed.
-const LOW_WATER: u64 = 1 << 20;
+const LOW_WATER: u64 = 2 << 20;
 /// Zeroing is wanted while commits average at most this many bytes (the zeroed spare's rule,
 /// `spare.rs`): b's commits are ~50 KiB, a 1 KiB backlog's ~800 KiB.
 const MAX_BYTES_PER_COMMIT: u64 = 128 << 10;
