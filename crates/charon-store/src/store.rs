@@ -60,6 +60,10 @@ pub struct StoreConfig {
     /// machine, `docs/performance.md` part 12). A batch that did
     /// not grow during a `gather` is taken at once: its publishers wait for their confirms.
     pub gather_max: Duration,
+    /// A fast stream's batch (at least 32 records arrived during the last write and sync) is
+    /// left to grow as long as that write and sync took, at most 2 ms, instead of one `gather`
+    /// (`writer.rs` `pace`; default on, `CHARON_STORE_PACE=0` turns it off for benchmarks).
+    pub pace: bool,
     /// When there is no spare and the active segment is half full, prepare a zeroed spare file
     /// ahead of the writer on the compaction thread (default on; needs `preallocate`), so the
     /// next segment's commits write into written blocks (`docs/storage-format.md` §2.5).
@@ -89,6 +93,7 @@ impl Default for StoreConfig {
             preallocate: true,
             gather: gather_default(),
             gather_max: micros_from_env("CHARON_STORE_GATHER_MAX_US", 0),
+            pace: std::env::var("CHARON_STORE_PACE").map_or(true, |v| v != "0"),
             zero_spare: std::env::var("CHARON_STORE_ZERO_SPARE").map_or(true, |v| v != "0"),
             linger: linger_default(),
         }

@@ -6,7 +6,7 @@
 use std::io;
 use std::mem;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::compaction;
 use crate::error::CommitError;
@@ -22,15 +22,20 @@ use crate::zero_ahead::{self, ZeroState};
 pub(crate) fn run(shared: Arc<Shared>, mut active: Arc<dyn StorageFile>, mut end: u64) {
     // Whether the last batch was taken without waiting (appends arrive back to back).
     let mut streaming = false;
+    // How long the last batch's write and sync took (`pace`).
+    let mut last_commit = Duration::ZERO;
     loop {
-        let Some((mut batch, waited)) = next_batch(&shared, streaming) else {
+        let Some((mut batch, waited)) = next_batch(&shared, streaming, last_commit) else {
             shared.durable_tx.send_modify(|d| d.closed = true);
             return;
         };
         streaming = !waited && !batch.is_empty();
         if !batch.is_empty() {
             let written: u64 = batch.chunks.iter().map(|c| c.bytes.len() as u64).sum();
-            match write(&shared, &mut active, &mut end, &mut batch.chunks) {
+            let started = Instant::now();
+            let res = write(&shared, &mut active, &mut end, &mut batch.chunks);
+            last_commit = started.elapsed();
+            match res {
                 Ok(syncs) => {
                     let (sealed, index) = {
                         let mut st = shared.lock();
@@ -90,9 +95,9 @@ pub(crate) fn run(shared: Arc<Shared>, mut active: Arc<dyn StorageFile>, mut end
 /// [`StoreConfig::gather`](crate::StoreConfig) pass, so one write and one `fdatasync`
 /// carry more records (fewer syncs, writer wake-ups and confirm rounds per message).
 /// A batch of lazy records only lingers up to [`StoreConfig::linger`](crate::StoreConfig).
-fn next_batch(shared: &Shared, streaming: bool) -> Option<(Batch, bool)> {
+fn next_batch(shared: &Shared, streaming: bool, last_commit: Duration) -> Option<(Batch, bool)> {
     if streaming && !shared.config.gather.is_zero() {
-        gather(shared);
+        gather(shared, last_commit);
     }
     let mut st = shared.lock();
     let waited = st.batch.is_empty();
@@ -157,11 +162,11 @@ fn next_batch(shared: &Shared, streaming: bool) -> Option<(Batch, bool)> {
 /// A publisher streaming within its confirm window keeps the batch growing, so one write and
 /// one `fdatasync` carry more of its window; once every publisher waits for its confirms (or
 /// stopped) the batch stops growing and is taken after at most one more `gather`.
-fn gather(shared: &Shared) {
+fn gather(shared: &Shared, last_commit: Duration) {
     let step = shared.config.gather;
     if shared.config.gather_max <= step {
-        // Off (the default): one `gather`, without looking at the batch.
-        std::thread::sleep(step);
+        // Off (the default): one `gather`, or the pace of a fast stream (`pace`).
+        std::thread::sleep(pace(shared, step, last_commit));
         return;
     }
     let start = Instant::now();
@@ -178,6 +183,28 @@ fn gather(shared: &Shared) {
         }
         seen = st.batch.urgent_records;
     }
+}
+
+/// Records waiting when the writer comes back from a commit from which on the stream counts as
+/// fast: at least this many arrived during one write and sync.
+const PACE_MIN_RECORDS: u64 = 32;
+/// The longest a fast stream's batch is left to grow.
+const PACE_MAX: Duration = Duration::from_millis(2);
+
+/// How long a streaming batch is left to grow: one `gather`, or, when at least
+/// [`PACE_MIN_RECORDS`] records arrived during the last write and sync (a fast stream, tens of
+/// thousands of records a second), as long as that write and sync took (at most [`PACE_MAX`]):
+/// the commits then come at most about every two write-and-sync times, so a cheaper commit
+/// carries more records instead of only coming sooner. A slower stream (fewer records a
+/// commit) keeps the one `gather`, so its confirm latency is unchanged.
+fn pace(shared: &Shared, step: Duration, last_commit: Duration) -> Duration {
+    if !shared.config.pace {
+        return step;
+    }
+    if shared.lock().batch.urgent_records < PACE_MIN_RECORDS {
+        return step;
+    }
+    last_commit.clamp(step, PACE_MAX.max(step))
 }
 
 /// Write the chunks and sync; returns the number of syncs. `end` tracks where

@@ -46,7 +46,9 @@ fn zeros_go_ahead_of_small_commits_and_never_over_a_record() {
     // while the compaction thread zeroes ahead in each fresh segment.
     let next = 12_800;
     publish_each_durably(&store, 0..next);
-    wait_for("zeros ahead of the writer", || store.stats().zeroed_bytes > 0);
+    wait_for("zeros ahead of the writer", || {
+        store.stats().zeroed_bytes > 0
+    });
     let zeroed = store.stats().zeroed_bytes;
     assert!(
         zeroed >= 256 << 10,
@@ -61,15 +63,24 @@ fn zeros_go_ahead_of_small_commits_and_never_over_a_record() {
         .collect();
     names.sort();
     assert!(names.len() >= 3, "rolled over: {names:?}");
-    let last = mem.read_file(names.last().expect("a segment")).expect("file");
-    assert_eq!(last.len() as u64, SEGMENT, "the active segment keeps its size");
+    let last = mem
+        .read_file(names.last().expect("a segment"))
+        .expect("file");
+    assert_eq!(
+        last.len() as u64,
+        SEGMENT,
+        "the active segment keeps its size"
+    );
 
     // A crash (only synced bytes survive) inside the zeroed-ahead segment: everything durable
     // is there, the zeros after it are cut without counting as a torn tail.
     let crashed = mem.crash();
     drop(store);
     let (store, rec) = open(&crashed, config());
-    assert_eq!(rec.truncated_bytes, 0, "zeros are unused space, not a torn tail");
+    assert_eq!(
+        rec.truncated_bytes, 0,
+        "zeros are unused space, not a torn tail"
+    );
     assert_eq!(ids(&store, &rec), (0..next).collect::<Vec<_>>());
     let bodies = contents(&store, &rec);
     for (_, items) in &bodies {
@@ -100,7 +111,11 @@ fn no_zeroing_without_preallocation() {
     publish_each_durably(&store, 0..2_000);
     // Give the compaction thread many ticks to do what it would.
     std::thread::sleep(Duration::from_millis(50));
-    assert_eq!(store.stats().zeroed_bytes, 0, "a growing file is never zeroed");
+    assert_eq!(
+        store.stats().zeroed_bytes,
+        0,
+        "a growing file is never zeroed"
+    );
     drop(store);
     let (store, rec) = open(&mem, config());
     assert_eq!(ids(&store, &rec), (0..2_000).collect::<Vec<_>>());
