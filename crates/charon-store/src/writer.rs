@@ -201,7 +201,14 @@ fn pace(shared: &Shared, step: Duration, last_commit: Duration) -> Duration {
     if !shared.config.pace {
         return step;
     }
-    if shared.lock().batch.urgent_records < PACE_MIN_RECORDS {
+    let waiting = shared.lock().batch.urgent_records;
+    pace_for(waiting, step, last_commit)
+}
+
+/// [`pace`]'s rule: `waiting` records arrived during the last write and sync, which took
+/// `last_commit`.
+fn pace_for(waiting: u64, step: Duration, last_commit: Duration) -> Duration {
+    if waiting < PACE_MIN_RECORDS {
         return step;
     }
     last_commit.clamp(step, PACE_MAX.max(step))
@@ -282,5 +289,30 @@ fn poison(shared: &Shared, msg: &str) {
     };
     for w in batch.waiters {
         let _ = w.send(Err(CommitError::Poisoned(msg.to_string())));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{PACE_MAX, PACE_MIN_RECORDS, pace_for};
+    use std::time::Duration;
+
+    const STEP: Duration = Duration::from_micros(200);
+
+    #[test]
+    fn a_slow_stream_keeps_one_gather() {
+        for waiting in [0, 1, PACE_MIN_RECORDS - 1] {
+            assert_eq!(pace_for(waiting, STEP, Duration::from_millis(1)), STEP);
+        }
+    }
+
+    #[test]
+    fn a_fast_stream_waits_as_long_as_the_last_commit_took_within_bounds() {
+        let ms = Duration::from_millis;
+        assert_eq!(pace_for(PACE_MIN_RECORDS, STEP, ms(1)), ms(1));
+        assert_eq!(pace_for(500, STEP, Duration::from_micros(50)), STEP);
+        assert_eq!(pace_for(500, STEP, ms(40)), PACE_MAX);
+        // A `gather` above the cap is never shortened.
+        assert_eq!(pace_for(500, ms(5), ms(1)), ms(5));
     }
 }
