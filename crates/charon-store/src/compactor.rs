@@ -3,8 +3,7 @@
 //! confirms never wait while a segment is copied. The writer still deletes dead segments
 //! (cheap, and it owns the spare file's hand-over) and wakes this thread after each batch.
 //! Between compactions this thread also prepares a zeroed spare segment file ahead of the
-//! writer (`spare::prepare`), and before anything else writes zeros ahead of the writer in a
-//! fresh active segment (`zero_ahead`).
+//! writer (`spare::prepare`).
 //!
 //! While a copy is not written yet, a read of the message's body is served from where the
 //! message was before (`Moved`): the old record stays on disk until the copy is durable (the
@@ -19,7 +18,6 @@ use crate::compaction;
 use crate::spare;
 use crate::store::{Shared, State};
 use crate::types::{BodyRef, MessageId};
-use crate::zero_ahead::{self, ZeroState};
 
 /// Where carried messages were before their copies, until the copies are durable.
 #[derive(Debug, Default)]
@@ -55,10 +53,6 @@ impl Moved {
 /// next batch (or an idle tick); returns when the store is closed.
 pub(crate) fn run(shared: Arc<Shared>) {
     loop {
-        // First: the writer's next blocks in a fresh segment written ahead (`zero_ahead`).
-        if zero_ahead::step(&shared) {
-            continue;
-        }
         if compaction::compact_one(&shared) {
             continue;
         }
@@ -69,10 +63,6 @@ pub(crate) fn run(shared: Arc<Shared>) {
         let st = shared.lock();
         if st.closed {
             return;
-        }
-        // Asked for (the writer's wake-up) between the step above and this lock.
-        if ZeroState::wanted(&st, shared.config.segment_size) {
-            continue;
         }
         let st = shared
             .compact_wake

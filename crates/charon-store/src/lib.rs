@@ -17,7 +17,6 @@
 //!   one state machine applied both by live appends and by recovery.
 //! - `recovery`: replays the segments, truncates a torn tail.
 //! - `writer`: the group-commit writer thread.
-//! - `zero_ahead`: zeros written ahead of the writer in a fresh segment file (compaction thread).
 //! - `compaction`: which segments to delete, what to copy forward.
 //! - `compactor`: the compaction thread, and reads of bodies whose copy is not written yet.
 //! - [`Store`]: the public handle.
@@ -89,7 +88,6 @@ mod store;
 mod types;
 mod window;
 mod writer;
-mod zero_ahead;
 
 pub use chunk_ring::ChunkRing;
 pub use durable::DurableWatch;

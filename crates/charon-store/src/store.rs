@@ -28,7 +28,6 @@ use crate::spare;
 use crate::storage::{DiskStorage, Storage, StorageFile};
 use crate::types::{Appended, BodyRef, Command, Member, MessageRef, Recovered};
 use crate::writer;
-use crate::zero_ahead::ZeroState;
 
 /// Tuning knobs.
 #[derive(Debug, Clone)]
@@ -60,10 +59,6 @@ pub struct StoreConfig {
     /// machine, `docs/performance.md` part 12). A batch that did
     /// not grow during a `gather` is taken at once: its publishers wait for their confirms.
     pub gather_max: Duration,
-    /// A fast stream's batch (at least 32 records arrived during the last write and sync) is
-    /// left to grow as long as that write and sync took, at most 2 ms, instead of one `gather`
-    /// (`writer.rs` `pace`; default on, `CHARON_STORE_PACE=0` turns it off for benchmarks).
-    pub pace: bool,
     /// When there is no spare and the active segment is half full, prepare a zeroed spare file
     /// ahead of the writer on the compaction thread (default on; needs `preallocate`), so the
     /// next segment's commits write into written blocks (`docs/storage-format.md` §2.5).
@@ -93,7 +88,6 @@ impl Default for StoreConfig {
             preallocate: true,
             gather: gather_default(),
             gather_max: micros_from_env("CHARON_STORE_GATHER_MAX_US", 0),
-            pace: std::env::var("CHARON_STORE_PACE").map_or(true, |v| v != "0"),
             zero_spare: std::env::var("CHARON_STORE_ZERO_SPARE").map_or(true, |v| v != "0"),
             linger: linger_default(),
         }
@@ -142,8 +136,6 @@ pub struct StoreStats {
     pub live_messages: usize,
     /// Segments deleted since open.
     pub segments_deleted: u64,
-    /// Bytes zeroed ahead of the writer in fresh segment files since open (`zero_ahead`).
-    pub zeroed_bytes: u64,
     /// Records copied forward by compaction since open.
     pub records_carried: u64,
     /// Times the compaction thread looked for a segment to compact (tests wait on it).
@@ -214,8 +206,6 @@ pub(crate) struct State {
     pub(crate) pool: BatchBuffers,
     /// Where messages compaction is copying were before (read there until the copy is durable).
     pub(crate) moved: Moved,
-    /// The active segment's zeroing ahead of the writer (`zero_ahead`).
-    pub(crate) zero: ZeroState,
 }
 
 /// Heap bytes of the index a live message with one member costs: its 28-byte entry, ~1 byte
@@ -548,8 +538,6 @@ impl Store {
             let name = name.clone();
             move |source| OpenError::Io { op, name, source }
         };
-        // A fresh file's blocks are unwritten extents: zero ahead of the writer in it.
-        let fresh = out.spare.is_none() && config.preallocate;
         let file = match out.spare {
             // The spare's header is rewritten and synced before it takes the name (`spare`).
             Some(spare) => {
@@ -596,13 +584,6 @@ impl Store {
                 },
                 pool: BatchBuffers::default(),
                 moved: Moved::default(),
-                zero: {
-                    let mut z = ZeroState::default();
-                    if fresh {
-                        z.start(active, file.clone(), SEGMENT_HEADER_LEN);
-                    }
-                    z
-                },
             }),
             wake: Condvar::new(),
             compact_wake: Condvar::new(),
@@ -884,7 +865,6 @@ impl Store {
         s.disk_bytes = st.index.segs.values().map(|g| g.size).sum();
         s.live_bytes = st.index.segs.values().map(|g| g.live_bytes).sum();
         s.live_messages = st.index.messages.len();
-        s.zeroed_bytes = st.zero.zeroed;
         s
     }
 
