@@ -45,16 +45,18 @@ END;
 ";
 
 /// PostgreSQL: the table copied with the columns (users' writes to `dead_letters` wait: the
-/// copy reads their columns), its primary key with the columns `INCLUDE`d, and the trigger.
+/// copy reads their columns), every text column `COLLATE "C"` as migration 15 left `name` and
+/// `value` and as the record's columns are, its primary key with the columns `INCLUDE`d, and the
+/// trigger.
 const V22_POSTGRES: &str = "
 LOCK TABLE dead_letters IN SHARE MODE;
 CREATE TABLE dead_letter_search_header_v22 (
-    name  TEXT NOT NULL,
-    value TEXT NOT NULL,
+    name  TEXT COLLATE \"C\" NOT NULL,
+    value TEXT COLLATE \"C\" NOT NULL,
     id    BIGINT NOT NULL,
-    status TEXT,
-    queue TEXT,
-    original_queue TEXT
+    status TEXT COLLATE \"C\",
+    queue TEXT COLLATE \"C\",
+    original_queue TEXT COLLATE \"C\"
 );
 INSERT INTO dead_letter_search_header_v22 (name, value, id, status, queue, original_queue)
     SELECT h.name, h.value, h.id, d.status, d.queue, d.original_queue

@@ -195,6 +195,18 @@ fn postgres_header_lists_with_key_terms_from_the_index_rows() {
             .expect("pkey");
         let def = r[0][0].opt_text().unwrap_or_default();
         assert!(def.contains("INCLUDE (status, queue, original_queue)"), "{def}");
+        // Byte order, as migration 15 left `name` and `value` and as the record's columns are.
+        let r = c
+            .query(
+                "SELECT column_name, COALESCE(collation_name, '') FROM information_schema.columns \
+                 WHERE table_name = 'dead_letter_search_header' AND data_type = 'text'",
+                &[],
+            )
+            .expect("collations");
+        assert_eq!(r.len(), 5, "text columns");
+        for row in &r {
+            assert_eq!(row[1].text(), "C", "{}", row[0].text());
+        }
     });
 }
 
