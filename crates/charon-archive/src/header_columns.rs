@@ -133,6 +133,7 @@ pub struct Plan<'f> {
     t: Terms<'f>,
     wm: i64,
     field: String,
+    d: Dialect,
 }
 
 impl<'f> Plan<'f> {
@@ -142,28 +143,39 @@ impl<'f> Plan<'f> {
             t,
             wm,
             field: d.json_field("headers"),
+            d,
         }
     }
 
-    fn keys(&self) -> String {
+    /// The key terms' condition; `records`: on `dead_letters`, where on SQLite each column is
+    /// written `+col` so that no index of it is used. The records above the watermark are few
+    /// and one range of the primary key; SQLite, without statistics, otherwise read them
+    /// through `(original_queue, status, id)` — every record of the queue, 50,000 of 1M
+    /// (`original_queue=orders-7&header.…` 49 ms, the same with `status=` 8 ms).
+    fn keys(&self, records: bool) -> String {
+        let plus = if records && self.d == Dialect::Sqlite {
+            "+"
+        } else {
+            ""
+        };
         self.t
             .keys
             .iter()
-            .map(|(c, _)| format!(" AND {c} = ?"))
+            .map(|(c, _)| format!(" AND {plus}{c} = ?"))
             .collect()
     }
 
     /// The three parts' SQL (header range, records above the watermark, edited records) and
     /// each part's parameters, in order.
     fn parts(&self) -> ([String; 3], [Vec<Param>; 3]) {
-        let (k, f) = (self.keys(), &self.field);
+        let (k, r, f) = (self.keys(false), self.keys(true), &self.field);
         let sql = [
             format!(
                 "SELECT id FROM dead_letter_search_header WHERE name = ? AND value = ? AND id <= ?{k}"
             ),
-            format!("SELECT id FROM dead_letters WHERE id > ? AND {f} = ?{k}"),
+            format!("SELECT id FROM dead_letters WHERE id > ? AND {f} = ?{r}"),
             format!(
-                "SELECT id FROM dead_letters WHERE id IN (SELECT id FROM dead_letter_search_scan WHERE id <= ?) AND {f} = ?{k}"
+                "SELECT id FROM dead_letters WHERE id IN (SELECT id FROM dead_letter_search_scan WHERE id <= ?) AND {f} = ?{r}"
             ),
         ];
         let (name, value) = (Param::from(self.t.name), Param::from(self.t.value));
