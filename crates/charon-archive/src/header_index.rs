@@ -76,25 +76,42 @@ pub fn v9(d: Dialect) -> String {
         Dialect::Sqlite => V9_SQLITE,
         Dialect::Postgres => V9_POSTGRES,
     };
-    sql.replace("{FILL}", &fill_sql(d, INDEXED))
+    sql.replace("{FILL}", &fill_sql_v9(d, INDEXED))
 }
 
 /// The statement that adds the rows of the records `d.id` satisfying `which` (SQL over the alias
 /// `d` of `dead_letters`; `?` parameters are the caller's). A header whose value the filter
 /// compares as NULL (JSON null) has no row; on SQLite the first of duplicate keys counts, as in
 /// the filter's `json_each … WHERE j.key = ?` (PostgreSQL's jsonb keeps one of each key).
-/// Rows that exist already are skipped (`INSERT OR IGNORE`, `ON CONFLICT DO NOTHING`).
+/// Rows that exist already are skipped (`INSERT OR IGNORE`, `ON CONFLICT DO NOTHING`). Each row
+/// holds the record's columns of migration 22 ([`crate::header_columns`]).
 pub fn fill_sql(d: Dialect, which: &str) -> String {
+    fill_sql_of(d, which, true)
+}
+
+/// [`fill_sql`] for migration 9's table (versions 9 to 21: no columns of migration 22), as
+/// migration 9 and the tests that build an older archive fill it.
+pub fn fill_sql_v9(d: Dialect, which: &str) -> String {
+    fill_sql_of(d, which, false)
+}
+
+/// [`fill_sql`]; `columns`: with migration 22's columns (false: migration 9's table).
+fn fill_sql_of(d: Dialect, which: &str, columns: bool) -> String {
+    let (ins, sel) = if columns {
+        crate::header_columns::fill_columns()
+    } else {
+        (String::new(), String::new())
+    };
     match d {
         Dialect::Sqlite => format!(
-            "INSERT OR IGNORE INTO dead_letter_search_header (name, value, id) \
-             SELECT name, value, id FROM (SELECT j.key AS name, \
+            "INSERT OR IGNORE INTO dead_letter_search_header (name, value, id{ins}) \
+             SELECT name, value, id{ins} FROM (SELECT j.key AS name, \
              CASE j.type WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' ELSE CAST(j.value AS TEXT) END AS value, \
-             d.id AS id, MIN(j.id) FROM dead_letters AS d, json_each(d.headers) AS j \
+             d.id AS id{sel}, MIN(j.id) FROM dead_letters AS d, json_each(d.headers) AS j \
              WHERE {which} AND typeof(j.key) = 'text' GROUP BY d.id, j.key) \
              WHERE value IS NOT NULL AND length(CAST(name AS BLOB)) + length(CAST(value AS BLOB)) <= {MAX_BYTES}"
         ),
-        Dialect::Postgres => format!("{} ON CONFLICT DO NOTHING", pg_fill_new_sql(which)),
+        Dialect::Postgres => format!("{} ON CONFLICT DO NOTHING", pg_fill_of(which, columns)),
     }
 }
 
@@ -105,14 +122,26 @@ pub fn fill_sql(d: Dialect, which: &str) -> String {
 /// (`jsonb_each_text` gives each value exactly as `->>` does); until the twelfth round it was
 /// parsed once per header and twice more per record, and the `ON CONFLICT` check probed the
 /// primary key once more per row: 470 → 108 µs of PostgreSQL CPU per record of the bench
-/// (eight rows each), docs/archive.md "Twelfth round".
+/// (eight rows each), docs/archive.md "Twelfth round". The records are read `FOR SHARE`: a
+/// user's concurrent UPDATE of their columns waits for the fill's commit, or the fill for its
+/// ([`crate::header_columns`]).
 pub fn pg_fill_new_sql(which: &str) -> String {
+    pg_fill_of(which, true)
+}
+
+fn pg_fill_of(which: &str, columns: bool) -> String {
+    let (ins, sel, lock) = if columns {
+        let (i, s) = crate::header_columns::fill_columns();
+        (i, s, " FOR SHARE OF d")
+    } else {
+        (String::new(), String::new(), "")
+    };
     format!(
-        "INSERT INTO dead_letter_search_header (name, value, id) \
-         SELECT j.key, j.value, d.id FROM dead_letters AS d \
+        "INSERT INTO dead_letter_search_header (name, value, id{ins}) \
+         SELECT j.key, j.value, d.id{sel} FROM dead_letters AS d \
          CROSS JOIN LATERAL (SELECT d.headers::jsonb AS h OFFSET 0) AS p \
          CROSS JOIN LATERAL jsonb_each_text(CASE WHEN jsonb_typeof(p.h) = 'object' THEN p.h ELSE '{{}}'::jsonb END) AS j \
-         WHERE {which} AND j.value IS NOT NULL AND octet_length(j.key) + octet_length(j.value) <= {MAX_BYTES}"
+         WHERE {which} AND j.value IS NOT NULL AND octet_length(j.key) + octet_length(j.value) <= {MAX_BYTES}{lock}"
     )
 }
 

@@ -11,6 +11,10 @@
 //! holds (the column's collation is deterministic), so the header's records not in the three
 //! ranges are exactly those with `X = v`. The summary (`dead_letter_groups`) only chooses the
 //! plan: it is taken when the records of other keys number at most [`MAX_OTHERS`].
+//!
+//! Since migration 22 the list takes this plan only for `reason` and `error_fingerprint`: a
+//! header term with `status`, `queue` or `original_queue` terms is answered from the header
+//! index's own columns ([`crate::header_columns`]), whatever the key's other values number.
 
 use crate::error::ArchiveError;
 use crate::filter::Filter;

@@ -34,6 +34,7 @@ pub mod error_text;
 pub mod extract;
 pub mod filter;
 pub mod group_bounds;
+pub mod header_columns;
 pub mod header_index;
 pub mod header_keys;
 pub mod header_lines;

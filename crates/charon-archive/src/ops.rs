@@ -92,11 +92,20 @@ pub fn list(
     };
     // PostgreSQL, one header term and one key term matching almost every record: the header's
     // ids minus those of the key's other values (`header_keys`), no probe per header match.
-    let header_keys = crate::header_keys::plan(c, f)?;
+    // One header term with terms of the columns its index rows hold (migration 22): counted
+    // and paged from the header's index range alone.
+    let header_columns = crate::header_columns::plan(c, f)?;
+    let header_keys = match header_columns {
+        Some(_) => None,
+        None => crate::header_keys::plan(c, f)?,
+    };
     let total = if let Some((ids, p)) =
         header.and_then(|(name, value, wm)| header_index::exact_ids_at(d, name, value, Some(wm)))
     {
         count(c, &format!("SELECT COUNT(*) FROM ({ids}) AS m"), &p)?
+    } else if let Some(hc) = &header_columns {
+        let (sql, p) = hc.count();
+        count(c, &sql, &p)?
     } else if let Some(hk) = &header_keys {
         let (sql, p) = hk.count();
         count(c, &sql, &p)?
@@ -155,7 +164,10 @@ pub fn list(
             .and_then(|(needle, fts)| crate::error_text::page_ids(d, needle, fts, desc, reach)),
     };
     let page_ids = match page_ids {
-        None if by_id => header_keys.as_ref().map(|hk| hk.page_ids(desc, reach)),
+        None if by_id => header_columns
+            .as_ref()
+            .map(|hc| hc.page_ids(desc, reach))
+            .or_else(|| header_keys.as_ref().map(|hk| hk.page_ids(desc, reach))),
         other => other,
     };
     // An `error` or header term with terms of the copy's columns in id order: from the copy.

@@ -145,7 +145,11 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (19, V19_GROUP_SECONDS),
     (20, V20_ARCHIVER_SECONDS),
     (21, V21_GROUP_BOUNDS),
+    (22, V22_HEADER_COLUMNS),
 ];
+
+/// Migration 22 (rendered per dialect by [`crate::header_columns::v22`]).
+const V22_HEADER_COLUMNS: &str = "{V22_HEADER_COLUMNS}";
 
 /// Migration 21 (rendered per dialect by [`crate::group_bounds::v21`]).
 const V21_GROUP_BOUNDS: &str = "{V21_GROUP_BOUNDS}";
@@ -224,6 +228,9 @@ fn render(sql: &str, d: Dialect) -> String {
     }
     if sql == V20_ARCHIVER_SECONDS {
         return crate::summary_seconds::v20(d);
+    }
+    if sql == V22_HEADER_COLUMNS {
+        return crate::header_columns::v22(d);
     }
     if sql == V21_GROUP_BOUNDS {
         return crate::group_bounds::v21(d);

@@ -324,7 +324,7 @@ fn upgraded(url: &str, mut old: Box<dyn Conn>) -> Archive {
     let d = old.dialect();
     let fill = copy_scenario::search_fill_sql(d, 250);
     old.batch(&fill).expect("fill the v12 index");
-    old.batch(&header_index::fill_sql(d, "d.id <= 250"))
+    old.batch(&header_index::fill_sql_v9(d, "d.id <= 250"))
         .expect("fill the header index");
     old.batch("UPDATE dead_letter_search_state SET watermark = 250")
         .expect("watermark");
