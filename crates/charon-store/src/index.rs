@@ -137,6 +137,59 @@ impl Index {
         self.create(index, index, loc, msg, members.iter().map(|m| (*m, 0)));
     }
 
+    /// The live store's publish of the record it just appended at `loc` (log index `index`):
+    /// what [`Index::grow`] by the record and then [`Index::apply_publish`] do, with one
+    /// lookup of the segment's accounting for both, and a publish to one member (the usual
+    /// case) placed without the member list `create` keeps for several.
+    pub(crate) fn append_publish(
+        &mut self,
+        index: u64,
+        loc: Loc,
+        msg: &MsgBody<'_>,
+        members: &[Member],
+    ) {
+        let len = u64::from(loc.len);
+        let fits = u32::try_from(loc.seg).is_ok() && u32::try_from(loc.offset).is_ok();
+        let ([m], true) = (members, fits) else {
+            self.grow(loc.seg, len);
+            self.apply_publish(index, loc, msg, members);
+            return;
+        };
+        if let Some(s) = self.segs.get_mut(&loc.seg) {
+            s.size += len;
+            s.live_items += 1;
+            s.live_bytes += len;
+        }
+        // Records are at most 1 GiB (`record::fits`), so this fits a u32.
+        let body_off = (HEADER_LEN + msg.body_offset) as u32;
+        let m = *m;
+        let q = self.queues.entry(m.0).or_default();
+        let old = if q.above_all(m.1) {
+            q.insert(
+                m.1,
+                MemberEntry {
+                    msg: index,
+                    count: 0,
+                },
+            )
+        } else {
+            self.remove_member(m, loc.seg, index);
+            self.queues.entry(m.0).or_default().insert(
+                m.1,
+                MemberEntry {
+                    msg: index,
+                    count: 0,
+                },
+            )
+        };
+        if let Some(old) = old {
+            self.kill(old, loc.seg, index);
+        }
+        let _ = self
+            .messages
+            .insert(index, loc, body_off, std::slice::from_ref(&m));
+    }
+
     /// Apply one record found at `loc` with log index `index`.
     pub(crate) fn apply(&mut self, index: u64, loc: Loc, payload: &Payload<'_>) {
         let seg = loc.seg;
@@ -702,5 +755,78 @@ pub(crate) mod tests {
         );
         ix.apply(3, loc(1, 300), &Payload::Purge { queue: 5 });
         assert!(ix.messages.is_empty() && ix.queues.is_empty());
+    }
+
+    /// One step of the proptest below: a publish at `members` in segment `seg` (offset past
+    /// `u32` when `far`), or a settle of `ids` of queue `queue`.
+    #[derive(Debug, Clone)]
+    enum Step {
+        Publish {
+            seg: SegId,
+            far: bool,
+            members: Vec<Member>,
+        },
+        Settle {
+            queue: QueueId,
+            ids: Vec<u64>,
+        },
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        let member = (1u64..4, 0u64..12);
+        prop_oneof![
+            3 => (1u64..4, proptest::bool::weighted(0.05), proptest::collection::vec(member, 0..4))
+                .prop_map(|(seg, far, members)| Step::Publish { seg, far, members }),
+            1 => (1u64..4, proptest::collection::vec(0u64..12, 0..5))
+                .prop_map(|(queue, ids)| Step::Settle { queue, ids }),
+        ]
+    }
+
+    /// What a test can see of an index: segment accounting, messages with their members and
+    /// counts, and each member's message.
+    fn observe(ix: &Index) -> String {
+        let msgs: Vec<_> = ix
+            .messages
+            .iter()
+            .map(|(id, e)| (id, e.loc(), e.body(id), ix.members_of(id)))
+            .collect();
+        let members: Vec<_> = (1u64..4)
+            .flat_map(|q| (0u64..12).map(move |i| (q, i)))
+            .map(|m| (m, ix.message_of(m)))
+            .collect();
+        format!("{:?}\n{msgs:?}\n{members:?}", ix.segs)
+    }
+
+    proptest::proptest! {
+        /// The live store's publish (`append_publish`: one segment lookup, one member without
+        /// a list) leaves the index exactly as growing the segment and applying the publish
+        /// record (`grow` + `apply_publish`, what recovery does) would: for publishes to zero,
+        /// one or several members, members that already belonged to another message, records
+        /// beyond the store's limits, and settles between them.
+        #[test]
+        fn append_publish_is_grow_and_apply_publish(steps in proptest::collection::vec(step(), 1..40)) {
+            let mut live = index(&[1, 2, 3]);
+            let mut applied = index(&[1, 2, 3]);
+            for (n, s) in steps.iter().enumerate() {
+                let index = n as u64 + 1;
+                let body = MsgBody { body_offset: 7, ..BODY };
+                match s {
+                    Step::Publish { seg, far, members } => {
+                        let offset = if *far { u64::from(u32::MAX) + 16 } else { 16 * index };
+                        let at = Loc { seg: *seg, offset, len: 40 + index as u32 };
+                        live.append_publish(index, at, &body, members);
+                        applied.grow(at.seg, u64::from(at.len));
+                        applied.apply_publish(index, at, &body, members);
+                    }
+                    Step::Settle { queue, ids } => {
+                        let p = Payload::Settle { queue: *queue, ids: ids.clone() };
+                        live.apply(index, loc(1, 16 * index), &p);
+                        applied.apply(index, loc(1, 16 * index), &p);
+                    }
+                }
+                proptest::prop_assert_eq!(observe(&live), observe(&applied), "after step {}", n);
+            }
+        }
     }
 }

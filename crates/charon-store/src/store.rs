@@ -308,6 +308,14 @@ impl State {
 
     /// Bookkeeping for the record of `rec_len` bytes just put at the end of the active chunk.
     fn account(&mut self, rec_len: u64) -> (u64, Loc) {
+        let (index, loc) = self.place(rec_len);
+        self.index.grow(loc.seg, rec_len);
+        (index, loc)
+    }
+
+    /// [`State::account`] but for the segment's size in the index, which the caller grows
+    /// (a publish: `Index::append_publish`, one lookup with its live item).
+    fn place(&mut self, rec_len: u64) -> (u64, Loc) {
         let index = self.next_index;
         let loc = Loc {
             seg: self.active,
@@ -318,7 +326,6 @@ impl State {
         self.active_len += rec_len;
         self.batch.last_index = index;
         self.stats.records += 1;
-        self.index.grow(loc.seg, rec_len);
         (index, loc)
     }
 
@@ -344,7 +351,8 @@ impl State {
 
     /// Encodes one record with `encode` (as [`record::encode_record`]) straight into the
     /// pending batch, moving it to the next segment's chunk when it does not fit the active
-    /// one, and seals and accounts for it. Returns its kind, index, where it lies, where it
+    /// one, and seals and places it (`State::place`: the caller grows the segment's size in
+    /// the index). Returns its kind, index, where it lies, where it
     /// starts in the batch's last chunk, and the body's offset in the record.
     fn append_record(
         &mut self,
@@ -381,7 +389,7 @@ impl State {
         {
             record::seal(rec, index, 0);
         }
-        let (index, loc) = self.account(rec_len as u64);
+        let (index, loc) = self.place(rec_len as u64);
         Ok((kind, index, loc, start, body_at))
     }
 
@@ -406,7 +414,7 @@ impl State {
             body_offset: at - HEADER_LEN,
             ..msg
         };
-        self.index.apply_publish(index, loc, &msg, members);
+        self.index.append_publish(index, loc, &msg, members);
         Ok((index, loc, at))
     }
 
@@ -428,6 +436,7 @@ impl State {
         );
         let (kind, index, loc, start, body_at) =
             self.append_record(segment_size, urgent, |out| record::encode_record(out, &cmd))?;
+        self.index.grow(loc.seg, u64::from(loc.len));
         let Some(chunk) = self.batch.chunks.last() else {
             unreachable!("the record's chunk");
         };

@@ -30,6 +30,11 @@
 //! ends with is the start of the next burst.
 //! A client reading less often than the thresholds (an RPC client, a fixed-rate publisher at
 //! thousands a second) is never paused.
+//!
+//! Nor is one waiting for confirms that no store commit holds back (publishes in confirm mode,
+//! none waiting for a commit: `Connection::confirms_wait_on_reads`): its confirm window fills
+//! while reading pauses, and the pause only stalls it (docs/performance.md, part 25). A
+//! persistent publisher's confirms wait for the group commit anyway, so it stays paced.
 
 use std::time::{Duration, Instant};
 
