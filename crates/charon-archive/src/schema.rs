@@ -145,7 +145,11 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (19, V19_GROUP_SECONDS),
     (20, V20_ARCHIVER_SECONDS),
     (21, V21_GROUP_BOUNDS),
+    (23, V23_SEARCH_FORGET),
 ];
+
+/// Migration 23 (rendered per dialect by [`crate::search_forget::v23`]).
+const V23_SEARCH_FORGET: &str = "{V23_SEARCH_FORGET}";
 
 /// Migration 21 (rendered per dialect by [`crate::group_bounds::v21`]).
 const V21_GROUP_BOUNDS: &str = "{V21_GROUP_BOUNDS}";
@@ -227,6 +231,9 @@ fn render(sql: &str, d: Dialect) -> String {
     }
     if sql == V21_GROUP_BOUNDS {
         return crate::group_bounds::v21(d);
+    }
+    if sql == V23_SEARCH_FORGET {
+        return crate::search_forget::v23(d);
     }
     if sql == V16_STATUS_TIME {
         return crate::range_count::v16(d);
