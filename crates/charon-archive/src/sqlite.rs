@@ -10,9 +10,6 @@ use crate::wal_sync::WalSync;
 
 /// A SQLite database file.
 pub struct Sqlite {
-    /// The archiver's chunk INSERT, prepared once (`sqlite_static`); declared before `conn`,
-    /// so it is finalized before the connection closes.
-    stmts: crate::sqlite_static::StmtCache,
     conn: rusqlite::Connection,
     path: std::path::PathBuf,
     /// The checkpoint thread, started at the first commit (`checkpoint`).
@@ -55,7 +52,6 @@ impl Sqlite {
         // notes that size and checkpoints on the writer only should that thread fall behind.
         conn.wal_hook(Some(crate::checkpoint::wal_hook));
         Ok(Sqlite {
-            stmts: Default::default(),
             conn,
             path: path.to_path_buf(),
             checkpointer: None,
@@ -114,7 +110,7 @@ impl Conn for Sqlite {
     }
 
     fn exec_each(&mut self, sql: &str, sets: &[&[Param]]) -> Result<Vec<u64>, ArchiveError> {
-        let r = crate::sqlite_static::exec_each(&self.conn, &mut self.stmts, sql, sets);
+        let r = crate::sqlite_static::exec_each(&self.conn, sql, sets);
         self.committed()?;
         r
     }
