@@ -59,6 +59,7 @@ pub mod rare_trigrams;
 pub mod record;
 pub mod schema;
 pub mod scope;
+pub mod search_forget;
 pub mod search_index;
 pub mod sparse_sort;
 pub mod sql;

@@ -146,10 +146,14 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (20, V20_ARCHIVER_SECONDS),
     (21, V21_GROUP_BOUNDS),
     (22, V22_HEADER_COLUMNS),
+    (23, V23_SEARCH_FORGET),
 ];
 
 /// Migration 22 (rendered per dialect by [`crate::header_columns::v22`]).
 const V22_HEADER_COLUMNS: &str = "{V22_HEADER_COLUMNS}";
+
+/// Migration 23 (rendered per dialect by [`crate::search_forget::v23`]).
+const V23_SEARCH_FORGET: &str = "{V23_SEARCH_FORGET}";
 
 /// Migration 21 (rendered per dialect by [`crate::group_bounds::v21`]).
 const V21_GROUP_BOUNDS: &str = "{V21_GROUP_BOUNDS}";
@@ -234,6 +238,9 @@ fn render(sql: &str, d: Dialect) -> String {
     }
     if sql == V21_GROUP_BOUNDS {
         return crate::group_bounds::v21(d);
+    }
+    if sql == V23_SEARCH_FORGET {
+        return crate::search_forget::v23(d);
     }
     if sql == V16_STATUS_TIME {
         return crate::range_count::v16(d);
