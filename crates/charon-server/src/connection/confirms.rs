@@ -40,11 +40,6 @@ pub(crate) struct ConfirmTracker {
 }
 
 impl ConfirmTracker {
-    /// Whether a publish of this channel is not confirmed to the publisher yet.
-    pub(crate) fn awaiting(&self) -> bool {
-        self.acked_upto < self.last_seq
-    }
-
     /// The next publish's sequence number.
     pub(crate) fn next_seq(&mut self) -> u64 {
         self.last_seq += 1;
@@ -170,40 +165,6 @@ mod tests {
         let mut out = Vec::new();
         t.flush(&mut out);
         out
-    }
-
-    /// `awaiting` (read pacing asks it, `Connection::confirms_wait_on_reads`): from a publish
-    /// until the publisher has its answer, and not before any publish or after every answer.
-    #[test]
-    fn a_publish_is_awaited_until_its_confirm_is_sent() {
-        let mut t = ConfirmTracker::default();
-        assert!(!t.awaiting());
-        let a = t.next_seq();
-        t.expect(a, 2);
-        let b = t.next_seq();
-        t.expect(b, 1);
-        assert!(t.awaiting());
-        t.answer(a, true);
-        t.answer(b, true);
-        // answered, not yet sent
-        assert!(t.awaiting());
-        flush(&mut t);
-        assert!(t.awaiting(), "a still waits for its second answer");
-        t.answer(a, true);
-        assert_eq!(
-            flush(&mut t),
-            vec![Ack {
-                seq: 2,
-                multiple: true
-            }]
-        );
-        assert!(!t.awaiting());
-        // one that needs no answer is awaited until the flush that acks it
-        let c = t.next_seq();
-        t.expect(c, 0);
-        assert!(t.awaiting());
-        flush(&mut t);
-        assert!(!t.awaiting());
     }
 
     #[test]

@@ -547,9 +547,7 @@ impl Connection {
                     self.flush();
                     return;
                 }
-                if pace.after_read(self.frames_in - frames, n >= room, last_read)
-                    && !self.confirms_wait_on_reads()
-                {
+                if pace.after_read(self.frames_in - frames, n >= room, last_read) {
                     pausing = true;
                     quiet.pause(room);
                     pause
@@ -559,16 +557,6 @@ impl Connection {
             }
             self.flush();
         }
-    }
-
-    /// Whether a publisher on this connection waits for confirms that no commit holds back
-    /// (publishes in confirm mode, none waiting for a store commit: transient ones, answered
-    /// once their queues take them). Pausing reads then only holds its confirm window full
-    /// until the pause ends: scenario e's publisher (1,000 in flight) published 135–187k/s
-    /// paced against 252–268k/s unpaced (docs/performance.md, part 25). A persistent publisher's
-    /// confirms wait for the group commit anyway, so its reads stay paced.
-    fn confirms_wait_on_reads(&self) -> bool {
-        !self.commits.waiting() && self.channels.iter().any(|(_, c)| c.confirms.awaiting())
     }
 
     /// Decodes and handles every complete frame in `buf`; the publishes gathered on the way
