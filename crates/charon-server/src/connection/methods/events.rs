@@ -9,6 +9,11 @@ use super::super::Connection;
 use super::super::channel::Unacked;
 use crate::handles::{ConnEvent, Control, QueueCmd};
 
+/// The most a delivery batch's output room is estimated at ahead of encoding (8 MiB; more
+/// than a full batch of 1 KiB bodies): beyond it, `encode_delivery` grows the buffer as it
+/// goes. Larger only when the batch's first delivery alone is larger.
+const ROOM_ESTIMATE_CAP: usize = 8 << 20;
+
 impl Connection {
     pub(crate) fn on_event(&mut self, ev: ConnEvent) {
         match ev {
@@ -27,6 +32,9 @@ impl Connection {
                 // consumer, usually alike (one publisher's), and a pass over every message
                 // only to size the buffer cost ~30 instructions a delivery. Larger messages
                 // later in the batch grow the buffer as `encode_delivery` reserves for each.
+                // The estimate is capped ([`ROOM_ESTIMATE_CAP`], or the first delivery's own
+                // size when larger): a large first message before thousands of small ones
+                // must not ask the allocator for its size times the batch's length.
                 let room = deliveries.first().map_or(0, |d| {
                     let m = &d.message;
                     let frames = DeliveryFrames {
@@ -39,7 +47,8 @@ impl Connection {
                         properties: &m.properties,
                         body: m.body.wire_bytes(),
                     };
-                    delivery_len(&frames, self.frame_max).saturating_mul(n)
+                    let first = delivery_len(&frames, self.frame_max);
+                    first.saturating_mul(n).min(first.max(ROOM_ESTIMATE_CAP))
                 });
                 if self.out.capacity() - self.out.len() < room {
                     // The room is short. Earlier output (another batch) is written out first,
