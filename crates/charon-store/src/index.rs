@@ -163,24 +163,16 @@ impl Index {
         // Records are at most 1 GiB (`record::fits`), so this fits a u32.
         let body_off = (HEADER_LEN + msg.body_offset) as u32;
         let m = *m;
+        let entry = MemberEntry {
+            msg: index,
+            count: 0,
+        };
         let q = self.queues.entry(m.0).or_default();
         let old = if q.above_all(m.1) {
-            q.insert(
-                m.1,
-                MemberEntry {
-                    msg: index,
-                    count: 0,
-                },
-            )
+            q.insert(m.1, entry)
         } else {
             self.remove_member(m, loc.seg, index);
-            self.queues.entry(m.0).or_default().insert(
-                m.1,
-                MemberEntry {
-                    msg: index,
-                    count: 0,
-                },
-            )
+            self.queues.entry(m.0).or_default().insert(m.1, entry)
         };
         if let Some(old) = old {
             self.kill(old, loc.seg, index);
