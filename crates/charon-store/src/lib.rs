@@ -95,7 +95,7 @@ pub use error::{AppendError, CommitError, OpenError, ReadError};
 pub use meta::MetaReader;
 pub use recovered_list::RecoveredList;
 pub use storage::{DiskStorage, MemStorage, Storage, StorageFile};
-pub use store::{Commit, Store, StoreConfig, StoreStats};
+pub use store::{Commit, INDEX_BYTES_PER_MESSAGE, Store, StoreConfig, StoreStats};
 pub use types::{
     Appended, BodyRef, Command, DefinitionKey, Member, MessageId, MessageRef, NewMessage, QueueId,
     Recovered, RecoveredEntry, RecoveredMessage,

@@ -210,7 +210,7 @@ pub(crate) struct State {
 
 /// Heap bytes of the index a live message with one member costs: its 28-byte entry, ~1 byte
 /// of its id chunk, its 12-byte member slot (measured at 10M: 393 MiB, docs/performance.md).
-pub(crate) const INDEX_BYTES_PER_MESSAGE: u64 = 41;
+pub const INDEX_BYTES_PER_MESSAGE: u64 = 41;
 
 #[derive(Debug)]
 pub(crate) struct Shared {

@@ -85,6 +85,12 @@ pub(super) const TRACK_BACKLOG: u64 = 4 << 20;
 const TRIM_HELD_MIN: usize = 4096;
 /// Body size from which a transient message is always tracked for paging.
 pub(super) const TRACK_BYTES: usize = 64 << 10;
+/// Transient bodies smaller than this are held and counted but never paged out: paging one
+/// adds an entry to the store's index (counted against the same budget, [`Persistence::body_budget`])
+/// larger than the body it frees, so each one paged raised the excess instead of lowering it —
+/// scenario e at 10M (16-byte bodies) paged every message, not the excess, and cost 3.8× as
+/// much CPU per expired message as at 1M (docs/performance.md, "Expiry at 10M").
+pub(super) const PAGE_MIN_BYTES: u32 = charon_store::INDEX_BYTES_PER_MESSAGE as u32;
 
 /// The store side of one queue actor.
 #[derive(Debug)]
@@ -108,6 +114,8 @@ pub(crate) struct StoreSide {
     /// Small transient bodies held and counted, not in `bodies` (runs of ids: nothing a
     /// message); they move to `bodies` once the budget is exceeded (`page_out`).
     small: HeldRuns,
+    /// Transient bodies under [`PAGE_MIN_BYTES`] held and counted, never paged out (as `small`).
+    tiny: HeldRuns,
     /// Shapes of paged-out messages (no paged-out message keeps a connection's read buffer
     /// alive: its properties are copied).
     shapes: PagedShapes,
@@ -165,6 +173,7 @@ impl StoreSide {
             bodies: IdMap::default(),
             held: VecDeque::new(),
             small: HeldRuns::default(),
+            tiny: HeldRuns::default(),
             shapes,
             alias: IdMap::default(),
             alias_back: IdMap::default(),
@@ -174,6 +183,26 @@ impl StoreSide {
             pending: Pending::default(),
             last_admitted_paged: None,
         }
+    }
+
+    /// Small transient body `id` of `bytes` bytes is held (already counted): in the runs that
+    /// may be paged out, or, under [`PAGE_MIN_BYTES`], in those never paged.
+    fn hold_small(&mut self, id: MsgId, bytes: u32) {
+        if bytes < PAGE_MIN_BYTES {
+            self.tiny.insert(id, bytes);
+        } else {
+            self.small.insert(id, bytes);
+        }
+    }
+
+    /// Small transient body `id` is no longer held here: its size, if it was.
+    fn drop_small(&mut self, id: MsgId) -> Option<u32> {
+        if !self.small.is_empty()
+            && let Some(bytes) = self.small.remove(id)
+        {
+            return Some(bytes);
+        }
+        self.tiny.remove(id)
     }
 
     /// `id`'s body is held: a candidate for paging out, after those already held.
@@ -242,7 +271,7 @@ impl StoreSide {
         let stored = self.stored.remove(old);
         let paged = self.paged_out.remove(old);
         let body = self.bodies.remove(old).or_else(|| {
-            self.small.remove(old).map(|bytes| Held {
+            self.drop_small(old).map(|bytes| Held {
                 msg: 0,
                 bytes,
                 transient: true,
@@ -262,7 +291,7 @@ impl StoreSide {
             // is one run of new ids), as when it was accepted: no per-message entry in
             // `bodies` and `held` for each released message (their growth cost turns).
             Some(b) if b.transient && b.msg == 0 && (b.bytes as usize) < TRACK_BYTES => {
-                self.small.insert(new, b.bytes);
+                self.hold_small(new, b.bytes);
             }
             Some(b) => {
                 self.bodies.insert(new, b);
@@ -319,7 +348,7 @@ impl StoreSide {
         }
         // Not stored: tracked only so that its body can be paged out under pressure.
         if held > 0 && stored.is_none() && (held as usize) < TRACK_BYTES {
-            self.small.insert(id, held);
+            self.hold_small(id, held);
             self.p.hold(u64::from(held));
         } else if held > 0 {
             self.bodies.insert(
@@ -434,7 +463,7 @@ impl StoreSide {
             .bodies
             .remove(id)
             .map(|b| b.bytes)
-            .or_else(|| self.small.remove(id))
+            .or_else(|| self.drop_small(id))
         {
             self.p.release(u64::from(bytes));
         }
@@ -449,6 +478,7 @@ impl StoreSide {
             && self.paged_out.is_empty()
             && self.bodies.is_empty()
             && self.small.is_empty()
+            && self.tiny.is_empty()
         {
             return;
         }
@@ -462,7 +492,7 @@ impl StoreSide {
         settled.retain_mut(|slot| {
             let id = *slot;
             let body = self.bodies.remove(id).or_else(|| {
-                self.small.remove(id).map(|bytes| Held {
+                self.drop_small(id).map(|bytes| Held {
                     msg: 0,
                     bytes,
                     transient: true,
@@ -510,9 +540,10 @@ impl StoreSide {
     pub(crate) fn purge(&mut self) {
         let held: u64 = self.bodies.values().map(|b| u64::from(b.bytes)).sum();
         self.p
-            .release(held + self.small.bytes() + self.pending.bytes());
+            .release(held + self.small.bytes() + self.tiny.bytes() + self.pending.bytes());
         self.pending = Pending::default();
         self.small = HeldRuns::default();
+        self.tiny = HeldRuns::default();
         self.bodies = IdMap::default();
         self.stored = IdSet::default();
         self.paged_out = IdSet::default();
@@ -659,7 +690,8 @@ impl StoreSide {
         if !self.p.over_budget() {
             return;
         }
-        // Over budget: small bodies become candidates too (after those tracked already).
+        // Over budget: small bodies become candidates too (after those tracked already); tiny
+        // ones never do (`PAGE_MIN_BYTES`).
         for (id, bytes) in self.small.take_all() {
             self.bodies.insert(
                 id,
