@@ -1,7 +1,8 @@
 """Small bodies (up to 38 bytes, charon-core's INLINE_MAX) are kept inside the message itself
-instead of a buffer of their own (docs/performance.md, part 23). They must be counted as held
-message bodies and paged exactly like larger ones, and come back byte for byte: from memory,
-when admitted paged out (a budget of 1 byte), and after kill -9."""
+instead of a buffer of their own (docs/performance.md, part 23). Stored ones must be counted as
+held message bodies and paged exactly like larger ones, and come back byte for byte: from memory,
+when admitted paged out (a budget of 1 byte), and after kill -9. (Transient ones under 41 bytes
+are counted but never paged: test_tiny_bodies_unpaged.py.)"""
 
 import base64
 import json
