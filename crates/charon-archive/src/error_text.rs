@@ -243,6 +243,26 @@ pub fn count(d: Dialect, needle: &str, fts: Option<String>) -> Option<(String, V
     Some((sql, params))
 }
 
+/// [`count`] with a cap (`crate::total_cap`): each part counts at most `cap + 1` matches, so
+/// a needle matching 100,000 records reads ~10,000 rows of the copy instead of all of them.
+pub fn count_capped(
+    d: Dialect,
+    needle: &str,
+    fts: Option<String>,
+    cap: u64,
+) -> Option<(String, Vec<Param>)> {
+    use crate::total_cap::limited;
+    let p = parts(d, needle, fts)?;
+    let sql = format!(
+        "SELECT {} + {}",
+        limited(&p.indexed, cap),
+        limited(&format!("SELECT id FROM dead_letters WHERE {}", p.rest), cap)
+    );
+    let mut params = p.indexed_params;
+    params.extend(p.rest_params);
+    Some((sql, params))
+}
+
 /// The ids of one page of a filter of one `error` term in id order (`desc`: newest first): the
 /// first `reach` of the copy's matches and the first `reach` of the matching records above the
 /// watermark, merged by the caller (`ops::list`'s index-page path).

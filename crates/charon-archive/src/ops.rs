@@ -13,6 +13,7 @@ use crate::scope;
 use crate::sql::{Cell, Conn, Param, transaction};
 use crate::summary;
 use crate::time::{format_ms, now_ms};
+use crate::total_cap::Total;
 
 /// Which records an operation applies to.
 #[derive(Debug, Clone, PartialEq)]
@@ -61,7 +62,7 @@ fn count(c: &mut dyn Conn, sql: &str, p: &[Param]) -> Result<i64, ArchiveError> 
         .map_or(0, Cell::int))
 }
 
-/// A page of records matching `f`, and how many match.
+/// A page of records matching `f`, and how many match (exactly).
 pub fn list(
     c: &mut dyn Conn,
     f: &Filter,
@@ -69,6 +70,23 @@ pub fn list(
     page: u64,
     page_size: u64,
 ) -> Result<(Vec<Record>, i64), ArchiveError> {
+    let (items, total) = list_capped(c, f, sort, page, page_size, None)?;
+    Ok((items, total.count))
+}
+
+/// [`list`] whose `total` of an `error` or `body` filter is counted up to `cap` matches when
+/// `cap` is given (`crate::total_cap`: over it, the cap and
+/// [`crate::total_cap::Relation::Gte`]); the page is the
+/// same either way.
+pub fn list_capped(
+    c: &mut dyn Conn,
+    f: &Filter,
+    sort: Option<&str>,
+    page: u64,
+    page_size: u64,
+    cap: Option<u64>,
+) -> Result<(Vec<Record>, Total), ArchiveError> {
+    let cap = cap.filter(|_| crate::total_cap::applies(f));
     // An `error` term alone is counted and paged from the narrow copy of the error texts
     // (migration 12); with terms of the copy's other columns, from the copy too (migration 13).
     // Header terms without an `error` one stay on `dead_letters`: a covering index such as
@@ -99,49 +117,44 @@ pub fn list(
         Some(_) => None,
         None => crate::header_keys::plan(c, f)?,
     };
-    let total = if let Some((ids, p)) =
-        header.and_then(|(name, value, wm)| header_index::exact_ids_at(d, name, value, Some(wm)))
-    {
-        count(c, &format!("SELECT COUNT(*) FROM ({ids}) AS m"), &p)?
-    } else if let Some(hc) = &header_columns {
-        let (sql, p) = hc.count();
-        count(c, &sql, &p)?
-    } else if let Some(hk) = &header_keys {
-        let (sql, p) = hk.count();
-        count(c, &sql, &p)?
-    } else if let Some((sql, p)) = error_fts
-        .clone()
-        .and_then(|(needle, fts)| crate::error_text::count(d, needle, fts))
-    {
-        // One `error` term: the copy's matches (migration 12), no record read.
-        count(c, &sql, &p)?
-    } else if let Some(s) = &split {
-        // An `error` or header term with terms of the copy's columns: counted on the copy
-        // (migration 13) and the records above the watermark, no record read.
-        let (sql, p) = s.count();
-        count(c, &sql, &p)?
-    } else if let Some(n) = crate::summary_seconds::total(c, f)? {
-        // PostgreSQL: a time range with exact group-key terms, from the summary per second
-        // (migration 19) and the records of the range's partial seconds.
-        n
-    } else if let Some((sql, p)) = crate::range_count::query(c, f)? {
-        // A time range with exact group-key terms: index ranges of `dead_letters_group`.
-        count(c, &sql, &p)?
-    } else if summary::answers(f) {
-        count(
-            c,
-            &format!(
-                "SELECT CAST(COALESCE(SUM(records), 0) AS BIGINT) FROM dead_letter_groups WHERE {cond}"
-            ),
-            &params,
-        )?
+    let total = if let Some(cap) = cap {
+        // An `error` or `body` term, counted up to the cap (`total_cap`).
+        let (sql, p) = if let Some(q) = error_fts
+            .clone()
+            .and_then(|(needle, fts)| crate::error_text::count_capped(d, needle, fts, cap))
+        {
+            q
+        } else if let Some(s) = &split {
+            s.count_capped(cap)
+        } else {
+            (
+                format!(
+                    "SELECT {}",
+                    crate::total_cap::limited(
+                        &format!("SELECT id FROM dead_letters WHERE {cond}"),
+                        cap
+                    )
+                ),
+                params.clone(),
+            )
+        };
+        Total::from_capped(count(c, &sql, &p)?, cap)
     } else {
-        count(
+        Total::exact(exact_total(
             c,
-            &format!("SELECT COUNT(*) FROM dead_letters WHERE {cond}"),
+            f,
+            &cond,
             &params,
-        )?
+            header,
+            header_columns.as_ref(),
+            header_keys.as_ref(),
+            error_fts.clone(),
+            split.as_ref(),
+        )?)
     };
+    let counted = total;
+    let total = total.count;
+
     let offset = page.saturating_sub(1).saturating_mul(page_size);
     // The page's ids first, then their records: the ids come from an index alone where one
     // covers the filter (`dead_letters_id` on SQLite, the primary key or e.g. `(status, id)` on
@@ -189,7 +202,7 @@ pub fn list(
         let rows = c.query(&sql, &p)?;
         return Ok((
             rows.iter().filter_map(|r| Record::from_row(r)).collect(),
-            total,
+            counted,
         ));
     }
     // A time range (`since`/`until`) matches records clustered in id order (a record's time is
@@ -205,7 +218,7 @@ pub fn list(
     if let Some((ids, p)) =
         crate::sparse_sort::ids_query(c, &cond, &params, &order, total, ranged, offset, page_size)?
     {
-        return Ok((records_in_order(c, &ids, &p, &order)?, total));
+        return Ok((records_in_order(c, &ids, &p, &order)?, counted));
     }
     // PostgreSQL with a `status` term: migration 16's `(status, id) INCLUDE (created_at)` walked
     // in id order answers the page without a record read (`range_count::status_walk`).
@@ -233,7 +246,7 @@ pub fn list(
             None
         };
         if let Some((ids, p)) = bounded {
-            return Ok((records_in_order(c, &ids, &p, &order)?, total));
+            return Ok((records_in_order(c, &ids, &p, &order)?, counted));
         }
         plain
     } else {
@@ -253,7 +266,67 @@ pub fn list(
             offset.saturating_add(page_size),
         )?
     };
-    Ok((records_in_order(c, &ids, &params, &order)?, total))
+    Ok((records_in_order(c, &ids, &params, &order)?, counted))
+}
+
+/// The exact count of `f`'s matches (`cond`, `params` its condition), by the cheapest path
+/// [`list_capped`] found for it.
+#[allow(clippy::too_many_arguments)]
+fn exact_total(
+    c: &mut dyn Conn,
+    f: &Filter,
+    cond: &str,
+    params: &[Param],
+    header: Option<(&str, &str, i64)>,
+    header_columns: Option<&crate::header_columns::Plan<'_>>,
+    header_keys: Option<&crate::header_keys::Plan>,
+    error_fts: Option<(&str, Option<String>)>,
+    split: Option<&crate::key_copy::Split>,
+) -> Result<i64, ArchiveError> {
+    let d = c.dialect();
+    Ok(if let Some((ids, p)) =
+        header.and_then(|(name, value, wm)| header_index::exact_ids_at(d, name, value, Some(wm)))
+    {
+        count(c, &format!("SELECT COUNT(*) FROM ({ids}) AS m"), &p)?
+    } else if let Some(hc) = header_columns {
+        let (sql, p) = hc.count();
+        count(c, &sql, &p)?
+    } else if let Some(hk) = header_keys {
+        let (sql, p) = hk.count();
+        count(c, &sql, &p)?
+    } else if let Some((sql, p)) = error_fts
+        .clone()
+        .and_then(|(needle, fts)| crate::error_text::count(d, needle, fts))
+    {
+        // One `error` term: the copy's matches (migration 12), no record read.
+        count(c, &sql, &p)?
+    } else if let Some(s) = split {
+        // An `error` or header term with terms of the copy's columns: counted on the copy
+        // (migration 13) and the records above the watermark, no record read.
+        let (sql, p) = s.count();
+        count(c, &sql, &p)?
+    } else if let Some(n) = crate::summary_seconds::total(c, f)? {
+        // PostgreSQL: a time range with exact group-key terms, from the summary per second
+        // (migration 19) and the records of the range's partial seconds.
+        n
+    } else if let Some((sql, p)) = crate::range_count::query(c, f)? {
+        // A time range with exact group-key terms: index ranges of `dead_letters_group`.
+        count(c, &sql, &p)?
+    } else if summary::answers(f) {
+        count(
+            c,
+            &format!(
+                "SELECT CAST(COALESCE(SUM(records), 0) AS BIGINT) FROM dead_letter_groups WHERE {cond}"
+            ),
+            params,
+        )?
+    } else {
+        count(
+            c,
+            &format!("SELECT COUNT(*) FROM dead_letters WHERE {cond}"),
+            params,
+        )?
+    })
 }
 
 /// The records of a page whose ids a statement chose (`ids`: an id list or a subquery, with
