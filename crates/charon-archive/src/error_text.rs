@@ -256,7 +256,10 @@ pub fn count_capped(
     let sql = format!(
         "SELECT {} + {}",
         limited(&p.indexed, cap),
-        limited(&format!("SELECT id FROM dead_letters WHERE {}", p.rest), cap)
+        limited(
+            &format!("SELECT id FROM dead_letters WHERE {}", p.rest),
+            cap
+        )
     );
     let mut params = p.indexed_params;
     params.extend(p.rest_params);

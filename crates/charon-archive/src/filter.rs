@@ -72,7 +72,10 @@ impl Filter {
     ) -> Result<Filter, ArchiveError> {
         let mut terms = BTreeMap::new();
         for (k, v) in pairs {
-            if matches!(k, "sort" | "page" | "page_size" | "by" | "all" | "exact_total") {
+            if matches!(
+                k,
+                "sort" | "page" | "page_size" | "by" | "all" | "exact_total"
+            ) {
                 continue;
             }
             check_key(k)?;

@@ -275,7 +275,10 @@ impl Split {
                 "{}SELECT {} + {}",
                 self.above,
                 limited(
-                    &format!("SELECT e.id FROM dead_letter_error_text AS e WHERE {}", self.copy),
+                    &format!(
+                        "SELECT e.id FROM dead_letter_error_text AS e WHERE {}",
+                        self.copy
+                    ),
                     cap
                 ),
                 limited(&format!("SELECT id FROM r WHERE {}", self.rest), cap)

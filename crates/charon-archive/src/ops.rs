@@ -284,49 +284,51 @@ fn exact_total(
     split: Option<&crate::key_copy::Split>,
 ) -> Result<i64, ArchiveError> {
     let d = c.dialect();
-    Ok(if let Some((ids, p)) =
-        header.and_then(|(name, value, wm)| header_index::exact_ids_at(d, name, value, Some(wm)))
-    {
-        count(c, &format!("SELECT COUNT(*) FROM ({ids}) AS m"), &p)?
-    } else if let Some(hc) = header_columns {
-        let (sql, p) = hc.count();
-        count(c, &sql, &p)?
-    } else if let Some(hk) = header_keys {
-        let (sql, p) = hk.count();
-        count(c, &sql, &p)?
-    } else if let Some((sql, p)) = error_fts
-        .clone()
-        .and_then(|(needle, fts)| crate::error_text::count(d, needle, fts))
-    {
-        // One `error` term: the copy's matches (migration 12), no record read.
-        count(c, &sql, &p)?
-    } else if let Some(s) = split {
-        // An `error` or header term with terms of the copy's columns: counted on the copy
-        // (migration 13) and the records above the watermark, no record read.
-        let (sql, p) = s.count();
-        count(c, &sql, &p)?
-    } else if let Some(n) = crate::summary_seconds::total(c, f)? {
-        // PostgreSQL: a time range with exact group-key terms, from the summary per second
-        // (migration 19) and the records of the range's partial seconds.
-        n
-    } else if let Some((sql, p)) = crate::range_count::query(c, f)? {
-        // A time range with exact group-key terms: index ranges of `dead_letters_group`.
-        count(c, &sql, &p)?
-    } else if summary::answers(f) {
-        count(
-            c,
-            &format!(
-                "SELECT CAST(COALESCE(SUM(records), 0) AS BIGINT) FROM dead_letter_groups WHERE {cond}"
-            ),
-            params,
-        )?
-    } else {
-        count(
-            c,
-            &format!("SELECT COUNT(*) FROM dead_letters WHERE {cond}"),
-            params,
-        )?
-    })
+    Ok(
+        if let Some((ids, p)) = header
+            .and_then(|(name, value, wm)| header_index::exact_ids_at(d, name, value, Some(wm)))
+        {
+            count(c, &format!("SELECT COUNT(*) FROM ({ids}) AS m"), &p)?
+        } else if let Some(hc) = header_columns {
+            let (sql, p) = hc.count();
+            count(c, &sql, &p)?
+        } else if let Some(hk) = header_keys {
+            let (sql, p) = hk.count();
+            count(c, &sql, &p)?
+        } else if let Some((sql, p)) = error_fts
+            .clone()
+            .and_then(|(needle, fts)| crate::error_text::count(d, needle, fts))
+        {
+            // One `error` term: the copy's matches (migration 12), no record read.
+            count(c, &sql, &p)?
+        } else if let Some(s) = split {
+            // An `error` or header term with terms of the copy's columns: counted on the copy
+            // (migration 13) and the records above the watermark, no record read.
+            let (sql, p) = s.count();
+            count(c, &sql, &p)?
+        } else if let Some(n) = crate::summary_seconds::total(c, f)? {
+            // PostgreSQL: a time range with exact group-key terms, from the summary per second
+            // (migration 19) and the records of the range's partial seconds.
+            n
+        } else if let Some((sql, p)) = crate::range_count::query(c, f)? {
+            // A time range with exact group-key terms: index ranges of `dead_letters_group`.
+            count(c, &sql, &p)?
+        } else if summary::answers(f) {
+            count(
+                c,
+                &format!(
+                    "SELECT CAST(COALESCE(SUM(records), 0) AS BIGINT) FROM dead_letter_groups WHERE {cond}"
+                ),
+                params,
+            )?
+        } else {
+            count(
+                c,
+                &format!("SELECT COUNT(*) FROM dead_letters WHERE {cond}"),
+                params,
+            )?
+        },
+    )
 }
 
 /// The records of a page whose ids a statement chose (`ids`: an id list or a subquery, with
