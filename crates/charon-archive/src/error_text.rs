@@ -191,6 +191,23 @@ pub fn parts(d: Dialect, needle: &str, fts: Option<String>) -> Option<Parts> {
     })
 }
 
+/// The needle's check alone on the copy's row (alias `e`), without the index's candidates, and
+/// its parameters (for a bounded walk over the copy's newest rows, `crate::text_walk`). `None`
+/// where [`parts`] is.
+pub fn check_on_copy(d: Dialect, needle: &str) -> Option<(String, Vec<Param>)> {
+    if d == Dialect::Postgres && needle.contains('\0') {
+        return None;
+    }
+    Some((
+        format!(
+            "({} OR {})",
+            d.contains("e.error_message"),
+            d.contains("e.error_stacktrace")
+        ),
+        vec![Param::from(needle), Param::from(needle)],
+    ))
+}
+
 /// PostgreSQL: the `LIKE` pattern of the candidates for `needle`, as a string literal in the
 /// statement's text: `'%…%'` with every character but letters, digits and spaces replaced by
 /// `_` (LIKE's one-character wildcard). A parameter would let a cached statement's generic plan

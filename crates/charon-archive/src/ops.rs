@@ -117,7 +117,19 @@ pub fn list_capped(
         Some(_) => None,
         None => crate::header_keys::plan(c, f)?,
     };
-    let total = if let Some(cap) = cap {
+    // A needle matching a large share of the records: its newest ones walked, no candidate
+    // list built (`text_walk`).
+    let mut walk = walk_source(c, f)?;
+    let walked_over = match (cap, &mut walk) {
+        (Some(cap), Some(w)) => w.promising(c, cap.saturating_add(1))? && w.count_over(c, cap)?,
+        _ => false,
+    };
+    let total = if let (Some(cap), true) = (cap, walked_over) {
+        Total::from_capped(
+            i64::try_from(cap).unwrap_or(i64::MAX).saturating_add(1),
+            cap,
+        )
+    } else if let Some(cap) = cap {
         // An `error` or `body` term, counted up to the cap (`total_cap`).
         let (sql, p) = if let Some(q) = error_fts
             .clone()
@@ -188,6 +200,27 @@ pub fn list_capped(
         None if by_id => split.as_ref().map(|s| s.page_ids(desc, reach)),
         other => other,
     };
+    // A `body` term in id order whose needle matches a large share of the records: the newest
+    // (or oldest) records walked, when the walk finds the page within its budget (`text_walk`).
+    if let (None, true, Some(w)) = (&page_ids, by_id && f.terms.contains_key("body"), &mut walk) {
+        if w.promising(c, reach)? {
+            if let Some(ids) = w.page_ids(c, desc, reach)? {
+                let page: Vec<i64> = ids
+                    .into_iter()
+                    .skip(usize::try_from(offset).unwrap_or(usize::MAX))
+                    .collect();
+                if page.is_empty() {
+                    return Ok((Vec::new(), counted));
+                }
+                let list = page
+                    .iter()
+                    .map(i64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                return Ok((records_in_order(c, &list, &[], &order)?, counted));
+            }
+        }
+    }
     // A time range with exact group-key terms in id order: ids from the group index's ranges.
     let page_ids = match page_ids {
         None if by_id => crate::range_count::ids_query(c, f, desc, reach)?,
@@ -329,6 +362,32 @@ fn exact_total(
             )?
         },
     )
+}
+
+/// Where a bounded walk over the newest rows checks an `error`/`body` filter (`text_walk`): the
+/// copy of the error texts for an `error` filter the copy answers (no `body` term), else the
+/// records themselves; `None` for other filters.
+fn walk_source(
+    c: &mut dyn Conn,
+    f: &Filter,
+) -> Result<Option<crate::text_walk::Source>, ArchiveError> {
+    use crate::text_walk::Source;
+    if !crate::total_cap::applies(f) {
+        return Ok(None);
+    }
+    let d = c.dialect();
+    let on_copy = !f.terms.contains_key("body") && crate::key_copy::answers(f);
+    if let (true, Some(needle)) = (on_copy, f.terms.get("error")) {
+        if let Some((check, mut p)) = crate::error_text::check_on_copy(d, needle) {
+            let mut g = f.clone();
+            g.terms.remove("error");
+            let (others, op) = g.to_sql_on(c)?;
+            p.extend(op);
+            return Ok(Some(Source::copy(format!("{check} AND {others}"), p)));
+        }
+    }
+    let (cond, p) = f.to_sql_checks_only(d)?;
+    Ok(Some(Source::records(cond, p)))
 }
 
 /// The records of a page whose ids a statement chose (`ids`: an id list or a subquery, with

@@ -1,0 +1,174 @@
+//! A bounded walk over the newest records for `error`/`body` lists whose needle matches many
+//! records (branch `t9o`, docs/archive.md "Twenty-sixth round").
+//!
+//! The search index answers a text filter with its whole candidate list: PostgreSQL's trigram
+//! bitmap of `cause 5` holds 200,000 entries before the first row is checked (30 ms), and
+//! `body=xxxx` over 1,000,000 records builds a 1,000,000-id array (0.5 s) for the count and
+//! again for the page. When the needle matches a large share of the records, checking the newest
+//! records one by one (the filter's own exact check, no candidates) reaches the capped count's
+//! `cap + 1` matches (`crate::total_cap`) or a page's `offset + page_size` after a few thousand
+//! rows. So:
+//! - a **probe** counts the matches among the newest [`PROBE`] rows; from their share, the rows a
+//!   walk needs for `need` matches are estimated, and the walk is taken only when that is at most
+//!   half its budget (a rare needle's probe finds few matches: no walk, the index answers);
+//! - the **walk** reads at most the budget's rows (`id > MAX(id) - budget`, newest first: ids are
+//!   gaps at most, so never more rows) and stops at `need` matches. Reaching them is exact (a
+//!   count of at least `cap + 1` real matches; the page's first `need` matches in id order, since
+//!   the walk is in that order from the end). Not reaching them, the caller falls back to the
+//!   index's plan: a wrong estimate costs time, never a wrong answer.
+//!
+//! The walk runs on the narrow copy of the error texts (`dead_letter_error_text`, ~100 B a row)
+//! for a filter the copy answers (`crate::key_copy::answers`) with an `error` term and no `body`
+//! term, else on `dead_letters` (the filter checked on the record itself).
+
+use crate::error::ArchiveError;
+use crate::sql::{Cell, Conn, Param};
+
+/// Rows a probe reads (the newest).
+pub const PROBE: u64 = 2_000;
+
+/// Most rows a walk over the copy reads (~0.15 µs a row warm: ~45 ms at worst).
+pub const COPY_BUDGET: u64 = 300_000;
+
+/// Most rows a walk over `dead_letters` reads (~0.8 µs a row warm: ~30 ms at worst).
+pub const RECORD_BUDGET: u64 = 40_000;
+
+/// Where a walk runs and what it checks on each row.
+#[derive(Debug, Clone)]
+pub struct Source {
+    /// `dead_letters` or `dead_letter_error_text AS e`.
+    from: &'static str,
+    /// The table alone (for its `MAX(id)`).
+    table: &'static str,
+    cond: String,
+    params: Vec<Param>,
+    budget: u64,
+    probed: Option<u64>,
+}
+
+impl Source {
+    /// The newest rows of `dead_letters`, checked by `cond`.
+    pub fn records(cond: String, params: Vec<Param>) -> Source {
+        Source {
+            from: "dead_letters",
+            table: "dead_letters",
+            cond,
+            params,
+            budget: RECORD_BUDGET,
+            probed: None,
+        }
+    }
+
+    /// The newest rows of the copy of the error texts (alias `e`), checked by `cond`. The copy
+    /// holds the records at or below the search watermark only: a walk there counts a lower
+    /// bound and never pages.
+    pub fn copy(cond: String, params: Vec<Param>) -> Source {
+        Source {
+            from: "dead_letter_error_text AS e",
+            table: "dead_letter_error_text",
+            cond,
+            params,
+            budget: COPY_BUDGET,
+            probed: None,
+        }
+    }
+
+    /// The matching ids among rows newer than the newest id minus `span`, newest first, at most
+    /// `limit` of them (`asc`: among the oldest `span` ids, oldest first).
+    fn ids_sql(&self, span: u64, limit: u64, asc: bool) -> String {
+        let (from, t, cond) = (self.from, self.table, &self.cond);
+        if asc {
+            format!(
+                "SELECT id FROM {from} WHERE id < (SELECT COALESCE(MIN(id), 0) FROM {t}) + {span} \
+                 AND {cond} ORDER BY id ASC LIMIT {limit}"
+            )
+        } else {
+            format!(
+                "SELECT id FROM {from} WHERE id > (SELECT COALESCE(MAX(id), 0) FROM {t}) - {span} \
+                 AND {cond} ORDER BY id DESC LIMIT {limit}"
+            )
+        }
+    }
+
+    /// The probe: how many of the newest [`PROBE`] rows match (read once, then remembered).
+    pub fn probe(&mut self, c: &mut dyn Conn) -> Result<u64, ArchiveError> {
+        if let Some(m) = self.probed {
+            return Ok(m);
+        }
+        let sql = format!(
+            "SELECT COUNT(*) FROM ({}) AS p",
+            self.ids_sql(PROBE, PROBE, false)
+        );
+        let m = c
+            .query(&sql, &self.params)?
+            .first()
+            .and_then(|r| r.first())
+            .map_or(0, Cell::int);
+        let m = u64::try_from(m).unwrap_or(0);
+        self.probed = Some(m);
+        Ok(m)
+    }
+
+    /// Whether a walk is likely to find `need` matches within its budget: the probe's share of
+    /// matches among the newest [`PROBE`] rows, extrapolated, needs at most half the budget.
+    pub fn promising(&mut self, c: &mut dyn Conn, need: u64) -> Result<bool, ArchiveError> {
+        let m = self.probe(c)?;
+        Ok(m > 0 && need.saturating_mul(PROBE) / m <= self.budget / 2)
+    }
+
+    /// A count of matches among the newest budget's rows, up to `cap + 1`: over `cap` means at
+    /// least `cap + 1` match (a lower bound); otherwise `None` (the walk proves nothing).
+    pub fn count_over(&self, c: &mut dyn Conn, cap: u64) -> Result<bool, ArchiveError> {
+        let need = cap.saturating_add(1);
+        let sql = format!(
+            "SELECT COUNT(*) FROM ({}) AS w",
+            self.ids_sql(self.budget, need, false)
+        );
+        let n = c
+            .query(&sql, &self.params)?
+            .first()
+            .and_then(|r| r.first())
+            .map_or(0, Cell::int);
+        Ok(u64::try_from(n).unwrap_or(0) >= need)
+    }
+
+    /// The first `reach` matching ids in id order (`desc`: newest first) when the walk finds
+    /// that many within its budget (only over `dead_letters`: the copy misses the newest
+    /// records).
+    pub fn page_ids(
+        &self,
+        c: &mut dyn Conn,
+        desc: bool,
+        reach: u64,
+    ) -> Result<Option<Vec<i64>>, ArchiveError> {
+        if self.table != "dead_letters" {
+            return Ok(None);
+        }
+        let rows = c.query(&self.ids_sql(self.budget, reach, !desc), &self.params)?;
+        let ids: Vec<i64> = rows
+            .iter()
+            .filter_map(|r| r.first().map(Cell::int))
+            .collect();
+        Ok((ids.len() as u64 >= reach).then_some(ids))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_walk_is_bounded_by_its_span_and_stops_at_its_limit() {
+        let s = Source::records("x = ?".into(), vec![Param::from(1_i64)]);
+        assert_eq!(
+            s.ids_sql(50, 7, false),
+            "SELECT id FROM dead_letters WHERE id > (SELECT COALESCE(MAX(id), 0) FROM dead_letters) - 50 \
+             AND x = ? ORDER BY id DESC LIMIT 7"
+        );
+        let s = Source::copy("e.x = ?".into(), vec![]);
+        assert!(
+            s.ids_sql(50, 7, true)
+                .starts_with("SELECT id FROM dead_letter_error_text AS e WHERE id < (SELECT COALESCE(MIN(id), 0) FROM dead_letter_error_text) + 50")
+        );
+    }
+}
