@@ -399,11 +399,11 @@ fn walk_source(
             g.terms.remove("error");
             let (others, op) = g.to_sql_on(c)?;
             p.extend(op);
-            return Ok(Some(Source::copy(format!("{check} AND {others}"), p)));
+            return Ok(Some(Source::copy(d, format!("{check} AND {others}"), p)));
         }
     }
     let (cond, p) = f.to_sql_checks_only(d)?;
-    Ok(Some(Source::records(cond, p)))
+    Ok(Some(Source::records(d, cond, p)))
 }
 
 /// The records of a page whose ids a statement chose (`ids`: an id list or a subquery, with

@@ -22,16 +22,25 @@
 //! term, else on `dead_letters` (the filter checked on the record itself).
 
 use crate::error::ArchiveError;
-use crate::sql::{Cell, Conn, Param};
+use crate::sql::{Cell, Conn, Dialect, Param};
 
-/// Rows a probe reads (the newest).
+/// Rows a probe reads.
 pub const PROBE: u64 = 2_000;
 
-/// Most rows a walk over the copy reads (~0.15 µs a row warm: ~45 ms at worst).
-pub const COPY_BUDGET: u64 = 300_000;
+/// Most rows a walk over the copy reads: (PostgreSQL, SQLite). ~0.15 and ~0.5 µs a row warm
+/// over 1M (docs/archive.md "Twenty-sixth round").
+pub const COPY_BUDGET: (u64, u64) = (300_000, 200_000);
 
-/// Most rows a walk over `dead_letters` reads (~0.8 µs a row warm: ~30 ms at worst).
-pub const RECORD_BUDGET: u64 = 40_000;
+/// Most rows a walk over `dead_letters` reads: (PostgreSQL, SQLite). ~0.8 and ~4 µs a row warm
+/// (a record's row is ~1.2 KB).
+pub const RECORD_BUDGET: (u64, u64) = (40_000, 15_000);
+
+fn budget(d: Dialect, (pg, sqlite): (u64, u64)) -> u64 {
+    match d {
+        Dialect::Postgres => pg,
+        Dialect::Sqlite => sqlite,
+    }
+}
 
 /// Where a walk runs and what it checks on each row.
 #[derive(Debug, Clone)]
@@ -48,13 +57,13 @@ pub struct Source {
 
 impl Source {
     /// The newest rows of `dead_letters`, checked by `cond`.
-    pub fn records(cond: String, params: Vec<Param>) -> Source {
+    pub fn records(d: Dialect, cond: String, params: Vec<Param>) -> Source {
         Source {
             from: "dead_letters",
             table: "dead_letters",
             cond,
             params,
-            budget: RECORD_BUDGET,
+            budget: budget(d, RECORD_BUDGET),
             probed: None,
         }
     }
@@ -62,13 +71,13 @@ impl Source {
     /// The newest rows of the copy of the error texts (alias `e`), checked by `cond`. The copy
     /// holds the records at or below the search watermark only: a walk there counts a lower
     /// bound and never pages.
-    pub fn copy(cond: String, params: Vec<Param>) -> Source {
+    pub fn copy(d: Dialect, cond: String, params: Vec<Param>) -> Source {
         Source {
             from: "dead_letter_error_text AS e",
             table: "dead_letter_error_text",
             cond,
             params,
-            budget: COPY_BUDGET,
+            budget: budget(d, COPY_BUDGET),
             probed: None,
         }
     }
@@ -90,30 +99,46 @@ impl Source {
         }
     }
 
-    /// The probe: how many of the newest [`PROBE`] rows match (read once, then remembered).
+    /// The probe: how many match of the newest [`PROBE`] rows and of the [`PROBE`] rows half the
+    /// budget (or half the ids, when fewer) further back, the smaller of the two (read once,
+    /// then remembered). Two places, so that a needle only the newest records hold (the last
+    /// burst's) does not look common.
     pub fn probe(&mut self, c: &mut dyn Conn) -> Result<u64, ArchiveError> {
         if let Some(m) = self.probed {
             return Ok(m);
         }
-        let sql = format!(
-            "SELECT COUNT(*) FROM ({}) AS p",
-            self.ids_sql(PROBE, PROBE, false)
-        );
-        let m = c
-            .query(&sql, &self.params)?
-            .first()
-            .and_then(|r| r.first())
-            .map_or(0, Cell::int);
-        let m = u64::try_from(m).unwrap_or(0);
+        let (from, t, cond) = (self.from, self.table, &self.cond);
+        let ends = c.query(
+            &format!("SELECT COALESCE(MAX(id), 0), COALESCE(MIN(id), 0) FROM {t}"),
+            &[],
+        )?;
+        let (max, min) = ends.first().map_or((0, 0), |r| (r[0].int(), r[1].int()));
+        let half = u64::try_from(max.saturating_sub(min) / 2).unwrap_or(0);
+        let mut m = u64::MAX;
+        for back in [0, half.min(self.budget / 2)] {
+            let hi = max.saturating_sub(i64::try_from(back).unwrap_or(i64::MAX));
+            let lo = hi.saturating_sub(i64::try_from(PROBE).unwrap_or(i64::MAX));
+            let sql =
+                format!("SELECT COUNT(*) FROM {from} WHERE id <= {hi} AND id > {lo} AND {cond}");
+            let n = c
+                .query(&sql, &self.params)?
+                .first()
+                .and_then(|r| r.first())
+                .map_or(0, Cell::int);
+            m = m.min(u64::try_from(n).unwrap_or(0));
+            if m == 0 {
+                break;
+            }
+        }
         self.probed = Some(m);
         Ok(m)
     }
 
     /// Whether a walk is likely to find `need` matches within its budget: the probe's share of
-    /// matches among the newest [`PROBE`] rows, extrapolated, needs at most half the budget.
+    /// matches, extrapolated, needs at most three quarters of the budget.
     pub fn promising(&mut self, c: &mut dyn Conn, need: u64) -> Result<bool, ArchiveError> {
         let m = self.probe(c)?;
-        Ok(m > 0 && need.saturating_mul(PROBE) / m <= self.budget / 2)
+        Ok(m > 0 && need.saturating_mul(PROBE) / m <= self.budget / 4 * 3)
     }
 
     /// A count of matches among the newest budget's rows, up to `cap + 1`: over `cap` means at
@@ -159,13 +184,13 @@ mod tests {
 
     #[test]
     fn the_walk_is_bounded_by_its_span_and_stops_at_its_limit() {
-        let s = Source::records("x = ?".into(), vec![Param::from(1_i64)]);
+        let s = Source::records(Dialect::Sqlite, "x = ?".into(), vec![Param::from(1_i64)]);
         assert_eq!(
             s.ids_sql(50, 7, false),
             "SELECT id FROM dead_letters WHERE id > (SELECT COALESCE(MAX(id), 0) FROM dead_letters) - 50 \
              AND x = ? ORDER BY id DESC LIMIT 7"
         );
-        let s = Source::copy("e.x = ?".into(), vec![]);
+        let s = Source::copy(Dialect::Sqlite, "e.x = ?".into(), vec![]);
         assert!(
             s.ids_sql(50, 7, true)
                 .starts_with("SELECT id FROM dead_letter_error_text AS e WHERE id < (SELECT COALESCE(MIN(id), 0) FROM dead_letter_error_text) + 50")
