@@ -197,6 +197,29 @@ pub fn list_capped(
     let by_id = order.starts_with("id ");
     let desc = order.starts_with("id DESC");
     let reach = offset.saturating_add(page_size);
+    // A `body` term, or one `error` term, in id order whose needle matches a large share of the
+    // records: the newest (or oldest) rows walked, when the walk finds the page within its
+    // budget (`text_walk`; an `error` term's on the copy, with the records above the watermark).
+    let text_page = f.terms.contains_key("body") || f.error_only().is_some();
+    if let (true, Some(w)) = (by_id && text_page, &mut walk) {
+        if w.promising(c, reach)? {
+            if let Some(ids) = w.page_ids(c, desc, reach)? {
+                let page: Vec<i64> = ids
+                    .into_iter()
+                    .skip(usize::try_from(offset).unwrap_or(usize::MAX))
+                    .collect();
+                if page.is_empty() {
+                    return Ok((Vec::new(), counted));
+                }
+                let list = page
+                    .iter()
+                    .map(i64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                return Ok((records_in_order(c, &list, &[], &order)?, counted));
+            }
+        }
+    }
     let page_ids = match header.filter(|_| by_id) {
         Some((name, value, wm)) => header_index::page_ids_at(d, name, value, wm, desc, reach),
         // One `error` term: from the copy in id order (migration 12).
@@ -216,27 +239,6 @@ pub fn list_capped(
         None if by_id => split.as_ref().map(|s| s.page_ids(desc, reach)),
         other => other,
     };
-    // A `body` term in id order whose needle matches a large share of the records: the newest
-    // (or oldest) records walked, when the walk finds the page within its budget (`text_walk`).
-    if let (None, true, Some(w)) = (&page_ids, by_id && f.terms.contains_key("body"), &mut walk) {
-        if w.promising(c, reach)? {
-            if let Some(ids) = w.page_ids(c, desc, reach)? {
-                let page: Vec<i64> = ids
-                    .into_iter()
-                    .skip(usize::try_from(offset).unwrap_or(usize::MAX))
-                    .collect();
-                if page.is_empty() {
-                    return Ok((Vec::new(), counted));
-                }
-                let list = page
-                    .iter()
-                    .map(i64::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                return Ok((records_in_order(c, &list, &[], &order)?, counted));
-            }
-        }
-    }
     // A time range with exact group-key terms in id order: ids from the group index's ranges.
     let page_ids = match page_ids {
         None if by_id => crate::range_count::ids_query(c, f, desc, reach)?,
@@ -399,7 +401,14 @@ fn walk_source(
             g.terms.remove("error");
             let (others, op) = g.to_sql_on(c)?;
             p.extend(op);
-            return Ok(Some(Source::copy(d, format!("{check} AND {others}"), p)));
+            let source = Source::copy(d, format!("{check} AND {others}"), p);
+            // One `error` term: its records above the watermark page beside the copy's walk.
+            return Ok(Some(
+                match (f.error_only(), crate::error_text::parts(d, needle, None)) {
+                    (Some(_), Some(parts)) => source.with_above(parts.rest, parts.rest_params),
+                    _ => source,
+                },
+            ));
         }
     }
     let (cond, p) = f.to_sql_checks_only(d)?;

@@ -53,6 +53,7 @@ pub struct Source {
     params: Vec<Param>,
     budget: u64,
     probed: Option<u64>,
+    above: Option<(String, Vec<Param>)>,
 }
 
 impl Source {
@@ -65,6 +66,7 @@ impl Source {
             params,
             budget: budget(d, RECORD_BUDGET),
             probed: None,
+            above: None,
         }
     }
 
@@ -79,6 +81,7 @@ impl Source {
             params,
             budget: budget(d, COPY_BUDGET),
             probed: None,
+            above: None,
         }
     }
 
@@ -157,24 +160,53 @@ impl Source {
         Ok(u64::try_from(n).unwrap_or(0) >= need)
     }
 
+    /// The records above the search watermark that match, as a condition on `dead_letters`
+    /// with its parameters: a walk over the copy pages only with them (the copy does not hold
+    /// those records).
+    pub fn with_above(mut self, cond: String, params: Vec<Param>) -> Source {
+        self.above = Some((cond, params));
+        self
+    }
+
     /// The first `reach` matching ids in id order (`desc`: newest first) when the walk finds
-    /// that many within its budget (only over `dead_letters`: the copy misses the newest
-    /// records).
+    /// that many within its budget. Over the copy (given [`Source::with_above`]), its first
+    /// `reach` merged with the first `reach` matching records above the watermark: the first
+    /// `reach` of both are the first `reach` of all.
     pub fn page_ids(
         &self,
         c: &mut dyn Conn,
         desc: bool,
         reach: u64,
     ) -> Result<Option<Vec<i64>>, ArchiveError> {
-        if self.table != "dead_letters" {
-            return Ok(None);
-        }
+        let above = match (&self.above, self.table) {
+            (_, "dead_letters") => None,
+            (Some(a), _) => Some(a),
+            (None, _) => return Ok(None),
+        };
         let rows = c.query(&self.ids_sql(self.budget, reach, !desc), &self.params)?;
-        let ids: Vec<i64> = rows
+        let mut ids: Vec<i64> = rows
             .iter()
             .filter_map(|r| r.first().map(Cell::int))
             .collect();
-        Ok((ids.len() as u64 >= reach).then_some(ids))
+        if (ids.len() as u64) < reach {
+            return Ok(None);
+        }
+        if let Some((cond, p)) = above {
+            let dir = if desc { "DESC" } else { "ASC" };
+            let rows = c.query(
+                &format!(
+                    "SELECT id FROM dead_letters WHERE {cond} ORDER BY id {dir} LIMIT {reach}"
+                ),
+                p,
+            )?;
+            ids.extend(rows.iter().filter_map(|r| r.first().map(Cell::int)));
+            ids.sort_unstable();
+            if desc {
+                ids.reverse();
+            }
+            ids.truncate(usize::try_from(reach).unwrap_or(usize::MAX));
+        }
+        Ok(Some(ids))
     }
 }
 
