@@ -112,7 +112,11 @@ impl Source {
         }
         let (from, t, cond) = (self.from, self.table, &self.cond);
         let ends = c.query(
-            &format!("SELECT COALESCE(MAX(id), 0), COALESCE(MIN(id), 0) FROM {t}"),
+            // Two subqueries: SQLite answers `MAX` or `MIN` from the index's end only when it is
+            // the statement's one aggregate (both in one SELECT read the whole table).
+            &format!(
+                "SELECT (SELECT COALESCE(MAX(id), 0) FROM {t}), (SELECT COALESCE(MIN(id), 0) FROM {t})"
+            ),
             &[],
         )?;
         let (max, min) = ends.first().map_or((0, 0), |r| (r[0].int(), r[1].int()));
