@@ -25,7 +25,7 @@ use crate::error::ArchiveError;
 use crate::sql::{Cell, Conn, Dialect, Param};
 
 /// Rows a probe reads.
-pub const PROBE: u64 = 2_000;
+pub const PROBE: u64 = 1_000;
 
 /// Most rows a walk over the copy reads: (PostgreSQL, SQLite). ~0.15 and ~0.5 µs a row warm
 /// over 1M (docs/archive.md "Twenty-sixth round").
@@ -102,10 +102,11 @@ impl Source {
         }
     }
 
-    /// The probe: how many match of the newest [`PROBE`] rows and of the [`PROBE`] rows half the
-    /// budget (or half the ids, when fewer) further back, the smaller of the two (read once,
-    /// then remembered). Two places, so that a needle only the newest records hold (the last
-    /// burst's) does not look common.
+    /// The probe: how many of [`PROBE`] rows match, at three places — the newest, and a quarter
+    /// and half the budget further back (or half the ids, when fewer) — their median (read once,
+    /// then remembered). Several places, so that neither a needle only the newest records hold
+    /// (the last burst's) looks common, nor one the newest records lack (a burst of another
+    /// status) looks rare.
     pub fn probe(&mut self, c: &mut dyn Conn) -> Result<u64, ArchiveError> {
         if let Some(m) = self.probed {
             return Ok(m);
@@ -121,8 +122,9 @@ impl Source {
         )?;
         let (max, min) = ends.first().map_or((0, 0), |r| (r[0].int(), r[1].int()));
         let half = u64::try_from(max.saturating_sub(min) / 2).unwrap_or(0);
-        let mut m = u64::MAX;
-        for back in [0, half.min(self.budget / 2)] {
+        let mut found = Vec::with_capacity(3);
+        for back in [0, self.budget / 4, self.budget / 2] {
+            let back = back.min(half);
             let hi = max.saturating_sub(i64::try_from(back).unwrap_or(i64::MAX));
             let lo = hi.saturating_sub(i64::try_from(PROBE).unwrap_or(i64::MAX));
             let sql =
@@ -132,11 +134,14 @@ impl Source {
                 .first()
                 .and_then(|r| r.first())
                 .map_or(0, Cell::int);
-            m = m.min(u64::try_from(n).unwrap_or(0));
-            if m == 0 {
+            found.push(u64::try_from(n).unwrap_or(0));
+            // Two places without a match: the median is 0 whatever the third finds.
+            if found.iter().filter(|&&n| n == 0).count() == 2 {
                 break;
             }
         }
+        found.sort_unstable();
+        let m = found.get(1).copied().unwrap_or(0);
         self.probed = Some(m);
         Ok(m)
     }
