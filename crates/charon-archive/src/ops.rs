@@ -201,24 +201,23 @@ pub fn list_capped(
     // records: the newest (or oldest) rows walked, when the walk finds the page within its
     // budget (`text_walk`; an `error` term's on the copy, with the records above the watermark).
     let text_page = f.terms.contains_key("body") || f.error_only().is_some();
-    if let (true, Some(w)) = (by_id && text_page, &mut walk) {
-        if w.promising(c, reach)? {
-            if let Some(ids) = w.page_ids(c, desc, reach)? {
-                let page: Vec<i64> = ids
-                    .into_iter()
-                    .skip(usize::try_from(offset).unwrap_or(usize::MAX))
-                    .collect();
-                if page.is_empty() {
-                    return Ok((Vec::new(), counted));
-                }
-                let list = page
-                    .iter()
-                    .map(i64::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                return Ok((records_in_order(c, &list, &[], &order)?, counted));
-            }
+    if let (true, Some(w)) = (by_id && text_page, &mut walk)
+        && w.promising(c, reach)?
+        && let Some(ids) = w.page_ids(c, desc, reach)?
+    {
+        let page: Vec<i64> = ids
+            .into_iter()
+            .skip(usize::try_from(offset).unwrap_or(usize::MAX))
+            .collect();
+        if page.is_empty() {
+            return Ok((Vec::new(), counted));
         }
+        let list = page
+            .iter()
+            .map(i64::to_string)
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Ok((records_in_order(c, &list, &[], &order)?, counted));
     }
     let page_ids = match header.filter(|_| by_id) {
         Some((name, value, wm)) => header_index::page_ids_at(d, name, value, wm, desc, reach),
@@ -395,21 +394,21 @@ fn walk_source(
     }
     let d = c.dialect();
     let on_copy = !f.terms.contains_key("body") && crate::key_copy::answers(f);
-    if let (true, Some(needle)) = (on_copy, f.terms.get("error")) {
-        if let Some((check, mut p)) = crate::error_text::check_on_copy(d, needle) {
-            let mut g = f.clone();
-            g.terms.remove("error");
-            let (others, op) = g.to_sql_on(c)?;
-            p.extend(op);
-            let source = Source::copy(d, format!("{check} AND {others}"), p);
-            // One `error` term: its records above the watermark page beside the copy's walk.
-            return Ok(Some(
-                match (f.error_only(), crate::error_text::parts(d, needle, None)) {
-                    (Some(_), Some(parts)) => source.with_above(parts.rest, parts.rest_params),
-                    _ => source,
-                },
-            ));
-        }
+    if let (true, Some(needle)) = (on_copy, f.terms.get("error"))
+        && let Some((check, mut p)) = crate::error_text::check_on_copy(d, needle)
+    {
+        let mut g = f.clone();
+        g.terms.remove("error");
+        let (others, op) = g.to_sql_on(c)?;
+        p.extend(op);
+        let source = Source::copy(d, format!("{check} AND {others}"), p);
+        // One `error` term: its records above the watermark page beside the copy's walk.
+        return Ok(Some(
+            match (f.error_only(), crate::error_text::parts(d, needle, None)) {
+                (Some(_), Some(parts)) => source.with_above(parts.rest, parts.rest_params),
+                _ => source,
+            },
+        ));
     }
     let (cond, p) = f.to_sql_checks_only(d)?;
     Ok(Some(Source::records(d, cond, p)))
