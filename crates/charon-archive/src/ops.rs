@@ -205,19 +205,19 @@ pub fn list_capped(
         && w.promising(c, reach)?
         && let Some(ids) = w.page_ids(c, desc, reach)?
     {
-        let page: Vec<i64> = ids
-            .into_iter()
-            .skip(usize::try_from(offset).unwrap_or(usize::MAX))
-            .collect();
-        if page.is_empty() {
-            return Ok((Vec::new(), counted));
+        return Ok((walked_page(c, ids, offset, &order)?, counted));
+    }
+    // An `error` or `body` list sorted by time whose needle matches a large share of the
+    // records: `dead_letters_created` walked in order, each record checked (`text_walk`), when
+    // the walk finds the page within its budget.
+    if let (true, Some(_)) = (order.starts_with("created_at "), &walk) {
+        let (cond, p) = f.to_sql_checks_only(d)?;
+        let mut w = crate::text_walk::Source::records(d, cond, p);
+        if w.promising(c, reach)?
+            && let Some(ids) = w.page_ids_in(c, &order, reach)?
+        {
+            return Ok((walked_page(c, ids, offset, &order)?, counted));
         }
-        let list = page
-            .iter()
-            .map(i64::to_string)
-            .collect::<Vec<_>>()
-            .join(", ");
-        return Ok((records_in_order(c, &list, &[], &order)?, counted));
     }
     let page_ids = match header.filter(|_| by_id) {
         Some((name, value, wm)) => header_index::page_ids_at(d, name, value, wm, desc, reach),
@@ -412,6 +412,25 @@ fn walk_source(
     }
     let (cond, p) = f.to_sql_checks_only(d)?;
     Ok(Some(Source::records(d, cond, p)))
+}
+
+/// The records of a page a walk found: its first `reach` ids in `order`, of which the page is
+/// those after `offset`.
+fn walked_page(
+    c: &mut dyn Conn,
+    ids: Vec<i64>,
+    offset: u64,
+    order: &str,
+) -> Result<Vec<Record>, ArchiveError> {
+    let page: Vec<String> = ids
+        .into_iter()
+        .skip(usize::try_from(offset).unwrap_or(usize::MAX))
+        .map(|id| id.to_string())
+        .collect();
+    if page.is_empty() {
+        return Ok(Vec::new());
+    }
+    records_in_order(c, &page.join(", "), &[], order)
 }
 
 /// The records of a page whose ids a statement chose (`ids`: an id list or a subquery, with

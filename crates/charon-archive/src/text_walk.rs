@@ -219,6 +219,35 @@ impl Source {
     }
 }
 
+impl Source {
+    /// The first `reach` matching ids in `order` (`created_at ASC|DESC, id …`, as
+    /// `filter::order_by` writes it) when they lie within the first budget's records in that
+    /// order (only over `dead_letters`): the walk reads `dead_letters_created` in order, at most
+    /// the budget's rows, and checks each record. The first `reach` matches of a prefix of the
+    /// order are the first `reach` of all.
+    pub fn page_ids_in(
+        &self,
+        c: &mut dyn Conn,
+        order: &str,
+        reach: u64,
+    ) -> Result<Option<Vec<i64>>, ArchiveError> {
+        if self.table != "dead_letters" {
+            return Ok(None);
+        }
+        let sql = format!(
+            "SELECT id FROM (SELECT * FROM dead_letters ORDER BY {order} LIMIT {}) AS w \
+             WHERE {} ORDER BY {order} LIMIT {reach}",
+            self.budget, self.cond
+        );
+        let rows = c.query(&sql, &self.params)?;
+        let ids: Vec<i64> = rows
+            .iter()
+            .filter_map(|r| r.first().map(Cell::int))
+            .collect();
+        Ok((ids.len() as u64 >= reach).then_some(ids))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
