@@ -8,14 +8,18 @@
 //! records one by one (the filter's own exact check, no candidates) reaches the capped count's
 //! `cap + 1` matches (`crate::total_cap`) or a page's `offset + page_size` after a few thousand
 //! rows. So:
-//! - a **probe** counts the matches among the newest [`PROBE`] rows; from their share, the rows a
-//!   walk needs for `need` matches are estimated, and the walk is taken only when that is at most
-//!   half its budget (a rare needle's probe finds few matches: no walk, the index answers);
+//! - a **probe** counts the matches among [`PROBE`] rows at three places (the median); from
+//!   their share, the rows a walk needs for `need` matches are estimated, and the walk is taken
+//!   only when that is at most three quarters of its budget (a rare needle's probe finds few
+//!   matches: no walk, the index answers);
 //! - the **walk** reads at most the budget's rows (`id > MAX(id) - budget`, newest first: ids are
 //!   gaps at most, so never more rows) and stops at `need` matches. Reaching them is exact (a
 //!   count of at least `cap + 1` real matches; the page's first `need` matches in id order, since
 //!   the walk is in that order from the end). Not reaching them, the caller falls back to the
 //!   index's plan: a wrong estimate costs time, never a wrong answer.
+//!
+//! - a page **sorted by time** walks `dead_letters_created` in its order the same way
+//!   ([`Source::page_ids_in`]): the first `need` matches of a prefix of the order are the page's.
 //!
 //! The walk runs on the narrow copy of the error texts (`dead_letter_error_text`, ~100 B a row)
 //! for a filter the copy answers (`crate::key_copy::answers`) with an `error` term and no `body`
