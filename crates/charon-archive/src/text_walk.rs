@@ -173,6 +173,13 @@ impl Source {
         Ok(u64::try_from(n).unwrap_or(0) >= need)
     }
 
+    /// The same walk with another row budget (tests of the budget's edge).
+    #[doc(hidden)]
+    pub fn with_budget(mut self, budget: u64) -> Source {
+        self.budget = budget;
+        self
+    }
+
     /// The records above the search watermark that match, as a condition on `dead_letters`
     /// with its parameters: a walk over the copy pages only with them (the copy does not hold
     /// those records).

@@ -153,3 +153,102 @@ fn sqlite_text_filter_totals_capped_and_pages_exact() {
 fn postgres_text_filter_totals_capped_and_pages_exact() {
     copy_scenario::on_postgres(fresh, &STEPS);
 }
+
+/// The walk's budget edge (`text_walk`): 300 records whose body matches `rare` only among the
+/// oldest 100 and `every` in all. A walk whose budget misses every match proves nothing (no
+/// page, no count over the cap); one whose budget holds the page gives exactly plain SQL's first
+/// ids, newest and oldest first and by time; a count proves "over the cap" only with `cap + 1`
+/// real matches inside the budget.
+fn budget_edge(c: &mut dyn Conn) {
+    use charon_archive::text_walk::Source;
+    let recs: Vec<NewRecord> = (0..300)
+        .map(|i| NewRecord {
+            stable_key: format!("edge:{i}"),
+            payload: Bytes::from(if i < 100 { "rare every" } else { "every" }),
+            ..support::record(i)
+        })
+        .collect();
+    ops::insert_batch(c, &recs).expect("insert");
+    let d = c.dialect();
+    let source = |needle: &str, budget: u64| {
+        let f = Filter::from_pairs([("body", needle)]).expect("filter");
+        let (cond, p) = f.to_sql_checks_only(d).expect("cond");
+        (f, Source::records(d, cond, p).with_budget(budget))
+    };
+    // `rare` lies beyond a budget of 150 newest records: nothing proven.
+    let (_, w) = source("rare", 150);
+    assert_eq!(w.page_ids(c, true, 10).expect("page"), None, "rare, newest");
+    assert!(!w.count_over(c, 5).expect("count"), "rare count");
+    // A budget of 150 oldest records holds `rare`'s first page.
+    let (f, w) = source("rare", 150);
+    let want = plain_pages::ids(
+        c,
+        &format!(
+            "SELECT id FROM dead_letters WHERE {} ORDER BY id ASC LIMIT 10",
+            f.to_sql(d).expect("cond").0
+        ),
+        &f.to_sql(d).expect("cond").1,
+    );
+    assert_eq!(
+        w.page_ids(c, false, 10).expect("page"),
+        Some(want),
+        "rare, oldest"
+    );
+    // `every`: 150 newest hold 150 matches, so 10 of them are the page and a cap of 149 is passed,
+    // a cap of 150 is not.
+    let (f, w) = source("every", 150);
+    let (cond, p) = f.to_sql(d).expect("cond");
+    for (order, desc) in [("id DESC", true), ("id ASC", false)] {
+        let want = plain_pages::ids(
+            c,
+            &format!("SELECT id FROM dead_letters WHERE {cond} ORDER BY {order} LIMIT 10"),
+            &p,
+        );
+        assert_eq!(
+            w.page_ids(c, desc, 10).expect("page"),
+            Some(want),
+            "every {order}"
+        );
+    }
+    let order = order_by(Some("-created_at")).expect("order");
+    let want = plain_pages::ids(
+        c,
+        &format!("SELECT id FROM dead_letters WHERE {cond} ORDER BY {order} LIMIT 10"),
+        &p,
+    );
+    assert_eq!(
+        w.page_ids_in(c, &order, 10).expect("page"),
+        Some(want),
+        "every by time"
+    );
+    assert_eq!(
+        w.page_ids(c, true, 151).expect("page"),
+        None,
+        "a page past the budget"
+    );
+    assert!(
+        w.count_over(c, 149).expect("count"),
+        "150 matches pass a cap of 149"
+    );
+    assert!(
+        !w.count_over(c, 150).expect("count"),
+        "150 matches do not pass a cap of 150"
+    );
+}
+
+#[test]
+fn sqlite_the_walk_proves_nothing_beyond_its_budget() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let a =
+        Archive::open(&format!("sqlite://{}", dir.path().join("a.db").display())).expect("open");
+    a.with(budget_edge);
+}
+
+#[test]
+fn postgres_the_walk_proves_nothing_beyond_its_budget() {
+    let Some(pg) = pg_cluster::PgCluster::start() else {
+        return;
+    };
+    let a = Archive::open(&pg.url).expect("open");
+    a.with(budget_edge);
+}
