@@ -131,10 +131,12 @@ impl Source {
             let back = back.min(half);
             let hi = max.saturating_sub(i64::try_from(back).unwrap_or(i64::MAX));
             let lo = hi.saturating_sub(i64::try_from(PROBE).unwrap_or(i64::MAX));
-            let sql =
-                format!("SELECT COUNT(*) FROM {from} WHERE id <= {hi} AND id > {lo} AND {cond}");
+            // The bounds as parameters: one statement text, prepared once per connection.
+            let sql = format!("SELECT COUNT(*) FROM {from} WHERE id <= ? AND id > ? AND {cond}");
+            let mut p = vec![Param::from(hi), Param::from(lo)];
+            p.extend_from_slice(&self.params);
             let n = c
-                .query(&sql, &self.params)?
+                .query(&sql, &p)?
                 .first()
                 .and_then(|r| r.first())
                 .map_or(0, Cell::int);
