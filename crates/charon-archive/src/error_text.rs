@@ -191,6 +191,23 @@ pub fn parts(d: Dialect, needle: &str, fts: Option<String>) -> Option<Parts> {
     })
 }
 
+/// The needle's check alone on the copy's row (alias `e`), without the index's candidates, and
+/// its parameters (for a bounded walk over the copy's newest rows, `crate::text_walk`). `None`
+/// where [`parts`] is.
+pub fn check_on_copy(d: Dialect, needle: &str) -> Option<(String, Vec<Param>)> {
+    if d == Dialect::Postgres && needle.contains('\0') {
+        return None;
+    }
+    Some((
+        format!(
+            "({} OR {})",
+            d.contains("e.error_message"),
+            d.contains("e.error_stacktrace")
+        ),
+        vec![Param::from(needle), Param::from(needle)],
+    ))
+}
+
 /// PostgreSQL: the `LIKE` pattern of the candidates for `needle`, as a string literal in the
 /// statement's text: `'%…%'` with every character but letters, digits and spaces replaced by
 /// `_` (LIKE's one-character wildcard). A parameter would let a cached statement's generic plan
@@ -237,6 +254,29 @@ pub fn count(d: Dialect, needle: &str, fts: Option<String>) -> Option<(String, V
     let sql = format!(
         "SELECT (SELECT COUNT(*) FROM ({}) AS m) + (SELECT COUNT(*) FROM dead_letters WHERE {})",
         p.indexed, p.rest
+    );
+    let mut params = p.indexed_params;
+    params.extend(p.rest_params);
+    Some((sql, params))
+}
+
+/// [`count`] with a cap (`crate::total_cap`): each part counts at most `cap + 1` matches, so
+/// a needle matching 100,000 records reads ~10,000 rows of the copy instead of all of them.
+pub fn count_capped(
+    d: Dialect,
+    needle: &str,
+    fts: Option<String>,
+    cap: u64,
+) -> Option<(String, Vec<Param>)> {
+    use crate::total_cap::limited;
+    let p = parts(d, needle, fts)?;
+    let sql = format!(
+        "SELECT {} + {}",
+        limited(&p.indexed, cap),
+        limited(
+            &format!("SELECT id FROM dead_letters WHERE {}", p.rest),
+            cap
+        )
     );
     let mut params = p.indexed_params;
     params.extend(p.rest_params);

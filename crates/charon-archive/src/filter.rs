@@ -72,7 +72,10 @@ impl Filter {
     ) -> Result<Filter, ArchiveError> {
         let mut terms = BTreeMap::new();
         for (k, v) in pairs {
-            if matches!(k, "sort" | "page" | "page_size" | "by" | "all") {
+            if matches!(
+                k,
+                "sort" | "page" | "page_size" | "by" | "all" | "exact_total"
+            ) {
                 continue;
             }
             check_key(k)?;
@@ -177,12 +180,30 @@ impl Filter {
         })
     }
 
+    /// The condition checking each record itself: no search-index candidates, the `error` term
+    /// on the record's own columns (for a walk over the newest records, `crate::text_walk`: a
+    /// candidate list would be built whole, the check alone stops with the walk).
+    pub fn to_sql_checks_only(&self, d: Dialect) -> Result<(String, Vec<Param>), ArchiveError> {
+        self.to_sql_opts(d, false, false, &mut |_, _| Ok(None))
+    }
+
     /// [`Filter::to_sql`] with `narrow` giving the FTS5 query of a text filter's needle (`None`:
     /// every trigram).
     fn to_sql_with(
         &self,
         d: Dialect,
         error_copy: bool,
+        narrow: &mut Narrow<'_>,
+    ) -> Result<(String, Vec<Param>), ArchiveError> {
+        self.to_sql_opts(d, error_copy, true, narrow)
+    }
+
+    /// [`Filter::to_sql_with`]; `candidates`: text terms narrowed by the search index.
+    fn to_sql_opts(
+        &self,
+        d: Dialect,
+        error_copy: bool,
+        candidates: bool,
         narrow: &mut Narrow<'_>,
     ) -> Result<(String, Vec<Param>), ArchiveError> {
         let mut conds = Vec::new();
@@ -223,7 +244,9 @@ impl Filter {
                     params.append(&mut p);
                     continue;
                 }
-                push_candidates(&mut conds, &mut params, d, Field::Error, v, narrow)?;
+                if candidates {
+                    push_candidates(&mut conds, &mut params, d, Field::Error, v, narrow)?;
+                }
                 conds.push(format!(
                     "({} OR {})",
                     d.contains("error_message"),
@@ -232,7 +255,9 @@ impl Filter {
                 params.push(Param::from(v.as_str()));
                 params.push(Param::from(v.as_str()));
             } else if k == "body" {
-                push_candidates(&mut conds, &mut params, d, Field::Body, v, narrow)?;
+                if candidates {
+                    push_candidates(&mut conds, &mut params, d, Field::Body, v, narrow)?;
+                }
                 conds.push(d.bytes_contain("payload"));
                 params.push(Param::Bytes(v.as_bytes().to_vec()));
             } else if let Some(name) = k.strip_prefix("header.") {
@@ -242,14 +267,16 @@ impl Filter {
                     params.append(&mut p);
                     continue;
                 }
-                push_candidates(
-                    &mut conds,
-                    &mut params,
-                    d,
-                    Field::Headers,
-                    &format!("{name}={v}"),
-                    narrow,
-                )?;
+                if candidates {
+                    push_candidates(
+                        &mut conds,
+                        &mut params,
+                        d,
+                        Field::Headers,
+                        &format!("{name}={v}"),
+                        narrow,
+                    )?;
+                }
                 conds.push(format!("{} = ?", d.json_field("headers")));
                 params.push(Param::from(name));
                 params.push(Param::from(v.as_str()));

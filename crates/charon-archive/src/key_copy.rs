@@ -266,6 +266,27 @@ impl Split {
         )
     }
 
+    /// [`Split::count`] with a cap (`crate::total_cap`): each side counts at most `cap + 1`
+    /// matches.
+    pub fn count_capped(&self, cap: u64) -> (String, Vec<Param>) {
+        use crate::total_cap::limited;
+        (
+            format!(
+                "{}SELECT {} + {}",
+                self.above,
+                limited(
+                    &format!(
+                        "SELECT e.id FROM dead_letter_error_text AS e WHERE {}",
+                        self.copy
+                    ),
+                    cap
+                ),
+                limited(&format!("SELECT id FROM r WHERE {}", self.rest), cap)
+            ),
+            self.params(),
+        )
+    }
+
     /// The ids of one page in id order (`desc`: newest first): the first `reach` matches of the
     /// copy and the first `reach` of the records above the watermark, merged by the caller.
     pub fn page_ids(&self, desc: bool, reach: u64) -> (String, Vec<Param>) {

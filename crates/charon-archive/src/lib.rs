@@ -23,6 +23,8 @@
 //!   [`summary_batch`]: replay's status changes counted per group on SQLite.
 //! - [`scope`]: what an API user limited to some vhosts sees.
 //! - [`filter`], [`record`], [`time`]: the API's filters, record JSON and times.
+//! - [`total_cap`]: a list's `total` counted up to a cap for `error` and `body` filters;
+//!   [`text_walk`]: such a list's count and page from a bounded walk over the newest rows.
 //!
 //! [`Archive`] is the handle: one connection behind a mutex for writes, a second one for the
 //! API's reads (so that a page is not queued behind a 4000-record insert or a replay step);
@@ -69,7 +71,9 @@ pub mod summary;
 pub mod summary_batch;
 pub mod summary_keys;
 pub mod summary_seconds;
+pub mod text_walk;
 pub mod time;
+pub mod total_cap;
 pub mod wal_sync;
 
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -13,6 +13,7 @@ use crate::scope;
 use crate::sql::{Cell, Conn, Param, transaction};
 use crate::summary;
 use crate::time::{format_ms, now_ms};
+use crate::total_cap::Total;
 
 /// Which records an operation applies to.
 #[derive(Debug, Clone, PartialEq)]
@@ -61,7 +62,7 @@ fn count(c: &mut dyn Conn, sql: &str, p: &[Param]) -> Result<i64, ArchiveError> 
         .map_or(0, Cell::int))
 }
 
-/// A page of records matching `f`, and how many match.
+/// A page of records matching `f`, and how many match (exactly).
 pub fn list(
     c: &mut dyn Conn,
     f: &Filter,
@@ -69,6 +70,23 @@ pub fn list(
     page: u64,
     page_size: u64,
 ) -> Result<(Vec<Record>, i64), ArchiveError> {
+    let (items, total) = list_capped(c, f, sort, page, page_size, None)?;
+    Ok((items, total.count))
+}
+
+/// [`list`] whose `total` of an `error` or `body` filter is counted up to `cap` matches when
+/// `cap` is given (`crate::total_cap`: over it, the cap and
+/// [`crate::total_cap::Relation::Gte`]); the page is the
+/// same either way.
+pub fn list_capped(
+    c: &mut dyn Conn,
+    f: &Filter,
+    sort: Option<&str>,
+    page: u64,
+    page_size: u64,
+    cap: Option<u64>,
+) -> Result<(Vec<Record>, Total), ArchiveError> {
+    let cap = cap.filter(|_| crate::total_cap::applies(f));
     // An `error` term alone is counted and paged from the narrow copy of the error texts
     // (migration 12); with terms of the copy's other columns, from the copy too (migration 13).
     // Header terms without an `error` one stay on `dead_letters`: a covering index such as
@@ -99,49 +117,72 @@ pub fn list(
         Some(_) => None,
         None => crate::header_keys::plan(c, f)?,
     };
-    let total = if let Some((ids, p)) =
-        header.and_then(|(name, value, wm)| header_index::exact_ids_at(d, name, value, Some(wm)))
-    {
-        count(c, &format!("SELECT COUNT(*) FROM ({ids}) AS m"), &p)?
-    } else if let Some(hc) = &header_columns {
-        let (sql, p) = hc.count();
-        count(c, &sql, &p)?
-    } else if let Some(hk) = &header_keys {
-        let (sql, p) = hk.count();
-        count(c, &sql, &p)?
-    } else if let Some((sql, p)) = error_fts
-        .clone()
-        .and_then(|(needle, fts)| crate::error_text::count(d, needle, fts))
-    {
-        // One `error` term: the copy's matches (migration 12), no record read.
-        count(c, &sql, &p)?
-    } else if let Some(s) = &split {
-        // An `error` or header term with terms of the copy's columns: counted on the copy
-        // (migration 13) and the records above the watermark, no record read.
-        let (sql, p) = s.count();
-        count(c, &sql, &p)?
-    } else if let Some(n) = crate::summary_seconds::total(c, f)? {
-        // PostgreSQL: a time range with exact group-key terms, from the summary per second
-        // (migration 19) and the records of the range's partial seconds.
-        n
-    } else if let Some((sql, p)) = crate::range_count::query(c, f)? {
-        // A time range with exact group-key terms: index ranges of `dead_letters_group`.
-        count(c, &sql, &p)?
-    } else if summary::answers(f) {
-        count(
-            c,
-            &format!(
-                "SELECT CAST(COALESCE(SUM(records), 0) AS BIGINT) FROM dead_letter_groups WHERE {cond}"
-            ),
-            &params,
-        )?
-    } else {
-        count(
-            c,
-            &format!("SELECT COUNT(*) FROM dead_letters WHERE {cond}"),
-            &params,
-        )?
+    // A needle matching a large share of the records: its newest ones walked, no candidate
+    // list built (`text_walk`).
+    let mut walk = walk_source(c, f)?;
+    let walked_over = match (cap, &mut walk) {
+        (Some(cap), Some(w)) => w.promising(c, cap.saturating_add(1))? && w.count_over(c, cap)?,
+        _ => false,
     };
+    let total = if let (Some(cap), true) = (cap, walked_over) {
+        Total::from_capped(
+            i64::try_from(cap).unwrap_or(i64::MAX).saturating_add(1),
+            cap,
+        )
+    } else if let Some(cap) = cap {
+        // An `error` or `body` term, counted up to the cap (`total_cap`).
+        let (sql, p) = if let Some(q) = error_fts
+            .clone()
+            .and_then(|(needle, fts)| crate::error_text::count_capped(d, needle, fts, cap))
+        {
+            q
+        } else if let Some(s) = &split {
+            s.count_capped(cap)
+        } else {
+            (
+                format!(
+                    "SELECT {}",
+                    crate::total_cap::limited(
+                        &format!("SELECT id FROM dead_letters WHERE {cond}"),
+                        cap
+                    )
+                ),
+                params.clone(),
+            )
+        };
+        Total::from_capped(count(c, &sql, &p)?, cap)
+    } else {
+        Total::exact(exact_total(
+            c,
+            f,
+            &cond,
+            &params,
+            header,
+            header_columns.as_ref(),
+            header_keys.as_ref(),
+            error_fts.clone(),
+            split.as_ref(),
+        )?)
+    };
+    let counted = total;
+    // The plans below read `total` to choose an index (never the rows). A lower bound is not
+    // the number of matches: the walk's probe share of all records estimates it (a needle in
+    // one record of ten over 1M: ~100,000, as the exact count was), so that the cap does not
+    // turn e.g. SQLite's walk of `dead_letters_created` into a sort of every match.
+    let total = match (counted.relation, walk.as_mut()) {
+        (crate::total_cap::Relation::Gte, Some(w)) => {
+            let share = i64::try_from(w.probe(c)?).unwrap_or(0);
+            let all = count(
+                c,
+                "SELECT CAST(COALESCE(SUM(records), 0) AS BIGINT) FROM dead_letter_groups",
+                &[],
+            )?;
+            let probe = i64::try_from(crate::text_walk::PROBE).unwrap_or(1);
+            counted.count.max(all.saturating_mul(share) / probe)
+        }
+        _ => counted.count,
+    };
+
     let offset = page.saturating_sub(1).saturating_mul(page_size);
     // The page's ids first, then their records: the ids come from an index alone where one
     // covers the filter (`dead_letters_id` on SQLite, the primary key or e.g. `(status, id)` on
@@ -156,6 +197,28 @@ pub fn list(
     let by_id = order.starts_with("id ");
     let desc = order.starts_with("id DESC");
     let reach = offset.saturating_add(page_size);
+    // A `body` term, or one `error` term, in id order whose needle matches a large share of the
+    // records: the newest (or oldest) rows walked, when the walk finds the page within its
+    // budget (`text_walk`; an `error` term's on the copy, with the records above the watermark).
+    let text_page = f.terms.contains_key("body") || f.error_only().is_some();
+    if let (true, Some(w)) = (by_id && text_page, &mut walk)
+        && w.promising(c, reach)?
+        && let Some(ids) = w.page_ids(c, desc, reach)?
+    {
+        return Ok((walked_page(c, ids, offset, &order)?, counted));
+    }
+    // An `error` or `body` list sorted by time whose needle matches a large share of the
+    // records: `dead_letters_created` walked in order, each record checked (`text_walk`), when
+    // the walk finds the page within its budget.
+    if let (true, Some(_)) = (order.starts_with("created_at "), &walk) {
+        let (cond, p) = f.to_sql_checks_only(d)?;
+        let mut w = crate::text_walk::Source::records(d, cond, p);
+        if w.promising(c, reach)?
+            && let Some(ids) = w.page_ids_in(c, &order, reach)?
+        {
+            return Ok((walked_page(c, ids, offset, &order)?, counted));
+        }
+    }
     let page_ids = match header.filter(|_| by_id) {
         Some((name, value, wm)) => header_index::page_ids_at(d, name, value, wm, desc, reach),
         // One `error` term: from the copy in id order (migration 12).
@@ -189,7 +252,7 @@ pub fn list(
         let rows = c.query(&sql, &p)?;
         return Ok((
             rows.iter().filter_map(|r| Record::from_row(r)).collect(),
-            total,
+            counted,
         ));
     }
     // A time range (`since`/`until`) matches records clustered in id order (a record's time is
@@ -205,7 +268,7 @@ pub fn list(
     if let Some((ids, p)) =
         crate::sparse_sort::ids_query(c, &cond, &params, &order, total, ranged, offset, page_size)?
     {
-        return Ok((records_in_order(c, &ids, &p, &order)?, total));
+        return Ok((records_in_order(c, &ids, &p, &order)?, counted));
     }
     // PostgreSQL with a `status` term: migration 16's `(status, id) INCLUDE (created_at)` walked
     // in id order answers the page without a record read (`range_count::status_walk`).
@@ -233,7 +296,7 @@ pub fn list(
             None
         };
         if let Some((ids, p)) = bounded {
-            return Ok((records_in_order(c, &ids, &p, &order)?, total));
+            return Ok((records_in_order(c, &ids, &p, &order)?, counted));
         }
         plain
     } else {
@@ -253,7 +316,121 @@ pub fn list(
             offset.saturating_add(page_size),
         )?
     };
-    Ok((records_in_order(c, &ids, &params, &order)?, total))
+    Ok((records_in_order(c, &ids, &params, &order)?, counted))
+}
+
+/// The exact count of `f`'s matches (`cond`, `params` its condition), by the cheapest path
+/// [`list_capped`] found for it.
+#[allow(clippy::too_many_arguments)]
+fn exact_total(
+    c: &mut dyn Conn,
+    f: &Filter,
+    cond: &str,
+    params: &[Param],
+    header: Option<(&str, &str, i64)>,
+    header_columns: Option<&crate::header_columns::Plan<'_>>,
+    header_keys: Option<&crate::header_keys::Plan>,
+    error_fts: Option<(&str, Option<String>)>,
+    split: Option<&crate::key_copy::Split>,
+) -> Result<i64, ArchiveError> {
+    let d = c.dialect();
+    Ok(
+        if let Some((ids, p)) = header
+            .and_then(|(name, value, wm)| header_index::exact_ids_at(d, name, value, Some(wm)))
+        {
+            count(c, &format!("SELECT COUNT(*) FROM ({ids}) AS m"), &p)?
+        } else if let Some(hc) = header_columns {
+            let (sql, p) = hc.count();
+            count(c, &sql, &p)?
+        } else if let Some(hk) = header_keys {
+            let (sql, p) = hk.count();
+            count(c, &sql, &p)?
+        } else if let Some((sql, p)) = error_fts
+            .clone()
+            .and_then(|(needle, fts)| crate::error_text::count(d, needle, fts))
+        {
+            // One `error` term: the copy's matches (migration 12), no record read.
+            count(c, &sql, &p)?
+        } else if let Some(s) = split {
+            // An `error` or header term with terms of the copy's columns: counted on the copy
+            // (migration 13) and the records above the watermark, no record read.
+            let (sql, p) = s.count();
+            count(c, &sql, &p)?
+        } else if let Some(n) = crate::summary_seconds::total(c, f)? {
+            // PostgreSQL: a time range with exact group-key terms, from the summary per second
+            // (migration 19) and the records of the range's partial seconds.
+            n
+        } else if let Some((sql, p)) = crate::range_count::query(c, f)? {
+            // A time range with exact group-key terms: index ranges of `dead_letters_group`.
+            count(c, &sql, &p)?
+        } else if summary::answers(f) {
+            count(
+                c,
+                &format!(
+                    "SELECT CAST(COALESCE(SUM(records), 0) AS BIGINT) FROM dead_letter_groups WHERE {cond}"
+                ),
+                params,
+            )?
+        } else {
+            count(
+                c,
+                &format!("SELECT COUNT(*) FROM dead_letters WHERE {cond}"),
+                params,
+            )?
+        },
+    )
+}
+
+/// Where a bounded walk over the newest rows checks an `error`/`body` filter (`text_walk`): the
+/// copy of the error texts for an `error` filter the copy answers (no `body` term), else the
+/// records themselves; `None` for other filters.
+fn walk_source(
+    c: &mut dyn Conn,
+    f: &Filter,
+) -> Result<Option<crate::text_walk::Source>, ArchiveError> {
+    use crate::text_walk::Source;
+    if !crate::total_cap::applies(f) {
+        return Ok(None);
+    }
+    let d = c.dialect();
+    let on_copy = !f.terms.contains_key("body") && crate::key_copy::answers(f);
+    if let (true, Some(needle)) = (on_copy, f.terms.get("error"))
+        && let Some((check, mut p)) = crate::error_text::check_on_copy(d, needle)
+    {
+        let mut g = f.clone();
+        g.terms.remove("error");
+        let (others, op) = g.to_sql_on(c)?;
+        p.extend(op);
+        let source = Source::copy(d, format!("{check} AND {others}"), p);
+        // One `error` term: its records above the watermark page beside the copy's walk.
+        return Ok(Some(
+            match (f.error_only(), crate::error_text::parts(d, needle, None)) {
+                (Some(_), Some(parts)) => source.with_above(parts.rest, parts.rest_params),
+                _ => source,
+            },
+        ));
+    }
+    let (cond, p) = f.to_sql_checks_only(d)?;
+    Ok(Some(Source::records(d, cond, p)))
+}
+
+/// The records of a page a walk found: its first `reach` ids in `order`, of which the page is
+/// those after `offset`.
+fn walked_page(
+    c: &mut dyn Conn,
+    ids: Vec<i64>,
+    offset: u64,
+    order: &str,
+) -> Result<Vec<Record>, ArchiveError> {
+    let page: Vec<String> = ids
+        .into_iter()
+        .skip(usize::try_from(offset).unwrap_or(usize::MAX))
+        .map(|id| id.to_string())
+        .collect();
+    if page.is_empty() {
+        return Ok(Vec::new());
+    }
+    records_in_order(c, &page.join(", "), &[], order)
 }
 
 /// The records of a page whose ids a statement chose (`ids`: an id list or a subquery, with

@@ -185,17 +185,32 @@ async fn list(
         .within(read_scope(&b, &u));
     let (page, size) = paging(&q)?;
     let sort = param(&q, "sort").map(str::to_string);
+    // `error=`/`body=` totals are counted up to a cap unless `exact_total=true` (docs/archive.md
+    // "API": `total_relation` says which).
+    let cap = match param(&q, "exact_total") {
+        None | Some("false") => Some(charon_archive::total_cap::CAP),
+        Some("true") => None,
+        Some(v) => {
+            return Err(
+                ApiError::BadRequest(format!("exact_total: not true or false: '{v}'")).into(),
+            );
+        }
+    };
     let (items, total) = svc
-        .read(move |c| ops::list(c, &filter, sort.as_deref(), page, size))
+        .read(move |c| ops::list_capped(c, &filter, sort.as_deref(), page, size, cap))
         .await?;
     let items: Vec<Value> = items
         .into_iter()
         .map(charon_archive::Record::into_json)
         .collect();
-    Ok(
-        Json(json!({"items": items, "total": total, "page": page, "page_size": size}))
-            .into_response(),
-    )
+    Ok(Json(json!({
+        "items": items,
+        "total": total.count,
+        "total_relation": total.relation.as_str(),
+        "page": page,
+        "page_size": size
+    }))
+    .into_response())
 }
 
 fn parse_id(id: &str) -> Result<i64, DlError> {
@@ -465,7 +480,7 @@ async fn audit(
         })
         .await?;
     Ok(
-        Json(json!({"items": items, "total": total, "page": page, "page_size": size}))
+        Json(json!({"items": items, "total": total, "total_relation": "eq", "page": page, "page_size": size}))
             .into_response(),
     )
 }

@@ -84,6 +84,10 @@ pub(crate) enum DlqCommand {
         /// Page size.
         #[arg(long = "page-size", default_value_t = 100)]
         page_size: u64,
+        /// Count every match of an `--error`/`--body` filter (slow over many matches; without
+        /// it such a total stops at 10,000, shown as "10000+").
+        #[arg(long = "exact-total")]
+        exact_total: bool,
     },
     /// Shows one record (with its edit history) as JSON.
     Get {
@@ -282,6 +286,15 @@ fn cell(v: Option<&Value>) -> String {
     }
 }
 
+/// A list answer's `total` as shown: "10000+" when it is a lower bound (`total_relation` "gte").
+fn total_text(body: &Value) -> String {
+    let n = cell(body.get("total"));
+    match body.get("total_relation").and_then(Value::as_str) {
+        Some("gte") => format!("{n}+"),
+        _ => n,
+    }
+}
+
 /// `{"ids": …}` or `{"filter": …}` from the flags.
 fn selection(ids: Vec<i64>, f: &FilterArgs, all: bool) -> anyhow::Result<Value> {
     if !ids.is_empty() {
@@ -318,6 +331,7 @@ pub(crate) fn run(url: &str, user: &str, password: &str, cmd: DlqCommand) -> any
             sort,
             page,
             page_size,
+            exact_total,
         } => {
             let mut extra = vec![
                 ("page", page.to_string()),
@@ -325,6 +339,9 @@ pub(crate) fn run(url: &str, user: &str, password: &str, cmd: DlqCommand) -> any
             ];
             if let Some(s) = sort {
                 extra.push(("sort", s));
+            }
+            if exact_total {
+                extra.push(("exact_total", "true".to_string()));
             }
             let body = http.call(
                 "GET",
@@ -346,7 +363,7 @@ pub(crate) fn run(url: &str, user: &str, password: &str, cmd: DlqCommand) -> any
             println!(
                 "({} of {}, page {})",
                 body["items"].as_array().map_or(0, Vec::len),
-                cell(body.get("total")),
+                total_text(&body),
                 page
             );
         }
@@ -516,5 +533,19 @@ mod tests {
     #[test]
     fn the_cli_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn a_lower_bound_total_shows_a_plus() {
+        let t = |v: serde_json::Value| super::total_text(&v);
+        assert_eq!(
+            t(serde_json::json!({"total": 10000, "total_relation": "gte"})),
+            "10000+"
+        );
+        assert_eq!(
+            t(serde_json::json!({"total": 42, "total_relation": "eq"})),
+            "42"
+        );
+        assert_eq!(t(serde_json::json!({"total": 7})), "7");
     }
 }
