@@ -91,8 +91,7 @@ pub struct Groups<'f> {
 /// Whether `/groups` of `f` by `cols` is answered from the header rows: `cols` among
 /// [`COLUMNS`], `f` one header term the index holds and terms of [`COLUMNS`] only.
 pub fn answers(f: &Filter, cols: &[String]) -> bool {
-    cols.iter().all(|c| COLUMNS.contains(&c.as_str()))
-        && header_columns::terms_with(f, 0).is_some()
+    cols.iter().all(|c| COLUMNS.contains(&c.as_str())) && header_columns::terms_with(f, 0).is_some()
 }
 
 /// The plan of `/groups` of `f` by `cols` when [`answers`], at the header index's watermark.
@@ -140,8 +139,14 @@ mod tests {
             &by("status,original_queue")
         ));
         assert!(!answers(&f(&[("header.a", "b")]), &by("reason")));
-        assert!(!answers(&f(&[("header.a", "b"), ("reason", "r")]), &by("status")));
+        assert!(!answers(
+            &f(&[("header.a", "b"), ("reason", "r")]),
+            &by("status")
+        ));
         assert!(!answers(&f(&[("status", "S")]), &by("status")));
-        assert!(!answers(&f(&[("vhost", "/"), ("header.a", "b")]), &by("status")));
+        assert!(!answers(
+            &f(&[("vhost", "/"), ("header.a", "b")]),
+            &by("status")
+        ));
     }
 }

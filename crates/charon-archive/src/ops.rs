@@ -362,11 +362,7 @@ pub fn groups(c: &mut dyn Conn, by: Option<&str>, f: &Filter) -> Result<Vec<Valu
 }
 
 /// The groups of `f` by `cols` (values, count, oldest, newest), from the first plan that answers.
-fn count_groups(
-    c: &mut dyn Conn,
-    cols: &[String],
-    f: &Filter,
-) -> Result<Vec<Group>, ArchiveError> {
+fn count_groups(c: &mut dyn Conn, cols: &[String], f: &Filter) -> Result<Vec<Group>, ArchiveError> {
     // A header term with terms of the header rows' columns, by those columns: the header index
     // range alone (migration 24), no record read.
     if let Some(plan) = crate::header_groups::plan(c, f, cols)? {
