@@ -198,7 +198,15 @@ impl Filter {
         let mut conds = Vec::new();
         let mut params = Vec::new();
         for (k, v) in &self.terms {
-            if k == "key" {
+            if k == "key" && per_row {
+                conds.push(
+                    "((message_key = ? AND message_key IS DISTINCT FROM message_id) \
+                     OR (message_id = ? AND message_key IS NOT DISTINCT FROM message_id))"
+                        .into(),
+                );
+                params.push(Param::from(v.as_str()));
+                params.push(Param::from(v.as_str()));
+            } else if k == "key" {
                 conds.push(crate::index_diet::key_condition(d).to_string());
                 params.push(Param::from(v.as_str()));
                 params.push(Param::from(v.as_str()));

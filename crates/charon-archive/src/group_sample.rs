@@ -7,16 +7,16 @@
 //!   (the group's `newest`), among those the greatest id — NULL when that record has none; for the
 //!   first [`SAMPLED`] groups in that order, NULL for the rest.
 //!
-//! Every plan knows each group's `newest` exactly, so the sample is one lookup a group: the
-//! records of that millisecond (`dead_letters_created`, materialized first so that no planner
-//! walks another index instead), checked against the filter's per-record condition
-//! ([`Filter::to_sql_per_row`], no index lookup of every match) and the group's values. Before
+//! Every plan knows each group's `newest` exactly, so the sample is one lookup a group, all in
+//! one statement ([`samples_sql`]): the records of that millisecond (`dead_letters_created`),
+//! checked against the filter's per-record condition ([`Filter::to_sql_per_row`], no index
+//! lookup of every match) and the group's values. Before
 //! this, the plans took the smallest message of the matches (`key_copy`, the summaries), the
 //! first message in an index range (`range_count`) or any (the plain plan): answers differed by plan.
 
 use crate::error::ArchiveError;
 use crate::filter::Filter;
-use crate::sql::{Conn, Param};
+use crate::sql::{Conn, Dialect, Param};
 
 /// How many groups (the first, in the answer's order) carry a sample.
 pub const SAMPLED: usize = 100;
@@ -39,46 +39,59 @@ pub fn order(groups: &mut [Group]) {
     groups.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.values.cmp(&b.values)));
 }
 
-/// The statement and parameters of group `g`'s sample among the records matching `f`, by `cols`.
-pub fn sample_sql(
-    c: &dyn Conn,
+/// The statement and parameters of the samples of `groups` among the records matching `f`, by
+/// `cols`: one row per group, `(index in groups, sample)`. One statement for all (planned once:
+/// PostgreSQL took 3.5 ms to plan each group's own lookup over `dead_letters`' indexes). Each
+/// group's records of its newest millisecond are read through `dead_letters_created` only
+/// (SQLite: `INDEXED BY`; PostgreSQL: a subquery with `OFFSET 0`, which the planner keeps
+/// apart), so that no index of the group's or the filter's columns is walked instead (one
+/// walked every `reason = 'rejected'` record: 300 ms); the group's values are compared with
+/// `IS NOT DISTINCT FROM` (NULL too).
+pub fn samples_sql(
+    d: Dialect,
     f: &Filter,
     cols: &[String],
-    g: &Group,
+    groups: &[Group],
 ) -> Result<(String, Vec<Param>), ArchiveError> {
-    let (cond, p) = f.to_sql_per_row(c.dialect())?;
-    let mut params = vec![Param::from(g.newest)];
-    params.extend(p);
-    let mut conds = vec![cond];
-    for (col, v) in cols.iter().zip(&g.values) {
-        match v {
-            Some(v) => {
-                conds.push(format!("{col} = ?"));
-                params.push(Param::from(v.as_str()));
+    let (cond, cond_params) = f.to_sql_per_row(d)?;
+    let names: String = (0..cols.len()).map(|i| format!(", g_v{i}")).collect();
+    let mut params = Vec::new();
+    let rows = groups
+        .iter()
+        .enumerate()
+        .map(|(i, g)| {
+            params.push(Param::from(i as i64));
+            params.push(Param::from(g.newest));
+            for v in &g.values {
+                params.push(Param::Text(v.clone()));
             }
-            None => conds.push(format!("{col} IS NULL")),
+            let texts: String = g.values.iter().map(|_| ", CAST(? AS TEXT)").collect();
+            format!("(CAST(? AS BIGINT), CAST(? AS BIGINT){texts})")
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    params.extend(cond_params);
+    let same: String = cols
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!(" AND d.{c} IS NOT DISTINCT FROM g.g_v{i}"))
+        .collect();
+    let from = match d {
+        Dialect::Sqlite => {
+            "dead_letters AS d INDEXED BY dead_letters_created WHERE d.created_at = g.g_newest"
         }
-    }
+        Dialect::Postgres => {
+            "(SELECT * FROM dead_letters WHERE created_at = g.g_newest OFFSET 0) AS d WHERE true"
+        }
+    };
     Ok((
         format!(
-            "WITH t AS MATERIALIZED (SELECT id FROM dead_letters WHERE created_at = ?) \
-             SELECT error_message FROM dead_letters WHERE id IN (SELECT id FROM t) AND {} \
-             ORDER BY id DESC LIMIT 1",
-            conds.join(" AND ")
+            "WITH g (g_i, g_newest{names}) AS (VALUES {rows}) \
+             SELECT g.g_i, (SELECT d.error_message FROM {from} AND {cond}{same} \
+             ORDER BY d.id DESC LIMIT 1) FROM g"
         ),
         params,
     ))
-}
-
-/// Group `g`'s sample (see the module docs).
-pub fn sample(
-    c: &mut dyn Conn,
-    f: &Filter,
-    cols: &[String],
-    g: &Group,
-) -> Result<Option<String>, ArchiveError> {
-    let (sql, p) = sample_sql(c, f, cols, g)?;
-    Ok(c.query(&sql, &p)?.first().and_then(|r| r[0].opt_text()))
 }
 
 /// `groups` ordered, each with its sample: `(group, sample)`.
@@ -89,16 +102,20 @@ pub fn finish(
     mut groups: Vec<Group>,
 ) -> Result<Vec<(Group, Option<String>)>, ArchiveError> {
     order(&mut groups);
-    let mut out = Vec::with_capacity(groups.len());
-    for (i, g) in groups.into_iter().enumerate() {
-        let s = if i < SAMPLED {
-            sample(c, f, cols, &g)?
-        } else {
-            None
-        };
-        out.push((g, s));
+    let n = groups.len().min(SAMPLED);
+    let mut samples = vec![None; groups.len()];
+    if n > 0 {
+        let (sql, p) = samples_sql(c.dialect(), f, cols, &groups[..n])?;
+        for r in c.query(&sql, &p)? {
+            if let Some(s) = usize::try_from(r[0].int())
+                .ok()
+                .and_then(|i| samples.get_mut(i))
+            {
+                *s = r[1].opt_text();
+            }
+        }
     }
-    Ok(out)
+    Ok(groups.into_iter().zip(samples).collect())
 }
 
 #[cfg(test)]

@@ -53,9 +53,25 @@ fn insert(c: &mut dyn Conn, r: Range<usize>) {
     ops::insert_batch(c, &recs).expect("insert");
 }
 
+/// Groups of one record each (equal counts: the order's second key decides), values inserted
+/// in descending order, one NULL.
+fn insert_ties(c: &mut dyn Conn) {
+    let recs: Vec<NewRecord> = (0..5)
+        .map(|k| NewRecord {
+            stable_key: format!("hg:tie:{k}"),
+            original_queue: (k != 2).then(|| format!("t{}", 9 - k)),
+            headers: json!({"x-t": "1"}).to_string(),
+            ..rec(1000 + k)
+        })
+        .collect();
+    ops::insert_batch(c, &recs).expect("insert ties");
+}
+
 /// The requests the header plan answers: `(by, filter)`.
 fn header_requests() -> Vec<(&'static str, Vec<(&'static str, &'static str)>)> {
     let mut out = Vec::new();
+    out.push(("original_queue", vec![("header.x-t", "1")]));
+    out.push(("queue,original_queue", vec![("header.x-t", "1")]));
     for h in [("header.x-h", "v0"), ("header.x-n", "1")] {
         for by in ["status", "queue", "original_queue", "status,original_queue"] {
             for k in [
@@ -111,6 +127,9 @@ fn rows_match(c: &mut dyn Conn, when: &str) {
     );
 }
 
+/// A group of the reference: count, oldest, (newest, its greatest id), that record's message.
+type Acc = (i64, i64, (i64, i64), Option<String>);
+
 /// `/groups` of `f` by `by` from plain SQL over the records: counts, oldest, newest, the newest
 /// record's message, ordered by count then values.
 fn reference(c: &mut dyn Conn, by: &str, f: &Filter) -> Vec<Value> {
@@ -126,9 +145,7 @@ fn reference(c: &mut dyn Conn, by: &str, f: &Filter) -> Vec<Value> {
         )
         .expect("plain rows");
     let n = cols.len();
-    // values -> (count, oldest, (newest, id), message)
-    let mut g: BTreeMap<Vec<Option<String>>, (i64, i64, (i64, i64), Option<String>)> =
-        BTreeMap::new();
+    let mut g: BTreeMap<Vec<Option<String>>, Acc> = BTreeMap::new();
     for r in &rows {
         let values = (0..n).map(|i| r[i].opt_text()).collect();
         let (t, id, msg) = (r[n].int(), r[n + 1].int(), r[n + 2].opt_text());
@@ -242,6 +259,7 @@ fn change(c: &mut dyn Conn) {
 fn upgraded(url: &str, mut old: Box<dyn Conn>) -> Archive {
     schema::migrate_to(old.as_mut(), 23).expect("v23");
     insert(old.as_mut(), 0..400);
+    insert_ties(old.as_mut());
     let d = old.dialect();
     old.batch(&copy_scenario::search_fill_sql(d, 250))
         .expect("fill the search index");
