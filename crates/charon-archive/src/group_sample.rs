@@ -67,7 +67,9 @@ pub fn candidates_sql(
     let list: String = cols.iter().map(|c| format!(", d.{c}")).collect();
     let from = match d {
         Dialect::Sqlite => {
-            format!("dead_letters AS d INDEXED BY dead_letters_created WHERE d.created_at IN ({marks})")
+            format!(
+                "dead_letters AS d INDEXED BY dead_letters_created WHERE d.created_at IN ({marks})"
+            )
         }
         Dialect::Postgres => format!(
             "(SELECT * FROM dead_letters WHERE created_at IN ({marks}) OFFSET 0) AS d WHERE true"

@@ -182,6 +182,9 @@ fn plain(
 
 type Group = (Vec<Option<String>>, i64, String, String, Option<String>);
 
+/// A group being summed: count, oldest, (newest, its greatest id), that record's message.
+type Acc = (i64, i64, (i64, i64), Option<String>);
+
 fn check(c: &mut dyn Conn, when: &str) {
     copy_sound(c, when);
     let d = c.dialect();
@@ -231,23 +234,37 @@ fn check(c: &mut dyn Conn, when: &str) {
         ] {
             let cols: Vec<&str> = by.split(',').collect();
             let n = cols.len();
-            let mut want: Vec<Group> = c
+            // The sample is the group's newest record's message (greatest created_at, then id).
+            let mut acc: std::collections::BTreeMap<Vec<Option<String>>, Acc> =
+                std::collections::BTreeMap::new();
+            for r in c
                 .query(
                     &format!(
-                        "SELECT {by}, COUNT(*), MIN(created_at), MAX(created_at), MIN(error_message) \
-                         FROM dead_letters WHERE {cond} GROUP BY {by}"
+                        "SELECT {by}, created_at, id, error_message FROM dead_letters WHERE {cond}"
                     ),
                     &p,
                 )
                 .expect("groups")
-                .iter()
-                .map(|r| {
+            {
+                let values: Vec<Option<String>> = (0..n).map(|i| r[i].opt_text()).collect();
+                let (t, id, m) = (r[n].int(), r[n + 1].int(), r[n + 2].opt_text());
+                let e = acc.entry(values).or_insert((0, t, (t, id), m.clone()));
+                e.0 += 1;
+                e.1 = e.1.min(t);
+                if (t, id) > e.2 {
+                    e.2 = (t, id);
+                    e.3 = m;
+                }
+            }
+            let mut want: Vec<Group> = acc
+                .into_iter()
+                .map(|(v, (count, lo, (hi, _), m))| {
                     (
-                        (0..n).map(|i| r[i].opt_text()).collect(),
-                        r[n].int(),
-                        charon_archive::time::format_ms(r[n + 1].int()),
-                        charon_archive::time::format_ms(r[n + 2].int()),
-                        r[n + 3].opt_text(),
+                        v,
+                        count,
+                        charon_archive::time::format_ms(lo),
+                        charon_archive::time::format_ms(hi),
+                        m,
                     )
                 })
                 .collect();
