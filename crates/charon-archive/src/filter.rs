@@ -140,16 +140,7 @@ impl Filter {
 
     /// The SQL condition (`TRUE` when empty) and its parameters.
     pub fn to_sql(&self, d: Dialect) -> Result<(String, Vec<Param>), ArchiveError> {
-        self.to_sql_with(d, true, false, &mut |_, _| Ok(None))
-    }
-
-    /// The condition checked on each record alone: no index lookup (the text terms' search
-    /// index candidates, migration 12's copy, the header index of migration 9), only the terms'
-    /// own exact conditions on the record's columns. For a statement that tests a handful of
-    /// records (the group sample's, [`crate::group_sample`]), where a lookup would compute every
-    /// match of the term first. The same records as [`Filter::to_sql`].
-    pub fn to_sql_per_row(&self, d: Dialect) -> Result<(String, Vec<Param>), ArchiveError> {
-        self.to_sql_with(d, false, true, &mut |_, _| Ok(None))
+        self.to_sql_with(d, true, &mut |_, _| Ok(None))
     }
 
     /// [`Filter::to_sql`] for connection `c`: on SQLite a text filter looks up only its needle's
@@ -166,7 +157,7 @@ impl Filter {
         known: Option<(&str, &Option<String>)>,
     ) -> Result<(String, Vec<Param>), ArchiveError> {
         let d = c.dialect();
-        self.to_sql_with(d, true, false, &mut |field, needle| match known {
+        self.to_sql_with(d, true, &mut |field, needle| match known {
             Some((k, q)) if field == Field::Error && k == needle => Ok(q.clone()),
             _ => crate::rare_trigrams::query(c, field, needle),
         })
@@ -181,32 +172,23 @@ impl Filter {
         c: &mut dyn Conn,
     ) -> Result<(String, Vec<Param>), ArchiveError> {
         let d = c.dialect();
-        self.to_sql_with(d, d == Dialect::Postgres, false, &mut |field, needle| {
+        self.to_sql_with(d, d == Dialect::Postgres, &mut |field, needle| {
             crate::rare_trigrams::query(c, field, needle)
         })
     }
 
     /// [`Filter::to_sql`] with `narrow` giving the FTS5 query of a text filter's needle (`None`:
-    /// every trigram); `per_row`: [`Filter::to_sql_per_row`].
+    /// every trigram).
     fn to_sql_with(
         &self,
         d: Dialect,
         error_copy: bool,
-        per_row: bool,
         narrow: &mut Narrow<'_>,
     ) -> Result<(String, Vec<Param>), ArchiveError> {
         let mut conds = Vec::new();
         let mut params = Vec::new();
         for (k, v) in &self.terms {
-            if k == "key" && per_row {
-                conds.push(
-                    "((message_key = ? AND message_key IS DISTINCT FROM message_id) \
-                     OR (message_id = ? AND message_key IS NOT DISTINCT FROM message_id))"
-                        .into(),
-                );
-                params.push(Param::from(v.as_str()));
-                params.push(Param::from(v.as_str()));
-            } else if k == "key" {
+            if k == "key" {
                 conds.push(crate::index_diet::key_condition(d).to_string());
                 params.push(Param::from(v.as_str()));
                 params.push(Param::from(v.as_str()));
@@ -241,9 +223,7 @@ impl Filter {
                     params.append(&mut p);
                     continue;
                 }
-                if !per_row {
-                    push_candidates(&mut conds, &mut params, d, Field::Error, v, narrow)?;
-                }
+                push_candidates(&mut conds, &mut params, d, Field::Error, v, narrow)?;
                 conds.push(format!(
                     "({} OR {})",
                     d.contains("error_message"),
@@ -252,31 +232,24 @@ impl Filter {
                 params.push(Param::from(v.as_str()));
                 params.push(Param::from(v.as_str()));
             } else if k == "body" {
-                if !per_row {
-                    push_candidates(&mut conds, &mut params, d, Field::Body, v, narrow)?;
-                }
+                push_candidates(&mut conds, &mut params, d, Field::Body, v, narrow)?;
                 conds.push(d.bytes_contain("payload"));
                 params.push(Param::Bytes(v.as_bytes().to_vec()));
             } else if let Some(name) = k.strip_prefix("header.") {
                 // Migration 9: the exact (name, value, id) index, no re-check.
-                if let Some((cond, mut p)) = (!per_row)
-                    .then(|| crate::header_index::condition(d, name, v))
-                    .flatten()
-                {
+                if let Some((cond, mut p)) = crate::header_index::condition(d, name, v) {
                     conds.push(cond);
                     params.append(&mut p);
                     continue;
                 }
-                if !per_row {
-                    push_candidates(
-                        &mut conds,
-                        &mut params,
-                        d,
-                        Field::Headers,
-                        &format!("{name}={v}"),
-                        narrow,
-                    )?;
-                }
+                push_candidates(
+                    &mut conds,
+                    &mut params,
+                    d,
+                    Field::Headers,
+                    &format!("{name}={v}"),
+                    narrow,
+                )?;
                 conds.push(format!("{} = ?", d.json_field("headers")));
                 params.push(Param::from(name));
                 params.push(Param::from(v.as_str()));

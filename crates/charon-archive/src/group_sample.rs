@@ -1,29 +1,41 @@
-//! The `/groups` answer's order and each group's sample `error_message`, one rule for every plan
-//! (branch `q9o`, docs/archive.md "API" and "Twenty-sixth round"): so that an answer never
-//! depends on which plan computed it.
+//! The `/groups` answer's order and its groups' sample `error_message` (docs/archive.md "API",
+//! "Groups: order and sample"; branches `q9o`, `q9p`).
 //!
-//! - **Order**: by `count`, largest first, then by the `by` columns' values (NULL first).
-//! - **Sample**: the `error_message` of the group's newest record — the greatest `created_at`
-//!   (the group's `newest`), among those the greatest id — NULL when that record has none; for the
-//!   first [`SAMPLED`] groups in that order, NULL for the rest.
+//! - **Order**, every plan: by `count`, largest first, then by the `by` columns' values (NULL
+//!   first) — a sort of the groups in memory, after the plan counted them.
+//! - **Sample**: one record's message from the group; which record depends on the plan
+//!   ([`Sample`]). The plans that read messages while counting (the error-text copy, the
+//!   summaries) keep theirs; the others look one up for the first [`SAMPLED`] groups only. The
+//!   header `/groups` plan (migration 24, [`crate::header_groups`]) takes each group's greatest
+//!   id index-only with its counts, and the messages of those ids are read in one statement by
+//!   primary key ([`messages_of`]).
 //!
-//! Every plan knows each group's `newest` exactly, so the samples are one statement
-//! ([`candidates_sql`]): the records of the groups' newest milliseconds (`dead_letters_created`),
-//! checked against the filter's per-record condition ([`Filter::to_sql_per_row`], no index
-//! lookup of every match), each group's taken by its values here. Before
-//! this, the plans took the smallest message of the matches (`key_copy`, the summaries), the
-//! first message in an index range (`range_count`) or any (the plain plan): answers differed by plan.
+//! (Branch `q9o` had one rule for every plan, the group's newest record, read through each
+//! group's newest millisecond: an archiver batch shares one `created_at`, so a sample could read
+//! 8,192 records and the default `/groups` went from about 1 ms to 5–8 ms; `q9p` went back.)
 
 use std::collections::HashMap;
 
 use crate::error::ArchiveError;
-use crate::filter::Filter;
-use crate::sql::{Conn, Dialect, Param};
+use crate::sql::{Conn, Param};
 
-/// How many groups (the first, in the answer's order) carry a sample.
+/// How many groups (the first, in the answer's order) carry a looked-up sample.
 pub const SAMPLED: usize = 100;
 
-/// One group before its sample: the `by` columns' values, count, oldest, newest.
+/// A group's sample as its plan knows it after counting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sample {
+    /// Read with the counts (error-text copy, summary table, summary per second): the message,
+    /// `None` when no record read for the group has one.
+    Given(Option<String>),
+    /// To be looked up by the plan (a range or plain lookup), for the first [`SAMPLED`] groups.
+    Lookup,
+    /// The message of the record with this id (the group's greatest id; header plan), read for
+    /// the first [`SAMPLED`] groups.
+    Of(i64),
+}
+
+/// One group: the `by` columns' values, count, oldest, newest and its [`Sample`].
 #[derive(Debug, Clone)]
 pub struct Group {
     /// The `by` columns' values (`None`: NULL).
@@ -34,93 +46,33 @@ pub struct Group {
     pub oldest: i64,
     /// The newest `created_at`, ms.
     pub newest: i64,
+    /// Its sample, as far as known.
+    pub sample: Sample,
 }
 
-/// `groups` in the answer's order (count, largest first, then the values).
+/// `groups` in the answer's order (count, largest first, then the values, NULL first).
 pub fn order(groups: &mut [Group]) {
     groups.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.values.cmp(&b.values)));
 }
 
-/// The statement and parameters that read the candidates of `groups`' samples among the
-/// records matching `f`, by `cols`: every matching record of the groups' newest milliseconds,
-/// as rows `id, created_at, error_message, cols…` (no order). One statement for all groups
-/// (PostgreSQL took 3.5 ms to plan each group's own lookup), each millisecond read once (in an
-/// archive many groups' newest record comes from the same archiver batch, one `created_at` for
-/// up to thousands of records: read once a group, the 40 default groups of the 1M bench fill
-/// read 38,360 rows, 20–28 ms). The records are read through `dead_letters_created` only
-/// (SQLite: `INDEXED BY`; PostgreSQL: a subquery with `OFFSET 0`, which the planner keeps
-/// apart), so that no index of the filter's columns is walked instead (one walked every
-/// `reason = 'rejected'` record: 300 ms).
-pub fn candidates_sql(
-    d: Dialect,
-    f: &Filter,
-    cols: &[String],
-    groups: &[Group],
-) -> Result<(String, Vec<Param>), ArchiveError> {
-    let (cond, cond_params) = f.to_sql_per_row(d)?;
-    let mut times: Vec<i64> = groups.iter().map(|g| g.newest).collect();
-    times.sort_unstable();
-    times.dedup();
-    let marks = vec!["?"; times.len()].join(", ");
-    let mut params: Vec<Param> = times.into_iter().map(Param::from).collect();
-    params.extend(cond_params);
-    let list: String = cols.iter().map(|c| format!(", d.{c}")).collect();
-    let from = match d {
-        Dialect::Sqlite => {
-            format!(
-                "dead_letters AS d INDEXED BY dead_letters_created WHERE d.created_at IN ({marks})"
-            )
-        }
-        Dialect::Postgres => format!(
-            "(SELECT * FROM dead_letters WHERE created_at IN ({marks}) OFFSET 0) AS d WHERE true"
-        ),
-    };
-    Ok((
-        format!("SELECT d.id, d.created_at, d.error_message{list} FROM {from} AND {cond}"),
-        params,
-    ))
-}
-
-/// A candidate's `(created_at, by values)`; mapped to the greatest id and its message.
-type Key = (i64, Vec<Option<String>>);
-
-/// `groups` ordered, each with its sample: `(group, sample)`.
-pub fn finish(
+/// The `error_message` of each record of `ids`, in one statement by primary key: id → message
+/// (`None`: the record has none). Ids of no record are absent.
+pub fn messages_of(
     c: &mut dyn Conn,
-    f: &Filter,
-    cols: &[String],
-    mut groups: Vec<Group>,
-) -> Result<Vec<(Group, Option<String>)>, ArchiveError> {
-    order(&mut groups);
-    let n = groups.len().min(SAMPLED);
-    let mut newest: HashMap<Key, (i64, Option<String>)> = HashMap::new();
-    if n > 0 {
-        let (sql, p) = candidates_sql(c.dialect(), f, cols, &groups[..n])?;
-        for r in c.query(&sql, &p)? {
-            let values = (0..cols.len()).map(|i| r[3 + i].opt_text()).collect();
-            let (id, msg) = (r[0].int(), r[2].opt_text());
-            let e = newest
-                .entry((r[1].int(), values))
-                .or_insert((id, msg.clone()));
-            if id > e.0 {
-                *e = (id, msg);
-            }
-        }
+    ids: &[i64],
+) -> Result<HashMap<i64, Option<String>>, ArchiveError> {
+    if ids.is_empty() {
+        return Ok(HashMap::new());
     }
-    Ok(groups
-        .into_iter()
-        .enumerate()
-        .map(|(i, g)| {
-            let s = if i < n {
-                newest
-                    .remove(&(g.newest, g.values.clone()))
-                    .and_then(|(_, m)| m)
-            } else {
-                None
-            };
-            (g, s)
-        })
-        .collect())
+    let marks = vec!["?"; ids.len()].join(", ");
+    let params: Vec<Param> = ids.iter().copied().map(Param::from).collect();
+    Ok(c.query(
+        &format!("SELECT id, error_message FROM dead_letters WHERE id IN ({marks})"),
+        &params,
+    )?
+    .iter()
+    .map(|r| (r[0].int(), r[1].opt_text()))
+    .collect())
 }
 
 #[cfg(test)]
@@ -133,6 +85,7 @@ mod tests {
             count,
             oldest: 0,
             newest: 0,
+            sample: Sample::Lookup,
         }
     }
 

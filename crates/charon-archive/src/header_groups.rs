@@ -6,7 +6,8 @@
 //! header's index range alone, plus the records above the watermark and the edited ones checked
 //! by the filter's condition, as migration 22's lists. (Before: the error-text copy read for
 //! every header match, 140–330 ms on PostgreSQL over 1M records, 64–237 ms on SQLite.) The
-//! group's sample message is looked up after, one record a group ([`crate::group_sample`]).
+//! group's sample is the message of its record with the greatest id, that id taken from the same
+//! rows, the messages of the first 100 groups read in one statement ([`crate::group_sample`]).
 //!
 //! **Kept exact** as migration 22's columns: both indexers write `created_at` with the row
 //! ([`crate::header_columns::fill_columns`]) and migration 22's trigger, extended here, rewrites
@@ -111,13 +112,14 @@ pub fn plan<'f>(
 }
 
 impl Groups<'_> {
-    /// Per group: the `by` columns, `COUNT(*)`, `MIN(created_at)`, `MAX(created_at)`.
+    /// Per group: the `by` columns, `COUNT(*)`, `MIN(created_at)`, `MAX(created_at)` and
+    /// `MAX(id)` (the record whose message is the group's sample, [`crate::group_sample`]).
     pub fn groups(&self) -> (String, Vec<Param>) {
         let list = &self.list;
-        let (sql, p) = self.plan.parts_of(&format!("{list}, created_at"));
+        let (sql, p) = self.plan.parts_of(&format!("{list}, created_at, id"));
         (
             format!(
-                "SELECT {list}, COUNT(*), MIN(created_at), MAX(created_at) FROM ({}) AS m GROUP BY {list}",
+                "SELECT {list}, COUNT(*), MIN(created_at), MAX(created_at), MAX(id) FROM ({}) AS m GROUP BY {list}",
                 sql.join(" UNION ALL ")
             ),
             p.concat(),

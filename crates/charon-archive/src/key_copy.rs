@@ -280,8 +280,8 @@ impl Split {
         )
     }
 
-    /// `/groups` by `cols` (all in the copy): per group its count, oldest and newest time (the
-    /// sample is looked up after, `crate::group_sample`).
+    /// `/groups` by `cols` (all in the copy): per group its count, oldest and newest time, and
+    /// the smallest error message as its sample, ordered by count (largest first).
     pub fn groups(&self, cols: &[String]) -> (String, Vec<Param>) {
         let list = cols.join(", ");
         let e_list = cols
@@ -291,10 +291,10 @@ impl Split {
             .join(", ");
         (
             format!(
-                "{}SELECT {list}, COUNT(*), MIN(created_at), MAX(created_at) FROM (\
-                 SELECT {e_list}, e.created_at FROM dead_letter_error_text AS e WHERE {} \
-                 UNION ALL SELECT {list}, created_at FROM r WHERE {}) AS u \
-                 GROUP BY {list}",
+                "{}SELECT {list}, COUNT(*), MIN(created_at), MAX(created_at), MIN(error_message) FROM (\
+                 SELECT {e_list}, e.created_at, e.error_message FROM dead_letter_error_text AS e WHERE {} \
+                 UNION ALL SELECT {list}, created_at, error_message FROM r WHERE {}) AS u \
+                 GROUP BY {list} ORDER BY COUNT(*) DESC",
                 self.above, self.copy, self.rest
             ),
             self.params(),

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use crate::error::ArchiveError;
 use crate::extract::NewRecord;
 use crate::filter::{Filter, group_by, order_by};
-use crate::group_sample::Group;
+use crate::group_sample::{Group, SAMPLED, Sample};
 use crate::header_index;
 use crate::json::{json_to_table, table_to_json};
 use crate::record::{RECORD_COLUMNS, Record, payload_json, status};
@@ -350,77 +350,139 @@ pub fn history(c: &mut dyn Conn, id: i64) -> Result<Vec<Value>, ArchiveError> {
 }
 
 /// Counts per group of `by` columns among records matching `f`, with the oldest and newest
-/// record time and a sample error message. Whichever plan counts the groups, their order and
-/// samples follow one rule ([`crate::group_sample`]).
+/// record time and a sample error message: one record's message from the group, which record
+/// depending on the plan ([`crate::group_sample`]). Groups are ordered by count, then values.
 pub fn groups(c: &mut dyn Conn, by: Option<&str>, f: &Filter) -> Result<Vec<Value>, ArchiveError> {
     let cols = group_by(by)?;
-    let groups = count_groups(c, &cols, f)?;
-    Ok(crate::group_sample::finish(c, f, &cols, groups)?
-        .into_iter()
-        .map(|(g, sample)| group_object(&cols, &g, sample))
-        .collect())
+    let (mut groups, lookup) = count_groups(c, &cols, f)?;
+    crate::group_sample::order(&mut groups);
+    let ids: Vec<i64> = groups
+        .iter()
+        .take(SAMPLED)
+        .filter_map(|g| match g.sample {
+            Sample::Of(id) => Some(id),
+            _ => None,
+        })
+        .collect();
+    let mut messages = crate::group_sample::messages_of(c, &ids)?;
+    let mut out = Vec::with_capacity(groups.len());
+    for (i, g) in groups.iter().enumerate() {
+        let sample = match (&g.sample, i < SAMPLED) {
+            (Sample::Given(m), _) => m.clone(),
+            (Sample::Of(id), true) => messages.remove(id).flatten(),
+            (Sample::Lookup, true) => lookup.sample(c, &cols, &g.values)?,
+            (_, false) => None,
+        };
+        out.push(group_object(&cols, g, sample));
+    }
+    Ok(out)
 }
 
-/// The groups of `f` by `cols` (values, count, oldest, newest), from the first plan that answers.
-fn count_groups(c: &mut dyn Conn, cols: &[String], f: &Filter) -> Result<Vec<Group>, ArchiveError> {
+/// How a plan looks a group's sample up ([`Sample::Lookup`]).
+enum Lookup {
+    /// None needed (every group's sample is given or an id).
+    None,
+    /// The first record with a message in the group index's ranges of the group's keys.
+    Ranged(crate::range_count::Groups),
+    /// Any record of the group with a message among the records matching `cond`.
+    Plain(String, Vec<Param>),
+}
+
+impl Lookup {
+    /// The sample of the group whose `cols` have `values`.
+    fn sample(
+        &self,
+        c: &mut dyn Conn,
+        cols: &[String],
+        values: &[Option<String>],
+    ) -> Result<Option<String>, ArchiveError> {
+        match self {
+            Lookup::None => Ok(None),
+            Lookup::Ranged(g) => {
+                let (sql, p) = g.sample(cols, values);
+                Ok(c.query(&sql, &p)?.first().and_then(|row| row[0].opt_text()))
+            }
+            Lookup::Plain(cond, params) => plain_sample(c, cols, cond, params, values),
+        }
+    }
+}
+
+/// The groups of `f` by `cols` (values, count, oldest, newest, sample as known), from the first
+/// plan that answers, and how that plan looks the other samples up.
+fn count_groups(
+    c: &mut dyn Conn,
+    cols: &[String],
+    f: &Filter,
+) -> Result<(Vec<Group>, Lookup), ArchiveError> {
     // A header term with terms of the header rows' columns, by those columns: the header index
-    // range alone (migration 24), no record read.
+    // range alone (migration 24), no record read but the samples' (each group's greatest id).
     if let Some(plan) = crate::header_groups::plan(c, f, cols)? {
         let (sql, p) = plan.groups();
-        return groups_of_rows(c, cols, &sql, &p);
+        let n = cols.len();
+        let groups = groups_of_rows(c, cols, &sql, &p, |r| Sample::Of(r[n + 3].int()))?;
+        return Ok((groups, Lookup::None));
     }
     if crate::key_copy::answers(f) && crate::key_copy::holds(cols) {
         // An `error` or header term, by and with the copy's columns: grouped on the copy
         // (migration 13) and the records above the watermark, no record read.
         let (error_fts, cond, params) = error_condition(c, f, true)?;
         let (sql, p) = split(c, f, &cond, &params, &error_fts)?.groups(cols);
-        return groups_of_rows(c, cols, &sql, &p);
+        let n = cols.len();
+        let groups = groups_of_rows(c, cols, &sql, &p, |r| Sample::Given(r[n + 3].opt_text()))?;
+        return Ok((groups, Lookup::None));
     }
     let (cond, params) = f.to_sql_reading_records(c)?;
     let list = cols.join(", ");
+    let n = cols.len();
     if summary::answers(f) && summary::groups_by(cols) {
         // (Its columns are named as the records' ones, so the filter's condition applies as is.)
         let sql = format!(
-            "SELECT {list}, CAST(SUM(records) AS BIGINT), MIN(oldest), MAX(newest) \
+            "SELECT {list}, CAST(SUM(records) AS BIGINT), MIN(oldest), MAX(newest), MIN(error_message) \
              FROM dead_letter_groups WHERE {cond} GROUP BY {list}"
         );
-        return groups_of_rows(c, cols, &sql, &params);
+        let groups = groups_of_rows(c, cols, &sql, &params, |r| {
+            Sample::Given(r[n + 3].opt_text())
+        })?;
+        return Ok((groups, Lookup::None));
     }
     // PostgreSQL: a time range with group-key terms only, by group-key columns, from the
-    // summary per second (migration 19).
+    // summary per second (migration 19): the smallest message among the records read there,
+    // else the plain lookup's.
     if let Some(groups) = crate::summary_seconds::groups(c, f, cols)? {
-        return Ok(groups
+        let groups = groups
             .into_iter()
             .map(|g| Group {
                 values: g.values,
                 count: g.count,
                 oldest: g.oldest,
                 newest: g.newest,
+                sample: g.sample.map_or(Sample::Lookup, |s| Sample::Given(Some(s))),
             })
-            .collect());
+            .collect();
+        return Ok((groups, Lookup::Plain(cond, params)));
     }
     // A time range with group-key terms only, by group-key columns (SQLite): counted from the
-    // group index's ranges, no record read (`range_count::groups_query`).
+    // group index's ranges, no record read (`range_count::groups_query`) but the samples'.
     if let Some(g) = crate::range_count::groups_query(c, f, cols)? {
-        return groups_of_rows(c, cols, &g.sql, &g.params);
+        let groups = groups_of_rows(c, cols, &g.sql, &g.params, |_| Sample::Lookup)?;
+        return Ok((groups, Lookup::Ranged(g)));
     }
-    groups_of_rows(
-        c,
-        cols,
-        &format!(
-            "SELECT {list}, COUNT(*), MIN(created_at), MAX(created_at) \
-             FROM dead_letters WHERE {cond} GROUP BY {list}"
-        ),
-        &params,
-    )
+    let sql = format!(
+        "SELECT {list}, COUNT(*), MIN(created_at), MAX(created_at) \
+         FROM dead_letters WHERE {cond} GROUP BY {list}"
+    );
+    let groups = groups_of_rows(c, cols, &sql, &params, |_| Sample::Lookup)?;
+    Ok((groups, Lookup::Plain(cond, params)))
 }
 
-/// The groups of `sql`: rows of the `cols`, then count, oldest and newest.
+/// The groups of `sql`: rows of the `cols`, then count, oldest and newest, and what `sample`
+/// makes of the row.
 fn groups_of_rows(
     c: &mut dyn Conn,
     cols: &[String],
     sql: &str,
     params: &[Param],
+    sample: impl Fn(&[Cell]) -> Sample,
 ) -> Result<Vec<Group>, ArchiveError> {
     let n = cols.len();
     Ok(c.query(sql, params)?
@@ -430,8 +492,40 @@ fn groups_of_rows(
             count: r[n].int(),
             oldest: r[n + 1].int(),
             newest: r[n + 2].int(),
+            sample: sample(r),
         })
         .collect())
+}
+
+/// A sample error message of the group whose `cols` have `values` among the records matching
+/// `cond` (any record of it with a message).
+fn plain_sample(
+    c: &mut dyn Conn,
+    cols: &[String],
+    cond: &str,
+    params: &[Param],
+    values: &[Option<String>],
+) -> Result<Option<String>, ArchiveError> {
+    let mut conds = vec![cond.to_string()];
+    let mut p = params.to_vec();
+    for (col, v) in cols.iter().zip(values) {
+        match v {
+            Some(v) => {
+                conds.push(format!("{col} = ?"));
+                p.push(Param::from(v.as_str()));
+            }
+            None => conds.push(format!("{col} IS NULL")),
+        }
+    }
+    Ok(c.query(
+        &format!(
+            "SELECT error_message FROM dead_letters WHERE {} AND error_message IS NOT NULL LIMIT 1",
+            conds.join(" AND ")
+        ),
+        &p,
+    )?
+    .first()
+    .and_then(|row| row[0].opt_text()))
 }
 
 /// One `/groups` object: the `by` columns' values, `count`, `oldest`, `newest` (times in ms)

@@ -168,7 +168,7 @@ pub fn plan(c: &mut dyn Conn, f: &Filter, keyed: bool) -> Result<Option<Plan>, A
 }
 
 /// One window of record times read: `[from, to)`, and whether its records are counted (a
-/// partial second of the range) or only give bounds (a whole second, counted in
+/// partial second of the range) or only give bounds and a sample (a whole second, counted in
 /// the table already).
 struct Window {
     from: i64,
@@ -287,9 +287,9 @@ impl Plan {
         // (a parallel sequential scan: 1.5 s).
         (
             format!(
-                "SELECT {cols}, {k}, COUNT(*) FILTER (WHERE d.counted), MIN(d.created_at), MAX(d.created_at) \
-                 FROM (VALUES {}) AS w (a, z, counted), \
-                 LATERAL (SELECT {cols}, d.created_at, w.counted FROM dead_letters AS d \
+                "SELECT {cols}, {k}, COUNT(*) FILTER (WHERE d.counted), MIN(d.created_at), MAX(d.created_at), \
+                 MIN(d.error_message) FROM (VALUES {}) AS w (a, z, counted), \
+                 LATERAL (SELECT {cols}, d.created_at, d.error_message, w.counted FROM dead_letters AS d \
                  WHERE d.created_at >= w.a AND d.created_at < w.z AND {} OFFSET 0) AS d \
                  GROUP BY {cols}",
                 values.join(", "),
@@ -347,8 +347,7 @@ pub fn total_query(
     Ok(Some((format!("SELECT CAST({sql} AS BIGINT)"), p)))
 }
 
-/// One group of the answer: count, oldest, newest (the sample message is looked up after,
-/// `crate::group_sample`).
+/// One group of the answer: count, oldest, newest, a sample message.
 #[derive(Debug, Clone)]
 pub struct Group {
     /// The `by` columns' values.
@@ -359,6 +358,8 @@ pub struct Group {
     pub oldest: i64,
     /// See `oldest`.
     pub newest: i64,
+    /// The smallest error message among the records read for the group (`None`: none there).
+    pub sample: Option<String>,
 }
 
 /// `/groups` of `f` by `cols` when the table answers it (a range with key terms only, by key
@@ -403,16 +404,21 @@ pub fn groups(
         for r in c.query(&sql, &p)? {
             let values: Vec<Option<String>> = index.iter().map(|&i| r[i].opt_text()).collect();
             let n = r[9].int() + counts.get(&r[8].text()).copied().unwrap_or(0);
-            let (lo, hi) = (r[10].int(), r[11].int());
+            let (lo, hi, sample) = (r[10].int(), r[11].int(), r[12].opt_text());
             let g = out.entry(values.clone()).or_insert(Group {
                 values,
                 count: 0,
                 oldest: lo,
                 newest: hi,
+                sample: None,
             });
             g.count += n;
             g.oldest = g.oldest.min(lo);
             g.newest = g.newest.max(hi);
+            g.sample = match (g.sample.take(), sample) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
         }
     }
     let mut v: Vec<Group> = out.into_values().filter(|g| g.count > 0).collect();
