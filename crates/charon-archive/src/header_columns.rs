@@ -94,12 +94,14 @@ pub fn v22(d: Dialect) -> String {
 }
 
 /// The columns the header index's fill writes after the header (`d`: the record), as
-/// `(insert list, select list)`.
+/// `(insert list, select list)`: [`COLUMNS`] and, since migration 24, `created_at`
+/// ([`crate::header_groups`]).
 pub fn fill_columns() -> (String, String) {
     (
-        format!(", {COLS}"),
+        format!(", {COLS}, created_at"),
         COLUMNS
             .iter()
+            .chain(&["created_at"])
             .map(|c| format!(", d.{c}"))
             .collect::<String>(),
     )
@@ -115,7 +117,12 @@ pub struct Terms<'f> {
 /// `f`'s terms when they are one `header.NAME=value` term the index holds and at least one term
 /// of [`COLUMNS`], nothing else (no vhost limit).
 pub fn terms(f: &Filter) -> Option<Terms<'_>> {
-    if f.vhosts.is_some() || f.terms.len() < 2 {
+    terms_with(f, 1)
+}
+
+/// [`terms`] with at least `min_keys` terms of [`COLUMNS`].
+pub(crate) fn terms_with(f: &Filter, min_keys: usize) -> Option<Terms<'_>> {
+    if f.vhosts.is_some() || f.terms.len() < 1 + min_keys {
         return None;
     }
     let mut header = None;
@@ -174,14 +181,20 @@ impl<'f> Plan<'f> {
     /// The three parts' SQL (header range, records above the watermark, edited records) and
     /// each part's parameters, in order.
     fn parts(&self) -> ([String; 3], [Vec<Param>; 3]) {
+        self.parts_of("id")
+    }
+
+    /// [`Plan::parts`] selecting `select` (columns both tables have: `id`, [`COLUMNS`],
+    /// `created_at`).
+    pub(crate) fn parts_of(&self, select: &str) -> ([String; 3], [Vec<Param>; 3]) {
         let (k, r, f) = (self.keys(false), self.keys(true), &self.field);
         let sql = [
             format!(
-                "SELECT id FROM dead_letter_search_header WHERE name = ? AND value = ? AND id <= ?{k}"
+                "SELECT {select} FROM dead_letter_search_header WHERE name = ? AND value = ? AND id <= ?{k}"
             ),
-            format!("SELECT id FROM dead_letters WHERE id > ? AND {f} = ?{r}"),
+            format!("SELECT {select} FROM dead_letters WHERE id > ? AND {f} = ?{r}"),
             format!(
-                "SELECT id FROM dead_letters WHERE id IN (SELECT id FROM dead_letter_search_scan WHERE id <= ?) AND {f} = ?{r}"
+                "SELECT {select} FROM dead_letters WHERE id IN (SELECT id FROM dead_letter_search_scan WHERE id <= ?) AND {f} = ?{r}"
             ),
         ];
         let (name, value) = (Param::from(self.t.name), Param::from(self.t.value));

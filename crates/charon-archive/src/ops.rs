@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 use crate::error::ArchiveError;
 use crate::extract::NewRecord;
 use crate::filter::{Filter, group_by, order_by};
+use crate::group_sample::{Group, SAMPLED, Sample};
 use crate::header_index;
 use crate::json::{json_to_table, table_to_json};
 use crate::record::{RECORD_COLUMNS, Record, payload_json, status};
@@ -526,82 +527,151 @@ pub fn history(c: &mut dyn Conn, id: i64) -> Result<Vec<Value>, ArchiveError> {
 }
 
 /// Counts per group of `by` columns among records matching `f`, with the oldest and newest
-/// record time and a sample error message.
+/// record time and a sample error message: one record's message from the group, which record
+/// depending on the plan ([`crate::group_sample`]). Groups are ordered by count, then values.
 pub fn groups(c: &mut dyn Conn, by: Option<&str>, f: &Filter) -> Result<Vec<Value>, ArchiveError> {
     let cols = group_by(by)?;
-    if crate::key_copy::answers(f) && crate::key_copy::holds(&cols) {
-        // An `error` or header term, by and with the copy's columns: grouped on the copy
-        // (migration 13) and the records above the watermark, no record read.
-        let (error_fts, cond, params) = error_condition(c, f, true)?;
-        let (sql, p) = split(c, f, &cond, &params, &error_fts)?.groups(&cols);
-        return groups_from_rows(c, &cols, &sql, &p);
-    }
-    let (cond, params) = f.to_sql_reading_records(c)?;
-    let list = cols.join(", ");
-    if summary::answers(f) && summary::groups_by(&cols) {
-        return groups_from_summary(c, &cols, &cond, &params);
-    }
-    // PostgreSQL: a time range with group-key terms only, by group-key columns, from the
-    // summary per second (migration 19).
-    if let Some(groups) = crate::summary_seconds::groups(c, f, &cols)? {
-        return groups_from_seconds(c, &cols, &cond, &params, groups);
-    }
-    // A time range with group-key terms only, by group-key columns (SQLite): counted from the
-    // group index's ranges, no record read (`range_count::groups_query`).
-    let ranged = crate::range_count::groups_query(c, f, &cols)?;
-    let rows = match &ranged {
-        Some(g) => c.query(&g.sql, &g.params)?,
-        None => c.query(
-            &format!(
-                "SELECT {list}, COUNT(*), MIN(created_at), MAX(created_at) \
-                 FROM dead_letters WHERE {cond} GROUP BY {list} ORDER BY COUNT(*) DESC"
-            ),
-            &params,
-        )?,
-    };
-    let n = cols.len();
-    let mut out = Vec::with_capacity(rows.len());
-    for (g, r) in rows.iter().enumerate() {
-        let values: Vec<Option<String>> = (0..n).map(|i| r[i].opt_text()).collect();
-        // A sample error message of the group (the first 100 groups; one indexed lookup each).
-        let sample = if let (true, Some(ranged)) = (g < 100, &ranged) {
-            let (sql, p) = ranged.sample(&cols, &values);
-            c.query(&sql, &p)?.first().and_then(|row| row[0].opt_text())
-        } else if g < 100 {
-            plain_sample(c, &cols, &cond, &params, &values)?
-        } else {
-            None
+    let (mut groups, lookup) = count_groups(c, &cols, f)?;
+    crate::group_sample::order(&mut groups);
+    let ids: Vec<i64> = groups
+        .iter()
+        .take(SAMPLED)
+        .filter_map(|g| match g.sample {
+            Sample::Of(id) => Some(id),
+            _ => None,
+        })
+        .collect();
+    let mut messages = crate::group_sample::messages_of(c, &ids)?;
+    let mut out = Vec::with_capacity(groups.len());
+    for (i, g) in groups.iter().enumerate() {
+        let sample = match (&g.sample, i < SAMPLED) {
+            (Sample::Given(m), _) => m.clone(),
+            (Sample::Of(id), true) => messages.remove(id).flatten(),
+            (Sample::Lookup, true) => lookup.sample(c, &cols, &g.values)?,
+            (_, false) => None,
         };
-        out.push(group_object(
-            &cols,
-            &values,
-            [r[n].int(), r[n + 1].int(), r[n + 2].int()],
-            sample,
-        ));
+        out.push(group_object(&cols, g, sample));
     }
     Ok(out)
 }
 
-/// One `/groups` object: the `by` columns' values, `count`, `oldest`, `newest` (from
-/// `[count, oldest, newest]`, times in ms) and the sample `error_message`.
-fn group_object(
-    cols: &[String],
-    values: &[Option<String>],
-    [count, oldest, newest]: [i64; 3],
-    sample: Option<String>,
-) -> Value {
-    let mut m = serde_json::Map::new();
-    for (col, v) in cols.iter().zip(values) {
-        m.insert(col.clone(), v.clone().map_or(Value::Null, Value::from));
+/// How a plan looks a group's sample up ([`Sample::Lookup`]).
+enum Lookup {
+    /// None needed (every group's sample is given or an id).
+    None,
+    /// The first record with a message in the group index's ranges of the group's keys.
+    Ranged(crate::range_count::Groups),
+    /// Any record of the group with a message among the records matching `cond`.
+    Plain(String, Vec<Param>),
+}
+
+impl Lookup {
+    /// The sample of the group whose `cols` have `values`.
+    fn sample(
+        &self,
+        c: &mut dyn Conn,
+        cols: &[String],
+        values: &[Option<String>],
+    ) -> Result<Option<String>, ArchiveError> {
+        match self {
+            Lookup::None => Ok(None),
+            Lookup::Ranged(g) => {
+                let (sql, p) = g.sample(cols, values);
+                Ok(c.query(&sql, &p)?.first().and_then(|row| row[0].opt_text()))
+            }
+            Lookup::Plain(cond, params) => plain_sample(c, cols, cond, params, values),
+        }
     }
-    m.insert("count".into(), json!(count));
-    m.insert("oldest".into(), json!(format_ms(oldest)));
-    m.insert("newest".into(), json!(format_ms(newest)));
-    m.insert(
-        "error_message".into(),
-        sample.map_or(Value::Null, Value::from),
+}
+
+/// The groups of `f` by `cols` (values, count, oldest, newest, sample as known), from the first
+/// plan that answers, and how that plan looks the other samples up.
+fn count_groups(
+    c: &mut dyn Conn,
+    cols: &[String],
+    f: &Filter,
+) -> Result<(Vec<Group>, Lookup), ArchiveError> {
+    // A header term with terms of the header rows' columns, by those columns: the header index
+    // range alone (migration 24), no record read but the samples' (each group's greatest id).
+    if let Some(plan) = crate::header_groups::plan(c, f, cols)? {
+        let (sql, p) = plan.groups();
+        let n = cols.len();
+        let groups = groups_of_rows(c, cols, &sql, &p, |r| Sample::Of(r[n + 3].int()))?;
+        return Ok((groups, Lookup::None));
+    }
+    if crate::key_copy::answers(f) && crate::key_copy::holds(cols) {
+        // An `error` or header term, by and with the copy's columns: grouped on the copy
+        // (migration 13) and the records above the watermark, no record read.
+        let (error_fts, cond, params) = error_condition(c, f, true)?;
+        let (sql, p) = split(c, f, &cond, &params, &error_fts)?.groups(cols);
+        let n = cols.len();
+        let groups = groups_of_rows(c, cols, &sql, &p, |r| Sample::Given(r[n + 3].opt_text()))?;
+        return Ok((groups, Lookup::None));
+    }
+    let (cond, params) = f.to_sql_reading_records(c)?;
+    let list = cols.join(", ");
+    let n = cols.len();
+    if summary::answers(f) && summary::groups_by(cols) {
+        // (Its columns are named as the records' ones, so the filter's condition applies as is.)
+        let sql = format!(
+            "SELECT {list}, CAST(SUM(records) AS BIGINT), MIN(oldest), MAX(newest), MIN(error_message) \
+             FROM dead_letter_groups WHERE {cond} GROUP BY {list}"
+        );
+        let groups = groups_of_rows(c, cols, &sql, &params, |r| {
+            Sample::Given(r[n + 3].opt_text())
+        })?;
+        return Ok((groups, Lookup::None));
+    }
+    // PostgreSQL: a time range with group-key terms only, by group-key columns, from the
+    // summary per second (migration 19): the smallest message among the records read there,
+    // else the plain lookup's.
+    if let Some(groups) = crate::summary_seconds::groups(c, f, cols)? {
+        let groups = groups
+            .into_iter()
+            .map(|g| Group {
+                values: g.values,
+                count: g.count,
+                oldest: g.oldest,
+                newest: g.newest,
+                sample: g.sample.map_or(Sample::Lookup, |s| Sample::Given(Some(s))),
+            })
+            .collect();
+        return Ok((groups, Lookup::Plain(cond, params)));
+    }
+    // A time range with group-key terms only, by group-key columns (SQLite): counted from the
+    // group index's ranges, no record read (`range_count::groups_query`) but the samples'.
+    if let Some(g) = crate::range_count::groups_query(c, f, cols)? {
+        let groups = groups_of_rows(c, cols, &g.sql, &g.params, |_| Sample::Lookup)?;
+        return Ok((groups, Lookup::Ranged(g)));
+    }
+    let sql = format!(
+        "SELECT {list}, COUNT(*), MIN(created_at), MAX(created_at) \
+         FROM dead_letters WHERE {cond} GROUP BY {list}"
     );
-    Value::Object(m)
+    let groups = groups_of_rows(c, cols, &sql, &params, |_| Sample::Lookup)?;
+    Ok((groups, Lookup::Plain(cond, params)))
+}
+
+/// The groups of `sql`: rows of the `cols`, then count, oldest and newest, and what `sample`
+/// makes of the row.
+fn groups_of_rows(
+    c: &mut dyn Conn,
+    cols: &[String],
+    sql: &str,
+    params: &[Param],
+    sample: impl Fn(&[Cell]) -> Sample,
+) -> Result<Vec<Group>, ArchiveError> {
+    let n = cols.len();
+    Ok(c.query(sql, params)?
+        .iter()
+        .map(|r| Group {
+            values: (0..n).map(|i| r[i].opt_text()).collect(),
+            count: r[n].int(),
+            oldest: r[n + 1].int(),
+            newest: r[n + 2].int(),
+            sample: sample(r),
+        })
+        .collect())
 }
 
 /// A sample error message of the group whose `cols` have `values` among the records matching
@@ -635,82 +705,21 @@ fn plain_sample(
     .and_then(|row| row[0].opt_text()))
 }
 
-/// [`groups`] from the summary per second (`crate::summary_seconds`): each group's sample is
-/// the smallest message among its records read there, else (the first 100 groups) the plain
-/// lookup's.
-fn groups_from_seconds(
-    c: &mut dyn Conn,
-    cols: &[String],
-    cond: &str,
-    params: &[Param],
-    groups: Vec<crate::summary_seconds::Group>,
-) -> Result<Vec<Value>, ArchiveError> {
-    let mut out = Vec::with_capacity(groups.len());
-    for (i, g) in groups.into_iter().enumerate() {
-        let sample = match g.sample {
-            Some(s) => Some(s),
-            None if i < 100 => plain_sample(c, cols, cond, params, &g.values)?,
-            None => None,
-        };
-        out.push(group_object(
-            cols,
-            &g.values,
-            [g.count, g.oldest, g.newest],
-            sample,
-        ));
+/// One `/groups` object: the `by` columns' values, `count`, `oldest`, `newest` (times in ms)
+/// and the sample `error_message`.
+fn group_object(cols: &[String], g: &Group, sample: Option<String>) -> Value {
+    let mut m = serde_json::Map::new();
+    for (col, v) in cols.iter().zip(&g.values) {
+        m.insert(col.clone(), v.clone().map_or(Value::Null, Value::from));
     }
-    Ok(out)
-}
-
-/// [`groups`] read from `dead_letter_groups` (its columns are named as the records' ones, so the
-/// filter's condition applies as is).
-fn groups_from_summary(
-    c: &mut dyn Conn,
-    cols: &[String],
-    cond: &str,
-    params: &[Param],
-) -> Result<Vec<Value>, ArchiveError> {
-    let list = cols.join(", ");
-    groups_from_rows(
-        c,
-        cols,
-        &format!(
-            "SELECT {list}, CAST(SUM(records) AS BIGINT), MIN(oldest), MAX(newest), MIN(error_message) \
-             FROM dead_letter_groups WHERE {cond} GROUP BY {list} ORDER BY SUM(records) DESC"
-        ),
-        params,
-    )
-}
-
-/// The groups of `sql`: rows of the `cols`, then count, oldest, newest and a sample message.
-fn groups_from_rows(
-    c: &mut dyn Conn,
-    cols: &[String],
-    sql: &str,
-    params: &[Param],
-) -> Result<Vec<Value>, ArchiveError> {
-    let rows = c.query(sql, params)?;
-    let n = cols.len();
-    Ok(rows
-        .iter()
-        .map(|r| {
-            let mut m = serde_json::Map::new();
-            for (i, col) in cols.iter().enumerate() {
-                m.insert(
-                    col.clone(),
-                    r[i].opt_text().map_or(Value::Null, Value::from),
-                );
-            }
-            m.insert("count".into(), json!(r[n].int()));
-            m.insert("oldest".into(), json!(format_ms(r[n + 1].int())));
-            m.insert("newest".into(), json!(format_ms(r[n + 2].int())));
-            m.insert(
-                "error_message".into(),
-                r[n + 3].opt_text().map_or(Value::Null, Value::from),
-            );
-            Value::Object(m)
-        })
-        .collect())
+    m.insert("count".into(), json!(g.count));
+    m.insert("oldest".into(), json!(format_ms(g.oldest)));
+    m.insert("newest".into(), json!(format_ms(g.newest)));
+    m.insert(
+        "error_message".into(),
+        sample.map_or(Value::Null, Value::from),
+    );
+    Value::Object(m)
 }
 
 /// An edit of a record before a replay.

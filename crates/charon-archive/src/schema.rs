@@ -147,10 +147,14 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (21, V21_GROUP_BOUNDS),
     (22, V22_HEADER_COLUMNS),
     (23, V23_SEARCH_FORGET),
+    (24, V24_HEADER_TIMES),
 ];
 
 /// Migration 22 (rendered per dialect by [`crate::header_columns::v22`]).
 const V22_HEADER_COLUMNS: &str = "{V22_HEADER_COLUMNS}";
+
+/// Migration 24 (rendered per dialect by [`crate::header_groups::v24`]).
+const V24_HEADER_TIMES: &str = "{V24_HEADER_TIMES}";
 
 /// Migration 23 (rendered per dialect by [`crate::search_forget::v23`]).
 const V23_SEARCH_FORGET: &str = "{V23_SEARCH_FORGET}";
@@ -238,6 +242,9 @@ fn render(sql: &str, d: Dialect) -> String {
     }
     if sql == V21_GROUP_BOUNDS {
         return crate::group_bounds::v21(d);
+    }
+    if sql == V24_HEADER_TIMES {
+        return crate::header_groups::v24(d);
     }
     if sql == V23_SEARCH_FORGET {
         return crate::search_forget::v23(d);

@@ -194,7 +194,11 @@ fn postgres_header_lists_with_key_terms_from_the_index_rows() {
             )
             .expect("pkey");
         let def = r[0][0].opt_text().unwrap_or_default();
-        assert!(def.contains("INCLUDE (status, queue, original_queue)"), "{def}");
+        // (Migration 24 adds `created_at` after them.)
+        assert!(
+            def.contains("INCLUDE (status, queue, original_queue, created_at)"),
+            "{def}"
+        );
         // Byte order, as migration 15 left `name` and `value` and as the record's columns are.
         let r = c
             .query(

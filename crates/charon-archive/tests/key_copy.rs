@@ -3,7 +3,7 @@
 //! `error_fingerprint`, `status`, a time range, a vhost limit) counted, paged and grouped on the
 //! copy. On SQLite and a real PostgreSQL each such filter answers exactly what the plain SQL on
 //! `dead_letters` answers (`total`, pages 1 and 2 in three orders, `/groups` by four key sets with
-//! each group's count, oldest, newest and sample message), and the copy holds exactly one row per
+//! each group's count, oldest, newest and order, its sample one message of the group's records), and the copy holds exactly one row per
 //! live record at or below the watermark with that record's ten columns: right after the upgrade
 //! from version 12, with records above the watermark, after skips, a replay job, body edits,
 //! users' UPDATEs of the copied columns, deletes (by ids and by filter), retention and a user's
@@ -20,9 +20,12 @@ mod replay_step;
 #[path = "support/record.rs"]
 mod support;
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use charon_archive::filter::{Filter, order_by};
 use charon_archive::ops::{self, Selection};
 use charon_archive::sql::{Conn, Dialect, Param};
+use charon_archive::time::format_ms;
 use charon_archive::{Archive, NewRecord, header_index, key_copy, schema};
 
 const T0: i64 = 1_700_000_000_000;
@@ -180,7 +183,11 @@ fn plain(
     (conds.join(" AND "), p)
 }
 
-type Group = (Vec<Option<String>>, i64, String, String, Option<String>);
+/// A group: its values, count, oldest, newest.
+type Group = (Vec<Option<String>>, i64, String, String);
+
+/// A group being summed: count, oldest, newest, the messages of its records.
+type Acc = (i64, i64, i64, BTreeSet<String>);
 
 fn check(c: &mut dyn Conn, when: &str) {
     copy_sound(c, when);
@@ -231,37 +238,37 @@ fn check(c: &mut dyn Conn, when: &str) {
         ] {
             let cols: Vec<&str> = by.split(',').collect();
             let n = cols.len();
-            let mut want: Vec<Group> = c
+            // Per group: count, oldest, newest and the messages of its records.
+            let mut acc: BTreeMap<Vec<Option<String>>, Acc> = BTreeMap::new();
+            for r in c
                 .query(
                     &format!(
-                        "SELECT {by}, COUNT(*), MIN(created_at), MAX(created_at), MIN(error_message) \
-                         FROM dead_letters WHERE {cond} GROUP BY {by}"
+                        "SELECT {by}, created_at, error_message FROM dead_letters WHERE {cond}"
                     ),
                     &p,
                 )
                 .expect("groups")
-                .iter()
-                .map(|r| {
-                    (
-                        (0..n).map(|i| r[i].opt_text()).collect(),
-                        r[n].int(),
-                        charon_archive::time::format_ms(r[n + 1].int()),
-                        charon_archive::time::format_ms(r[n + 2].int()),
-                        r[n + 3].opt_text(),
-                    )
+            {
+                let values: Vec<Option<String>> = (0..n).map(|i| r[i].opt_text()).collect();
+                let (t, m) = (r[n].int(), r[n + 1].opt_text());
+                let e = acc.entry(values).or_insert((0, t, t, BTreeSet::new()));
+                e.0 += 1;
+                e.1 = e.1.min(t);
+                e.2 = e.2.max(t);
+                e.3.extend(m);
+            }
+            // In the answer's order: count, largest first, then the values (NULL first).
+            let mut want: Vec<(Group, BTreeSet<String>)> = acc
+                .into_iter()
+                .map(|(v, (count, lo, hi, all))| {
+                    let (lo, hi) = (format_ms(lo), format_ms(hi));
+                    ((v, count, lo, hi), all)
                 })
                 .collect();
-            want.sort();
+            want.sort_by(|a, b| b.0.1.cmp(&a.0.1).then_with(|| a.0.0.cmp(&b.0.0)));
             let groups = ops::groups(c, Some(by), &f).expect("groups");
-            let counts: Vec<i64> = groups
-                .iter()
-                .map(|g| g["count"].as_i64().unwrap_or(-1))
-                .collect();
-            assert!(
-                counts.windows(2).all(|w| w[0] >= w[1]),
-                "largest group first {pairs:?} by {by} ({when})"
-            );
-            let mut have: Vec<Group> = groups
+            let what = format!("by {by} {pairs:?} {vhosts:?} ({when})");
+            let have: Vec<Group> = groups
                 .iter()
                 .map(|g| {
                     (
@@ -271,12 +278,18 @@ fn check(c: &mut dyn Conn, when: &str) {
                         g["count"].as_i64().unwrap_or(-1),
                         g["oldest"].as_str().unwrap_or("").to_string(),
                         g["newest"].as_str().unwrap_or("").to_string(),
-                        g["error_message"].as_str().map(str::to_string),
                     )
                 })
                 .collect();
-            have.sort();
-            assert_eq!(have, want, "groups by {by} {pairs:?} {vhosts:?} ({when})");
+            let w: Vec<Group> = want.iter().map(|(g, _)| g.clone()).collect();
+            assert_eq!(have, w, "groups {what}");
+            // Each sample one message of the group's records, NULL only when none has one.
+            for (g, (_, all)) in groups.iter().zip(&want) {
+                match g["error_message"].as_str() {
+                    Some(s) => assert!(all.contains(s), "sample of {g} not its group's {what}"),
+                    None => assert!(all.is_empty(), "no sample for {g} {what}"),
+                }
+            }
         }
     }
     assert!(matched > 1000, "the filters match ({when})");
