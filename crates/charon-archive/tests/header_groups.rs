@@ -348,6 +348,17 @@ fn upgraded(url: &str, mut old: Box<dyn Conn>) -> Archive {
             .int();
         assert!(all > 0, "header rows");
         assert_eq!(r[0][0].int(), all, "the upgrade copied created_at");
+        if c.dialect() == charon_archive::sql::Dialect::Postgres {
+            // the copied table is vacuumed by the opener: its index-only scans need no heap
+            let vis = c
+                .query(
+                    "SELECT relallvisible FROM pg_class WHERE relname = 'dead_letter_search_header'",
+                    &[],
+                )
+                .expect("relallvisible")[0][0]
+                .int();
+            assert!(vis > 0, "the copied header table has a visibility map after the upgrade");
+        }
     });
     a
 }
