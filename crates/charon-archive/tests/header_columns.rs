@@ -187,13 +187,7 @@ fn postgres_header_lists_with_key_terms_from_the_index_rows() {
     };
     let a = Archive::open(&pg.url).expect("open");
     a.with(|c| {
-        let r = c
-            .query(
-                "SELECT indexdef FROM pg_indexes WHERE indexname = 'dead_letter_search_header_pkey'",
-                &[],
-            )
-            .expect("pkey");
-        let def = r[0][0].opt_text().unwrap_or_default();
+        let def = copy_scenario::header_pkey_def(c);
         // (Migration 24 adds `created_at` after them.)
         assert!(
             def.contains("INCLUDE (status, queue, original_queue, created_at)"),

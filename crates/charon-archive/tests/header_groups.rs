@@ -381,13 +381,7 @@ fn postgres_header_groups_from_the_index_rows_sampled_by_greatest_id() {
     };
     let a = Archive::open(&pg.url).expect("open");
     a.with(|c| {
-        let r = c
-            .query(
-                "SELECT indexdef FROM pg_indexes WHERE indexname = 'dead_letter_search_header_pkey'",
-                &[],
-            )
-            .expect("pkey");
-        let def = r[0][0].opt_text().unwrap_or_default();
+        let def = copy_scenario::header_pkey_def(c);
         assert!(
             def.contains("INCLUDE (status, queue, original_queue, created_at)"),
             "{def}"

@@ -91,3 +91,15 @@ pub(crate) fn search_fill_sql(d: charon_archive::sql::Dialect, upto: i64) -> Str
         ),
     }
 }
+
+/// The header index table's primary key definition (PostgreSQL's `pg_indexes.indexdef`).
+#[allow(dead_code)] // only the header tests (header_columns, header_groups) read it
+pub(crate) fn header_pkey_def(c: &mut dyn Conn) -> String {
+    let r = c
+        .query(
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'dead_letter_search_header_pkey'",
+            &[],
+        )
+        .expect("pkey");
+    r[0][0].opt_text().unwrap_or_default()
+}

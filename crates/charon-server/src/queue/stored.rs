@@ -197,12 +197,7 @@ impl StoreSide {
 
     /// Small transient body `id` is no longer held here: its size, if it was.
     fn drop_small(&mut self, id: MsgId) -> Option<u32> {
-        if !self.small.is_empty()
-            && let Some(bytes) = self.small.remove(id)
-        {
-            return Some(bytes);
-        }
-        self.tiny.remove(id)
+        self.small.remove(id).or_else(|| self.tiny.remove(id))
     }
 
     /// `id`'s body is held: a candidate for paging out, after those already held.
