@@ -25,10 +25,19 @@ use crate::sql::{Dialect, Param};
 /// The migration's version.
 pub const VERSION: i64 = 22;
 
-/// The record's columns held in its header rows.
-pub const COLUMNS: &[&str] = &["status", "queue", "original_queue"];
-
-const COLS: &str = "status, queue, original_queue";
+/// The record's columns held in its header rows: this migration's three and, since migration
+/// 25, every other group-key column ([`crate::header_key_columns`]). (`created_at`, since
+/// migration 24, is written beside them: [`fill_columns`].)
+pub const COLUMNS: &[&str] = &[
+    "status",
+    "queue",
+    "original_queue",
+    "vhost",
+    "original_exchange",
+    "reason",
+    "error_fingerprint",
+    "content_type",
+];
 
 /// SQLite: the columns added, filled from the records, and the trigger.
 const V22_SQLITE: &str = "
@@ -98,7 +107,11 @@ pub fn v22(d: Dialect) -> String {
 /// ([`crate::header_groups`]).
 pub fn fill_columns() -> (String, String) {
     (
-        format!(", {COLS}, created_at"),
+        COLUMNS
+            .iter()
+            .chain(&["created_at"])
+            .map(|c| format!(", {c}"))
+            .collect::<String>(),
         COLUMNS
             .iter()
             .chain(&["created_at"])
@@ -107,22 +120,25 @@ pub fn fill_columns() -> (String, String) {
     )
 }
 
-/// A header term `(name, value)` and the terms of [`COLUMNS`] `(column, value)`.
+/// A header term `(name, value)`, the terms of [`COLUMNS`] `(column, value)` and the API user's
+/// vhost limit (since migration 25 the rows hold `vhost`).
 pub struct Terms<'f> {
     name: &'f str,
     value: &'f str,
     keys: Vec<(&'static str, &'f str)>,
+    vhosts: Option<&'f [String]>,
 }
 
 /// `f`'s terms when they are one `header.NAME=value` term the index holds and at least one term
-/// of [`COLUMNS`], nothing else (no vhost limit).
+/// of [`COLUMNS`] or a vhost limit, nothing else.
 pub fn terms(f: &Filter) -> Option<Terms<'_>> {
-    terms_with(f, 1)
+    // A header term alone is migration 9's plan; with a vhost limit it is this one's.
+    terms_with(f, usize::from(f.vhosts.is_none()))
 }
 
 /// [`terms`] with at least `min_keys` terms of [`COLUMNS`].
 pub(crate) fn terms_with(f: &Filter, min_keys: usize) -> Option<Terms<'_>> {
-    if f.vhosts.is_some() || f.terms.len() < 1 + min_keys {
+    if f.terms.len() < 1 + min_keys {
         return None;
     }
     let mut header = None;
@@ -138,7 +154,12 @@ pub(crate) fn terms_with(f: &Filter, min_keys: usize) -> Option<Terms<'_>> {
         }
     }
     let (name, value) = header?;
-    (name.len() + value.len() <= MAX_BYTES).then_some(Terms { name, value, keys })
+    (name.len() + value.len() <= MAX_BYTES).then_some(Terms {
+        name,
+        value,
+        keys,
+        vhosts: f.vhosts.as_deref(),
+    })
 }
 
 /// A list's plan over the header index's range at watermark `wm`.
@@ -171,11 +192,25 @@ impl<'f> Plan<'f> {
         } else {
             ""
         };
-        self.t
+        let mut sql: String = self
+            .t
             .keys
             .iter()
             .map(|(c, _)| format!(" AND {plus}{c} = ?"))
-            .collect()
+            .collect();
+        if let Some(vs) = self.t.vhosts {
+            sql.push_str(&format!(" AND {}", vhost_in(plus, vs).0));
+        }
+        sql
+    }
+
+    /// The key terms' parameters, in [`Plan::keys`]'s order.
+    fn key_params(&self) -> Vec<Param> {
+        let mut p: Vec<Param> = self.t.keys.iter().map(|(_, v)| Param::from(*v)).collect();
+        if let Some(vs) = self.t.vhosts {
+            p.extend(vhost_in("", vs).1);
+        }
+        p
     }
 
     /// The three parts' SQL (header range, records above the watermark, edited records) and
@@ -198,7 +233,7 @@ impl<'f> Plan<'f> {
             ),
         ];
         let (name, value) = (Param::from(self.t.name), Param::from(self.t.value));
-        let key_params = self.t.keys.iter().map(|(_, v)| Param::from(*v));
+        let key_params = self.key_params();
         let mut a = vec![name.clone(), value.clone(), Param::from(self.wm)];
         let mut b = vec![Param::from(self.wm), name.clone(), value.clone()];
         let mut c = vec![Param::from(self.wm), name, value];
@@ -233,6 +268,11 @@ impl<'f> Plan<'f> {
     }
 }
 
+/// The vhost limit's condition on `{plus}vhost` and its parameters.
+fn vhost_in(plus: &str, vhosts: &[String]) -> (String, Vec<Param>) {
+    crate::scope::vhost_in(&format!("{plus}vhost"), vhosts)
+}
+
 /// The plan for `f` when [`terms`] accepts it, at the search index's watermark.
 pub fn plan<'f>(
     c: &mut dyn crate::sql::Conn,
@@ -256,10 +296,15 @@ mod tests {
         assert!(terms(&f(&[("queue", "q"), ("status", "S"), ("header.a", "b")])).is_some());
         assert!(terms(&f(&[("original_queue", "q"), ("header.a", "b")])).is_some());
         assert!(terms(&f(&[("header.a", "b")])).is_none());
-        assert!(terms(&f(&[("reason", "r"), ("header.a", "b")])).is_none());
+        assert!(terms(&f(&[("reason", "r"), ("header.a", "b")])).is_some());
+        assert!(terms(&f(&[("content_type", "a/b"), ("header.a", "b")])).is_some());
+        assert!(terms(&f(&[("key", "k"), ("header.a", "b")])).is_none());
+        assert!(terms(&f(&[("error", "e"), ("header.a", "b")])).is_none());
         assert!(terms(&f(&[("status", "S"), ("header.a", "b"), ("header.c", "d")])).is_none());
         assert!(terms(&f(&[("queue", "q"), ("status", "S")])).is_none());
-        assert!(terms(&f(&[("vhost", "/"), ("header.a", "b")])).is_none());
+        assert!(terms(&f(&[("vhost", "/"), ("header.a", "b")])).is_some());
+        let limited = f(&[("status", "S"), ("header.a", "b")]).within(Some(vec!["/".into()]));
+        assert!(terms(&limited).is_some());
         let long = "v".repeat(MAX_BYTES);
         assert!(terms(&f(&[("status", "S"), ("header.a", long.as_str())])).is_none());
     }

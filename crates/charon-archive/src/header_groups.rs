@@ -1,8 +1,9 @@
 //! Migration 24 (branch `q9o`, docs/archive.md "Migration 24" and "Twenty-sixth round"): the
 //! record's `created_at` beside its rows in the exact header index, next to migration 22's
 //! `status`, `queue` and `original_queue` ([`crate::header_columns`]), and the `/groups` they
-//! answer: `by` a subset of those three columns, a filter of one `header.NAME=value` term and
-//! terms of those columns (no vhost limit) — each group's count, oldest and newest from the
+//! answer: `by` a subset of those columns, a filter of one `header.NAME=value` term and
+//! terms of those columns (since migration 25 every group-key column and any vhost limit,
+//! [`crate::header_key_columns`]) — each group's count, oldest and newest from the
 //! header's index range alone, plus the records above the watermark and the edited ones checked
 //! by the filter's condition, as migration 22's lists. (Before: the error-text copy read for
 //! every header match, 140–330 ms on PostgreSQL over 1M records, 64–237 ms on SQLite.) The
@@ -90,7 +91,8 @@ pub struct Groups<'f> {
 }
 
 /// Whether `/groups` of `f` by `cols` is answered from the header rows: `cols` among
-/// [`COLUMNS`], `f` one header term the index holds and terms of [`COLUMNS`] only.
+/// [`COLUMNS`] (every group-key column since migration 25), `f` one header term the index holds,
+/// terms of [`COLUMNS`] only and any vhost limit.
 pub fn answers(f: &Filter, cols: &[String]) -> bool {
     cols.iter().all(|c| COLUMNS.contains(&c.as_str())) && header_columns::terms_with(f, 0).is_some()
 }
@@ -140,14 +142,24 @@ mod tests {
             &f(&[("header.a", "b"), ("queue", "q")]),
             &by("status,original_queue")
         ));
-        assert!(!answers(&f(&[("header.a", "b")]), &by("reason")));
-        assert!(!answers(
+        // Since migration 25 every group-key column, and a vhost limit.
+        assert!(answers(&f(&[("header.a", "b")]), &by("reason")));
+        assert!(answers(
             &f(&[("header.a", "b"), ("reason", "r")]),
+            &by("status,error_fingerprint")
+        ));
+        assert!(answers(
+            &f(&[("vhost", "/"), ("header.a", "b")]),
+            &by("original_exchange,content_type,vhost")
+        ));
+        assert!(answers(
+            &f(&[("header.a", "b")]).within(Some(vec!["/".into()])),
             &by("status")
         ));
         assert!(!answers(&f(&[("status", "S")]), &by("status")));
+        assert!(!answers(&f(&[("header.a", "b")]), &by("message_id")));
         assert!(!answers(
-            &f(&[("vhost", "/"), ("header.a", "b")]),
+            &f(&[("header.a", "b"), ("error", "e")]),
             &by("status")
         ));
     }

@@ -16,6 +16,9 @@
 //!   behind the writer.
 //! - [`error_text`]: migration 12, the narrow copy of the error texts the `error` filter checks.
 //! - [`header_lines`]: migration 8, PostgreSQL's exact index of the header lines.
+//! - [`header_index`] (migration 9), [`header_columns`] (22), [`header_groups`] (24),
+//!   [`header_key_columns`] (25): the exact header index, the record's group-key columns and time
+//!   in its rows, and the lists and `/groups` of a header term they answer alone.
 //! - [`pg_partial`]: migration 18, PostgreSQL's `(X, status, id)` indexes without `PENDING` records.
 //! - [`jobs`]: replay jobs and what a restart interrupted.
 //! - [`summary`]: the maintained per-group counts (groups and totals without counting rows);
@@ -40,7 +43,7 @@ pub mod group_sample;
 pub mod header_columns;
 pub mod header_groups;
 pub mod header_index;
-pub mod header_keys;
+pub mod header_key_columns;
 pub mod header_lines;
 pub mod id_bounds;
 pub mod index_diet;

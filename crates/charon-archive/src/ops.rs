@@ -109,15 +109,9 @@ pub fn list_capped(
         Some((name, value)) => Some((name, value, header_index::watermark(c)?)),
         None => None,
     };
-    // PostgreSQL, one header term and one key term matching almost every record: the header's
-    // ids minus those of the key's other values (`header_keys`), no probe per header match.
-    // One header term with terms of the columns its index rows hold (migration 22): counted
-    // and paged from the header's index range alone.
+    // One header term with terms of the group-key columns its index rows hold (migrations 22
+    // and 25) and any vhost limit: counted and paged from the header's index range alone.
     let header_columns = crate::header_columns::plan(c, f)?;
-    let header_keys = match header_columns {
-        Some(_) => None,
-        None => crate::header_keys::plan(c, f)?,
-    };
     // A needle matching a large share of the records: its newest ones walked, no candidate
     // list built (`text_walk`).
     let mut walk = walk_source(c, f)?;
@@ -160,7 +154,6 @@ pub fn list_capped(
             &params,
             header,
             header_columns.as_ref(),
-            header_keys.as_ref(),
             error_fts.clone(),
             split.as_ref(),
         )?)
@@ -228,10 +221,7 @@ pub fn list_capped(
             .and_then(|(needle, fts)| crate::error_text::page_ids(d, needle, fts, desc, reach)),
     };
     let page_ids = match page_ids {
-        None if by_id => header_columns
-            .as_ref()
-            .map(|hc| hc.page_ids(desc, reach))
-            .or_else(|| header_keys.as_ref().map(|hk| hk.page_ids(desc, reach))),
+        None if by_id => header_columns.as_ref().map(|hc| hc.page_ids(desc, reach)),
         other => other,
     };
     // An `error` or header term with terms of the copy's columns in id order: from the copy.
@@ -330,7 +320,6 @@ fn exact_total(
     params: &[Param],
     header: Option<(&str, &str, i64)>,
     header_columns: Option<&crate::header_columns::Plan<'_>>,
-    header_keys: Option<&crate::header_keys::Plan>,
     error_fts: Option<(&str, Option<String>)>,
     split: Option<&crate::key_copy::Split>,
 ) -> Result<i64, ArchiveError> {
@@ -342,9 +331,6 @@ fn exact_total(
             count(c, &format!("SELECT COUNT(*) FROM ({ids}) AS m"), &p)?
         } else if let Some(hc) = header_columns {
             let (sql, p) = hc.count();
-            count(c, &sql, &p)?
-        } else if let Some(hk) = header_keys {
-            let (sql, p) = hk.count();
             count(c, &sql, &p)?
         } else if let Some((sql, p)) = error_fts
             .clone()

@@ -148,7 +148,11 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (22, V22_HEADER_COLUMNS),
     (23, V23_SEARCH_FORGET),
     (24, V24_HEADER_TIMES),
+    (25, V25_HEADER_KEYS),
 ];
+
+/// Migration 25 (rendered per dialect by [`crate::header_key_columns::v25`]).
+const V25_HEADER_KEYS: &str = "{V25_HEADER_KEYS}";
 
 /// Migration 22 (rendered per dialect by [`crate::header_columns::v22`]).
 const V22_HEADER_COLUMNS: &str = "{V22_HEADER_COLUMNS}";
@@ -246,6 +250,9 @@ fn render(sql: &str, d: Dialect) -> String {
     if sql == V24_HEADER_TIMES {
         return crate::header_groups::v24(d);
     }
+    if sql == V25_HEADER_KEYS {
+        return crate::header_key_columns::v25(d);
+    }
     if sql == V23_SEARCH_FORGET {
         return crate::search_forget::v23(d);
     }
@@ -329,7 +336,7 @@ fn migrate_list(c: &mut dyn Conn, list: &[(i64, &str)], target: i64) -> Result<(
     }
 }
 
-/// PostgreSQL tables a migration rebuilds by copying (22 and 24: the header index rows with
+/// PostgreSQL tables a migration rebuilds by copying (22, 24 and 25: the header index rows with
 /// their new columns). A copied table has an empty visibility map, so its index-only scans (the
 /// header plans') fetch every row from the heap — 158–377 ms instead of 10–29 on 1M records —
 /// until autovacuum comes by; the opener vacuums it once instead (~2 s on 1M). (The migrations
@@ -337,6 +344,7 @@ fn migrate_list(c: &mut dyn Conn, list: &[(i64, &str)], target: i64) -> Result<(
 const PG_COPIED: &[(i64, &str)] = &[
     (22, "dead_letter_search_header"),
     (24, "dead_letter_search_header"),
+    (25, "dead_letter_search_header"),
 ];
 
 /// After migrations `applied`, `VACUUM` the tables they copied (PostgreSQL; outside

@@ -188,9 +188,12 @@ fn postgres_header_lists_with_key_terms_from_the_index_rows() {
     let a = Archive::open(&pg.url).expect("open");
     a.with(|c| {
         let def = copy_scenario::header_pkey_def(c);
-        // (Migration 24 adds `created_at` after them.)
+        // (Migration 24 adds `created_at` after them, migration 25 the other group-key columns.)
         assert!(
-            def.contains("INCLUDE (status, queue, original_queue, created_at)"),
+            def.contains(
+                "INCLUDE (status, queue, original_queue, created_at, vhost, original_exchange, \
+                 reason, error_fingerprint, content_type)"
+            ),
             "{def}"
         );
         // Byte order, as migration 15 left `name` and `value` and as the record's columns are.
@@ -201,7 +204,11 @@ fn postgres_header_lists_with_key_terms_from_the_index_rows() {
                 &[],
             )
             .expect("collations");
-        assert_eq!(r.len(), 5, "text columns");
+        assert_eq!(
+            r.len(),
+            10,
+            "text columns (name, value and eight of the record's)"
+        );
         for row in &r {
             assert_eq!(row[1].text(), "C", "{}", row[0].text());
         }
