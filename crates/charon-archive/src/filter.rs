@@ -261,8 +261,13 @@ impl Filter {
                 conds.push(d.bytes_contain("payload"));
                 params.push(Param::Bytes(v.as_bytes().to_vec()));
             } else if let Some(name) = k.strip_prefix("header.") {
-                // Migration 9: the exact (name, value, id) index, no re-check.
-                if let Some((cond, mut p)) = crate::header_index::condition(d, name, v) {
+                // Migration 9: the exact (name, value, id) index, no re-check — except in a
+                // walk's per-record check (`candidates` false), where the index's ids would be
+                // gathered whole before the first row (a header every record carries: 1,000,000).
+                if let Some((cond, mut p)) = candidates
+                    .then(|| crate::header_index::condition(d, name, v))
+                    .flatten()
+                {
                     conds.push(cond);
                     params.append(&mut p);
                     continue;

@@ -254,6 +254,25 @@ impl<'f> Plan<'f> {
         )
     }
 
+    /// [`Plan::count`] reading at most `cap + 1` matches of each part (`total_cap`): the sum is
+    /// over `cap` exactly when at least that many match, else it is exact.
+    pub fn count_capped(&self, cap: u64) -> (String, Vec<Param>) {
+        let (sql, p) = self.parts();
+        let sums = sql
+            .iter()
+            .map(|s| crate::total_cap::limited(s, cap))
+            .collect::<Vec<_>>()
+            .join(" + ");
+        (format!("SELECT {sums}"), p.concat())
+    }
+
+    /// The matches' ids with `col` (`created_at` or one of [`COLUMNS`]) from the three parts, for
+    /// a page sorted by `col` then id: a top-N over the index range, no record read.
+    pub fn sorted_ids(&self, col: &str) -> (String, Vec<Param>) {
+        let (sql, p) = self.parts_of(&format!("id, {col}"));
+        (sql.join(" UNION ALL "), p.concat())
+    }
+
     /// The ids of one page in id order (`desc`: newest first): each part's first `reach`
     /// matches in order, merged by the caller.
     pub fn page_ids(&self, desc: bool, reach: u64) -> (String, Vec<Param>) {
@@ -271,6 +290,30 @@ impl<'f> Plan<'f> {
 /// The vhost limit's condition on `{plus}vhost` and its parameters.
 fn vhost_in(plus: &str, vhosts: &[String]) -> (String, Vec<Param>) {
     crate::scope::vhost_in(&format!("{plus}vhost"), vhosts)
+}
+
+/// The column a page in `order` (as `filter::order_by` writes it) is sorted by when the header
+/// rows hold it (`created_at`, [`COLUMNS`]); `None` for id order and the others.
+pub fn row_sort(order: &str) -> Option<&'static str> {
+    let col = order.split_whitespace().next()?;
+    ["created_at"]
+        .iter()
+        .chain(COLUMNS)
+        .find(|c| **c == col)
+        .copied()
+}
+
+/// The plan of a page of `f` sorted by a column the rows hold ([`row_sort`], [`Plan::sorted_ids`]):
+/// one header term with any terms of [`COLUMNS`] (none too) and any vhost limit.
+pub fn sort_plan<'f>(
+    c: &mut dyn crate::sql::Conn,
+    f: &'f Filter,
+) -> Result<Option<Plan<'f>>, ArchiveError> {
+    let Some(t) = terms_with(f, 0) else {
+        return Ok(None);
+    };
+    let wm = header_index::watermark(c)?;
+    Ok(Some(Plan::new(c.dialect(), t, wm)))
 }
 
 /// The plan for `f` when [`terms`] accepts it, at the search index's watermark.

@@ -7,7 +7,8 @@
 //! after the upgrade, once the indexer caught up, after a burst above the watermark, after skips,
 //! header edits, deletes and users' UPDATEs of every column, and caught up again: every header
 //! row's columns equal its record's, the plans are offered for every such request, and the
-//! answers — a list's total and pages in three sorts, the groups with counts, oldest, newest,
+//! answers — a list's total and pages in id order and sorted by columns the rows hold (the
+//! page's ids from the rows alone), the groups with counts, oldest, newest,
 //! order and greatest-id samples — equal those computed from plain SQL over the records.
 
 #[path = "support/copy_scenario.rs"]
@@ -147,7 +148,17 @@ fn check(c: &mut dyn Conn, when: &str) {
             keyed,
             "list plan offered {what}"
         );
-        for sort in [None, Some("id"), Some("created_at")] {
+        // Id order, and the sorts by a column the rows hold (the page from the rows alone).
+        for sort in [
+            None,
+            Some("id"),
+            Some("created_at"),
+            Some("-created_at"),
+            Some("original_queue"),
+            Some("-reason"),
+            Some("error_fingerprint"),
+            Some("-vhost"),
+        ] {
             plain_pages::assert_pages(c, &f, sort, &[1, 3], 25, &what);
         }
         for by in BYS {

@@ -1,6 +1,6 @@
 //! Issue 9's capped `total` (branch `t9o`, docs/archive.md "Twenty-sixth round"): a list of an
-//! `error` or `body` filter counts at most the cap's matches (+1 per part) and answers the cap
-//! with `Relation::Gte` above it, the exact count with `Relation::Eq` at or under it; without a
+//! `error` or `body` filter counts at most the cap's matches (+1 per part) — a header filter
+//! without one ten times that (lead, stop 42) — and answers that cap with `Relation::Gte` above it, the exact count with `Relation::Eq` at or under it; without a
 //! cap (`exact_total=true`) every match is counted. On both backends, for the `error` filter's
 //! paths (alone: the copy and the records above the watermark; with key or header terms: the
 //! split over the copy) and the plain one (`body`, `error` with `body`), right after the records
@@ -58,7 +58,13 @@ const FILTERS: &[&[(&str, &str)]] = &[
     &[("body", "body-3")],
     &[("body", "body-3"), ("status", "SKIPPED")],
     &[("error", "cause"), ("body", "body-1")],
-    // No text term: never capped.
+    // A header term without a text term: capped at ten times the cap (lead, stop 42) — alone
+    // (migration 9's range), with key terms (the header rows' columns), with another term (the
+    // plain count).
+    &[("header.x-h", "v0")],
+    &[("header.x-h", "v1"), ("status", "PENDING")],
+    &[("header.x-h", "v0"), ("message_id", "m8")],
+    // No text or header term: never capped.
     &[("status", "PENDING")],
 ];
 
@@ -67,7 +73,14 @@ fn check(c: &mut dyn Conn, when: &str) {
         let f = Filter::from_pairs(pairs.iter().copied()).expect("filter");
         let (cond, p) = f.to_sql(c.dialect()).expect("cond");
         let n = plain_pages::ids(c, &format!("SELECT id FROM dead_letters WHERE {cond}"), &p).len();
-        let capped = pairs.iter().any(|(k, _)| *k == "error" || *k == "body");
+        let text = pairs.iter().any(|(k, _)| *k == "error" || *k == "body");
+        let header = pairs.iter().any(|(k, _)| k.starts_with("header."));
+        // The cap the list counts with when asked for `cap`.
+        let effective = |cap: u64| match (text, header) {
+            (true, _) => Some(cap),
+            (false, true) => Some(cap * charon_archive::total_cap::HEADER_FACTOR),
+            _ => None,
+        };
         let what = format!("{pairs:?} ({when}, {n} matches)");
         // Without a cap: exact.
         let (_, t) = ops::list_capped(c, &f, None, 1, 10, None).expect("list");
@@ -80,12 +93,13 @@ fn check(c: &mut dyn Conn, when: &str) {
         if n > 0 {
             caps.push(n as u64 - 1);
         }
+        // A header filter's edge: ten times these is at and just under its count.
+        caps.extend([n as u64 / 10, (n as u64 / 10).saturating_sub(1)]);
         for cap in caps {
             let (_, t) = ops::list_capped(c, &f, None, 1, 10, Some(cap)).expect("list");
-            let want = if capped && n as u64 > cap {
-                (cap as i64, Relation::Gte)
-            } else {
-                (n as i64, Relation::Eq)
+            let want = match effective(cap) {
+                Some(e) if n as u64 > e => (e as i64, Relation::Gte),
+                _ => (n as i64, Relation::Eq),
             };
             assert_eq!((t.count, t.relation), want, "total at cap {cap} {what}");
         }

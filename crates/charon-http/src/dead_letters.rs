@@ -185,8 +185,8 @@ async fn list(
         .within(read_scope(&b, &u));
     let (page, size) = paging(&q)?;
     let sort = param(&q, "sort").map(str::to_string);
-    // `error=`/`body=` totals are counted up to a cap unless `exact_total=true` (docs/archive.md
-    // "API": `total_relation` says which).
+    // `error=`/`body=` totals are counted up to a cap unless `exact_total=true`, `header.…` ones
+    // up to ten times it (docs/archive.md "API": `total_relation` says which).
     let cap = match param(&q, "exact_total") {
         None | Some("false") => Some(charon_archive::total_cap::CAP),
         Some("true") => None,

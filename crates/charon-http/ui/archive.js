@@ -85,7 +85,7 @@ async function records(ctx, header, params) {
     const res = await get(`/api/dead-letters?${qs({ ...filterValues(), page, page_size: 50 })}`);
     const items = res.items || [];
     mount(list,
-      // An `error`/`body` total over 10,000 is a lower bound (total_relation "gte").
+      // An `error`/`body` total over 10,000 (a header term's over 100,000) is a lower bound (total_relation "gte").
       h("p", { class: "muted" }, `${fmtNum(res.total)}${res.total_relation === "gte" ? "+" : ""} record(s) match · page ${res.page} · `,
         page > 1 ? button("← previous", () => { page--; load(); }, "chip") : null, " ",
         (res.total_relation === "gte" ? items.length === 50 : res.total > page * 50)

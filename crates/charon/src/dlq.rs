@@ -84,8 +84,9 @@ pub(crate) enum DlqCommand {
         /// Page size.
         #[arg(long = "page-size", default_value_t = 100)]
         page_size: u64,
-        /// Count every match of an `--error`/`--body` filter (slow over many matches; without
-        /// it such a total stops at 10,000, shown as "10000+").
+        /// Count every match of an `--error`/`--body` or `--header` filter (slow over many
+        /// matches; without it such a total stops at 10,000 — a header filter's at 100,000 —
+        /// shown as "10000+").
         #[arg(long = "exact-total")]
         exact_total: bool,
     },
@@ -286,7 +287,8 @@ fn cell(v: Option<&Value>) -> String {
     }
 }
 
-/// A list answer's `total` as shown: "10000+" when it is a lower bound (`total_relation` "gte").
+/// A list answer's `total` as shown: "10000+" (or "100000+") when it is a lower bound
+/// (`total_relation` "gte").
 fn total_text(body: &Value) -> String {
     let n = cell(body.get("total"));
     match body.get("total_relation").and_then(Value::as_str) {
