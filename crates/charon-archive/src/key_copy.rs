@@ -301,6 +301,44 @@ impl Split {
         )
     }
 
+    /// `/groups` of the newest matches (`crate::newest_groups`): `id`, the `cols` (all in the
+    /// copy), `created_at` and `error_message` of the newest `reach` matches on each side — the
+    /// copy's, or the rows of `walk` (a bounded walk's statement over the copy selecting the same
+    /// columns, with its parameters), and the records above the watermark — newest first on each
+    /// side, for the caller to merge by id.
+    pub fn newest_rows(
+        &self,
+        cols: &[String],
+        reach: u64,
+        walk: Option<(String, Vec<Param>)>,
+    ) -> (String, Vec<Param>) {
+        let list = cols.join(", ");
+        let e_list = cols
+            .iter()
+            .map(|c| format!("e.{c}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let (copy, mut p) = walk.unwrap_or_else(|| {
+            (
+                format!(
+                    "SELECT e.id, {e_list}, e.created_at, e.error_message FROM dead_letter_error_text AS e \
+                     WHERE {} ORDER BY e.id DESC LIMIT {reach}",
+                    self.copy
+                ),
+                self.copy_params.clone(),
+            )
+        });
+        p.extend_from_slice(&self.rest_params);
+        (
+            format!(
+                "{}SELECT * FROM ({copy}) AS p UNION ALL SELECT * FROM (SELECT id, {list}, created_at, \
+                 error_message FROM r WHERE {} ORDER BY id DESC LIMIT {reach}) AS q",
+                self.above, self.rest
+            ),
+            p,
+        )
+    }
+
     /// `/groups` by `cols` (all in the copy): per group its count, oldest and newest time, and
     /// the smallest error message as its sample, ordered by count (largest first).
     pub fn groups(&self, cols: &[String]) -> (String, Vec<Param>) {
