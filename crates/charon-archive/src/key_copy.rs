@@ -305,7 +305,9 @@ impl Split {
     /// copy), `created_at` and `error_message` of the newest `reach` matches on each side — the
     /// copy's, or the rows of `walk` (a bounded walk's statement over the copy selecting the same
     /// columns, with its parameters), and the records above the watermark — newest first on each
-    /// side, for the caller to merge by id.
+    /// side, for the caller to merge by id. The copy's side orders by `e.id + 0`: its matches
+    /// found through the search index's candidates and sorted, not the whole copy walked
+    /// backwards by id testing each row against the candidates (a needle under the cap).
     pub fn newest_rows(
         &self,
         cols: &[String],
@@ -322,7 +324,7 @@ impl Split {
             (
                 format!(
                     "SELECT e.id, {e_list}, e.created_at, e.error_message FROM dead_letter_error_text AS e \
-                     WHERE {} ORDER BY e.id DESC LIMIT {reach}",
+                     WHERE {} ORDER BY e.id + 0 DESC LIMIT {reach}",
                     self.copy
                 ),
                 self.copy_params.clone(),

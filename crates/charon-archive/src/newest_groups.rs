@@ -115,10 +115,12 @@ fn newest_rows(
     let (sql, p) = match &split {
         Some(s) => s.newest_rows(cols, reach, None),
         None => {
+            // `id + 0`: the matches from the search index's candidates, then sorted (not the
+            // primary key walked backwards testing each record against them).
             let (cond, p) = f.to_sql_reading_records(c)?;
             (
                 format!(
-                    "SELECT {select} FROM dead_letters WHERE {cond} ORDER BY id DESC LIMIT {reach}"
+                    "SELECT {select} FROM dead_letters WHERE {cond} ORDER BY id + 0 DESC LIMIT {reach}"
                 ),
                 p,
             )

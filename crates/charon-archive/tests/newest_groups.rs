@@ -263,7 +263,10 @@ fn at_the_api_cap(a: &Archive) {
     // matches; the whole 10,000 take the indexer minutes on a busy machine).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
     while indexer_wait::watermark(a).0 < 2_000 {
-        assert!(std::time::Instant::now() < deadline, "indexer reached 2,000");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "indexer reached 2,000"
+        );
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     a.with(|c| {
