@@ -10,7 +10,7 @@
 //! newest among them; a group with no match among them is not listed. `?exact_total=true` takes
 //! the exact plans (`ops::count_groups`).
 //!
-//! The matches come newest first, each with its `by` columns and time, from:
+//! The matches come newest first, each with its `by` columns, time and message, from:
 //! - a **bounded walk** over the newest rows (`crate::text_walk`) when its probe finds the needle
 //!   common: on the copy of the error texts (`crate::key_copy`) for a filter and `by` the copy
 //!   holds, merged with the matching records above the search watermark (`key_copy::Split::
@@ -22,15 +22,16 @@
 //! A walk that finds fewer than `cap + 1` rows within its budget proves nothing about older rows,
 //! so the second path answers: a wrong probe costs time, never a wrong group.
 //!
-//! The newest matches are grouped in the database (`ROW_NUMBER()` over the rows, newest first;
-//! only the groups cross to the broker). A group's sample `error_message` is that of its match
-//! with the greatest id, read by primary key for the first `group_sample::SAMPLED` groups as the
-//! header plan's (`null` when that record has none; docs/archive.md "Groups: order and sample").
+//! The groups are made in memory from the rows. A group's sample `error_message` is that of its
+//! match with the greatest id (`null` when that record has none; docs/archive.md "Groups: order
+//! and sample").
+
+use std::collections::HashMap;
 
 use crate::error::ArchiveError;
 use crate::filter::Filter;
 use crate::group_sample::{Group, Sample};
-use crate::sql::{Conn, Param};
+use crate::sql::{Cell, Conn};
 use crate::total_cap::Relation;
 
 /// The groups of the newest matches and how their counts relate to all matches.
@@ -50,9 +51,42 @@ pub fn groups(
     cap: u64,
 ) -> Result<Newest, ArchiveError> {
     let reach = cap.saturating_add(1);
+    let rows = newest_rows(c, f, cols, reach)?;
+    Ok(group_rows(rows, cols.len(), cap))
+}
+
+/// One match: id, the `by` columns' values, `created_at`, `error_message`.
+type Row = (i64, Vec<Option<String>>, i64, Option<String>);
+
+fn row_of(r: &[Cell], n: usize) -> Row {
+    (
+        r[0].int(),
+        (1..=n).map(|i| r[i].opt_text()).collect(),
+        r[n + 1].int(),
+        r[n + 2].opt_text(),
+    )
+}
+
+/// `rows` newest first, without repeats (a record both sides saw when the watermark moved
+/// between them), at most `reach` of them.
+fn newest_first(mut rows: Vec<Row>, reach: u64) -> Vec<Row> {
+    rows.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+    rows.dedup_by_key(|r| r.0);
+    rows.truncate(usize::try_from(reach).unwrap_or(usize::MAX));
+    rows
+}
+
+/// The newest `reach` matches of `f` (fewer: every match), newest first.
+fn newest_rows(
+    c: &mut dyn Conn,
+    f: &Filter,
+    cols: &[String],
+    reach: u64,
+) -> Result<Vec<Row>, ArchiveError> {
     let d = c.dialect();
+    let n = cols.len();
     let list = cols.join(", ");
-    let select = format!("id, {list}, created_at");
+    let select = format!("id, {list}, created_at, error_message");
     let on_copy = crate::key_copy::answers(f) && crate::key_copy::holds(cols);
     let split = if on_copy {
         Some(crate::ops::copy_split(c, f)?)
@@ -68,20 +102,17 @@ pub fn groups(
     if let Some(mut w) = walk
         && w.promising(c, reach)?
     {
-        let rows = match (&split, w.on_copy()) {
+        let (sql, p) = match (&split, w.on_copy()) {
             (Some(s), true) => s.newest_rows(cols, reach, Some(w.rows_sql(&select, reach))),
             _ => w.rows_sql(&select, reach),
         };
-        let (groups, found) = grouped(c, cols, rows, cap)?;
-        // Fewer than `reach` within the walk's budget prove nothing about older rows.
-        if found >= reach {
-            return Ok(Newest {
-                groups,
-                relation: Relation::Gte,
-            });
+        let rows: Vec<Row> = c.query(&sql, &p)?.iter().map(|r| row_of(r, n)).collect();
+        let rows = newest_first(rows, reach);
+        if rows.len() as u64 >= reach {
+            return Ok(rows);
         }
     }
-    let rows = match &split {
+    let (sql, p) = match &split {
         Some(s) => s.newest_rows(cols, reach, None),
         None => {
             // `id + 0`: the matches from the search index's candidates, then sorted (not the
@@ -95,66 +126,80 @@ pub fn groups(
             )
         }
     };
-    let (groups, found) = grouped(c, cols, rows, cap)?;
-    Ok(Newest {
-        groups,
-        relation: relation(found, cap),
-    })
+    let rows: Vec<Row> = c.query(&sql, &p)?.iter().map(|r| row_of(r, n)).collect();
+    Ok(newest_first(rows, reach))
 }
 
-/// Over `cap` rows found: the newest `cap` grouped, a lower bound; else all, exact.
-fn relation(found: u64, cap: u64) -> Relation {
-    if found > cap {
+/// The groups of `rows` (newest first): all of them when at most `cap`, else the first `cap`.
+fn group_rows(mut rows: Vec<Row>, n: usize, cap: u64) -> Newest {
+    let relation = if rows.len() as u64 > cap {
+        rows.truncate(usize::try_from(cap).unwrap_or(usize::MAX));
         Relation::Gte
     } else {
         Relation::Eq
-    }
-}
-
-/// The groups of the newest `cap` of `rows` (a statement selecting `id`, the `cols` and
-/// `created_at` of matches, with its parameters; several sides' rows may come in any order, ids
-/// distinct: one statement, one snapshot) and how many rows it found: per group its count, oldest
-/// and newest time and its greatest id (its sample's record), grouped in the database (only the
-/// groups cross to the broker).
-fn grouped(
-    c: &mut dyn Conn,
-    cols: &[String],
-    (rows, p): (String, Vec<Param>),
-    cap: u64,
-) -> Result<(Vec<Group>, u64), ArchiveError> {
-    let list = cols.join(", ");
-    let sql = format!(
-        "SELECT {list}, COUNT(*), MIN(created_at), MAX(created_at), MAX(id), MAX(found) FROM (\
-         SELECT id, {list}, created_at, ROW_NUMBER() OVER (ORDER BY id DESC) AS nth, \
-         COUNT(*) OVER () AS found FROM ({rows}) AS m) AS w WHERE nth <= {cap} GROUP BY {list}"
-    );
-    let n = cols.len();
-    let mut found = 0;
-    let groups = c
-        .query(&sql, &p)?
-        .iter()
-        .map(|r| {
-            found = u64::try_from(r[n + 4].int()).unwrap_or(0);
-            Group {
-                values: (0..n).map(|i| r[i].opt_text()).collect(),
-                count: r[n].int(),
-                oldest: r[n + 1].int(),
-                newest: r[n + 2].int(),
-                sample: Sample::Of(r[n + 3].int()),
+    };
+    let mut at: HashMap<Vec<Option<String>>, usize> = HashMap::new();
+    let mut groups: Vec<Group> = Vec::new();
+    for (_, values, time, message) in rows {
+        debug_assert_eq!(values.len(), n);
+        match at.get(&values) {
+            Some(&i) => {
+                let g = &mut groups[i];
+                g.count += 1;
+                g.oldest = g.oldest.min(time);
+                g.newest = g.newest.max(time);
             }
-        })
-        .collect();
-    Ok((groups, found))
+            None => {
+                at.insert(values.clone(), groups.len());
+                // The first row of a group is its greatest id: its message is the sample.
+                groups.push(Group {
+                    values,
+                    count: 1,
+                    oldest: time,
+                    newest: time,
+                    sample: Sample::Given(message),
+                });
+            }
+        }
+    }
+    Newest { groups, relation }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn row(id: i64, v: &str, t: i64, m: Option<&str>) -> Row {
+        (id, vec![Some(v.to_string())], t, m.map(str::to_string))
+    }
+
     #[test]
-    fn over_the_cap_is_a_lower_bound() {
-        assert_eq!(relation(11, 10), Relation::Gte);
-        assert_eq!(relation(10, 10), Relation::Eq);
-        assert_eq!(relation(0, 10), Relation::Eq);
+    fn over_the_cap_the_newest_cap_rows_are_grouped_as_a_lower_bound() {
+        let rows = newest_first(
+            vec![
+                row(1, "a", 10, Some("old")),
+                row(4, "a", 40, None),
+                row(3, "b", 30, Some("b3")),
+                row(2, "a", 20, Some("a2")),
+                row(3, "b", 30, Some("b3")),
+            ],
+            4,
+        );
+        assert_eq!(
+            rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+            vec![4, 3, 2, 1]
+        );
+        let g = group_rows(rows.clone(), 1, 3);
+        assert_eq!(g.relation, Relation::Gte);
+        let a = g
+            .groups
+            .iter()
+            .find(|g| g.values[0].as_deref() == Some("a"));
+        let a = a.expect("group a");
+        assert_eq!((a.count, a.oldest, a.newest), (2, 20, 40));
+        assert_eq!(a.sample, Sample::Given(None));
+        let g = group_rows(rows, 1, 4);
+        assert_eq!(g.relation, Relation::Eq);
+        assert_eq!(g.groups.iter().map(|g| g.count).sum::<i64>(), 4);
     }
 }
