@@ -302,7 +302,7 @@ impl Split {
     }
 
     /// `/groups` of the newest matches (`crate::newest_groups`): `id`, the `cols` (all in the
-    /// copy), `created_at` and `error_message` of the newest `reach` matches on each side — the
+    /// copy) and `created_at` of the newest `reach` matches on each side — the
     /// copy's, or the rows of `walk` (a bounded walk's statement over the copy selecting the same
     /// columns, with its parameters), and the records above the watermark — newest first on each
     /// side, for the caller to merge by id. The copy's side orders by `e.id + 0`: its matches
@@ -323,7 +323,7 @@ impl Split {
         let (copy, mut p) = walk.unwrap_or_else(|| {
             (
                 format!(
-                    "SELECT e.id, {e_list}, e.created_at, e.error_message FROM dead_letter_error_text AS e \
+                    "SELECT e.id, {e_list}, e.created_at FROM dead_letter_error_text AS e \
                      WHERE {} ORDER BY e.id + 0 DESC LIMIT {reach}",
                     self.copy
                 ),
@@ -333,8 +333,8 @@ impl Split {
         p.extend_from_slice(&self.rest_params);
         (
             format!(
-                "{}SELECT * FROM ({copy}) AS p UNION ALL SELECT * FROM (SELECT id, {list}, created_at, \
-                 error_message FROM r WHERE {} ORDER BY id DESC LIMIT {reach}) AS q",
+                "{}SELECT * FROM ({copy}) AS p UNION ALL SELECT * FROM (SELECT id, {list}, created_at \
+                 FROM r WHERE {} ORDER BY id DESC LIMIT {reach}) AS q",
                 self.above, self.rest
             ),
             p,

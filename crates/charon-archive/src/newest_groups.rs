@@ -10,7 +10,7 @@
 //! newest among them; a group with no match among them is not listed. `?exact_total=true` takes
 //! the exact plans (`ops::count_groups`).
 //!
-//! The matches come newest first, each with its `by` columns, time and message, from:
+//! The matches come newest first, each with its `by` columns and time, from:
 //! - a **bounded walk** over the newest rows (`crate::text_walk`) when its probe finds the needle
 //!   common: on the copy of the error texts (`crate::key_copy`) for a filter and `by` the copy
 //!   holds, merged with the matching records above the search watermark (`key_copy::Split::
@@ -22,9 +22,10 @@
 //! A walk that finds fewer than `cap + 1` rows within its budget proves nothing about older rows,
 //! so the second path answers: a wrong probe costs time, never a wrong group.
 //!
-//! The groups are made in memory from the rows. A group's sample `error_message` is that of its
-//! match with the greatest id (`null` when that record has none; docs/archive.md "Groups: order
-//! and sample").
+//! The groups are made in memory from the rows (ids, `by` columns and times only). A group's
+//! sample `error_message` is that of its match with the greatest id, read by primary key for the
+//! first `group_sample::SAMPLED` groups as the header plan's (`null` when that record has none;
+//! docs/archive.md "Groups: order and sample").
 
 use std::collections::HashMap;
 
@@ -55,15 +56,14 @@ pub fn groups(
     Ok(group_rows(rows, cols.len(), cap))
 }
 
-/// One match: id, the `by` columns' values, `created_at`, `error_message`.
-type Row = (i64, Vec<Option<String>>, i64, Option<String>);
+/// One match: id, the `by` columns' values, `created_at`.
+type Row = (i64, Vec<Option<String>>, i64);
 
 fn row_of(r: &[Cell], n: usize) -> Row {
     (
         r[0].int(),
         (1..=n).map(|i| r[i].opt_text()).collect(),
         r[n + 1].int(),
-        r[n + 2].opt_text(),
     )
 }
 
@@ -86,7 +86,7 @@ fn newest_rows(
     let d = c.dialect();
     let n = cols.len();
     let list = cols.join(", ");
-    let select = format!("id, {list}, created_at, error_message");
+    let select = format!("id, {list}, created_at");
     let on_copy = crate::key_copy::answers(f) && crate::key_copy::holds(cols);
     let split = if on_copy {
         Some(crate::ops::copy_split(c, f)?)
@@ -140,7 +140,7 @@ fn group_rows(mut rows: Vec<Row>, n: usize, cap: u64) -> Newest {
     };
     let mut at: HashMap<Vec<Option<String>>, usize> = HashMap::new();
     let mut groups: Vec<Group> = Vec::new();
-    for (_, values, time, message) in rows {
+    for (id, values, time) in rows {
         debug_assert_eq!(values.len(), n);
         match at.get(&values) {
             Some(&i) => {
@@ -151,13 +151,14 @@ fn group_rows(mut rows: Vec<Row>, n: usize, cap: u64) -> Newest {
             }
             None => {
                 at.insert(values.clone(), groups.len());
-                // The first row of a group is its greatest id: its message is the sample.
+                // The first row of a group is its greatest id: its message is the sample (read
+                // by primary key for the first `group_sample::SAMPLED` groups).
                 groups.push(Group {
                     values,
                     count: 1,
                     oldest: time,
                     newest: time,
-                    sample: Sample::Given(message),
+                    sample: Sample::Of(id),
                 });
             }
         }
@@ -169,19 +170,19 @@ fn group_rows(mut rows: Vec<Row>, n: usize, cap: u64) -> Newest {
 mod tests {
     use super::*;
 
-    fn row(id: i64, v: &str, t: i64, m: Option<&str>) -> Row {
-        (id, vec![Some(v.to_string())], t, m.map(str::to_string))
+    fn row(id: i64, v: &str, t: i64) -> Row {
+        (id, vec![Some(v.to_string())], t)
     }
 
     #[test]
     fn over_the_cap_the_newest_cap_rows_are_grouped_as_a_lower_bound() {
         let rows = newest_first(
             vec![
-                row(1, "a", 10, Some("old")),
-                row(4, "a", 40, None),
-                row(3, "b", 30, Some("b3")),
-                row(2, "a", 20, Some("a2")),
-                row(3, "b", 30, Some("b3")),
+                row(1, "a", 10),
+                row(4, "a", 40),
+                row(3, "b", 30),
+                row(2, "a", 20),
+                row(3, "b", 30),
             ],
             4,
         );
@@ -197,7 +198,7 @@ mod tests {
             .find(|g| g.values[0].as_deref() == Some("a"));
         let a = a.expect("group a");
         assert_eq!((a.count, a.oldest, a.newest), (2, 20, 40));
-        assert_eq!(a.sample, Sample::Given(None));
+        assert_eq!(a.sample, Sample::Of(4));
         let g = group_rows(rows, 1, 4);
         assert_eq!(g.relation, Relation::Eq);
         assert_eq!(g.groups.iter().map(|g| g.count).sum::<i64>(), 4);
