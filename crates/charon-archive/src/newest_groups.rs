@@ -70,7 +70,7 @@ fn row_of(r: &[Cell], n: usize) -> Row {
 /// `rows` newest first, without repeats (a record both sides saw when the watermark moved
 /// between them), at most `reach` of them.
 fn newest_first(mut rows: Vec<Row>, reach: u64) -> Vec<Row> {
-    rows.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+    rows.sort_unstable_by_key(|r| std::cmp::Reverse(r.0));
     rows.dedup_by_key(|r| r.0);
     rows.truncate(usize::try_from(reach).unwrap_or(usize::MAX));
     rows
