@@ -40,7 +40,8 @@ fn rec(i: usize) -> NewRecord {
         headers: json!({"x-h": format!("v{}", i % 2)}).to_string(),
         payload: Bytes::from(format!("body-{} of {i}", i % 5)),
         // Some records without a message: a group's newest match may have none.
-        error_message: (!i.is_multiple_of(11)).then(|| format!("order {i} failed: cause {}", i % 3)),
+        error_message: (!i.is_multiple_of(11))
+            .then(|| format!("order {i} failed: cause {}", i % 3)),
         ..support::record(i)
     }
 }
