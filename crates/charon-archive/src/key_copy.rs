@@ -301,8 +301,9 @@ impl Split {
         )
     }
 
-    /// `/groups` of the newest matches (`crate::newest_groups`): `id`, the `cols` (all in the
-    /// copy) and `created_at` of the newest `reach` matches on each side — the
+    /// `/groups` of the newest matches (`crate::newest_groups`): `id`, `created_at` and the
+    /// `cols` (all in the copy; none: ids and times only) of the newest `reach` matches on each
+    /// side — the
     /// copy's, or the rows of `walk` (a bounded walk's statement over the copy selecting the same
     /// columns, with its parameters), and the records above the watermark — newest first on each
     /// side, for the caller to merge by id. The copy's side orders by `e.id + 0`: its matches
@@ -314,16 +315,12 @@ impl Split {
         reach: u64,
         walk: Option<(String, Vec<Param>)>,
     ) -> (String, Vec<Param>) {
-        let list = cols.join(", ");
-        let e_list = cols
-            .iter()
-            .map(|c| format!("e.{c}"))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let list: String = cols.iter().map(|c| format!(", {c}")).collect();
+        let e_list: String = cols.iter().map(|c| format!(", e.{c}")).collect();
         let (copy, mut p) = walk.unwrap_or_else(|| {
             (
                 format!(
-                    "SELECT e.id, {e_list}, e.created_at FROM dead_letter_error_text AS e \
+                    "SELECT e.id, e.created_at{e_list} FROM dead_letter_error_text AS e \
                      WHERE {} ORDER BY e.id + 0 DESC LIMIT {reach}",
                     self.copy
                 ),
@@ -333,7 +330,7 @@ impl Split {
         p.extend_from_slice(&self.rest_params);
         (
             format!(
-                "{}SELECT * FROM ({copy}) AS p UNION ALL SELECT * FROM (SELECT id, {list}, created_at \
+                "{}SELECT * FROM ({copy}) AS p UNION ALL SELECT * FROM (SELECT id, created_at{list} \
                  FROM r WHERE {} ORDER BY id DESC LIMIT {reach}) AS q",
                 self.above, self.rest
             ),

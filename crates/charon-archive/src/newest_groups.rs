@@ -32,7 +32,7 @@ use std::collections::HashMap;
 use crate::error::ArchiveError;
 use crate::filter::Filter;
 use crate::group_sample::{Group, Sample};
-use crate::sql::{Cell, Conn};
+use crate::sql::{Cell, Conn, Dialect};
 use crate::total_cap::Relation;
 
 /// The groups of the newest matches and how their counts relate to all matches.
@@ -59,11 +59,12 @@ pub fn groups(
 /// One match: id, the `by` columns' values, `created_at`.
 type Row = (i64, Vec<Option<String>>, i64);
 
+/// A row selected as `id, created_at, <the n by columns>`.
 fn row_of(r: &[Cell], n: usize) -> Row {
     (
         r[0].int(),
-        (1..=n).map(|i| r[i].opt_text()).collect(),
-        r[n + 1].int(),
+        (2..n + 2).map(|i| r[i].opt_text()).collect(),
+        r[1].int(),
     )
 }
 
@@ -84,50 +85,104 @@ fn newest_rows(
     reach: u64,
 ) -> Result<Vec<Row>, ArchiveError> {
     let d = c.dialect();
-    let n = cols.len();
-    let list = cols.join(", ");
-    let select = format!("id, {list}, created_at");
-    let on_copy = crate::key_copy::answers(f) && crate::key_copy::holds(cols);
-    let split = if on_copy {
+    let list: String = cols.iter().map(|c| format!(", {c}")).collect();
+    let select = format!("id, created_at{list}");
+    // A filter the copy answers: its newest matches from the copy (and the records above the
+    // watermark); with a `by` column the copy lacks, their ids and times only, the columns then
+    // read from those records by primary key.
+    let split = if crate::key_copy::answers(f) {
         Some(crate::ops::copy_split(c, f)?)
     } else {
         None
     };
+    let held = crate::key_copy::holds(cols);
+    let copy_cols: &[String] = if held { cols } else { &[] };
+    let copy_select = if held {
+        select.clone()
+    } else {
+        "id, created_at".to_string()
+    };
+    let from_copy = |c: &mut dyn Conn, rows: Vec<Row>| -> Result<Vec<Row>, ArchiveError> {
+        if held {
+            return Ok(rows);
+        }
+        by_ids(c, cols, &select, rows)
+    };
     let mut walk = crate::ops::walk_source(c, f)?;
     if let Some(w) = walk.as_mut().filter(|w| w.on_copy() && split.is_none()) {
-        // The copy lacks a `by` column: the records themselves walked.
+        // (Not reached: a copy walk implies a filter the copy answers.) The records walked.
         let (cond, p) = f.to_sql_checks_only(d)?;
         *w = crate::text_walk::Source::records(d, cond, p);
     }
     if let Some(mut w) = walk
         && w.promising(c, reach)?
     {
-        let (sql, p) = match (&split, w.on_copy()) {
-            (Some(s), true) => s.newest_rows(cols, reach, Some(w.rows_sql(&select, reach))),
-            _ => w.rows_sql(&select, reach),
+        let (sql, p, n) = match (&split, w.on_copy()) {
+            (Some(s), true) => {
+                let (sql, p) =
+                    s.newest_rows(copy_cols, reach, Some(w.rows_sql(&copy_select, reach)));
+                (sql, p, copy_cols.len())
+            }
+            _ => {
+                let (sql, p) = w.rows_sql(&select, reach);
+                (sql, p, cols.len())
+            }
         };
         let rows: Vec<Row> = c.query(&sql, &p)?.iter().map(|r| row_of(r, n)).collect();
         let rows = newest_first(rows, reach);
         if rows.len() as u64 >= reach {
-            return Ok(rows);
+            return if w.on_copy() {
+                from_copy(c, rows)
+            } else {
+                Ok(rows)
+            };
         }
     }
-    let (sql, p) = match &split {
-        Some(s) => s.newest_rows(cols, reach, None),
-        None => {
-            // `id + 0`: the matches from the search index's candidates, then sorted (not the
-            // primary key walked backwards testing each record against them).
-            let (cond, p) = f.to_sql_reading_records(c)?;
-            (
-                format!(
-                    "SELECT {select} FROM dead_letters WHERE {cond} ORDER BY id + 0 DESC LIMIT {reach}"
-                ),
-                p,
-            )
-        }
-    };
+    if let Some(s) = &split {
+        let (sql, p) = s.newest_rows(copy_cols, reach, None);
+        let n = copy_cols.len();
+        let rows: Vec<Row> = c.query(&sql, &p)?.iter().map(|r| row_of(r, n)).collect();
+        return from_copy(c, newest_first(rows, reach));
+    }
+    // `id + 0`: the matches from the search index's candidates, then sorted (not the primary
+    // key walked backwards testing each record against them).
+    let (cond, p) = f.to_sql_reading_records(c)?;
+    let sql = format!(
+        "SELECT {select} FROM dead_letters WHERE {cond} ORDER BY id + 0 DESC LIMIT {reach}"
+    );
+    let n = cols.len();
     let rows: Vec<Row> = c.query(&sql, &p)?.iter().map(|r| row_of(r, n)).collect();
     Ok(newest_first(rows, reach))
+}
+
+/// The `select` (`id, created_at` and the `cols`) of the records of `rows` (ids and times, newest
+/// first), newest first; the ids as integer literals (they come from the database).
+fn by_ids(
+    c: &mut dyn Conn,
+    cols: &[String],
+    select: &str,
+    rows: Vec<Row>,
+) -> Result<Vec<Row>, ArchiveError> {
+    if rows.is_empty() {
+        return Ok(rows);
+    }
+    let ids: Vec<String> = rows.iter().map(|r| r.0.to_string()).collect();
+    let cond = match c.dialect() {
+        // One array literal: planned as one `= ANY` over the primary key.
+        Dialect::Postgres => format!("id = ANY('{{{}}}'::bigint[])", ids.join(",")),
+        Dialect::Sqlite => format!("id IN ({})", ids.join(",")),
+    };
+    let n = cols.len();
+    let got: Vec<Row> = c
+        .query(
+            &format!("SELECT {select} FROM dead_letters WHERE {cond}"),
+            &[],
+        )?
+        .iter()
+        .map(|r| row_of(r, n))
+        .collect();
+    // (A record deleted in between is left out: it no longer matches.)
+    Ok(newest_first(got, u64::MAX))
 }
 
 /// The groups of `rows` (newest first): all of them when at most `cap`, else the first `cap`.
