@@ -301,6 +301,43 @@ impl Split {
         )
     }
 
+    /// `/groups` of the newest matches (`crate::newest_groups`): `id`, `created_at` and the
+    /// `cols` (all in the copy; none: ids and times only) of the newest `reach` matches on each
+    /// side — the
+    /// copy's, or the rows of `walk` (a bounded walk's statement over the copy selecting the same
+    /// columns, with its parameters), and the records above the watermark — newest first on each
+    /// side, for the caller to merge by id. The copy's side orders by `e.id + 0`: its matches
+    /// found through the search index's candidates and sorted, not the whole copy walked
+    /// backwards by id testing each row against the candidates (a needle under the cap).
+    pub fn newest_rows(
+        &self,
+        cols: &[String],
+        reach: u64,
+        walk: Option<(String, Vec<Param>)>,
+    ) -> (String, Vec<Param>) {
+        let list: String = cols.iter().map(|c| format!(", {c}")).collect();
+        let e_list: String = cols.iter().map(|c| format!(", e.{c}")).collect();
+        let (copy, mut p) = walk.unwrap_or_else(|| {
+            (
+                format!(
+                    "SELECT e.id, e.created_at{e_list} FROM dead_letter_error_text AS e \
+                     WHERE {} ORDER BY e.id + 0 DESC LIMIT {reach}",
+                    self.copy
+                ),
+                self.copy_params.clone(),
+            )
+        });
+        p.extend_from_slice(&self.rest_params);
+        (
+            format!(
+                "{}SELECT * FROM ({copy}) AS p UNION ALL SELECT * FROM (SELECT id, created_at{list} \
+                 FROM r WHERE {} ORDER BY id DESC LIMIT {reach}) AS q",
+                self.above, self.rest
+            ),
+            p,
+        )
+    }
+
     /// `/groups` by `cols` (all in the copy): per group its count, oldest and newest time, and
     /// the smallest error message as its sample, ordered by count (largest first).
     pub fn groups(&self, cols: &[String]) -> (String, Vec<Param>) {

@@ -28,6 +28,7 @@
 //! - [`filter`], [`record`], [`time`]: the API's filters, record JSON and times.
 //! - [`total_cap`]: a list's `total` counted up to a cap for `error` and `body` filters;
 //!   [`text_walk`]: such a list's count and page from a bounded walk over the newest rows.
+//! - [`newest_groups`]: `/groups` of such a filter over its newest 10,001 matches (`count_relation`).
 //!
 //! [`Archive`] is the handle: one connection behind a mutex for writes, a second one for the
 //! API's reads (so that a page is not queued behind a 4000-record insert or a replay step);
@@ -52,6 +53,7 @@ pub mod ingest;
 pub mod jobs;
 pub mod json;
 pub mod key_copy;
+pub mod newest_groups;
 mod onepass;
 pub mod ops;
 pub mod page_plan;

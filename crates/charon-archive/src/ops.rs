@@ -400,7 +400,7 @@ fn exact_total(
 /// Where a bounded walk over the newest rows checks an `error`/`body` filter (`text_walk`): the
 /// copy of the error texts for an `error` filter the copy answers (no `body` term), else the
 /// records themselves; `None` for other filters.
-fn walk_source(
+pub(crate) fn walk_source(
     c: &mut dyn Conn,
     f: &Filter,
 ) -> Result<Option<crate::text_walk::Source>, ArchiveError> {
@@ -485,6 +485,16 @@ fn error_condition<'f>(
     Ok((error_fts, cond, params))
 }
 
+/// `f` (a filter `key_copy::answers` accepts) split between the copy and the records above the
+/// watermark as `/groups` counts it (the `error` needle checked inline on the copy's row).
+pub(crate) fn copy_split(
+    c: &mut dyn Conn,
+    f: &Filter,
+) -> Result<crate::key_copy::Split, ArchiveError> {
+    let (error_fts, cond, params) = error_condition(c, f, true)?;
+    split(c, f, &cond, &params, &error_fts)
+}
+
 /// A filter `key_copy::answers` accepts, split between the copy and the records above the
 /// watermark; with an `error` term, the needle checked inline on the copy's row.
 fn split(
@@ -544,9 +554,32 @@ pub fn history(c: &mut dyn Conn, id: i64) -> Result<Vec<Value>, ArchiveError> {
 /// Counts per group of `by` columns among records matching `f`, with the oldest and newest
 /// record time and a sample error message: one record's message from the group, which record
 /// depending on the plan ([`crate::group_sample`]). Groups are ordered by count, then values.
+/// Every match is counted (`"count_relation": "eq"`); see [`groups_capped`].
 pub fn groups(c: &mut dyn Conn, by: Option<&str>, f: &Filter) -> Result<Vec<Value>, ArchiveError> {
+    groups_capped(c, by, f, None)
+}
+
+/// [`groups`] whose groups of an `error` or `body` filter are those of its newest `cap + 1`
+/// matches when `cap` is given (`crate::newest_groups`: over `cap` matches, the newest `cap`
+/// grouped, each group's `count_relation` `gte`); every other request counts exactly (`eq`).
+pub fn groups_capped(
+    c: &mut dyn Conn,
+    by: Option<&str>,
+    f: &Filter,
+    cap: Option<u64>,
+) -> Result<Vec<Value>, ArchiveError> {
     let cols = group_by(by)?;
-    let (mut groups, lookup) = count_groups(c, &cols, f)?;
+    let cap = cap.filter(|_| crate::total_cap::applies(f));
+    let (mut groups, lookup, relation) = match cap {
+        Some(cap) => {
+            let n = crate::newest_groups::groups(c, f, &cols, cap)?;
+            (n.groups, Lookup::None, n.relation)
+        }
+        None => {
+            let (groups, lookup) = count_groups(c, &cols, f)?;
+            (groups, lookup, crate::total_cap::Relation::Eq)
+        }
+    };
     crate::group_sample::order(&mut groups);
     let ids: Vec<i64> = groups
         .iter()
@@ -565,7 +598,9 @@ pub fn groups(c: &mut dyn Conn, by: Option<&str>, f: &Filter) -> Result<Vec<Valu
             (Sample::Lookup, true) => lookup.sample(c, &cols, &g.values)?,
             (_, false) => None,
         };
-        out.push(group_object(&cols, g, sample));
+        let mut o = group_object(&cols, g, sample);
+        o["count_relation"] = Value::from(relation.as_str());
+        out.push(o);
     }
     Ok(out)
 }

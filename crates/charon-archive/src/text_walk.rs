@@ -233,6 +233,27 @@ impl Source {
 }
 
 impl Source {
+    /// Whether the walk runs on the copy of the error texts (which holds only the records at or
+    /// below the search watermark, and only `crate::key_copy::KEY_COLUMNS` beside the texts).
+    pub fn on_copy(&self) -> bool {
+        self.table != "dead_letters"
+    }
+
+    /// The walk's statement selecting `select` (columns of its table, `id` first) of at most
+    /// `limit` matching rows newest first, among the newest budget's rows, and its parameters
+    /// (`/groups` of the newest matches, `crate::newest_groups`). Fewer than `limit` rows proves
+    /// nothing about the rows beyond the budget.
+    pub fn rows_sql(&self, select: &str, limit: u64) -> (String, Vec<Param>) {
+        let ids = self.ids_sql(self.budget, limit, false);
+        let sql = match ids.strip_prefix("SELECT id ") {
+            Some(rest) => format!("SELECT {select} {rest}"),
+            None => ids,
+        };
+        (sql, self.params.clone())
+    }
+}
+
+impl Source {
     /// The first `reach` matching ids in `order` (`created_at ASC|DESC, id …`, as
     /// `filter::order_by` writes it) when they lie within the first budget's records in that
     /// order (only over `dead_letters`): the walk reads `dead_letters_created` in order, at most

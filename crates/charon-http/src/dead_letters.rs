@@ -175,6 +175,18 @@ fn param<'a>(q: &'a [(String, String)], k: &str) -> Option<&'a str> {
     q.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str())
 }
 
+/// `exact_total` (list and groups): absent or `false`, `error=`/`body=` requests are capped
+/// (`total_cap::CAP`; docs/archive.md "API": `total_relation`, `count_relation`); `true`, exact.
+fn cap_of(q: &[(String, String)]) -> Result<Option<u64>, DlError> {
+    match param(q, "exact_total") {
+        None | Some("false") => Ok(Some(charon_archive::total_cap::CAP)),
+        Some("true") => Ok(None),
+        Some(v) => {
+            Err(ApiError::BadRequest(format!("exact_total: not true or false: '{v}'")).into())
+        }
+    }
+}
+
 async fn list(
     State(b): State<Arc<Broker>>,
     u: AuthUser,
@@ -187,15 +199,7 @@ async fn list(
     let sort = param(&q, "sort").map(str::to_string);
     // `error=`/`body=` totals are counted up to a cap unless `exact_total=true`, `header.…` ones
     // up to ten times it (docs/archive.md "API": `total_relation` says which).
-    let cap = match param(&q, "exact_total") {
-        None | Some("false") => Some(charon_archive::total_cap::CAP),
-        Some("true") => None,
-        Some(v) => {
-            return Err(
-                ApiError::BadRequest(format!("exact_total: not true or false: '{v}'")).into(),
-            );
-        }
-    };
+    let cap = cap_of(&q)?;
     let (items, total) = svc
         .read(move |c| ops::list_capped(c, &filter, sort.as_deref(), page, size, cap))
         .await?;
@@ -244,8 +248,11 @@ async fn groups(
     let filter = Filter::from_pairs(q.iter().map(|(k, v)| (k.as_str(), v.as_str())))?
         .within(read_scope(&b, &u));
     let by = param(&q, "by").map(str::to_string);
+    // An `error`/`body` request groups its newest 10,001 matches unless `exact_total=true`
+    // (docs/archive.md "API": `count_relation` says which).
+    let cap = cap_of(&q)?;
     let g = svc
-        .read(move |c| ops::groups(c, by.as_deref(), &filter))
+        .read(move |c| ops::groups_capped(c, by.as_deref(), &filter, cap))
         .await?;
     Ok(Json(Value::Array(g)).into_response())
 }

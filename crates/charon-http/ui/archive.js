@@ -44,7 +44,7 @@ export async function render(ctx) {
     tabs(tab === "record" ? "records" : tab),
   ];
   if (tab === "record") return record(ctx, header, arg);
-  if (tab === "groups") return groups(ctx, header);
+  if (tab === "groups") return groups(ctx, header, new URLSearchParams(location.hash.split("?")[1] || ""));
   if (tab === "jobs") return jobs(ctx, header);
   if (tab === "audit") return audit(ctx, header);
   return records(ctx, header, new URLSearchParams(location.hash.split("?")[1] || ""));
@@ -141,19 +141,23 @@ async function records(ctx, header, params) {
   await load();
 }
 
-async function groups(ctx, header) {
+async function groups(ctx, header, params) {
   const by = "original_queue,reason,error_fingerprint,status";
+  // Filters from the route's query (`#/archive/groups?error=…`) narrow every group and its actions.
+  const terms = Object.fromEntries([...params].filter(([k, v]) => v && k !== "by" && k !== "exact_total"));
+  const extra = qs({ ...terms, ...(params.get("exact_total") === "true" ? { exact_total: "true" } : {}) });
   const list = h("div", { id: "archive-groups" });
   const opts = replayOptions();
   const load = async () => {
-    const gs = await get(`/api/dead-letters/groups?by=${by}`);
-    const filterOf = (g) => Object.fromEntries(by.split(",").filter((k) => g[k] !== undefined && g[k] !== null).map((k) => [k, g[k]]));
+    const gs = await get(`/api/dead-letters/groups?by=${by}${extra ? `&${extra}` : ""}`);
+    const filterOf = (g) => ({ ...terms, ...Object.fromEntries(by.split(",").filter((k) => g[k] !== undefined && g[k] !== null).map((k) => [k, g[k]])) });
     mount(list, table([
       { title: "Original queue", get: (g) => g.original_queue ?? "–" },
       { title: "Reason", get: (g) => h("span", { class: `badge reason-${g.reason}` }, g.reason ?? "–") },
       { title: "Status", get: (g) => statusBadge(g.status) },
       { title: "Error (sample)", get: (g) => g.error_message ?? h("span", { class: "muted" }, "no error header") },
-      { title: "Count", class: "num", get: (g) => fmtNum(g.count) },
+      // A lower bound (`count_relation` "gte"): an `error`/`body` filter's groups of its newest 10,000 matches.
+      { title: "Count", class: "num", get: (g) => `${fmtNum(g.count)}${g.count_relation === "gte" ? "+" : ""}` },
       { title: "Oldest", get: (g) => fmtTime(g.oldest) },
       { title: "Newest", get: (g) => fmtTime(g.newest) },
       { title: "", get: (g) => h("div", { class: "actions" },
@@ -171,7 +175,10 @@ async function groups(ctx, header) {
           await act("Group skipped", () => api("POST", "/api/dead-letters/skip", { filter: filterOf(g), reason }));
           load();
         })) },
-    ], gs, { id: "groups-table", empty: "The archive is empty." }));
+    ], gs, { id: "groups-table", empty: "The archive is empty." }),
+      gs.some((g) => g.count_relation === "gte")
+        ? h("p", { class: "muted", id: "groups-newest" }, "The groups cover the newest 10,000 matches; counts are lower bounds.")
+        : null);
   };
   mount(ctx.main, header, section("Dead letters grouped by original queue, reason, error and status",
     h("h2", {}, "Replay options (for \"Replay group\")"), opts, list));

@@ -102,6 +102,10 @@ pub(crate) enum DlqCommand {
         /// Group columns.
         #[arg(long, default_value = "original_queue,reason,error_fingerprint,status")]
         by: String,
+        /// Group every match of an `--error`/`--body` filter (slow over many matches; without it
+        /// over 10,000 matches only the newest 10,000 are grouped, counts shown as "N+").
+        #[arg(long = "exact-total")]
+        exact_total: bool,
     },
     /// Edits a record's body and/or headers before a replay (the original is kept).
     Edit {
@@ -297,6 +301,23 @@ fn total_text(body: &Value) -> String {
     }
 }
 
+/// A `/groups` answer's counts as shown: "N+" for a lower bound (`count_relation` "gte");
+/// whether any was one.
+fn group_counts_shown(groups: &mut Value) -> bool {
+    let mut lower = false;
+    for g in groups
+        .as_array_mut()
+        .map(Vec::as_mut_slice)
+        .unwrap_or_default()
+    {
+        if g.get("count_relation").and_then(Value::as_str) == Some("gte") {
+            lower = true;
+            g["count"] = Value::String(format!("{}+", cell(g.get("count"))));
+        }
+    }
+    lower
+}
+
 /// `{"ids": …}` or `{"filter": …}` from the flags.
 fn selection(ids: Vec<i64>, f: &FilterArgs, all: bool) -> anyhow::Result<Value> {
     if !ids.is_empty() {
@@ -372,18 +393,25 @@ pub(crate) fn run(url: &str, user: &str, password: &str, cmd: DlqCommand) -> any
         DlqCommand::Get { id } => {
             print_json(&http.call("GET", &format!("/api/dead-letters/{id}"), None)?)?
         }
-        DlqCommand::Groups { f, by } => {
-            let body = http.call(
+        DlqCommand::Groups { f, by, exact_total } => {
+            let mut extra = vec![("by", by.clone())];
+            if exact_total {
+                extra.push(("exact_total", "true".to_string()));
+            }
+            let mut body = http.call(
                 "GET",
-                &format!(
-                    "/api/dead-letters/groups{}",
-                    query(&f.to_map()?, &[("by", by.clone())])
-                ),
+                &format!("/api/dead-letters/groups{}", query(&f.to_map()?, &extra)),
                 None,
             )?;
+            let lower = group_counts_shown(&mut body);
             let mut cols: Vec<&str> = by.split(',').map(str::trim).collect();
             cols.extend(["count", "oldest", "newest", "error_message"]);
             print_table(&body, &cols);
+            if lower {
+                println!(
+                    "(groups of the newest 10,000 matches; counts are lower bounds, --exact-total counts every match)"
+                );
+            }
         }
         DlqCommand::Edit {
             id,
@@ -549,5 +577,18 @@ mod tests {
             "42"
         );
         assert_eq!(t(serde_json::json!({"total": 7})), "7");
+    }
+
+    #[test]
+    fn a_lower_bound_group_count_shows_a_plus() {
+        let mut gs = serde_json::json!([
+            {"status": "PENDING", "count": 6000, "count_relation": "gte"},
+            {"status": "SKIPPED", "count": 12, "count_relation": "eq"}
+        ]);
+        assert!(super::group_counts_shown(&mut gs));
+        assert_eq!(gs[0]["count"], "6000+");
+        assert_eq!(gs[1]["count"], 12);
+        let mut exact = serde_json::json!([{"count": 3, "count_relation": "eq"}]);
+        assert!(!super::group_counts_shown(&mut exact));
     }
 }
