@@ -307,7 +307,9 @@ pub fn page_ids(
 
 /// [`page_ids`] in time order (`desc`: `created_at DESC, id DESC`): the first `reach` of the
 /// copy's matches by the copy's `created_at` (migration 13) and of the matching records above
-/// the watermark, as `(id, created_at)` rows for the caller to order and page.
+/// the watermark, as `(id, created_at)` rows for the caller to order and page. The records above
+/// the watermark sorted as `created_at + 0`: by `dead_letters_created`, SQLite walked the whole
+/// index for the few records past the watermark (a rare needle's page 3.4 → 45 ms).
 pub fn page_ids_by_time(
     d: Dialect,
     needle: &str,
@@ -323,7 +325,7 @@ pub fn page_ids_by_time(
     let sql = format!(
         "SELECT id, created_at FROM ({indexed} ORDER BY e.created_at {dir}, e.id {dir} LIMIT {reach}) AS p \
          UNION ALL SELECT id, created_at FROM (SELECT id, created_at FROM dead_letters WHERE {} \
-         ORDER BY created_at {dir}, id {dir} LIMIT {reach}) AS q",
+         ORDER BY created_at + 0 {dir}, id {dir} LIMIT {reach}) AS q",
         p.rest
     );
     let mut params = p.indexed_params;

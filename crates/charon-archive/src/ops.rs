@@ -123,11 +123,10 @@ pub fn list_capped(
         && w.on_copy()
         && early_reach.saturating_mul(2) >= cap
     {
-        let (checks, p) = f.to_sql_checks_only(d)?;
-        let above = (crate::time_walk::above(d, &checks), p);
+        let checks = f.to_sql_checks_only(d)?;
         let desc = order.starts_with("created_at DESC");
         let need = cap.saturating_add(1);
-        if let Some(ids) = crate::time_walk::page_ids(c, w, &above, desc, early_reach, need)? {
+        if let Some(ids) = crate::time_walk::page_ids(c, w, &checks, desc, early_reach, need)? {
             let offset = page.saturating_sub(1).saturating_mul(page_size);
             let total = Total::from_capped(i64::try_from(need).unwrap_or(i64::MAX), cap);
             return Ok((walked_page(c, ids, offset, &order)?, total));
@@ -227,9 +226,9 @@ pub fn list_capped(
         // An `error` filter the copy answers: the copy walked in id order, the page proven
         // against the time index (`time_walk`), so deep pages too.
         if let Some(w) = walk.as_mut().filter(|w| w.on_copy()) {
-            let above = (crate::time_walk::above(d, &cond), p.clone());
+            let checks = (cond.clone(), p.clone());
             let desc = order.starts_with("created_at DESC");
-            if let Some(ids) = crate::time_walk::page_ids(c, w, &above, desc, reach, 0)? {
+            if let Some(ids) = crate::time_walk::page_ids(c, w, &checks, desc, reach, 0)? {
                 return Ok((walked_page(c, ids, offset, &order)?, counted));
             }
         }

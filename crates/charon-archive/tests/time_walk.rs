@@ -5,7 +5,7 @@
 //! and `created_at`, from the first to past the last, equal plain SQL's once indexed, after one
 //! old record is given the newest time, after a burst above the watermark and after another is
 //! given the oldest; the walk itself answers where the proof holds (so those pages are the
-//! walk's) and refuses where the old record with the newest time breaks it.
+//! walk's), takes in one stray (the old record with the newest time) and refuses 70.
 
 #[path = "support/indexer_wait.rs"]
 mod indexer_wait;
@@ -27,7 +27,7 @@ use charon_archive::{Archive, NewRecord};
 /// neighbours).
 fn rec(i: usize) -> NewRecord {
     let mut t = 1_700_000_000_000 + 10 * i as i64;
-    if i % 7 == 0 {
+    if i.is_multiple_of(7) {
         t -= 25;
     }
     NewRecord {
@@ -76,9 +76,9 @@ fn walk(c: &mut dyn Conn, needle: &str, desc: bool, reach: u64) -> Option<Vec<i6
     let f = Filter::from_pairs([("error", needle)]).expect("filter");
     let (check, p) = charon_archive::error_text::check_on_copy(d, needle).expect("check");
     let mut w = Source::copy(d, check, p);
-    let (checks, cp) = f.to_sql_checks_only(d).expect("checks");
-    let above = (charon_archive::time_walk::above(d, &checks), cp);
-    let got = charon_archive::time_walk::page_ids(c, &mut w, &above, desc, reach, 0).expect("walk");
+    let checks = f.to_sql_checks_only(d).expect("checks");
+    let got =
+        charon_archive::time_walk::page_ids(c, &mut w, &checks, desc, reach, 0).expect("walk");
     if let Some(ids) = &got {
         let (cond, p) = f.to_sql(d).expect("cond");
         let dir = if desc { "DESC" } else { "ASC" };
@@ -158,19 +158,47 @@ fn scenario(a: &Archive) {
         }
     });
     // Record 30 (a match of `cause 0`) given the newest time: newest first, no walk reaches its
-    // id, so none may claim a page (whatever the needle); oldest first they still do.
+    // id; the proof finds it (a stray) and the page takes it in where it matches.
     a.with(|c| {
         set_time(c, 30, 1_800_000_000_000);
-        assert_eq!(walk(c, "cause 0", true, 10), None, "cause 0 newest");
-        assert_eq!(walk(c, "cause 1", true, 10), None, "cause 1 newest");
+        let page = walk(c, "cause 0", true, 10).expect("cause 0 newest, one stray");
+        assert_eq!(page.first(), Some(&31), "record 30 first");
+        assert!(
+            walk(c, "cause 1", true, 10).is_some(),
+            "cause 1 newest, one stray"
+        );
         assert!(walk(c, "cause 0", false, 10).is_some(), "cause 0 oldest");
         for sort in ["-created_at", "created_at"] {
             for needle in ["cause 1", "cause 0"] {
                 assert_all_pages(c, needle, sort, "an old record with the newest time");
             }
         }
-        assert_copy_sorted(c, "cause 0", "an old record with the newest time");
-        set_time(c, 30, 1_700_000_000_300);
+    });
+    // The 70 oldest given the newest times: more strays than a walk takes in, no walk newest
+    // first; the pages are still exact (the copy sorted by time, or the record walk).
+    a.with(|c| {
+        for i in 0..70 {
+            set_time(c, i, 1_800_000_000_000 + i as i64);
+        }
+        assert_eq!(
+            walk(c, "cause 0", true, 10),
+            None,
+            "cause 0 newest, 70 strays"
+        );
+        assert_eq!(
+            walk(c, "cause 1", true, 10),
+            None,
+            "cause 1 newest, 70 strays"
+        );
+        for sort in ["-created_at", "created_at"] {
+            for needle in ["cause 1", "cause 0"] {
+                assert_all_pages(c, needle, sort, "70 old records with the newest times");
+            }
+        }
+        assert_copy_sorted(c, "cause 0", "70 old records with the newest times");
+        for i in 0..70 {
+            set_time(c, i, rec(i).created_at);
+        }
     });
     // A burst above the watermark (the copy does not hold it yet): the walk pages it too.
     a.with(|c| {
