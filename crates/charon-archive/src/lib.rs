@@ -28,6 +28,7 @@
 //! - [`filter`], [`record`], [`time`]: the API's filters, record JSON and times.
 //! - [`total_cap`]: a list's `total` counted up to a cap for `error` and `body` filters;
 //!   [`text_walk`]: such a list's count and page from a bounded walk over the newest rows.
+//!   [`time_walk`]: such a list's deep pages sorted by time, from a walk of the copy in id order.
 //! - [`newest_groups`]: `/groups` of such a filter over its newest 10,001 matches (`count_relation`).
 //!
 //! [`Archive`] is the handle: one connection behind a mutex for writes, a second one for the
@@ -80,6 +81,7 @@ pub mod summary_keys;
 pub mod summary_seconds;
 pub mod text_walk;
 pub mod time;
+pub mod time_walk;
 pub mod total_cap;
 pub mod wal_sync;
 

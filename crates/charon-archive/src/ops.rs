@@ -115,6 +115,23 @@ pub fn list_capped(
     // A needle matching a large share of the records: its newest ones walked, no candidate
     // list built (`text_walk`).
     let mut walk = walk_source(c, f)?;
+    // A deep page sorted by time whose walk over the copy reaches the cap anyway: one walk
+    // proves the page and the capped count (`time_walk`), instead of a count's walk and then
+    // the page's over the same rows.
+    let early_reach = page.max(1).saturating_mul(page_size);
+    if let (Some(cap), Some(w), true) = (cap, walk.as_mut(), order.starts_with("created_at "))
+        && w.on_copy()
+        && early_reach.saturating_mul(2) >= cap
+    {
+        let checks = f.to_sql_checks_only(d)?;
+        let desc = order.starts_with("created_at DESC");
+        let need = cap.saturating_add(1);
+        if let Some(ids) = crate::time_walk::page_ids(c, w, &checks, desc, early_reach, need)? {
+            let offset = page.saturating_sub(1).saturating_mul(page_size);
+            let total = Total::from_capped(i64::try_from(need).unwrap_or(i64::MAX), cap);
+            return Ok((walked_page(c, ids, offset, &order)?, total));
+        }
+    }
     let walked_over = match (cap, &mut walk) {
         (Some(cap), Some(w)) => w.promising(c, cap.saturating_add(1))? && w.count_over(c, cap)?,
         _ => false,
@@ -227,6 +244,15 @@ pub fn list_capped(
     let many = walk.is_some() || counted.relation == crate::total_cap::Relation::Gte;
     if order.starts_with("created_at ") && many {
         let (cond, p) = f.to_sql_checks_only(d)?;
+        // An `error` filter the copy answers: the copy walked in id order, the page proven
+        // against the time index (`time_walk`), so deep pages too.
+        if let Some(w) = walk.as_mut().filter(|w| w.on_copy()) {
+            let checks = (cond.clone(), p.clone());
+            let desc = order.starts_with("created_at DESC");
+            if let Some(ids) = crate::time_walk::page_ids(c, w, &checks, desc, reach, 0)? {
+                return Ok((walked_page(c, ids, offset, &order)?, counted));
+            }
+        }
         let mut w = crate::text_walk::Source::records(d, cond, p);
         if w.promising(c, reach)?
             && let Some(ids) = w.page_ids_in(c, &order, reach)?
@@ -237,9 +263,16 @@ pub fn list_capped(
     let page_ids = match header.filter(|_| by_id) {
         Some((name, value, wm)) => header_index::page_ids_at(d, name, value, wm, desc, reach),
         // One `error` term: from the copy in id order (migration 12).
-        None => error_fts
-            .filter(|_| by_id)
+        None if by_id => error_fts
+            .clone()
             .and_then(|(needle, fts)| crate::error_text::page_ids(d, needle, fts, desc, reach)),
+        // Sorted by time: the copy's matches sorted by its `created_at` (migration 13), no
+        // record read for its time.
+        None if order.starts_with("created_at ") => error_fts.clone().and_then(|(needle, fts)| {
+            let desc = order.starts_with("created_at DESC");
+            crate::error_text::page_ids_by_time(d, needle, fts, desc, reach)
+        }),
+        None => None,
     };
     let page_ids = match page_ids {
         None if by_id => header_columns.as_ref().map(|hc| hc.page_ids(desc, reach)),

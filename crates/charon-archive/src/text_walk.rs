@@ -92,18 +92,41 @@ impl Source {
     /// The matching ids among rows newer than the newest id minus `span`, newest first, at most
     /// `limit` of them (`asc`: among the oldest `span` ids, oldest first).
     fn ids_sql(&self, span: u64, limit: u64, asc: bool) -> String {
+        self.span_rows_sql("id", span, limit, asc)
+    }
+
+    /// [`Source::ids_sql`] reading `cols` of each matching row.
+    fn span_rows_sql(&self, cols: &str, span: u64, limit: u64, asc: bool) -> String {
         let (from, t, cond) = (self.from, self.table, &self.cond);
         if asc {
             format!(
-                "SELECT id FROM {from} WHERE id < (SELECT COALESCE(MIN(id), 0) FROM {t}) + {span} \
+                "SELECT {cols} FROM {from} WHERE id < (SELECT COALESCE(MIN(id), 0) FROM {t}) + {span} \
                  AND {cond} ORDER BY id ASC LIMIT {limit}"
             )
         } else {
             format!(
-                "SELECT id FROM {from} WHERE id > (SELECT COALESCE(MAX(id), 0) FROM {t}) - {span} \
+                "SELECT {cols} FROM {from} WHERE id > (SELECT COALESCE(MAX(id), 0) FROM {t}) - {span} \
                  AND {cond} ORDER BY id DESC LIMIT {limit}"
             )
         }
+    }
+
+    /// The first `limit` matching rows of the walk in id order (`desc`: newest first) as
+    /// `(id, created_at)`, fewer when the budget holds fewer (`crate::time_walk`).
+    pub fn first_times(
+        &self,
+        c: &mut dyn Conn,
+        desc: bool,
+        limit: u64,
+    ) -> Result<Vec<(i64, i64)>, ArchiveError> {
+        let rows = c.query(
+            &self.span_rows_sql("id, created_at", self.budget, limit, !desc),
+            &self.params,
+        )?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| Some((r.first()?.opt_int()?, r.get(1)?.opt_int()?)))
+            .collect())
     }
 
     /// The probe: how many of [`PROBE`] rows match, at three places — the newest, and a quarter
@@ -234,7 +257,8 @@ impl Source {
 
 impl Source {
     /// Whether the walk runs on the copy of the error texts (which holds only the records at or
-    /// below the search watermark, and only `crate::key_copy::KEY_COLUMNS` beside the texts).
+    /// below the search watermark, and only `crate::key_copy::KEY_COLUMNS`, `created_at` among
+    /// them, beside the texts).
     pub fn on_copy(&self) -> bool {
         self.table != "dead_letters"
     }

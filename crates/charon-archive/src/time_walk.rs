@@ -1,0 +1,217 @@
+//! Deep pages sorted by time (`sort=created_at` / `-created_at`) of an `error` needle matching
+//! many records: the copy of the error texts walked in id order, the page proven against the
+//! time index (branch `w9c`, docs/archive.md "Twenty-seventh round (branch `w9c`)").
+//!
+//! The copy (`dead_letter_error_text`, ~100 B a row) holds each record's `created_at` but has no
+//! index in time order, and `dead_letters_created` holds no id on PostgreSQL: walking the time
+//! index read each record (~1.2 KB) to check it, so `crate::text_walk`'s record budget (40,000
+//! rows) reached page 5 of a needle in one record of ten, and a deeper page sorted every match
+//! (PostgreSQL ~450 ms for `error=cause 5&sort=-created_at&page=50` over 1M records). A record's
+//! time is its archiving time, so time order and id order nearly agree. So:
+//! - the copy is walked in id order (newest first for `-created_at`), like a page in id order,
+//!   for its first `n = reach + reach / 8 + 16` matches, with the matching records above the
+//!   search watermark (the copy does not hold them); `L` is the last id the walk reached;
+//! - those `n` are sorted by `(created_at, id)` in the page's order and the first `reach` kept;
+//!   `t` is the time of the last kept one;
+//! - **the proof**: no record beyond `L` (an id below it, for `-created_at`) has a time before
+//!   `t` in the page's order (a greater time). Then every match the walk did not reach comes
+//!   after the kept ones (a time after `t`, or `t` with an id beyond `L`, which the order's
+//!   `id` tie-break puts after), and the kept ones are the first `reach` matches of all, exactly.
+//!   Checked in one statement: on SQLite `dead_letters_created` holds `(created_at, id)` and is
+//!   read over the times before `t`; on PostgreSQL, where it holds no id, as two counts of the
+//!   same records read from two indexes without a record read — every record with a time before
+//!   `t` (`dead_letters_created`) against those of them within `L` (`dead_letters_status`, which
+//!   holds `(status, id)` and `created_at`, one range per status) — equal, or no proof.
+//!
+//! The margin `n - reach` lets records archived slightly out of id order (batches of several
+//! connections) still prove the page; records far out of order only cost the fallback (the
+//! plans before), never a wrong page. Both the walk and the proof read about the rows the page's
+//! reach spans in id order: `reach × all / matches`.
+
+use crate::error::ArchiveError;
+use crate::sql::{Cell, Conn, Dialect, Param};
+use crate::text_walk::Source;
+
+/// Matches walked beyond the page's reach, so that records archived a little out of id order
+/// still prove the page.
+fn margin(reach: u64) -> u64 {
+    reach / 8 + 16
+}
+
+/// The condition on `dead_letters` of the records above the search watermark that match
+/// `checks` (the filter's check on the record itself, `Filter::to_sql_checks_only`): the
+/// records the copy does not hold yet.
+pub fn above(d: Dialect, checks: &str) -> String {
+    match d {
+        Dialect::Sqlite => {
+            format!("id > (SELECT watermark FROM dead_letter_search_state) AND {checks}")
+        }
+        // The ids as an array first, as `error_text::parts` (a parallel scan's start otherwise).
+        Dialect::Postgres => format!(
+            "id = ANY(ARRAY(SELECT id FROM dead_letters WHERE id > (SELECT watermark FROM dead_letter_search_state))) AND {checks}"
+        ),
+    }
+}
+
+/// The first `reach` matching ids in time order (`desc`: `created_at DESC, id DESC`, else
+/// ascending) when the walk over the copy `w` (with `checks`, the filter's check on the record
+/// itself and its parameters, for the records above the watermark and the strays) finds and
+/// proves them (module docs); `None` otherwise (the
+/// caller's other plans answer). The walk reaches at least `at_least` matches (an answer also
+/// proves that many match: a capped count's `cap + 1`, `crate::total_cap`).
+pub fn page_ids(
+    c: &mut dyn Conn,
+    w: &mut Source,
+    checks: &(String, Vec<Param>),
+    desc: bool,
+    reach: u64,
+    at_least: u64,
+) -> Result<Option<Vec<i64>>, ArchiveError> {
+    let n = reach.saturating_add(margin(reach)).max(at_least);
+    if reach == 0 || !w.on_copy() || !w.promising(c, n)? {
+        return Ok(None);
+    }
+    let mut rows = w.first_times(c, desc, n)?;
+    if (rows.len() as u64) < n {
+        return Ok(None);
+    }
+    let dir = if desc { "DESC" } else { "ASC" };
+    let (cond, p) = checks;
+    let up = c.query(
+        &format!(
+            "SELECT id, created_at FROM dead_letters WHERE {} ORDER BY id {dir} LIMIT {n}",
+            above(c.dialect(), cond)
+        ),
+        p,
+    )?;
+    rows.extend(
+        up.iter()
+            .filter_map(|r| Some((r.first()?.opt_int()?, r.get(1)?.opt_int()?))),
+    );
+    // The first `n` of both in id order are the first `n` of all; `last` the walk's end.
+    rows.sort_unstable_by_key(|&(id, _)| id);
+    if desc {
+        rows.reverse();
+    }
+    let n = usize::try_from(n).unwrap_or(usize::MAX);
+    rows.truncate(n);
+    let Some(&(last, _)) = rows.last() else {
+        return Ok(None);
+    };
+    // In the page's order: `(created_at, id)`, both the same direction.
+    rows.sort_unstable_by_key(|&(id, t)| (t, id));
+    if desc {
+        rows.reverse();
+    }
+    rows.truncate(usize::try_from(reach).unwrap_or(usize::MAX));
+    let Some(&(_, t)) = rows.last() else {
+        return Ok(None);
+    };
+    let Some(strays) = strays(c, desc, last, t)? else {
+        return Ok(None);
+    };
+    if !strays.is_empty() {
+        // The few records beyond `last` with a time before `t`: those that match join the
+        // page's candidates. The new `reach`-th is at or before the old one in the order, so
+        // every record beyond `last` before it is among them.
+        let list = strays
+            .iter()
+            .map(|(id, _)| id.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let matching = c.query(
+            &format!("SELECT id FROM dead_letters WHERE id IN ({list}) AND {cond}"),
+            p,
+        )?;
+        let matching: std::collections::HashSet<i64> = matching
+            .iter()
+            .filter_map(|r| r.first().and_then(Cell::opt_int))
+            .collect();
+        rows.extend(strays.into_iter().filter(|(id, _)| matching.contains(id)));
+        rows.sort_unstable_by_key(|&(id, t)| (t, id));
+        if desc {
+            rows.reverse();
+        }
+        rows.truncate(usize::try_from(reach).unwrap_or(usize::MAX));
+    }
+    Ok(Some(rows.into_iter().map(|(id, _)| id).collect()))
+}
+
+/// Most records beyond the walk's last id with a time before the page's last a walk takes in
+/// (a record whose time a user's SQL moved, the SQLite bench's first record): more, no proof.
+const STRAYS: u64 = 64;
+
+/// The records beyond id `last` (below it for `desc`, else above) with a time before `t` in the
+/// order (greater for `desc`, else smaller) as `(id, created_at)`, when at most [`STRAYS`]; `None`
+/// when more.
+fn strays(
+    c: &mut dyn Conn,
+    desc: bool,
+    last: i64,
+    t: i64,
+) -> Result<Option<Vec<(i64, i64)>>, ArchiveError> {
+    let (before, beyond) = if desc { (">", "<") } else { ("<", ">") };
+    if c.dialect() == Dialect::Postgres {
+        let n = beyond_count(c, desc, last, t)?;
+        if n == 0 {
+            return Ok(Some(Vec::new()));
+        }
+        if n > STRAYS {
+            return Ok(None);
+        }
+    }
+    // SQLite reads `(created_at, rowid)` from `dead_letters_created` alone; PostgreSQL (a few
+    // strays known to exist) reads the records of the times before `t`.
+    let from = match c.dialect() {
+        Dialect::Sqlite => "dead_letters INDEXED BY dead_letters_created",
+        Dialect::Postgres => "dead_letters",
+    };
+    let rows = c.query(
+        &format!(
+            "SELECT id, created_at FROM {from} WHERE created_at {before} ? AND id {beyond} ? LIMIT {}",
+            STRAYS + 1
+        ),
+        &[Param::from(t), Param::from(last)],
+    )?;
+    let rows: Vec<(i64, i64)> = rows
+        .iter()
+        .filter_map(|r| Some((r.first()?.opt_int()?, r.get(1)?.opt_int()?)))
+        .collect();
+    Ok((rows.len() as u64 <= STRAYS).then_some(rows))
+}
+
+/// PostgreSQL: how many records beyond id `last` (below it for `desc`, else above) have a time
+/// before `t` in the order (greater for `desc`, else smaller), from two index-only counts.
+fn beyond_count(c: &mut dyn Conn, desc: bool, last: i64, t: i64) -> Result<u64, ArchiveError> {
+    let within = if desc { ">=" } else { "<=" };
+    let before = if desc { ">" } else { "<" };
+    let statuses = crate::record::status::ALL
+        .iter()
+        .map(|s| format!("'{s}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let n = c
+        .query(
+            &format!(
+                "SELECT (SELECT COUNT(*) FROM dead_letters WHERE created_at {before} ?) \
+                 - (SELECT COUNT(*) FROM dead_letters WHERE status IN ({statuses}) \
+                 AND id {within} ? AND created_at {before} ?)"
+            ),
+            &[Param::from(t), Param::from(last), Param::from(t)],
+        )?
+        .first()
+        .and_then(|r| r.first())
+        .map_or(i64::MAX, Cell::int);
+    Ok(u64::try_from(n).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_margin_grows_with_the_reach() {
+        assert_eq!(margin(0), 16);
+        assert_eq!(margin(5_000), 641);
+    }
+}
