@@ -172,6 +172,14 @@ def take_bodies(broker, queue, vhost=None):
 
 
 @pytest.fixture
+def plain_node(tmp_path, request):
+    """A broker on the archive backend `request.param` (indirect parametrization)."""
+    b = conftest.start_charon(tmp_path, config_text=config_for(request.param))
+    yield b
+    conftest.stop_charon(b)
+
+
+@pytest.fixture
 def node(tmp_path, request):
     """A broker on the archive backend `request.param` (default sqlite), as a box
     {"b": broker, "cfg": its config, "tmp": its directory} that `restart` refills."""

@@ -258,6 +258,18 @@ def private_charon(tmp_path):
     stop_charon(b)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _stop_archive_pg_cluster():
+    """After each module: the PostgreSQL cluster an archive test started (archive_helpers.pg_cluster)
+    is stopped, so one module's cluster never outlives it."""
+    yield
+    import sys
+
+    helpers = sys.modules.get("archive_helpers")
+    if helpers is not None:
+        helpers.stop_pg_cluster()
+
+
 @pytest.fixture(autouse=True)
 def _markers(request):
     ext = bool(os.environ.get("CHARON_TEST_URL"))

@@ -14,18 +14,12 @@ import pika
 import pytest
 
 import conftest
-from archive_helpers import (Api, config_for, node, own_pg_cluster, queue_depth, restart, stop_pg_cluster,
-                             take_bodies, wait_until)
+from archive_helpers import (Api, config_for, node, own_pg_cluster, queue_depth, restart, take_bodies,  # noqa: F401
+                             wait_until)
 
 pytestmark = pytest.mark.charon_only
 
 BACKENDS = ["sqlite", "postgres"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _pg_cleanup():
-    yield
-    stop_pg_cluster()
 
 
 def topology(ch, archive_by="argument"):

@@ -15,17 +15,11 @@ import pika
 import pytest
 
 import conftest
-from archive_helpers import Api, config_for, node, own_pg_cluster, queue_depth, restart, stop_pg_cluster, wait_until
+from archive_helpers import Api, node, own_pg_cluster, queue_depth, restart, wait_until  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.charon_only
 
 BACKENDS = ["sqlite", "postgres"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _pg_cleanup():
-    yield
-    stop_pg_cluster()
 
 
 def queue_info(api, name):

@@ -10,25 +10,11 @@ deleted and new ones archived."""
 import pika
 import pytest
 
-import conftest
-from archive_helpers import Api, config_for, stop_pg_cluster
+from archive_helpers import Api, plain_node  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.charon_only
 
 TRACE = "com.acme.Boom: failed\n\tat com.acme.Orders.load(Orders.java:42)\n\tat com.acme.Main.run(Main.java:7)"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _pg_cleanup():
-    yield
-    stop_pg_cluster()
-
-
-@pytest.fixture
-def node(tmp_path, request):
-    b = conftest.start_charon(tmp_path, config_text=config_for(request.param))
-    yield b
-    conftest.stop_charon(b)
 
 
 def message(i):
@@ -106,10 +92,10 @@ def check(api, ids_by_mid, present, when):
     assert api.records(error="ab")["total"] >= 5 and api.records(body="bin")["total"] >= 5
 
 
-@pytest.mark.parametrize("node", ["sqlite", "postgres"], indirect=True)
-def test_text_filters_return_exactly_the_matching_records(node):
-    api = Api(node)
-    publish_all(node, range(N))
+@pytest.mark.parametrize("plain_node", ["sqlite", "postgres"], indirect=True)
+def test_text_filters_return_exactly_the_matching_records(plain_node):
+    api = Api(plain_node)
+    publish_all(plain_node, range(N))
     api.wait_records(N)
 
     def ids():
@@ -127,7 +113,7 @@ def test_text_filters_return_exactly_the_matching_records(node):
     status, _ = api.call("POST", "/api/dead-letters/delete", {"ids": [ids_by_mid[i] for i in gone]})
     assert status == 200
     present -= {i for i in present if i % 6 == 5} | set(gone)
-    publish_all(node, range(N, N + 30))
+    publish_all(plain_node, range(N, N + 30))
     api.wait_records(len(present) + 30)
     ids_by_mid = ids()
     present |= set(range(N, N + 30))

@@ -12,25 +12,12 @@ import pika
 import pytest
 
 import conftest
-from archive_helpers import Api, config_for, stop_pg_cluster
+from archive_helpers import Api, plain_node  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.charon_only
 
 N = 10_050
 CAP = 10_000
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _pg_cleanup():
-    yield
-    stop_pg_cluster()
-
-
-@pytest.fixture
-def node(tmp_path, request):
-    b = conftest.start_charon(tmp_path, config_text=config_for(request.param))
-    yield b
-    conftest.stop_charon(b)
 
 
 def publish(b):
@@ -90,10 +77,10 @@ def as_expected(body):
             sorted({g["count_relation"] for g in body}))
 
 
-@pytest.mark.parametrize("node", ["sqlite", "postgres"], indirect=True)
-def test_text_filter_groups_cover_the_newest_matches(node):
-    api = Api(node)
-    publish(node)
+@pytest.mark.parametrize("plain_node", ["sqlite", "postgres"], indirect=True)
+def test_text_filter_groups_cover_the_newest_matches(plain_node):
+    api = Api(plain_node)
+    publish(plain_node)
     api.wait_records(N, timeout=180)
     every = all_records(api)
     skip = [r["id"] for r in every if int(r["message_id"][2:]) % 7 == 0]
@@ -141,9 +128,9 @@ def test_text_filter_groups_cover_the_newest_matches(node):
     assert status == 400, err
 
     # The CLI: "N+" and the note; exact counts with --exact-total.
-    out = ctl(node, "dlq", "groups", "--body", "payload", "--by", "status")
+    out = ctl(plain_node, "dlq", "groups", "--body", "payload", "--by", "status")
     want, _ = expected(every, failed, CAP)
     assert f"PENDING\t{want['PENDING'][0]}+\t" in out, out
     assert "newest 10,000 matches" in out, out
-    out = ctl(node, "dlq", "groups", "--body", "payload", "--by", "status", "--exact-total")
+    out = ctl(plain_node, "dlq", "groups", "--body", "payload", "--by", "status", "--exact-total")
     assert f"PENDING\t{N - len(skip)}\t" in out and "newest 10,000" not in out, out

@@ -10,7 +10,7 @@ Two vhosts (`/` and `other`), one dead letter archived in each; `pa` (policymake
 import pytest
 
 import conftest
-from archive_helpers import Api, config_for, stop_pg_cluster
+from archive_helpers import Api, config_for
 
 pytestmark = pytest.mark.charon_only
 
@@ -51,12 +51,6 @@ configure = ".*"
 write = ".*"
 read = ".*"
 """
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _pg_cleanup():
-    yield
-    stop_pg_cluster()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -11,18 +11,12 @@ import time
 import pytest
 
 import conftest
-from archive_helpers import Api, config_for, stop_pg_cluster
+from archive_helpers import Api, config_for
 from test_dead_letter_archive_filters import CASES, check, message, publish_all
 
 pytestmark = pytest.mark.charon_only
 
 N = 60
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _pg_cleanup():
-    yield
-    stop_pg_cluster()
 
 
 def index_state(api):
