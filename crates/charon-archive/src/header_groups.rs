@@ -114,6 +114,25 @@ pub fn plan<'f>(
 }
 
 impl Groups<'_> {
+    /// The plan's matches counted up to `cap` + 1 per part (`total_cap`; the header list's count).
+    pub fn count_capped(&self, cap: u64) -> (String, Vec<Param>) {
+        self.plan.count_capped(cap)
+    }
+
+    /// Each part's newest `reach` matches as `id`, `created_at` and the `by` columns (for
+    /// [`crate::newest_groups::of_rows`]): a backward walk of each index range, no record read.
+    pub fn newest_rows(&self, reach: u64) -> (String, Vec<Param>) {
+        let (sql, p) = self
+            .plan
+            .parts_of(&format!("id, created_at, {}", self.list));
+        let sql = sql
+            .iter()
+            .map(|s| format!("SELECT * FROM ({s} ORDER BY id DESC LIMIT {reach}) AS p"))
+            .collect::<Vec<_>>()
+            .join(" UNION ALL ");
+        (sql, p.concat())
+    }
+
     /// Per group: the `by` columns, `COUNT(*)`, `MIN(created_at)`, `MAX(created_at)` and
     /// `MAX(id)` (the record whose message is the group's sample, [`crate::group_sample`]).
     pub fn groups(&self) -> (String, Vec<Param>) {

@@ -186,6 +186,25 @@ fn by_ids(
 }
 
 /// The groups of `rows` (newest first): all of them when at most `cap`, else the first `cap`.
+/// The groups of the newest `cap` rows of `sql` (selecting `id`, `created_at` and the `n` `by`
+/// columns, rows in any order, at least the newest `cap + 1` of the matches when more match):
+/// for a header term over its count's cap, the rows of its index range
+/// (`header_groups::Groups::newest_rows`).
+pub fn of_rows(
+    c: &mut dyn Conn,
+    sql: &str,
+    params: &[crate::sql::Param],
+    n: usize,
+    cap: u64,
+) -> Result<Newest, ArchiveError> {
+    let rows: Vec<Row> = c.query(sql, params)?.iter().map(|r| row_of(r, n)).collect();
+    Ok(group_rows(
+        newest_first(rows, cap.saturating_add(1)),
+        n,
+        cap,
+    ))
+}
+
 fn group_rows(mut rows: Vec<Row>, n: usize, cap: u64) -> Newest {
     let relation = if rows.len() as u64 > cap {
         rows.truncate(usize::try_from(cap).unwrap_or(usize::MAX));

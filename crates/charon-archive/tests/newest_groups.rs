@@ -61,7 +61,11 @@ const FILTERS: &[&[(&str, &str)]] = &[
     &[("body", "body")],
     &[("body", "body-3"), ("status", "SKIPPED")],
     &[("error", "cause"), ("body", "body-1")],
-    // No text term: never capped.
+    // A header term without a text term (lead, stop 42): exact up to ten times the cap, else
+    // the newest `cap` matches from the header's index rows.
+    &[("header.x-h", "v0")],
+    &[("header.x-h", "v1"), ("status", "PENDING")],
+    // No text or header term: never capped.
     &[("status", "PENDING")],
 ];
 
@@ -166,6 +170,7 @@ fn assert_groups(
     let rows = plain_rows(c, &f, &cols);
     let n = rows.len() as u64;
     let capped = pairs.iter().any(|(k, _)| *k == "error" || *k == "body");
+    let header = !capped && pairs.iter().any(|(k, _)| k.starts_with("header."));
     let what = format!("{pairs:?} by {by:?} ({when}, {n} matches)");
     // Without a cap: every match, exactly.
     let have = ops::groups_capped(c, by, &f, None).expect("groups");
@@ -176,8 +181,19 @@ fn assert_groups(
     );
     let mut caps = caps.to_vec();
     caps.extend([n, n.saturating_sub(1)]);
+    // A header filter's edge: ten times these is at and just under its count.
+    caps.extend([n / 10, (n / 10).saturating_sub(1)]);
     for cap in caps {
         let have = ops::groups_capped(c, by, &f, Some(cap)).expect("groups");
+        if header {
+            let want = if n > cap * charon_archive::total_cap::HEADER_FACTOR {
+                plain_groups(&cols, &rows[..cap.min(n) as usize], "gte")
+            } else {
+                plain_groups(&cols, &rows, "eq")
+            };
+            assert_eq!(have, want, "header groups at cap {cap} {what}");
+            continue;
+        }
         if !capped {
             assert_eq!(
                 unsampled(&have),
