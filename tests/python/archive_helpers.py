@@ -171,6 +171,17 @@ def take_bodies(broker, queue, vhost=None):
             bodies.append(body)
 
 
+def ctl_ok(b, *args):
+    """`charon ctl` against broker `b` as alice (the test config's administrator); its stdout,
+    asserting it succeeded."""
+    r = subprocess.run(
+        [conftest.find_binary(), "ctl", "--url", f"http://127.0.0.1:{b.http_port}",
+         "--username", "alice", "--password", "secret", *args],
+        capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, (args, r.stdout, r.stderr)
+    return r.stdout
+
+
 @pytest.fixture
 def plain_node(tmp_path, request):
     """A broker on the archive backend `request.param` (indirect parametrization)."""

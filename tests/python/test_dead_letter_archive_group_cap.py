@@ -6,13 +6,11 @@ match; any other `exact_total` is a 400. `charon ctl dlq groups` shows a lower b
 10,050 dead letters archived with pika (one in seven then skipped, so that groups differ), read
 with requests, expected groups computed from the records themselves; SQLite and PostgreSQL."""
 
-import subprocess
 
 import pika
 import pytest
 
-import conftest
-from archive_helpers import Api, plain_node  # noqa: F401 (fixture)
+from archive_helpers import Api, ctl_ok as ctl, plain_node  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.charon_only
 
@@ -28,15 +26,6 @@ def publish(b):
             ch.basic_publish("", "gcap-q", b"payload %d" % i, pika.BasicProperties(
                 delivery_mode=2, message_id=f"m-{i}",
                 headers={"x-exception-message": f"order {i} failed: cause {i % 3}"}))
-
-
-def ctl(b, *args):
-    r = subprocess.run(
-        [conftest.find_binary(), "ctl", "--url", f"http://127.0.0.1:{b.http_port}",
-         "--username", "alice", "--password", "secret", *args],
-        capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, (args, r.stdout, r.stderr)
-    return r.stdout
 
 
 def all_records(api):

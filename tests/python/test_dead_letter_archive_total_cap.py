@@ -5,13 +5,11 @@ under it the exact count with `"eq"`; every other list answers `"eq"` and its ex
 page, a page past the 10,000th match, other sorts), and `charon ctl dlq list` shows "10000+".
 10,050 dead letters archived with pika, read with requests, on SQLite and on a real PostgreSQL."""
 
-import subprocess
 
 import pika
 import pytest
 
-import conftest
-from archive_helpers import Api, plain_node  # noqa: F401 (fixture)
+from archive_helpers import Api, ctl_ok as ctl, plain_node  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.charon_only
 
@@ -27,15 +25,6 @@ def publish(b):
             err = f"order {i} failed: rare case" if i % RARE == 0 else f"order {i} failed: cause {i % 3}"
             ch.basic_publish("", "cap-q", b"payload %d" % i, pika.BasicProperties(
                 delivery_mode=2, message_id=f"m-{i}", headers={"x-exception-message": err}))
-
-
-def ctl(b, *args):
-    r = subprocess.run(
-        [conftest.find_binary(), "ctl", "--url", f"http://127.0.0.1:{b.http_port}",
-         "--username", "alice", "--password", "secret", *args],
-        capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, (args, r.stdout, r.stderr)
-    return r.stdout
 
 
 def ids(body):

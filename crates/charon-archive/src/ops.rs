@@ -283,7 +283,11 @@ pub fn list_capped(
     // header's index range alone (a top-N over the range; before, PostgreSQL sorted the records
     // of every match: `header.x-first-death-queue=orders-7&sort=-created_at` 168 ms over 1M).
     let page_ids = match (page_ids, crate::header_columns::row_sort(&order)) {
-        (None, Some(col)) => crate::header_columns::sort_plan(c, f)?.map(|p| p.sorted_ids(col)),
+        (None, Some(col)) => match &header_columns {
+            Some(hc) => Some(hc.sorted_ids(col)),
+            // A header term alone: migration 9's plan counted it; the rows' plan sorts it.
+            None => crate::header_columns::sort_plan(c, f)?.map(|p| p.sorted_ids(col)),
+        },
         (other, _) => other,
     };
     // An `error` or header term with terms of the copy's columns in id order: from the copy.

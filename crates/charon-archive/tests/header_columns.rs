@@ -148,14 +148,7 @@ fn upgraded(url: &str, mut old: Box<dyn Conn>) -> Archive {
     drop(old);
     let a = Archive::open(url).expect("open v22");
     a.with(|c| {
-        let v = c
-            .query(
-                "SELECT COUNT(*) FROM archive_migrations WHERE version = 22",
-                &[],
-            )
-            .expect("version")[0][0]
-            .int();
-        assert_eq!(v, 1, "version 22 applied");
+        copy_scenario::assert_applied(c, 22);
         let n = c
             .query(
                 "SELECT COUNT(DISTINCT id) FROM dead_letter_search_header WHERE status = 'SKIPPED' AND id <= 250",

@@ -232,14 +232,7 @@ fn upgraded(url: &str, mut old: Box<dyn Conn>) -> Archive {
     drop(old);
     let a = Archive::open(url).expect("open v24");
     a.with(|c| {
-        let v = c
-            .query(
-                "SELECT COUNT(*) FROM archive_migrations WHERE version = 24",
-                &[],
-            )
-            .expect("version")[0][0]
-            .int();
-        assert_eq!(v, 1, "version 24 applied");
+        copy_scenario::assert_applied(c, 24);
         let r = c
             .query(
                 "SELECT COUNT(*), COUNT(h.created_at) FROM dead_letter_search_header AS h \
@@ -256,17 +249,7 @@ fn upgraded(url: &str, mut old: Box<dyn Conn>) -> Archive {
             .int();
         assert!(all > 0, "header rows");
         assert_eq!(r[0][0].int(), all, "the upgrade copied created_at");
-        if c.dialect() == charon_archive::sql::Dialect::Postgres {
-            // the copied table is vacuumed by the opener: its index-only scans need no heap
-            let vis = c
-                .query(
-                    "SELECT relallvisible FROM pg_class WHERE relname = 'dead_letter_search_header'",
-                    &[],
-                )
-                .expect("relallvisible")[0][0]
-                .int();
-            assert!(vis > 0, "the copied header table has a visibility map after the upgrade");
-        }
+        copy_scenario::assert_header_vacuumed(c);
     });
     a
 }

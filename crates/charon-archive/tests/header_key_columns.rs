@@ -233,14 +233,7 @@ fn upgraded(url: &str, mut old: Box<dyn Conn>) -> Archive {
     drop(old);
     let a = Archive::open(url).expect("open v25");
     a.with(|c| {
-        let v = c
-            .query(
-                "SELECT COUNT(*) FROM archive_migrations WHERE version = 25",
-                &[],
-            )
-            .expect("version")[0][0]
-            .int();
-        assert_eq!(v, 1, "version 25 applied");
+        copy_scenario::assert_applied(c, 25);
         let all = c
             .query(
                 "SELECT COUNT(*) FROM dead_letter_search_header WHERE id <= 200",
@@ -265,17 +258,7 @@ fn upgraded(url: &str, mut old: Box<dyn Conn>) -> Archive {
             .expect("copied")[0][0]
             .int();
         assert_eq!(n, all, "the upgrade copied the added columns");
-        if c.dialect() == charon_archive::sql::Dialect::Postgres {
-            // the copied table is vacuumed by the opener (migration 25 is one of its copies)
-            let vis = c
-                .query(
-                    "SELECT relallvisible FROM pg_class WHERE relname = 'dead_letter_search_header'",
-                    &[],
-                )
-                .expect("relallvisible")[0][0]
-                .int();
-            assert!(vis > 0, "the copied header table is vacuumed after the upgrade");
-        }
+        copy_scenario::assert_header_vacuumed(c);
     });
     a
 }

@@ -103,3 +103,36 @@ pub(crate) fn header_pkey_def(c: &mut dyn Conn) -> String {
         .expect("pkey");
     r[0][0].opt_text().unwrap_or_default()
 }
+
+/// The upgrade applied migration `version` (its row in `archive_migrations`).
+#[allow(dead_code)] // only the upgrade tests (header_columns, header_groups, header_key_columns)
+pub(crate) fn assert_applied(c: &mut dyn Conn, version: i64) {
+    let v = c
+        .query(
+            "SELECT COUNT(*) FROM archive_migrations WHERE version = ?",
+            &[version.into()],
+        )
+        .expect("version")[0][0]
+        .int();
+    assert_eq!(v, 1, "version {version} applied");
+}
+
+/// PostgreSQL: the header table a migration copied is vacuumed by the opener (its index-only
+/// scans need no heap right after the upgrade). Nothing on SQLite.
+#[allow(dead_code)] // only the header tables' upgrade tests
+pub(crate) fn assert_header_vacuumed(c: &mut dyn Conn) {
+    if c.dialect() != charon_archive::sql::Dialect::Postgres {
+        return;
+    }
+    let vis = c
+        .query(
+            "SELECT relallvisible FROM pg_class WHERE relname = 'dead_letter_search_header'",
+            &[],
+        )
+        .expect("relallvisible")[0][0]
+        .int();
+    assert!(
+        vis > 0,
+        "the copied header table has a visibility map after the upgrade"
+    );
+}
