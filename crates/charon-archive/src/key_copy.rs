@@ -301,6 +301,19 @@ impl Split {
         )
     }
 
+    /// Every match as `(id, created_at)` rows, the copy's and the records above the watermark,
+    /// at most `limit` of them (`crate::rare_time_page`).
+    pub fn times(&self, limit: u64) -> (String, Vec<Param>) {
+        (
+            format!(
+                "{}SELECT id, created_at FROM (SELECT e.id, e.created_at FROM dead_letter_error_text AS e WHERE {} \
+                 UNION ALL SELECT id, created_at FROM r WHERE {}) AS u LIMIT {limit}",
+                self.above, self.copy, self.rest
+            ),
+            self.params(),
+        )
+    }
+
     /// `/groups` of the newest matches (`crate::newest_groups`): `id`, `created_at` and the
     /// `cols` (all in the copy; none: ids and times only) of the newest `reach` matches on each
     /// side — the

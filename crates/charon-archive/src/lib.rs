@@ -65,6 +65,7 @@ pub mod pg_partial;
 mod plan_stats;
 pub mod postgres;
 pub mod range_count;
+pub mod rare_time_page;
 pub mod rare_trigrams;
 pub mod record;
 pub mod schema;

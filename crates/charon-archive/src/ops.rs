@@ -132,6 +132,23 @@ pub fn list_capped(
             return Ok((walked_page(c, ids, offset, &order)?, total));
         }
     }
+    // A page sorted by time of an `error` needle too rare for a walk to reach the page: the
+    // count and the page from one read of its matches on the copy (`rare_time_page`).
+    if let (true, Some(s), Some(w)) = (order.starts_with("created_at "), &split, walk.as_mut())
+        && w.on_copy()
+        && !w.promising(c, early_reach)?
+        && estimate(c, w)? <= crate::rare_time_page::MOST
+        && let Some((ids, n)) =
+            crate::rare_time_page::page(c, s, order.starts_with("created_at DESC"), early_reach)?
+    {
+        let n = i64::try_from(n).unwrap_or(i64::MAX);
+        let total = match cap {
+            Some(cap) => Total::from_capped(n, cap),
+            None => Total::exact(n),
+        };
+        let offset = page.saturating_sub(1).saturating_mul(page_size);
+        return Ok((walked_page(c, ids, offset, &order)?, total));
+    }
     let walked_over = match (cap, &mut walk) {
         (Some(cap), Some(w)) => w.promising(c, cap.saturating_add(1))? && w.count_over(c, cap)?,
         _ => false,
@@ -199,16 +216,9 @@ pub fn list_capped(
     // one record of ten over 1M: ~100,000, as the exact count was), so that the cap does not
     // turn e.g. SQLite's walk of `dead_letters_created` into a sort of every match.
     let total = match (counted.relation, walk.as_mut()) {
-        (crate::total_cap::Relation::Gte, Some(w)) => {
-            let share = i64::try_from(w.probe(c)?).unwrap_or(0);
-            let all = count(
-                c,
-                "SELECT CAST(COALESCE(SUM(records), 0) AS BIGINT) FROM dead_letter_groups",
-                &[],
-            )?;
-            let probe = i64::try_from(crate::text_walk::PROBE).unwrap_or(1);
-            counted.count.max(all.saturating_mul(share) / probe)
-        }
+        (crate::total_cap::Relation::Gte, Some(w)) => counted
+            .count
+            .max(i64::try_from(estimate(c, w)?).unwrap_or(i64::MAX)),
         _ => counted.count,
     };
 
@@ -465,6 +475,17 @@ pub(crate) fn walk_source(
     }
     let (cond, p) = f.to_sql_checks_only(d)?;
     Ok(Some(Source::records(d, cond, p)))
+}
+
+/// How many records a walk's filter matches, estimated from its probe's share of all records.
+fn estimate(c: &mut dyn Conn, w: &mut crate::text_walk::Source) -> Result<u64, ArchiveError> {
+    let share = w.probe(c)?;
+    let all = count(
+        c,
+        "SELECT CAST(COALESCE(SUM(records), 0) AS BIGINT) FROM dead_letter_groups",
+        &[],
+    )?;
+    Ok(u64::try_from(all).unwrap_or(0).saturating_mul(share) / crate::text_walk::PROBE)
 }
 
 /// The records of a page a walk found: its first `reach` ids in `order`, of which the page is
