@@ -34,12 +34,12 @@ fn rec(i: usize) -> NewRecord {
     if i.is_multiple_of(13) {
         t += 86_400_000;
     }
-    let cause = if i >= 600 && i < 1_000 && i.is_multiple_of(8) || i >= 1_000 && i.is_multiple_of(3)
-    {
-        "rare thing".to_string()
-    } else {
-        format!("cause {}", i % 3)
-    };
+    let cause =
+        if (600..1_000).contains(&i) && i.is_multiple_of(8) || i >= 1_000 && i.is_multiple_of(3) {
+            "rare thing".to_string()
+        } else {
+            format!("cause {}", i % 3)
+        };
     NewRecord {
         stable_key: format!("rt:{i}"),
         vhost: if i % 5 == 3 { "other" } else { "/" }.into(),
