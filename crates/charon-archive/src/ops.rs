@@ -132,12 +132,20 @@ pub fn list_capped(
             return Ok((walked_page(c, ids, offset, &order)?, total));
         }
     }
-    // A page sorted by time of an `error` needle too rare for a walk to reach the page: the
-    // count and the page from one read of its matches on the copy (`rare_time_page`).
-    if let (true, Some(s), Some(w)) = (order.starts_with("created_at "), &split, walk.as_mut())
-        && w.on_copy()
-        && !w.promising(c, early_reach)?
-        && estimate(c, w)? <= crate::rare_time_page::MOST
+    // A page sorted by time of an `error` needle too rare for a walk to count it: the count
+    // and the page from one read of its matches on the copy (`rare_time_page`), instead of the
+    // count's read of the same matches and then a walk or a sort for the page.
+    let rare = match (order.starts_with("created_at "), walk.as_mut()) {
+        (true, Some(w)) if w.on_copy() => {
+            estimate(c, w)? <= crate::rare_time_page::MOST
+                && !match cap {
+                    Some(cap) => w.promising(c, cap.saturating_add(1))?,
+                    None => false,
+                }
+        }
+        _ => false,
+    };
+    if let (true, Some(s)) = (rare, &split)
         && let Some((ids, n)) =
             crate::rare_time_page::page(c, s, order.starts_with("created_at DESC"), early_reach)?
     {
