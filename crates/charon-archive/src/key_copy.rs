@@ -181,6 +181,16 @@ pub fn answers(f: &Filter) -> bool {
         })
 }
 
+/// Whether `f` has a vhost limit and every term of it reads a column the copy holds (no text,
+/// header or time term): a page of it in id order can walk the copy's rows instead of the
+/// records.
+pub fn holds_terms(f: &Filter) -> bool {
+    f.vhosts.is_some()
+        && f.terms
+            .keys()
+            .all(|k| KEY_COLUMNS.contains(&k.as_str()) && k != "created_at")
+}
+
 /// Whether every column of `cols` is in the copy.
 pub fn holds(cols: &[String]) -> bool {
     cols.iter().all(|c| KEY_COLUMNS.contains(&c.as_str()))
