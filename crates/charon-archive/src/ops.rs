@@ -229,6 +229,11 @@ pub fn list_capped(
     // A `body` term, or one `error` term, in id order whose needle matches a large share of the
     // records: the newest (or oldest) rows walked, when the walk finds the page within its
     // budget (`text_walk`; an `error` term's on the copy, with the records above the watermark).
+    // Sorted by a group key, key terms only: the values walked in order from the summary, each
+    // value's records in id order (`key_sort`), instead of sorting every match.
+    if let Some(ids) = crate::key_sort::page_ids(c, f, &cond, &params, &order, offset, page_size)? {
+        return Ok((walked_page(c, ids, 0, &order)?, counted));
+    }
     let text_page = f.terms.contains_key("body") || f.error_only().is_some();
     if let (true, Some(w)) = (by_id && text_page, &mut walk)
         && w.promising(c, reach)?
@@ -294,6 +299,14 @@ pub fn list_capped(
     let page_ids = match page_ids {
         None if by_id => split.as_ref().map(|s| s.page_ids(desc, reach)),
         other => other,
+    };
+    // An `error` term (with terms of the copy's columns) sorted by a group key the copy holds:
+    // the copy's matches sorted by it, each match's narrow row read instead of its record (s9a).
+    let page_ids = match (page_ids, crate::key_sort::key_order(&order)) {
+        (None, Some((col, dir))) if crate::key_copy::holds(&[col.to_string()]) => split
+            .as_ref()
+            .map(|s| s.page_ids_sorted(d, col, dir == "DESC", reach)),
+        (other, _) => other,
     };
     // A time range with exact group-key terms in id order: ids from the group index's ranges.
     let page_ids = match page_ids {
