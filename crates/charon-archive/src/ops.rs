@@ -335,6 +335,46 @@ pub fn list_capped(
     // Sorted by a column almost every record holds at its insert value (`replay_count`,
     // `last_replayed_at`, `death_count`, `updated_at`): migration 11's partial index merged with
     // the other records in id (or created_at) order, instead of sorting every match.
+    // A header term (with terms of its rows' columns) sorted so: the common records from the
+    // header's plan in their order, only the first `reach` plus the rare matches tested (s9a).
+    let header_rows = match (&header_columns, crate::sparse_sort::is_sparse(&order)) {
+        (None, true) => crate::header_columns::sort_plan(c, f)?,
+        _ => None,
+    };
+    if let Some(hc) = header_columns.as_ref().or(header_rows.as_ref()) {
+        let driver = |col: &str, desc: bool, n: u64| -> Option<(String, Vec<Param>)> {
+            let dir = if desc { "DESC" } else { "ASC" };
+            match col {
+                "id" => Some(match header {
+                    Some((name, value, wm)) => {
+                        header_index::page_ids_at(d, name, value, wm, desc, n)?
+                    }
+                    None => hc.page_ids(desc, n),
+                }),
+                "created_at" => {
+                    let (s, p) = hc.sorted_ids("created_at");
+                    Some((
+                        format!(
+                            "SELECT id FROM ({s}) AS m ORDER BY created_at {dir}, id {dir} LIMIT {n}"
+                        ),
+                        p,
+                    ))
+                }
+                _ => None,
+            }
+        };
+        let (checks, checks_params) = f.to_sql_checks_only(d)?;
+        if let Some((ids, p)) = crate::sparse_sort::driven_ids_query(
+            c,
+            (&checks, &checks_params),
+            &order,
+            offset,
+            page_size,
+            &driver,
+        )? {
+            return Ok((records_in_order(c, &ids, &p, &order)?, counted));
+        }
+    }
     if let Some((ids, p)) =
         crate::sparse_sort::ids_query(c, &cond, &params, &order, total, ranged, offset, page_size)?
     {
