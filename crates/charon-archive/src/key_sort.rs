@@ -60,6 +60,37 @@ fn values(
         .collect())
 }
 
+/// `order` itself, or `id dir` when it sorts by a group key that every record matching `f`'s
+/// key terms and vhost limit holds at one and the same value (the summary lists one value, or
+/// none): the order is then the `id` tie-break alone, and any filter (a text, header or time
+/// term too) takes its plans for an `id` sort (`body=…&sort=vhost` over one vhost: the id
+/// walk instead of a sort of every match, 1.5 s over 1M records).
+pub fn constant_key_order(
+    c: &mut dyn Conn,
+    f: &Filter,
+    order: &str,
+) -> Result<String, ArchiveError> {
+    let Some((col, dir)) = key_order(order) else {
+        return Ok(order.to_string());
+    };
+    let mut keys = f.clone();
+    keys.terms
+        .retain(|k, _| crate::summary::KEY_COLUMNS.contains(&k.as_str()));
+    let (cond, params) = keys.to_sql(c.dialect())?;
+    let rows = c.query(
+        &format!(
+            "SELECT {col} FROM dead_letter_groups WHERE {cond} GROUP BY {col} \
+             HAVING SUM(records) > 0 LIMIT 2"
+        ),
+        &params,
+    )?;
+    Ok(if rows.len() <= 1 {
+        format!("id {dir}")
+    } else {
+        order.to_string()
+    })
+}
+
 /// The ids of the page (`offset`, `page_size`) of the records matching `f` (`cond`, `params`:
 /// its condition) in `order`, in that order, when `order` sorts by a group key and the summary
 /// counts `f` exactly; `None` otherwise (another plan answers).

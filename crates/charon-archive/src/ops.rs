@@ -102,7 +102,8 @@ pub fn list_capped(
         None
     };
     let error_fts = error_fts.filter(|_| f.error_only().is_some());
-    let order = order_by(sort)?;
+    // Sorted by a group key all matches share (the summary's one value): the id order (s9a).
+    let order = crate::key_sort::constant_key_order(c, f, &order_by(sort)?)?;
     // One `header.NAME=value` term: counted and paged from the exact header index (migration 9).
     let d = c.dialect();
     let header = match f.header_only() {

@@ -112,6 +112,9 @@ fn error_filters() -> Vec<Filter> {
         f(&[("error", "order 1")]),
         f(&[("error", "cause 2"), ("status", "PENDING")]),
         f(&[("error", "cause 0")]).within(Some(vec!["/".into()])),
+        // The sorted column one value under the key terms (`queue`, `vhost`): the id order.
+        f(&[("error", "cause 1"), ("queue", "dlq-1")]),
+        f(&[("body", "body")]).within(Some(vec!["v2".into()])),
     ]
 }
 
