@@ -156,6 +156,10 @@ pub fn ids_query(
     Ok(Some((sql, both)))
 }
 
+/// A statement selecting a filter's first matches in an order, for [`driven_ids_query`]:
+/// `(order column, descending, how many)` → the SQL and its parameters, or `None`.
+pub type Driver<'a> = &'a dyn Fn(&str, bool, u64) -> Option<(String, Vec<Param>)>;
+
 /// Most rare matches [`driven_ids_query`] takes (beyond, the plan of [`ids_query`] answers).
 pub const DRIVEN_RARE: u64 = 10_000;
 
@@ -179,7 +183,7 @@ pub fn driven_ids_query(
     order: &str,
     offset: u64,
     page_size: u64,
-    driver: &dyn Fn(&str, bool, u64) -> Option<(String, Vec<Param>)>,
+    driver: Driver<'_>,
 ) -> Result<Option<(String, Vec<Param>)>, ArchiveError> {
     let mut words = order.split_whitespace();
     let (Some(column), Some(dir)) = (words.next(), words.next()) else {

@@ -38,11 +38,13 @@ fn rec(i: usize) -> NewRecord {
         vhost: if i % 5 == 1 { "v2".into() } else { "/".into() },
         queue: format!("dlq-{}", i % 3),
         // Runs of one value (i / 40), so a value's records are many pages long, and NULLs.
-        original_queue: (i % 9 != 0).then(|| ["q1", "Q2", "q10", "q3"][(i / 40) % 4].to_string()),
-        original_exchange: (i % 11 != 0).then(|| format!("x{}", i % 2)),
-        reason: (i % 13 != 0).then(|| ["rejected", "expired", "maxlen"][i % 3].to_string()),
-        error_fingerprint: (i % 6 != 0).then(|| format!("f{}", i % 4)),
-        content_type: (i % 4 != 0).then(|| format!("a/{}", i % 3)),
+        original_queue: (!i.is_multiple_of(9))
+            .then(|| ["q1", "Q2", "q10", "q3"][(i / 40) % 4].to_string()),
+        original_exchange: (!i.is_multiple_of(11)).then(|| format!("x{}", i % 2)),
+        reason: (!i.is_multiple_of(13))
+            .then(|| ["rejected", "expired", "maxlen"][i % 3].to_string()),
+        error_fingerprint: (!i.is_multiple_of(6)).then(|| format!("f{}", i % 4)),
+        content_type: (!i.is_multiple_of(4)).then(|| format!("a/{}", i % 3)),
         error_message: Some(format!("order {i} failed: cause {}", i % 3)),
         headers: format!("{{\"h\":\"v{}\"}}", i % 2),
         death_count: if i % 11 == 5 { 2 } else { 1 },
