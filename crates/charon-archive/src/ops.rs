@@ -376,6 +376,25 @@ pub fn list_capped(
             return Ok((records_in_order(c, &ids, &p, &order)?, counted));
         }
     }
+    // An `error` filter the copy answers sorted so: the copy's matches in id order drive the
+    // common part the same way (s9a). (By `updated_at`, the copy's matches sorted by its
+    // `created_at` measured no better than the plan below: every match is read either way.)
+    if let (Some(s), true) = (&split, crate::sparse_sort::is_sparse(&order)) {
+        let driver = |col: &str, desc: bool, n: u64| -> Option<(String, Vec<Param>)> {
+            (col == "id").then(|| s.page_ids(desc, n))
+        };
+        let (checks, checks_params) = f.to_sql_checks_only(d)?;
+        if let Some((ids, p)) = crate::sparse_sort::driven_ids_query(
+            c,
+            (&checks, &checks_params),
+            &order,
+            offset,
+            page_size,
+            &driver,
+        )? {
+            return Ok((records_in_order(c, &ids, &p, &order)?, counted));
+        }
+    }
     if let Some((ids, p)) =
         crate::sparse_sort::ids_query(c, &cond, &params, &order, total, ranged, offset, page_size)?
     {

@@ -188,7 +188,7 @@ fn scenario(a: &Archive) {
         for f in error_filters() {
             assert_key_sorts(c, &f, "indexed");
         }
-        for f in header_filters() {
+        for f in header_filters().into_iter().chain(error_filters()) {
             assert_sparse_sorts(c, &f, "indexed");
         }
     });
@@ -201,7 +201,7 @@ fn scenario(a: &Archive) {
         for f in filters() {
             assert_value_walk(c, &f, "a burst");
         }
-        for f in header_filters() {
+        for f in header_filters().into_iter().chain(error_filters()) {
             assert_sparse_sorts(c, &f, "a burst above the watermark");
         }
     });
