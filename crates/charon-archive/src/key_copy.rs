@@ -324,6 +324,36 @@ impl Split {
         )
     }
 
+    /// The ids of one page sorted by `col` (a column the copy holds; `desc`: `col DESC, id
+    /// DESC`) as `(id, col)` rows: the first `reach` matches of the copy by the copy's `col` and
+    /// the first `reach` of the records above the watermark, for the caller to order and page
+    /// (branch `s9a`: each match's narrow copy row read for its column, not its record).
+    pub fn page_ids_sorted(
+        &self,
+        d: Dialect,
+        col: &str,
+        desc: bool,
+        reach: u64,
+    ) -> (String, Vec<Param>) {
+        let dir = if desc { "DESC" } else { "ASC" };
+        // The records above the watermark sorted without the column's index: by an index on
+        // it, SQLite would walk every record of its values for the few past the watermark.
+        let rest_col = match d {
+            Dialect::Sqlite => format!("+{col}"),
+            Dialect::Postgres => col.to_string(),
+        };
+        (
+            format!(
+                "{}SELECT id, {col} FROM (SELECT e.id, e.{col} FROM dead_letter_error_text AS e WHERE {} \
+                 ORDER BY e.{col} {dir}, e.id {dir} LIMIT {reach}) AS p \
+                 UNION ALL SELECT id, {col} FROM (SELECT id, {col} FROM r WHERE {} \
+                 ORDER BY {rest_col} {dir}, id {dir} LIMIT {reach}) AS q",
+                self.above, self.copy, self.rest
+            ),
+            self.params(),
+        )
+    }
+
     /// `/groups` of the newest matches (`crate::newest_groups`): `id`, `created_at` and the
     /// `cols` (all in the copy; none: ids and times only) of the newest `reach` matches on each
     /// side — the

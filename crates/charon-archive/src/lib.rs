@@ -54,6 +54,7 @@ pub mod ingest;
 pub mod jobs;
 pub mod json;
 pub mod key_copy;
+pub mod key_sort;
 pub mod newest_groups;
 mod onepass;
 pub mod ops;

@@ -102,7 +102,8 @@ pub fn list_capped(
         None
     };
     let error_fts = error_fts.filter(|_| f.error_only().is_some());
-    let order = order_by(sort)?;
+    // Sorted by a group key all matches share (the summary's one value): the id order (s9a).
+    let order = crate::key_sort::constant_key_order(c, f, &order_by(sort)?)?;
     // One `header.NAME=value` term: counted and paged from the exact header index (migration 9).
     let d = c.dialect();
     let header = match f.header_only() {
@@ -247,6 +248,11 @@ pub fn list_capped(
     // A `body` term, or one `error` term, in id order whose needle matches a large share of the
     // records: the newest (or oldest) rows walked, when the walk finds the page within its
     // budget (`text_walk`; an `error` term's on the copy, with the records above the watermark).
+    // Sorted by a group key, key terms only: the values walked in order from the summary, each
+    // value's records in id order (`key_sort`), instead of sorting every match.
+    if let Some(ids) = crate::key_sort::page_ids(c, f, &cond, &params, &order, offset, page_size)? {
+        return Ok((walked_page(c, ids, 0, &order)?, counted));
+    }
     let text_page = f.terms.contains_key("body") || f.error_only().is_some();
     if let (true, Some(w)) = (by_id && text_page, &mut walk)
         && w.promising(c, reach)?
@@ -322,6 +328,14 @@ pub fn list_capped(
         }
         other => other,
     };
+    // An `error` term (with terms of the copy's columns) sorted by a group key the copy holds:
+    // the copy's matches sorted by it, each match's narrow row read instead of its record (s9a).
+    let page_ids = match (page_ids, crate::key_sort::key_order(&order)) {
+        (None, Some((col, dir))) if crate::key_copy::holds(&[col.to_string()]) => split
+            .as_ref()
+            .map(|s| s.page_ids_sorted(d, col, dir == "DESC", reach)),
+        (other, _) => other,
+    };
     // A time range with exact group-key terms in id order: ids from the group index's ranges.
     let page_ids = match page_ids {
         None if by_id => crate::range_count::ids_query(c, f, desc, reach)?,
@@ -349,6 +363,65 @@ pub fn list_capped(
     // Sorted by a column almost every record holds at its insert value (`replay_count`,
     // `last_replayed_at`, `death_count`, `updated_at`): migration 11's partial index merged with
     // the other records in id (or created_at) order, instead of sorting every match.
+    // A header term (with terms of its rows' columns) sorted so: the common records from the
+    // header's plan in their order, only the first `reach` plus the rare matches tested (s9a).
+    let header_rows = match (&header_columns, crate::sparse_sort::is_sparse(&order)) {
+        (None, true) => crate::header_columns::sort_plan(c, f)?,
+        _ => None,
+    };
+    if let Some(hc) = header_columns.as_ref().or(header_rows.as_ref()) {
+        let driver = |col: &str, desc: bool, n: u64| -> Option<(String, Vec<Param>)> {
+            let dir = if desc { "DESC" } else { "ASC" };
+            match col {
+                "id" => Some(match header {
+                    Some((name, value, wm)) => {
+                        header_index::page_ids_at(d, name, value, wm, desc, n)?
+                    }
+                    None => hc.page_ids(desc, n),
+                }),
+                "created_at" => {
+                    let (s, p) = hc.sorted_ids("created_at");
+                    Some((
+                        format!(
+                            "SELECT id FROM ({s}) AS m ORDER BY created_at {dir}, id {dir} LIMIT {n}"
+                        ),
+                        p,
+                    ))
+                }
+                _ => None,
+            }
+        };
+        let (checks, checks_params) = f.to_sql_checks_only(d)?;
+        if let Some((ids, p)) = crate::sparse_sort::driven_ids_query(
+            c,
+            (&checks, &checks_params),
+            &order,
+            offset,
+            page_size,
+            &driver,
+        )? {
+            return Ok((records_in_order(c, &ids, &p, &order)?, counted));
+        }
+    }
+    // An `error` filter the copy answers sorted so: the copy's matches in id order drive the
+    // common part the same way (s9a). (By `updated_at`, the copy's matches sorted by its
+    // `created_at` measured no better than the plan below: every match is read either way.)
+    if let (Some(s), true) = (&split, crate::sparse_sort::is_sparse(&order)) {
+        let driver = |col: &str, desc: bool, n: u64| -> Option<(String, Vec<Param>)> {
+            (col == "id").then(|| s.page_ids(desc, n))
+        };
+        let (checks, checks_params) = f.to_sql_checks_only(d)?;
+        if let Some((ids, p)) = crate::sparse_sort::driven_ids_query(
+            c,
+            (&checks, &checks_params),
+            &order,
+            offset,
+            page_size,
+            &driver,
+        )? {
+            return Ok((records_in_order(c, &ids, &p, &order)?, counted));
+        }
+    }
     if let Some((ids, p)) =
         crate::sparse_sort::ids_query(c, &cond, &params, &order, total, ranged, offset, page_size)?
     {
