@@ -12,7 +12,8 @@
 //! Here the **driving set** is the records of one other term, read in id order from its index
 //! alone — a header term's exact index range (`crate::header_index`), a time range's
 //! `dead_letters_created`, or a key column's `(X, id)` index (PostgreSQL: `queue`,
-//! `original_queue`, `error_fingerprint`, `status`, `reason`; SQLite: `queue`) — its first
+//! `original_queue`, `error_fingerprint`, `status`, `reason`; SQLite: `queue`, `reason`, `status`)
+//! — its first
 //! [`budget`] + 1 ids. Those ids are checked in growing chunks against the whole filter but the
 //! driving term (an `error` needle on the narrow copy of the error texts, `crate::error_text`,
 //! for the records at or below the search watermark; every other record on `dead_letters`),
@@ -61,7 +62,9 @@ enum Driver {
 }
 
 /// The key columns with an index in id order per value: PostgreSQL's `(X, id)` indexes
-/// (migrations 5, 16, 18 and `dead_letters_reason`), SQLite's `(queue, id)`.
+/// (migrations 5, 16, 18 and `dead_letters_reason`), SQLite's `(queue, id)`, `(reason, id)` and
+/// `(status, id)` (its `original_queue` and `error_fingerprint` indexes hold the status before
+/// the id: their ids in order would be sorted from every entry of the value).
 fn keyed(d: Dialect) -> &'static [&'static str] {
     match d {
         Dialect::Postgres => &[
@@ -71,7 +74,7 @@ fn keyed(d: Dialect) -> &'static [&'static str] {
             "reason",
             "status",
         ],
-        Dialect::Sqlite => &["queue"],
+        Dialect::Sqlite => &["queue", "reason", "status"],
     }
 }
 
@@ -124,11 +127,40 @@ pub fn first_rows(
     need: u64,
     cols: &[&str],
 ) -> Result<Option<Vec<Vec<Cell>>>, ArchiveError> {
+    let budget = budget(c.dialect());
+    first_rows_within(c, f, desc, need, cols, budget)
+}
+
+/// [`first_matches`] with another budget (tests of the driving set's bound).
+#[doc(hidden)]
+pub fn first_matches_within(
+    c: &mut dyn Conn,
+    f: &Filter,
+    desc: bool,
+    need: u64,
+    budget: u64,
+) -> Result<Option<Vec<i64>>, ArchiveError> {
+    Ok(
+        first_rows_within(c, f, desc, need, &[], budget)?.map(|rows| {
+            rows.iter()
+                .filter_map(|r| r.first().and_then(Cell::opt_int))
+                .collect()
+        }),
+    )
+}
+
+fn first_rows_within(
+    c: &mut dyn Conn,
+    f: &Filter,
+    desc: bool,
+    need: u64,
+    cols: &[&str],
+    budget: u64,
+) -> Result<Option<Vec<Vec<Cell>>>, ArchiveError> {
     let d = c.dialect();
     let Some(driver) = driver(d, f) else {
         return Ok(None);
     };
-    let budget = budget(d);
     let Some(set) = driving_ids(c, f, &driver, desc, budget)? else {
         return Ok(None);
     };
