@@ -36,6 +36,7 @@
 //! both used from blocking threads.
 
 pub mod checkpoint;
+pub mod driving_set;
 pub mod error;
 pub mod error_text;
 pub mod extract;

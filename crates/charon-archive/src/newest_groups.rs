@@ -95,6 +95,14 @@ fn newest_rows(
     } else {
         None
     };
+    // A text term with another term whose records are few, or mostly match: that term's records
+    // walked newest first, each checked (`crate::driving_set`); the rows read by primary key.
+    let mut walked: Vec<&str> = vec!["created_at"];
+    walked.extend(cols.iter().map(String::as_str));
+    if let Some(rows) = crate::driving_set::first_rows(c, f, true, reach, &walked)? {
+        let rows = rows.iter().map(|r| row_of(r, cols.len())).collect();
+        return Ok(newest_first(rows, reach));
+    }
     let held = crate::key_copy::holds(cols);
     let copy_cols: &[String] = if held { cols } else { &[] };
     let copy_select = if held {

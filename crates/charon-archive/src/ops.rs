@@ -88,6 +88,11 @@ pub fn list_capped(
     cap: Option<u64>,
 ) -> Result<(Vec<Record>, Total), ArchiveError> {
     let cap = crate::total_cap::cap_for(f, cap);
+    // A text term with another term whose records are few, or mostly match: that term's
+    // records walked in id order, each checked (`driving_set`): the page and the capped count.
+    if let Some(page) = crate::driving_set::list_page(c, f, sort, page, page_size, cap)? {
+        return Ok(page);
+    }
     // An `error` term alone is counted and paged from the narrow copy of the error texts
     // (migration 12); with terms of the copy's other columns, from the copy too (migration 13).
     // Header terms without an `error` one stay on `dead_letters`: a covering index such as
@@ -220,6 +225,10 @@ pub fn list_capped(
         )?)
     };
     let counted = total;
+    // No match at all (an exact count of 0): no page to look for.
+    if counted == Total::exact(0) {
+        return Ok((Vec::new(), counted));
+    }
     // The plans below read `total` to choose an index (never the rows). A lower bound is not
     // the number of matches: the walk's probe share of all records estimates it (a needle in
     // one record of ten over 1M: ~100,000, as the exact count was), so that the cap does not
@@ -584,7 +593,7 @@ fn estimate(c: &mut dyn Conn, w: &mut crate::text_walk::Source) -> Result<u64, A
 
 /// The records of a page a walk found: its first `reach` ids in `order`, of which the page is
 /// those after `offset`.
-fn walked_page(
+pub(crate) fn walked_page(
     c: &mut dyn Conn,
     ids: Vec<i64>,
     offset: u64,
