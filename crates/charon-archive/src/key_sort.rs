@@ -22,7 +22,7 @@
 
 use crate::error::ArchiveError;
 use crate::filter::Filter;
-use crate::sql::{Conn, Param};
+use crate::sql::{Conn, Dialect, Param};
 
 /// The sort column and direction of `order` (as `filter::order_by` writes it) when the column is
 /// one the summary groups by, else `None`.
@@ -111,7 +111,9 @@ pub fn page_ids(
     }
     let mut ids = Vec::new();
     let mut pos: u64 = 0;
-    for (value, n) in values(c, col, dir, cond, params)? {
+    let values = values(c, col, dir, cond, params)?;
+    let matches: u64 = values.iter().map(|(_, n)| n).sum();
+    for (value, n) in values {
         let want = page_size.saturating_sub(ids.len() as u64);
         if want == 0 {
             break;
@@ -122,9 +124,16 @@ pub fn page_ids(
         }
         let skip = offset.saturating_sub(pos);
         let take = want.min(n.saturating_sub(skip));
+        // SQLite, without statistics, reads a value through its column's index even when the
+        // filter's own index holds fewer records (`original_queue=orders-7&sort=error_fingerprint`:
+        // the fingerprint's 100,000 records, 137 → 228 ms): the column is then written `+col`.
+        let unindexed = c.dialect() == Dialect::Sqlite
+            && !f.terms.is_empty()
+            && value_records(c, col, value.as_deref())? > matches;
+        let plus = if unindexed { "+" } else { "" };
         let (is_value, mut p) = match value {
-            Some(v) => (format!("{col} = ?"), vec![Param::from(v.as_str())]),
-            None => (format!("{col} IS NULL"), Vec::new()),
+            Some(v) => (format!("{plus}{col} = ?"), vec![Param::from(v.as_str())]),
+            None => (format!("{plus}{col} IS NULL"), Vec::new()),
         };
         let value_cond = format!("({cond}) AND {is_value}");
         let mut all = params.to_vec();
@@ -152,6 +161,25 @@ pub fn page_ids(
         pos = pos.saturating_add(n);
     }
     Ok(Some(ids))
+}
+
+/// How many records of every vhost hold `value` (`None`: NULL) in `col`, from the summary.
+fn value_records(c: &mut dyn Conn, col: &str, value: Option<&str>) -> Result<u64, ArchiveError> {
+    let (cond, p) = match value {
+        Some(v) => (format!("{col} = ?"), vec![Param::from(v)]),
+        None => (format!("{col} IS NULL"), Vec::new()),
+    };
+    let n = c
+        .query(
+            &format!(
+                "SELECT CAST(COALESCE(SUM(records), 0) AS BIGINT) FROM dead_letter_groups WHERE {cond}"
+            ),
+            &p,
+        )?
+        .first()
+        .and_then(|r| r.first())
+        .map_or(0, crate::sql::Cell::int);
+    Ok(u64::try_from(n).unwrap_or(0))
 }
 
 #[cfg(test)]
