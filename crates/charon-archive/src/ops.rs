@@ -400,16 +400,8 @@ pub fn list_capped(
                 _ => None,
             }
         };
-        let (checks, checks_params) = f.to_sql_checks_only(d)?;
-        if let Some((ids, p)) = crate::sparse_sort::driven_ids_query(
-            c,
-            (&checks, &checks_params),
-            &order,
-            offset,
-            page_size,
-            &driver,
-        )? {
-            return Ok((records_in_order(c, &ids, &p, &order)?, counted));
+        if let Some(items) = driven_page(c, f, &order, offset, page_size, &driver)? {
+            return Ok((items, counted));
         }
     }
     // An `error` filter the copy answers sorted so: the copy's matches in id order drive the
@@ -419,16 +411,8 @@ pub fn list_capped(
         let driver = |col: &str, desc: bool, n: u64| -> Option<(String, Vec<Param>)> {
             (col == "id").then(|| s.page_ids(desc, n))
         };
-        let (checks, checks_params) = f.to_sql_checks_only(d)?;
-        if let Some((ids, p)) = crate::sparse_sort::driven_ids_query(
-            c,
-            (&checks, &checks_params),
-            &order,
-            offset,
-            page_size,
-            &driver,
-        )? {
-            return Ok((records_in_order(c, &ids, &p, &order)?, counted));
+        if let Some(items) = driven_page(c, f, &order, offset, page_size, &driver)? {
+            return Ok((items, counted));
         }
     }
     if let Some((ids, p)) =
@@ -589,6 +573,24 @@ fn estimate(c: &mut dyn Conn, w: &mut crate::text_walk::Source) -> Result<u64, A
         &[],
     )?;
     Ok(u64::try_from(all).unwrap_or(0).saturating_mul(share) / crate::text_walk::PROBE)
+}
+
+/// A page sorted by a sparse column whose common part `driver` lists in order
+/// (`sparse_sort::driven_ids_query`), or `None` when that plan does not answer.
+fn driven_page(
+    c: &mut dyn Conn,
+    f: &Filter,
+    order: &str,
+    offset: u64,
+    page_size: u64,
+    driver: crate::sparse_sort::Driver<'_>,
+) -> Result<Option<Vec<Record>>, ArchiveError> {
+    let (checks, p) = f.to_sql_checks_only(c.dialect())?;
+    match crate::sparse_sort::driven_ids_query(c, (&checks, &p), order, offset, page_size, driver)?
+    {
+        Some((ids, p)) => Ok(Some(records_in_order(c, &ids, &p, order)?)),
+        None => Ok(None),
+    }
 }
 
 /// The records of a page a walk found: its first `reach` ids in `order`, of which the page is
