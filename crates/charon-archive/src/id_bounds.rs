@@ -68,11 +68,7 @@ pub fn query(
     }
     let between = between.join(" AND ");
     let dir = if desc { "DESC" } else { "ASC" };
-    let skip = if offset == 0 {
-        String::new()
-    } else {
-        format!(" OFFSET {offset}")
-    };
+    let skip = crate::sql::offset(offset);
     let mut all = total_params;
     for _ in 0..2 {
         all.extend(params.iter().cloned());

@@ -138,11 +138,7 @@ pub fn page_ids(
         let value_cond = format!("({cond}) AND {is_value}");
         let mut all = params.to_vec();
         all.append(&mut p);
-        let skip_sql = if skip == 0 {
-            String::new()
-        } else {
-            format!(" OFFSET {skip}")
-        };
+        let skip_sql = crate::sql::offset(skip);
         let inner = format!(
             "SELECT id FROM {{from}} WHERE {{cond}} ORDER BY id {dir} LIMIT {take}{skip_sql}"
         );
@@ -169,17 +165,7 @@ fn value_records(c: &mut dyn Conn, col: &str, value: Option<&str>) -> Result<u64
         Some(v) => (format!("{col} = ?"), vec![Param::from(v)]),
         None => (format!("{col} IS NULL"), Vec::new()),
     };
-    let n = c
-        .query(
-            &format!(
-                "SELECT CAST(COALESCE(SUM(records), 0) AS BIGINT) FROM dead_letter_groups WHERE {cond}"
-            ),
-            &p,
-        )?
-        .first()
-        .and_then(|r| r.first())
-        .map_or(0, crate::sql::Cell::int);
-    Ok(u64::try_from(n).unwrap_or(0))
+    Ok(u64::try_from(crate::summary::records(c, &cond, &p)?).unwrap_or(0))
 }
 
 #[cfg(test)]

@@ -246,11 +246,7 @@ pub fn list_capped(
     // PostgreSQL, whose planner otherwise walks the primary key backwards filtering rows —
     // 20,000 of them when the newest records are of another status), a deep page skips its
     // offset over 8-byte index entries, and a sort moves ids instead of whole records.
-    let skip = if offset == 0 {
-        String::new()
-    } else {
-        format!(" OFFSET {offset}")
-    };
+    let skip = crate::sql::offset(offset);
     let by_id = order.starts_with("id ");
     let desc = order.starts_with("id DESC");
     let reach = offset.saturating_add(page_size);
@@ -510,13 +506,7 @@ fn exact_total(
             // A time range with exact group-key terms: index ranges of `dead_letters_group`.
             count(c, &sql, &p)?
         } else if summary::answers(f) {
-            count(
-                c,
-                &format!(
-                    "SELECT CAST(COALESCE(SUM(records), 0) AS BIGINT) FROM dead_letter_groups WHERE {cond}"
-                ),
-                params,
-            )?
+            summary::records(c, cond, params)?
         } else {
             count(
                 c,
@@ -567,11 +557,7 @@ const DEEP: u64 = 1_000;
 /// How many records a walk's filter matches, estimated from its probe's share of all records.
 fn estimate(c: &mut dyn Conn, w: &mut crate::text_walk::Source) -> Result<u64, ArchiveError> {
     let share = w.probe(c)?;
-    let all = count(
-        c,
-        "SELECT CAST(COALESCE(SUM(records), 0) AS BIGINT) FROM dead_letter_groups",
-        &[],
-    )?;
+    let all = summary::records(c, "TRUE", &[])?;
     Ok(u64::try_from(all).unwrap_or(0).saturating_mul(share) / crate::text_walk::PROBE)
 }
 

@@ -25,7 +25,7 @@
 //! counts (the matches are at least as dense inside the range as over all records).
 
 use crate::error::ArchiveError;
-use crate::sql::{Cell, Conn, Dialect, Param};
+use crate::sql::{Conn, Dialect, Param};
 
 /// The index whose order is `order` (as `filter::order_by` writes it), if there is one.
 fn order_index(order: &str) -> Option<&'static str> {
@@ -93,14 +93,7 @@ fn plan_ids(
     let Some(index) = order_index(order) else {
         return Ok(plain);
     };
-    let all = c
-        .query(
-            "SELECT CAST(COALESCE(SUM(records), 0) AS BIGINT) FROM dead_letter_groups",
-            &[],
-        )?
-        .first()
-        .and_then(|r| r.first())
-        .map_or(0, Cell::int);
+    let all = crate::summary::records(c, "TRUE", &[])?;
     // Rows the walk visits (the matches spread evenly) against rows the sort reads.
     let visits = (reach as f64) * (all.max(total) as f64) / (total as f64);
     let walk = visits <= total as f64;

@@ -150,16 +150,7 @@ pub(crate) fn far_side(
     keys.terms.remove("since");
     keys.terms.remove("until");
     let (cond, p) = keys.to_sql(c.dialect())?;
-    let all = c
-        .query(
-            &format!(
-                "SELECT CAST(COALESCE(SUM(records), 0) AS BIGINT) FROM dead_letter_groups WHERE {cond}"
-            ),
-            &p,
-        )?
-        .first()
-        .and_then(|r| r.first())
-        .map_or(0, crate::sql::Cell::int);
+    let all = crate::summary::records(c, &cond, &p)?;
     Ok(all.saturating_sub(total).max(0))
 }
 

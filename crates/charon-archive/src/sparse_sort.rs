@@ -141,19 +141,20 @@ pub fn ids_query(
         };
         plan(c, &inner, &common_cond, params, &common_order, total, reach)?
     };
-    let skip = if offset == 0 {
-        String::new()
-    } else {
-        format!(" OFFSET {offset}")
-    };
-    let sql = format!(
-        "SELECT id FROM (SELECT id, {col} FROM ({rare}) AS r UNION ALL SELECT id, {col} FROM ({common}) AS c) AS u \
-         ORDER BY {col} {dir}, id {dir} LIMIT {page_size}{skip}",
-        col = s.column
-    );
+    let sql = merged(&rare, &common, s.column, dir, offset, page_size);
     let mut both = params.to_vec();
     both.extend_from_slice(params);
     Ok(Some((sql, both)))
+}
+
+/// The page of the rare part's and the common part's ids merged in the sort's order (`col dir,
+/// id dir`), after `offset`.
+fn merged(rare: &str, common: &str, col: &str, dir: &str, offset: u64, page_size: u64) -> String {
+    format!(
+        "SELECT id FROM (SELECT id, {col} FROM ({rare}) AS r UNION ALL SELECT id, {col} FROM ({common}) AS c) AS u \
+         ORDER BY {col} {dir}, id {dir} LIMIT {page_size}{}",
+        crate::sql::offset(offset)
+    )
 }
 
 /// A statement selecting a filter's first matches in an order, for [`driven_ids_query`]:
@@ -241,16 +242,7 @@ pub fn driven_ids_query(
         col = s.column,
         c = s.common,
     );
-    let skip = if offset == 0 {
-        String::new()
-    } else {
-        format!(" OFFSET {offset}")
-    };
-    let sql = format!(
-        "SELECT id FROM (SELECT id, {col} FROM ({rare}) AS r UNION ALL SELECT id, {col} FROM ({common}) AS c) AS u \
-         ORDER BY {col} {dir}, id {dir} LIMIT {page_size}{skip}",
-        col = s.column
-    );
+    let sql = merged(&rare, &common, s.column, dir, offset, page_size);
     let mut all = params.to_vec();
     all.extend(driven_params);
     Ok(Some((sql, all)))

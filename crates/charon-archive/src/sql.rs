@@ -196,6 +196,15 @@ pub trait Conn: Send {
     }
 }
 
+/// ` OFFSET n` for a statement's tail, or nothing for 0.
+pub fn offset(n: u64) -> String {
+    if n == 0 {
+        String::new()
+    } else {
+        format!(" OFFSET {n}")
+    }
+}
+
 /// Runs `f` in a transaction: committed when it returns `Ok`, rolled back otherwise.
 pub fn transaction<C: Conn + ?Sized, T>(
     c: &mut C,

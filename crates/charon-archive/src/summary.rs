@@ -7,8 +7,9 @@
 //! those a user runs with SQL): per row on SQLite, per statement with transition tables on
 //! PostgreSQL. Groups and list totals over 1,000,000 records read it instead of counting records.
 
+use crate::error::ArchiveError;
 use crate::filter::Filter;
-use crate::sql::Dialect;
+use crate::sql::{Cell, Conn, Dialect, Param};
 
 /// The columns a group is keyed by (the filters and `by` values the summary answers), since
 /// migration 10.
@@ -327,6 +328,20 @@ pub fn render(sql: &str, d: Dialect) -> String {
 /// has under the same names): then its SQL condition applies to `dead_letter_groups` as is.
 pub fn answers(f: &Filter) -> bool {
     f.terms.keys().all(|k| KEY_COLUMNS.contains(&k.as_str()))
+}
+
+/// How many records the summary counts under `cond` (a condition on its columns, `TRUE` for
+/// all), with `params`: no record read.
+pub fn records(c: &mut dyn Conn, cond: &str, params: &[Param]) -> Result<i64, ArchiveError> {
+    Ok(c.query(
+        &format!(
+            "SELECT CAST(COALESCE(SUM(records), 0) AS BIGINT) FROM dead_letter_groups WHERE {cond}"
+        ),
+        params,
+    )?
+    .first()
+    .and_then(|r| r.first())
+    .map_or(0, Cell::int))
 }
 
 /// Whether the summary can group by `cols`.
