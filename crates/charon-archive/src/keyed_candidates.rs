@@ -146,7 +146,8 @@ mod tests {
         assert!(!cheaper(600_000, 100_200, 150, 256, cap));
         // A few candidates: read them.
         assert!(!cheaper(50_000, 300, 0, 256, cap));
-        // Every match counted: the candidates are read whole either way.
-        assert!(cheaper(50_100, 100_200, 128, 256, None));
+        // Every match counted: the candidates are read whole, the range's matches only.
+        assert!(cheaper(50_100, 100_200, 32, 256, None));
+        assert!(!cheaper(600_000, 100_200, 150, 256, None));
     }
 }

@@ -64,6 +64,7 @@ pub mod ops;
 pub mod page_plan;
 mod pg_batch;
 pub mod pg_collation;
+pub mod pg_created_id;
 mod pg_indexer;
 pub mod pg_partial;
 mod plan_stats;

@@ -150,7 +150,11 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (24, V24_HEADER_TIMES),
     (25, V25_HEADER_KEYS),
     (26, V26_COPY_KEY_GIN),
+    (28, V28_CREATED_ID),
 ];
+
+/// Migration 28 (rendered per dialect by [`crate::pg_created_id::v28`]).
+const V28_CREATED_ID: &str = "{V28_CREATED_ID}";
 
 /// Migration 26 (rendered per dialect by [`crate::copy_key_gin::v26`]).
 const V26_COPY_KEY_GIN: &str = "{V26_COPY_KEY_GIN}";
@@ -259,6 +263,9 @@ fn render(sql: &str, d: Dialect) -> String {
     }
     if sql == V26_COPY_KEY_GIN {
         return crate::copy_key_gin::v26(d);
+    }
+    if sql == V28_CREATED_ID {
+        return crate::pg_created_id::v28(d);
     }
     if sql == V23_SEARCH_FORGET {
         return crate::search_forget::v23(d);

@@ -126,7 +126,8 @@ fn check(c: &mut dyn Conn, when: &str) {
         }
         assert_groups(c, &f, &what);
     }
-    if c.dialect() == Dialect::Sqlite {
+    // (Right after the upgrade nothing is indexed: no candidates to choose from.)
+    if c.dialect() == Dialect::Sqlite && when != "after the upgrade" {
         assert_choice(c, when);
     }
 }
@@ -157,10 +158,11 @@ fn assert_groups(c: &mut dyn Conn, f: &Filter, what: &str) {
     assert_eq!(have, want, "groups by status: {what}");
 }
 
-/// SQLite takes the key's range for `q3` (none of `cause 0`'s candidates), not for `q1`.
+/// SQLite takes the key's range for `q3` (none of `cause 0`'s candidates), not for `PENDING`
+/// (most records, most candidates among them).
 fn assert_choice(c: &mut dyn Conn, when: &str) {
-    let choose = |c: &mut dyn Conn, q: &str| {
-        let f = filter(&[("error", "cause 0"), ("original_queue", q)]);
+    let choose = |c: &mut dyn Conn, key: (&str, &str)| {
+        let f = filter(&[("error", "cause 0"), key]);
         let mut g = f.clone();
         g.terms.remove("error");
         let others = g.to_sql_on(c).expect("others");
@@ -169,12 +171,12 @@ fn assert_choice(c: &mut dyn Conn, when: &str) {
             .is_some()
     };
     assert!(
-        choose(c, "q3"),
+        choose(c, ("original_queue", "q3")),
         "a key no candidate is in: the range ({when})"
     );
     assert!(
-        !choose(c, "q1"),
-        "a key most candidates are in: the candidates ({when})"
+        !choose(c, ("status", "PENDING")),
+        "a key of most records and candidates: the candidates ({when})"
     );
 }
 
