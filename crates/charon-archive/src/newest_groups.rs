@@ -104,17 +104,29 @@ fn newest_rows(
         return Ok(newest_first(rows, reach));
     }
     let held = crate::key_copy::holds(cols);
-    let copy_cols: &[String] = if held { cols } else { &[] };
-    let copy_select = if held {
-        select.clone()
-    } else {
-        "id, created_at".to_string()
+    // `by` columns the copy lacks but the summary keys (`content_type`, `original_exchange`):
+    // the copy's rows carry their summary group's other keys, from which the summary gives the
+    // columns wherever one value goes with them (`by_summary`).
+    let keyed = !held && crate::summary::groups_by(cols);
+    let group_keys: Vec<String> = COPY_KEYS.iter().map(|k| k.to_string()).collect();
+    let copy_cols: &[String] = match (held, keyed) {
+        (true, _) => cols,
+        (false, true) => &group_keys,
+        (false, false) => &[],
     };
+    let copy_select = format!(
+        "id, created_at{}",
+        copy_cols
+            .iter()
+            .map(|c| format!(", {c}"))
+            .collect::<String>()
+    );
     let from_copy = |c: &mut dyn Conn, rows: Vec<Row>| -> Result<Vec<Row>, ArchiveError> {
-        if held {
-            return Ok(rows);
+        match (held, keyed) {
+            (true, _) => Ok(rows),
+            (false, true) => by_summary(c, cols, &select, rows),
+            (false, false) => by_ids(c, cols, &select, rows),
         }
-        by_ids(c, cols, &select, rows)
     };
     let mut walk = crate::ops::walk_source(c, f)?;
     if let Some(w) = walk.as_mut().filter(|w| w.on_copy() && split.is_none()) {
@@ -161,6 +173,59 @@ fn newest_rows(
     let n = cols.len();
     let rows: Vec<Row> = c.query(&sql, &p)?.iter().map(|r| row_of(r, n)).collect();
     Ok(newest_first(rows, reach))
+}
+
+/// The copy's columns that, with `content_type` and `original_exchange`, make a record's group
+/// in the summary (`summary::KEY_COLUMNS`).
+const COPY_KEYS: [&str; 6] = [
+    "vhost",
+    "queue",
+    "original_queue",
+    "reason",
+    "error_fingerprint",
+    "status",
+];
+
+/// `rows` (newest first, their values the [`COPY_KEYS`]) with the values of `cols` (summary key
+/// columns, some not in the copy) instead: where the summary's groups of a row's copy keys
+/// (with records) hold one combination of `cols`, every record of those keys has it (the
+/// summary is exact at every commit); the other rows' records are read ([`by_ids`]). The 1M
+/// fill's `/groups?by=content_type&error=cause 5` read 10,001 records for one `content_type`
+/// (SQLite 46 ms).
+fn by_summary(
+    c: &mut dyn Conn,
+    cols: &[String],
+    select: &str,
+    rows: Vec<Row>,
+) -> Result<Vec<Row>, ArchiveError> {
+    let keys = COPY_KEYS.join(", ");
+    let mut values: HashMap<Vec<Option<String>>, Option<Vec<Option<String>>>> = HashMap::new();
+    for r in c.query(
+        &format!(
+            "SELECT DISTINCT {keys}, {} FROM dead_letter_groups WHERE records > 0",
+            cols.join(", ")
+        ),
+        &[],
+    )? {
+        let key: Vec<Option<String>> = (0..COPY_KEYS.len()).map(|i| r[i].opt_text()).collect();
+        let by: Vec<Option<String>> = (COPY_KEYS.len()..r.len())
+            .map(|i| r[i].opt_text())
+            .collect();
+        values
+            .entry(key)
+            .and_modify(|v| *v = None)
+            .or_insert(Some(by));
+    }
+    let mut known = Vec::with_capacity(rows.len());
+    let mut unknown = Vec::new();
+    for (id, key, t) in rows {
+        match values.get(&key) {
+            Some(Some(by)) => known.push((id, by.clone(), t)),
+            _ => unknown.push((id, key, t)),
+        }
+    }
+    known.extend(by_ids(c, cols, select, unknown)?);
+    Ok(newest_first(known, u64::MAX))
 }
 
 /// The `select` (`id, created_at` and the `cols`) of the records of `rows` (ids and times, newest
