@@ -60,6 +60,7 @@ pub mod newest_groups;
 mod onepass;
 pub mod ops;
 pub mod page_plan;
+pub mod pure_status;
 mod pg_batch;
 pub mod pg_collation;
 mod pg_indexer;
