@@ -87,6 +87,7 @@ pub mod text_walk;
 pub mod time;
 pub mod time_walk;
 pub mod total_cap;
+pub mod vhost_limit;
 pub mod wal_sync;
 
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -87,6 +87,20 @@ pub fn list_capped(
     page_size: u64,
     cap: Option<u64>,
 ) -> Result<(Vec<Record>, Total), ArchiveError> {
+    // A vhost limit the summary shows leaves out no match: the unlimited filter's plans, in one
+    // snapshot with the summary's counts (`vhost_limit`).
+    crate::vhost_limit::read(c, f, |c, f| list_plans(c, f, sort, page, page_size, cap))
+}
+
+/// [`list_capped`] once the vhost limit is settled.
+fn list_plans(
+    c: &mut dyn Conn,
+    f: &Filter,
+    sort: Option<&str>,
+    page: u64,
+    page_size: u64,
+    cap: Option<u64>,
+) -> Result<(Vec<Record>, Total), ArchiveError> {
     let cap = crate::total_cap::cap_for(f, cap);
     // A text term with another term whose records are few, or mostly match: that term's
     // records walked in id order, each checked (`driving_set`): the page and the capped count.
