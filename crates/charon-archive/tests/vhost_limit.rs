@@ -80,8 +80,11 @@ fn must_hold() -> Vec<(usize, usize)> {
 }
 
 fn count(c: &mut dyn Conn, cond: &str, p: &[Param]) -> i64 {
-    c.query(&format!("SELECT COUNT(*) FROM dead_letters WHERE {cond}"), p)
-        .expect("count")[0][0]
+    c.query(
+        &format!("SELECT COUNT(*) FROM dead_letters WHERE {cond}"),
+        p,
+    )
+    .expect("count")[0][0]
         .int()
 }
 
@@ -101,7 +104,12 @@ fn assert_lists(c: &mut dyn Conn, when: &str) {
                 holds || !must_hold().contains(&(t, s)),
                 "{f:?}: its key terms' records all lie in its vhosts ({when})"
             );
-            for sort in [None, Some("id"), Some("created_at"), Some("-original_queue")] {
+            for sort in [
+                None,
+                Some("id"),
+                Some("created_at"),
+                Some("-original_queue"),
+            ] {
                 plain_pages::assert_pages(
                     c,
                     &f,
@@ -143,7 +151,10 @@ fn assert_one_snapshot(a: &Archive) {
         })
         .expect("read");
     assert!(dropped, "the limit of a key term only in `/` is dropped");
-    assert_eq!(seen, before, "the late record of `v2` is outside the snapshot");
+    assert_eq!(
+        seen, before,
+        "the late record of `v2` is outside the snapshot"
+    );
 }
 
 fn scenario(a: &Archive) {
