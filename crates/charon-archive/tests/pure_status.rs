@@ -34,12 +34,19 @@ fn rec(i: usize) -> NewRecord {
         stable_key: format!("ps:{i}"),
         vhost: if i % 7 == 1 { "v2".into() } else { "/".into() },
         queue: format!("dlq-{}", i % 2),
-        original_queue: (i % 29 != 0).then(|| oq.to_string()),
+        original_queue: (!i.is_multiple_of(29)).then(|| oq.to_string()),
         reason: Some(["rejected", "expired"][i % 2].to_string()),
         error_fingerprint: match oq {
-            "qa" => Some(if (i / 3) % 2 == 0 { "f1" } else { "f2" }.to_string()),
+            "qa" => Some(
+                if (i / 3).is_multiple_of(2) {
+                    "f1"
+                } else {
+                    "f2"
+                }
+                .to_string(),
+            ),
             "qb" => Some(if i < 300 { "f1" } else { "f3" }.to_string()),
-            _ => (i % 4 != 0).then(|| "f4".to_string()),
+            _ => (!i.is_multiple_of(4)).then(|| "f4".to_string()),
         },
         ..support::record(i)
     }
