@@ -124,16 +124,12 @@ pub fn page_ids(
         }
         let skip = offset.saturating_sub(pos);
         let take = want.min(n.saturating_sub(skip));
-        // The value's matches are those of some statuses (the summary's per-status counts,
-        // `pure_status`): `status IN (…)` instead of `X = v`, read in id order from the filter's
-        // `(K, status, id)` index without a record read.
+        // The value's matches are those of some statuses of the filter's term or of the value
+        // (the summary's per-status counts, `pure_status`): read in id order from that term's
+        // `(K, status, id)` index, without a record read for the other term.
         let (value_cond, all) =
-            match crate::pure_status::condition(c, col, value.as_deref(), cond, params)? {
-                Some((statuses, p)) => {
-                    let mut all = params.to_vec();
-                    all.extend(p);
-                    (format!("({cond}) AND {statuses}"), all)
-                }
+            match crate::pure_status::condition(c, f, col, value.as_deref(), cond, params)? {
+                Some(found) => found,
                 None => value_condition(c, f, col, value.as_deref(), cond, params, matches)?,
             };
         let skip_sql = crate::sql::offset(skip);

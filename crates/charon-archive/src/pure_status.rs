@@ -17,6 +17,13 @@
 //! without reading a record. Archives often look so: a fingerprint's records wait (`PENDING`)
 //! while an older fingerprint's were replayed.
 //!
+//! **The same rule the other way** (`error_fingerprint=…&sort=original_queue`: the fingerprint's
+//! 100,000 records read for two values of 50,000): if, for every status `s` in which some match
+//! holds `v`, every record of `X = v` and status `s` within the vhost limit matches the filter's
+//! key terms, then the value's matches are `X = v AND status IN (…)` under the vhost limit alone,
+//! read in id order from `X`'s own `(X, status, id)` index — so only for `X` among `queue`,
+//! `original_queue` and `error_fingerprint`, which have one on both backends.
+//!
 //! Only for filters the summary answers (key terms and a vhost limit, `summary::answers`), and
 //! never for `X = status` itself. The summary and the page are read by two statements: a
 //! record archived, replayed or skipped between them can be listed at `v`'s place although it
@@ -24,14 +31,21 @@
 //! offsets can be off by the records that changed between its statements.
 
 use crate::error::ArchiveError;
+use crate::filter::Filter;
 use crate::sql::{Conn, Param};
 
-/// `status IN (…)` (with its parameters) selecting, among the records matching `cond` (a
-/// condition on the summary's columns, with `params`), exactly those whose `col` is `value`
-/// (`None`: NULL), by the rule in the module docs; `None` when the rule does not hold, or `col`
-/// is `status`.
+/// The columns whose `(X, status, id)` index reads `X = v AND status IN (…)` in id order.
+const STATUS_INDEXED: &[&str] = &["queue", "original_queue", "error_fingerprint"];
+
+/// The condition (with its parameters) selecting, among the records matching `f` (`cond`, with
+/// `params`: its condition, of key terms and a vhost limit only), exactly those whose `col` is
+/// `value` (`None`: NULL) without testing `col` against `value` on each record — `<cond> AND
+/// status IN (…)` — or, the other way, without testing the filter's terms —
+/// `col = value AND <vhost limit> AND status IN (…)` — by the rules in the module docs; `None`
+/// when neither holds, or `col` is `status`.
 pub fn condition(
     c: &mut dyn Conn,
+    f: &Filter,
     col: &str,
     value: Option<&str>,
     cond: &str,
@@ -40,17 +54,57 @@ pub fn condition(
     if col == "status" || !crate::summary::KEY_COLUMNS.contains(&col) {
         return Ok(None);
     }
-    let (is_value, mut all) = match value {
+    let (is_value, value_params) = match value {
         Some(v) => (format!("{col} = ?"), vec![Param::from(v)]),
         None => (format!("{col} IS NULL"), Vec::new()),
     };
+    let mut all = value_params.clone();
     all.extend_from_slice(params);
+    let within = format!("SUM(CASE WHEN {is_value} THEN records ELSE 0 END)");
+    if let Some((statuses, sp)) = statuses(c, &within, cond, &all)? {
+        let mut p = params.to_vec();
+        p.extend(sp);
+        return Ok(Some((format!("({cond}) AND {statuses}"), p)));
+    }
+    if f.terms.is_empty() || !STATUS_INDEXED.contains(&col) {
+        return Ok(None);
+    }
+    let (limit, limit_params) = Filter::default()
+        .within(f.vhosts.clone())
+        .to_sql(c.dialect())?;
+    let limit = limit.replace("+vhost", "vhost");
+    let mut all = params.to_vec();
+    all.extend(value_params.iter().cloned());
+    all.extend(limit_params.iter().cloned());
+    let within = format!("SUM(CASE WHEN {cond} THEN records ELSE 0 END)");
+    let Some((statuses, sp)) = statuses(c, &within, &format!("{is_value} AND {limit}"), &all)?
+    else {
+        return Ok(None);
+    };
+    let mut p = value_params;
+    p.extend(limit_params);
+    p.extend(sp);
+    Ok(Some((
+        format!("{is_value} AND ({limit}) AND {statuses}"),
+        p,
+    )))
+}
+
+/// `status IN (…)` of the statuses in which the summary's records under `cond` hold some of
+/// `within` (a sum of records, its parameters first in `params`), when in each of them they are
+/// all within; `None` otherwise.
+fn statuses(
+    c: &mut dyn Conn,
+    within: &str,
+    cond: &str,
+    params: &[Param],
+) -> Result<Option<(String, Vec<Param>)>, ArchiveError> {
     let rows = c.query(
         &format!(
-            "SELECT status, CAST(SUM(CASE WHEN {is_value} THEN records ELSE 0 END) AS BIGINT), \
-             CAST(SUM(records) AS BIGINT) FROM dead_letter_groups WHERE {cond} GROUP BY status"
+            "SELECT status, CAST({within} AS BIGINT), CAST(SUM(records) AS BIGINT) \
+             FROM dead_letter_groups WHERE {cond} GROUP BY status"
         ),
-        &all,
+        params,
     )?;
     let mut statuses = Vec::new();
     for r in &rows {
