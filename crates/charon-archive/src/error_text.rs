@@ -139,6 +139,18 @@ pub struct Parts {
 /// trigrams ([`crate::rare_trigrams::query`]; `None`: every trigram). `None` on PostgreSQL for a
 /// needle with a NUL (its text cannot hold one: the filter then runs as before migration 12).
 pub fn parts(d: Dialect, needle: &str, fts: Option<String>) -> Option<Parts> {
+    parts_within(d, needle, fts, None)
+}
+
+/// [`parts`] whose SQLite candidates are only the search index's rowids among the records of
+/// `within` (a condition on `dead_letters` with its parameters, read from an index of its
+/// columns: `crate::keyed_candidates`).
+pub fn parts_within(
+    d: Dialect,
+    needle: &str,
+    fts: Option<String>,
+    within: Option<(String, Vec<Param>)>,
+) -> Option<Parts> {
     if d == Dialect::Postgres && needle.contains('\0') {
         return None;
     }
@@ -154,11 +166,24 @@ pub fn parts(d: Dialect, needle: &str, fts: Option<String>) -> Option<Parts> {
         Dialect::Sqlite => match fts.or_else(|| trigram_query(needle)) {
             Some(q) => {
                 let t = Field::Error.table();
-                indexed_params.push(Param::from(q));
-                format!(
-                    "e.id IN (SELECT rowid FROM {t} WHERE {t} MATCH ? \
-                     UNION ALL SELECT id FROM dead_letter_search_scan) AND "
-                )
+                let rowids = format!(
+                    "SELECT rowid FROM {t} WHERE {t} MATCH ? UNION ALL SELECT id FROM dead_letter_search_scan"
+                );
+                match within {
+                    // `+id`: the key's index range is the loop, each id looked up among the
+                    // rowids (as `id IN` SQLite looked each rowid up as a record instead).
+                    Some((w, wp)) => {
+                        indexed_params.extend(wp);
+                        indexed_params.push(Param::from(q));
+                        format!(
+                            "e.id IN (SELECT id FROM dead_letters WHERE {w} AND +id IN ({rowids})) AND "
+                        )
+                    }
+                    None => {
+                        indexed_params.push(Param::from(q));
+                        format!("e.id IN ({rowids}) AND ")
+                    }
+                }
             }
             None => String::new(),
         },

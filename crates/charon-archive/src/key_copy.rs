@@ -227,16 +227,20 @@ impl Split {
     /// `error` term, pass its needle and FTS5 query in `error` and the condition of the other
     /// terms in `others`: the copy's side then checks the needle on the very row it reads for the
     /// other columns (one lookup per candidate), not in a subquery of its own (two).
+    ///
+    /// `within` (SQLite): the needle's candidates restricted to the records of this condition on
+    /// `dead_letters` (`crate::keyed_candidates`).
     pub fn new(
         d: Dialect,
         cond: &str,
         params: &[Param],
         error: Option<(&str, Option<String>)>,
         others: Option<(String, Vec<Param>)>,
+        within: Option<(String, Vec<Param>)>,
     ) -> Split {
         let inline = match (error, others) {
             (Some((needle, fts)), Some((oc, op))) => {
-                crate::error_text::parts(d, needle, fts).map(|p| {
+                crate::error_text::parts_within(d, needle, fts, within).map(|p| {
                     let mut cp = p.indexed_params;
                     cp.extend(op);
                     (format!("{} AND {oc}", p.indexed_where), cp)

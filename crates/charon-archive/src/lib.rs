@@ -36,6 +36,7 @@
 //! both used from blocking threads.
 
 pub mod checkpoint;
+pub mod copy_key_gin;
 pub mod driving_set;
 pub mod error;
 pub mod error_text;
@@ -56,6 +57,7 @@ pub mod jobs;
 pub mod json;
 pub mod key_copy;
 pub mod key_sort;
+pub mod keyed_candidates;
 pub mod newest_groups;
 mod onepass;
 pub mod ops;

@@ -91,7 +91,7 @@ fn newest_rows(
     // watermark); with a `by` column the copy lacks, their ids and times only, the columns then
     // read from those records by primary key.
     let split = if crate::key_copy::answers(f) {
-        Some(crate::ops::copy_split(c, f)?)
+        Some(crate::ops::copy_split(c, f, Some(reach.saturating_sub(1)))?)
     } else {
         None
     };

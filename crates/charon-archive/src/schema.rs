@@ -149,7 +149,11 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (23, V23_SEARCH_FORGET),
     (24, V24_HEADER_TIMES),
     (25, V25_HEADER_KEYS),
+    (26, V26_COPY_KEY_GIN),
 ];
+
+/// Migration 26 (rendered per dialect by [`crate::copy_key_gin::v26`]).
+const V26_COPY_KEY_GIN: &str = "{V26_COPY_KEY_GIN}";
 
 /// Migration 25 (rendered per dialect by [`crate::header_key_columns::v25`]).
 const V25_HEADER_KEYS: &str = "{V25_HEADER_KEYS}";
@@ -252,6 +256,9 @@ fn render(sql: &str, d: Dialect) -> String {
     }
     if sql == V25_HEADER_KEYS {
         return crate::header_key_columns::v25(d);
+    }
+    if sql == V26_COPY_KEY_GIN {
+        return crate::copy_key_gin::v26(d);
     }
     if sql == V23_SEARCH_FORGET {
         return crate::search_forget::v23(d);

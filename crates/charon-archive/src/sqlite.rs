@@ -122,6 +122,7 @@ impl Conn for Sqlite {
     }
 
     fn query(&mut self, sql: &str, params: &[Param]) -> Result<Vec<Vec<Cell>>, ArchiveError> {
+        let started = std::time::Instant::now();
         let mut st = self.conn.prepare_cached(sql)?;
         let cols = st.column_count();
         let mut rows = st.query(rusqlite::params_from_iter(params.iter()))?;
@@ -142,6 +143,9 @@ impl Conn for Sqlite {
         drop(rows);
         drop(st);
         self.committed()?;
+        // Each read's statement and time at `debug` for this target (PostgreSQL's own
+        // `log_min_duration_statement` does this there): `--log-level warn,charon_archive::sql=debug`.
+        tracing::debug!(target: "charon_archive::sql", us = started.elapsed().as_micros() as u64, rows = out.len(), sql);
         Ok(out)
     }
 

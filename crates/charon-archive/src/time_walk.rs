@@ -67,6 +67,19 @@ pub fn page_ids(
     reach: u64,
     at_least: u64,
 ) -> Result<Option<Vec<i64>>, ArchiveError> {
+    Ok(page_rows(c, w, checks, desc, reach, at_least)?
+        .map(|rows| rows.into_iter().map(|(id, _)| id).collect()))
+}
+
+/// [`page_ids`] as `(id, created_at)` pairs.
+pub fn page_rows(
+    c: &mut dyn Conn,
+    w: &mut Source,
+    checks: &(String, Vec<Param>),
+    desc: bool,
+    reach: u64,
+    at_least: u64,
+) -> Result<Option<Vec<(i64, i64)>>, ArchiveError> {
     let n = reach.saturating_add(margin(reach)).max(at_least);
     if reach == 0 || !w.on_copy() || !w.promising(c, n)? {
         return Ok(None);
@@ -134,7 +147,7 @@ pub fn page_ids(
         }
         rows.truncate(usize::try_from(reach).unwrap_or(usize::MAX));
     }
-    Ok(Some(rows.into_iter().map(|(id, _)| id).collect()))
+    Ok(Some(rows))
 }
 
 /// Most records beyond the walk's last id with a time before the page's last a walk takes in

@@ -1,0 +1,152 @@
+//! SQLite: an `error` term with key terms — the needle's search-index candidates taken from the
+//! key's index range, when that is cheaper than reading the whole candidate list row by row
+//! (lead, stop 44; docs/archive.md "Twenty-ninth round").
+//!
+//! The copy's plan for `error=…&original_queue=…` (migration 13) reads the FTS5 candidates of
+//! the needle's rarest trigrams and looks each up in the copy to check the needle and the key:
+//! `cause 5` has 100,200 candidates over 1M records, so a key none of them is in
+//! (`original_queue=orders-7`, `status=SKIPPED`) read all 100,200 copy rows to count 0 (46–48 ms).
+//! Here the candidates are `SELECT id FROM dead_letters WHERE <key terms> AND +id IN (<the FTS5
+//! rowids>)`: the key's `(X, …, id)` index range is the loop and each id is looked up in the
+//! rowids' list (built once, in rowid order), so only the ids both hold reach the copy — 10 ms
+//! for orders-7's 50,100, 15 ms for SKIPPED's 200,000.
+//!
+//! Which read is cheaper depends on how the key falls among the candidates, which no index
+//! tells: with many candidates of the key (`original_queue=orders-5`: every `cause 5` record of
+//! it), the candidates' read stops at the capped count's 10,001 matches after ~20,000 rows
+//! (17 ms), while the range reads the key's every entry and its matches' rows (24–30 ms). So
+//! both are costed ([`cheaper`]) from the key's records (the group summary's exact count, no
+//! record read), the candidates (counted, bounded) and the share of the key among the newest
+//! [`SAMPLE`] candidates (their copy rows checked), at ~0.3 µs a copy row, ~0.05 µs a range
+//! entry and ~0.03 µs a listed rowid (measured over 1M records).
+
+use crate::error::ArchiveError;
+use crate::filter::Filter;
+use crate::search_index::Field;
+use crate::sql::{Cell, Conn, Dialect, Param};
+
+/// The key columns SQLite reads from an index whose range the ids come from
+/// (`dead_letters_orig_queue`, `_queue`, `_status`, `_reason`, `_fingerprint`).
+pub const INDEXED: &[&str] = &[
+    "original_queue",
+    "queue",
+    "status",
+    "reason",
+    "error_fingerprint",
+];
+
+/// Candidates whose copy rows are checked for the key's share.
+pub const SAMPLE: i64 = 256;
+
+/// Cost units (tenths of a microsecond): a candidate's copy row, a key's index entry, a rowid
+/// listed for the range's lookups.
+const ROW: i64 = 3;
+const ENTRY: i64 = 1;
+const LISTED: i64 = 1;
+
+/// Whether the key's range is the cheaper read: `keyed` records of the key, `candidates`, and
+/// `hits` of the key among `sampled` of them; a count capped at `cap` matches (`None`: all).
+pub fn cheaper(keyed: i64, candidates: i64, hits: i64, sampled: i64, cap: Option<u64>) -> bool {
+    let sampled = sampled.max(1);
+    let matches = candidates.saturating_mul(hits) / sampled;
+    let need = cap.map_or(i64::MAX, |c| {
+        i64::try_from(c).unwrap_or(i64::MAX).saturating_add(1)
+    });
+    // The candidates read until `need` matches, at the sampled share (all of them without one).
+    let read = match (cap, hits) {
+        (Some(_), h) if h > 0 => candidates.min(need.saturating_mul(sampled) / h),
+        _ => candidates,
+    };
+    let alone = read.saturating_mul(ROW);
+    let ranged = keyed
+        .saturating_mul(ENTRY)
+        .saturating_add(candidates.saturating_mul(LISTED))
+        .saturating_add(matches.min(need).saturating_mul(ROW));
+    ranged < alone
+}
+
+/// The candidates are counted up to this many times the key's records (at least 100,000).
+pub const RATIO: i64 = 8;
+
+/// The condition on `dead_letters` (with its parameters) whose records an `error` term's
+/// candidates are restricted to, for `f` (an `error` term and key terms) whose other terms'
+/// condition is `others`, counted up to `cap` matches (`None`: all); `None` when the
+/// candidates read alone are cheaper (module docs), or `f` has another kind of term, or on
+/// PostgreSQL.
+pub fn within(
+    c: &mut dyn Conn,
+    f: &Filter,
+    needle: &str,
+    fts: Option<&str>,
+    others: &(String, Vec<Param>),
+    cap: Option<u64>,
+) -> Result<Option<(String, Vec<Param>)>, ArchiveError> {
+    if c.dialect() != Dialect::Sqlite
+        || !f
+            .terms
+            .keys()
+            .all(|k| k == "error" || INDEXED.contains(&k.as_str()))
+        || !f.terms.keys().any(|k| INDEXED.contains(&k.as_str()))
+    {
+        return Ok(None);
+    }
+    let Some(query) = fts
+        .map(str::to_string)
+        .or_else(|| crate::search_index::trigram_query(needle))
+    else {
+        return Ok(None);
+    };
+    // The other terms name key columns (and the vhost limit `vhost`) only, as the summary's.
+    let (cond, params) = others;
+    let keyed = crate::summary::records(c, cond, params)?;
+    // The candidates, counted up to a bound past which the range's read is small beside theirs.
+    let bound = keyed.saturating_mul(RATIO).max(100_000).saturating_add(1);
+    let t = Field::Error.table();
+    let q = Param::from(query);
+    let candidates = count(
+        c,
+        &format!(
+            "SELECT COUNT(*) FROM (SELECT rowid FROM {t} WHERE {t} MATCH ? LIMIT {bound}) AS n"
+        ),
+        std::slice::from_ref(&q),
+    )?;
+    let sampled = candidates.min(SAMPLE);
+    let mut p = vec![q];
+    p.extend_from_slice(params);
+    let hits = count(
+        c,
+        &format!(
+            "SELECT COUNT(*) FROM dead_letter_error_text AS e WHERE e.id IN \
+             (SELECT rowid FROM {t} WHERE {t} MATCH ? ORDER BY rowid DESC LIMIT {SAMPLE}) AND {cond}"
+        ),
+        &p,
+    )?;
+    Ok(cheaper(keyed, candidates, hits, sampled, cap).then(|| (cond.clone(), params.clone())))
+}
+
+fn count(c: &mut dyn Conn, sql: &str, params: &[Param]) -> Result<i64, ArchiveError> {
+    Ok(c.query(sql, params)?
+        .first()
+        .and_then(|r| r.first())
+        .map_or(0, Cell::int))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_range_when_the_key_is_rare_among_the_candidates() {
+        let cap = Some(10_000);
+        // orders-7 (none of `cause 5`'s 100,200 candidates), SKIPPED (200,000, none).
+        assert!(cheaper(50_100, 100_200, 0, 256, cap));
+        assert!(cheaper(200_000, 100_200, 0, 256, cap));
+        // orders-5 (half the candidates); PENDING (600,000, most of them).
+        assert!(!cheaper(50_100, 100_200, 128, 256, cap));
+        assert!(!cheaper(600_000, 100_200, 150, 256, cap));
+        // A few candidates: read them.
+        assert!(!cheaper(50_000, 300, 0, 256, cap));
+        // Every match counted: the candidates are read whole either way.
+        assert!(cheaper(50_100, 100_200, 128, 256, None));
+    }
+}

@@ -1,0 +1,239 @@
+//! Stop 44's plans for an `error` term with key terms and for `error` pages sorted by
+//! `updated_at` (docs/archive.md "Twenty-ninth round"), on both backends through the copy
+//! scenario (none indexed; indexed; a burst above the watermark; skips, deletes, a user's UPDATE
+//! of error texts and a user's INSERT; indexed again):
+//! - SQLite's candidates from a key's index range (`keyed_candidates`) are taken for a key none
+//!   of the needle's candidates is in, and not for one most of them are in;
+//! - the lists' capped `total`, pages 1–3 in id order and sorted by `updated_at` and
+//!   `created_at` both ways (the time walk driving the sparse sort's common records), and
+//!   `/groups` by status equal plain SQL's, for keys rare and common among the candidates;
+//! - PostgreSQL's copy has migration 26's key columns in its trigram indexes.
+
+#[allow(dead_code)]
+#[path = "support/copy_scenario.rs"]
+mod copy_scenario;
+#[path = "support/indexer_wait.rs"]
+mod indexer_wait;
+#[path = "support/pg_cluster.rs"]
+mod pg_cluster;
+#[allow(dead_code)]
+#[path = "support/plain_pages.rs"]
+mod plain_pages;
+#[path = "support/record.rs"]
+mod support;
+
+use std::ops::Range;
+
+use bytes::Bytes;
+use charon_archive::filter::{Filter, order_by};
+use charon_archive::ops::{self, Selection};
+use charon_archive::sql::{Conn, Dialect};
+use charon_archive::total_cap::Relation;
+use charon_archive::{Archive, NewRecord};
+
+/// Queue `q3`'s records never say `cause`; the others say `cause 0`, `1` or `2`.
+fn rec(i: usize) -> NewRecord {
+    let q = i % 4;
+    let error = if q == 3 {
+        format!("order {i} timed out")
+    } else {
+        format!("order {i} failed: cause {}", i % 3)
+    };
+    NewRecord {
+        stable_key: format!("kc:{i}"),
+        queue: format!("dq{}", i % 2),
+        original_queue: Some(format!("q{q}")),
+        error_message: Some(error),
+        payload: Bytes::from(format!("body of {i}")),
+        ..support::record(i)
+    }
+}
+
+fn insert(c: &mut dyn Conn, r: Range<usize>) {
+    let recs: Vec<NewRecord> = r.map(rec).collect();
+    ops::insert_batch(c, &recs).expect("insert");
+}
+
+/// Filters: a key no candidate is in (`q3`), keys most candidates are in, a status none of the
+/// needle's records has until the changes skip some, two keys, the needle alone.
+const CASES: &[&[(&str, &str)]] = &[
+    &[("error", "cause 0"), ("original_queue", "q3")],
+    &[("error", "cause 0"), ("original_queue", "q1")],
+    &[("error", "failed"), ("queue", "dq0")],
+    &[("error", "cause 1"), ("status", "SKIPPED")],
+    &[
+        ("error", "cause 2"),
+        ("original_queue", "q2"),
+        ("status", "PENDING"),
+    ],
+    &[("error", "cause 0")],
+];
+
+fn filter(pairs: &[(&str, &str)]) -> Filter {
+    Filter::from_pairs(pairs.iter().copied()).expect("filter")
+}
+
+/// Plain SQL's matching ids of `f` in `order`.
+fn plain(c: &mut dyn Conn, f: &Filter, order: &str) -> Vec<i64> {
+    let (cond, p) = f.to_sql(c.dialect()).expect("cond");
+    plain_pages::ids(
+        c,
+        &format!("SELECT id FROM dead_letters WHERE {cond} ORDER BY {order}"),
+        &p,
+    )
+}
+
+fn check(c: &mut dyn Conn, when: &str) {
+    for pairs in CASES {
+        let f = filter(pairs);
+        let n = plain(c, &f, "id").len() as u64;
+        let what = format!("{pairs:?} ({when}, {n} matches)");
+        let mut caps = vec![7, n];
+        if n > 0 {
+            caps.push(n - 1);
+        }
+        for cap in caps {
+            let (_, t) = ops::list_capped(c, &f, None, 1, 10, Some(cap)).expect("list");
+            let want = if n > cap {
+                (cap as i64, Relation::Gte)
+            } else {
+                (n as i64, Relation::Eq)
+            };
+            assert_eq!((t.count, t.relation), want, "total at cap {cap}: {what}");
+        }
+        let (_, t) = ops::list_capped(c, &f, None, 1, 10, None).expect("list");
+        assert_eq!(t.count, n as i64, "exact total: {what}");
+        for sort in [
+            None,
+            Some("id"),
+            Some("-updated_at"),
+            Some("updated_at"),
+            Some("-created_at"),
+        ] {
+            let order = order_by(sort).expect("order");
+            let all = plain(c, &f, &order);
+            for page in [1_u64, 2, 3] {
+                let (recs, _) = ops::list_capped(c, &f, sort, page, 10, Some(7)).expect("list");
+                let want: Vec<i64> = all
+                    .iter()
+                    .copied()
+                    .skip((page - 1) as usize * 10)
+                    .take(10)
+                    .collect();
+                let have: Vec<i64> = recs.iter().map(|r| r.id).collect();
+                assert_eq!(have, want, "page {page} {sort:?}: {what}");
+            }
+        }
+        assert_groups(c, &f, &what);
+    }
+    if c.dialect() == Dialect::Sqlite {
+        assert_choice(c, when);
+    }
+}
+
+/// Exact `/groups` by status equal plain SQL's counts.
+fn assert_groups(c: &mut dyn Conn, f: &Filter, what: &str) {
+    let (cond, p) = f.to_sql(c.dialect()).expect("cond");
+    let mut want: Vec<(String, i64)> = c
+        .query(
+            &format!("SELECT status, COUNT(*) FROM dead_letters WHERE {cond} GROUP BY status"),
+            &p,
+        )
+        .expect("plain groups")
+        .iter()
+        .map(|r| (r[0].opt_text().unwrap_or_default(), r[1].int()))
+        .collect();
+    want.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let groups = ops::groups(c, Some("status"), f).expect("groups");
+    let have: Vec<(String, i64)> = groups
+        .iter()
+        .map(|g| {
+            (
+                g["status"].as_str().unwrap_or_default().to_string(),
+                g["count"].as_i64().unwrap_or(-1),
+            )
+        })
+        .collect();
+    assert_eq!(have, want, "groups by status: {what}");
+}
+
+/// SQLite takes the key's range for `q3` (none of `cause 0`'s candidates), not for `q1`.
+fn assert_choice(c: &mut dyn Conn, when: &str) {
+    let choose = |c: &mut dyn Conn, q: &str| {
+        let f = filter(&[("error", "cause 0"), ("original_queue", q)]);
+        let mut g = f.clone();
+        g.terms.remove("error");
+        let others = g.to_sql_on(c).expect("others");
+        charon_archive::keyed_candidates::within(c, &f, "cause 0", None, &others, Some(10_000))
+            .expect("within")
+            .is_some()
+    };
+    assert!(
+        choose(c, "q3"),
+        "a key no candidate is in: the range ({when})"
+    );
+    assert!(
+        !choose(c, "q1"),
+        "a key most candidates are in: the candidates ({when})"
+    );
+}
+
+fn change(c: &mut dyn Conn) {
+    let skip = plain_pages::ids(c, "SELECT id FROM dead_letters WHERE id % 5 = 1", &[]);
+    ops::skip(c, &Selection::Ids(skip), "carol", "kc").expect("skip");
+    let del = plain_pages::ids(c, "SELECT id FROM dead_letters WHERE id % 17 = 3", &[]);
+    ops::delete(c, &Selection::Ids(del), "carol", None).expect("delete");
+    c.exec(
+        "UPDATE dead_letters SET error_message = 'rewritten: cause 0' WHERE id % 13 = 5",
+        &[],
+    )
+    .expect("user update");
+    copy_scenario::user_insert(c, r#"{"x-h":"v0"}"#);
+}
+
+/// A fresh archive of this build with 400 records, none indexed yet.
+fn fresh(url: &str, old: Box<dyn Conn>) -> Archive {
+    drop(old);
+    let a = Archive::open(url).expect("open");
+    a.with(|c| insert(c, 0..400));
+    a
+}
+
+const STEPS: copy_scenario::Steps<'static> = copy_scenario::Steps {
+    check: &check,
+    burst: &|c| insert(c, 400..700),
+    change: &change,
+};
+
+#[test]
+fn sqlite_keyed_candidates_and_time_driven_sorts_equal_plain_sql() {
+    copy_scenario::on_sqlite(fresh, &STEPS);
+}
+
+#[test]
+fn postgres_key_columns_in_the_trigram_indexes_and_lists_equal_plain_sql() {
+    let Some(pg) = copy_scenario::on_postgres(fresh, &STEPS) else {
+        return;
+    };
+    let mut c = charon_archive::postgres::Postgres::connect(&pg.url).expect("postgres");
+    let rows = c
+        .query(
+            "SELECT indexdef FROM pg_indexes WHERE tablename = 'dead_letter_error_text' ORDER BY indexname",
+            &[],
+        )
+        .expect("indexes");
+    let defs: Vec<String> = rows.iter().filter_map(|r| r[0].opt_text()).collect();
+    let keys = charon_archive::copy_key_gin::KEYS.join(", ");
+    for text in ["error_message", "error_stacktrace"] {
+        assert!(
+            defs.iter()
+                .any(|d| d.contains(&format!("gin ({text} gin_trgm_ops, {keys})"))),
+            "{text} with the keys: {defs:?}"
+        );
+    }
+    assert_eq!(
+        defs.len(),
+        3,
+        "the primary key and the two GIN indexes: {defs:?}"
+    );
+}
