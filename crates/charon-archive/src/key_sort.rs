@@ -37,7 +37,7 @@ pub fn key_order(order: &str) -> Option<(&str, &str)> {
 
 /// Every value of `col` among the records matching `cond` (a condition of key terms and a vhost
 /// limit, valid on the summary), in `ORDER BY col dir` order, with its number of records.
-fn values(
+pub(crate) fn values(
     c: &mut dyn Conn,
     col: &str,
     dir: &str,

@@ -56,6 +56,7 @@ pub mod ingest;
 pub mod jobs;
 pub mod json;
 pub mod key_copy;
+pub mod key_first_value;
 pub mod key_sort;
 pub mod keyed_candidates;
 pub mod newest_groups;

@@ -101,6 +101,7 @@ fn list_plans(
     page_size: u64,
     cap: Option<u64>,
 ) -> Result<(Vec<Record>, Total), ArchiveError> {
+    let requested_cap = cap;
     let cap = crate::total_cap::cap_for(f, cap);
     // A text term with another term whose records are few, or mostly match: that term's
     // records walked in id order, each checked (`driving_set`): the page and the capped count.
@@ -276,6 +277,25 @@ fn list_plans(
     // value's records in id order (`key_sort`), instead of sorting every match.
     if let Some(ids) = crate::key_sort::page_ids(c, f, &cond, &params, &order, offset, page_size)? {
         return Ok((walked_page(c, ids, 0, &order)?, counted));
+    }
+    // An `error` term sorted by a group key of the copy, the page within the key's first value
+    // (its estimate at least twice the reach): that value's list in id order (`key_first_value`),
+    // instead of sorting every match.
+    if split.is_some() {
+        let mut probe = |c: &mut dyn Conn, g: &Filter| -> Result<Option<u64>, ArchiveError> {
+            match walk_source(c, g)? {
+                Some(mut w) => Ok(Some(estimate(c, &mut w)?)),
+                None => Ok(None),
+            }
+        };
+        let mut list = |c: &mut dyn Conn, g: &Filter, by: &str| {
+            list_plans(c, g, Some(by), page, page_size, requested_cap)
+        };
+        if let Some(items) =
+            crate::key_first_value::page(c, f, &order, offset, page_size, &mut probe, &mut list)?
+        {
+            return Ok((items, counted));
+        }
     }
     let text_page = f.terms.contains_key("body") || f.error_only().is_some();
     if let (true, Some(w)) = (by_id && text_page, &mut walk)
