@@ -13,11 +13,14 @@
 //! within `v`, and it is that filter's page in id order (`dir`) — which the list's id-order plans
 //! answer (the copy's walk, the driving set, …) without reading the other matches.
 //!
-//! Whether to try: the needle's walk probes the copy for the filter with `X = v` (three probes of
-//! `text_walk::PROBE` rows, the median) and the attempt is made only when the estimate reaches
-//! twice the page's reach — a value with few or no matches (`sort=original_queue`, whose first
-//! value `orders-0` holds none of `cause 5`) is not tried, as proving it short would read its
-//! matches anyway. A wrong estimate costs one id-order list; the page is then the copy's sort.
+//! Whether to try: only with a capped `total` (`total_cap`, the API's default: the value's list
+//! counts at most `cap + 1` of its matches, not all of them), and when the needle's walk, probing
+//! the copy for the filter with `X = v` (three probes of `text_walk::PROBE` rows, the median),
+//! estimates at least twice the cap there. A value with few or no matches (`sort=original_queue`,
+//! whose first value `orders-0` holds none of `cause 5`) is not tried, as proving it short reads
+//! its matches anyway; nor a needle whose matches number about the cap (`error=55 could`: its
+//! ~10,000 matches sorted cost what the value's capped count and page cost, 46–53 → 58–61 CPU ms
+//! when tried). A wrong estimate costs one id-order list; the page is then the copy's sort.
 //! Only the first value: a later value's page needs the exact counts of the values before it,
 //! which no plan has without reading their matches (docs: "measured, not built").
 
@@ -38,13 +41,16 @@ pub type Estimate<'a> =
 
 /// The page (`offset`, `page_size`) of `f` in `order`, when `order` sorts by a group key of the
 /// copy, `f` has an `error` term and none on that key, and the page lies within the key's first
-/// value (see the module docs); `None` otherwise (another plan answers).
+/// value (see the module docs), the `total` capped at `cap`; `None` otherwise (another plan
+/// answers).
+#[allow(clippy::too_many_arguments)]
 pub fn page(
     c: &mut dyn Conn,
     f: &Filter,
     order: &str,
     offset: u64,
     page_size: u64,
+    cap: Option<u64>,
     estimate: Estimate<'_>,
     list: IdList<'_>,
 ) -> Result<Option<Vec<Record>>, ArchiveError> {
@@ -52,10 +58,13 @@ pub fn page(
         return Ok(None);
     };
     let reach = offset.saturating_add(page_size);
+    let Some(cap) = cap else {
+        return Ok(None);
+    };
     if !f.terms.contains_key("error")
         || f.terms.contains_key(col)
         || !crate::key_copy::holds(&[col.to_string()])
-        || reach > crate::total_cap::CAP
+        || reach > cap
         || page_size == 0
     {
         return Ok(None);
@@ -73,7 +82,7 @@ pub fn page(
     };
     let mut within = f.clone();
     within.terms.insert(col.to_string(), first);
-    if estimate(c, &within)?.is_none_or(|n| n < reach.saturating_mul(2)) {
+    if estimate(c, &within)?.is_none_or(|n| n < cap.saturating_mul(2)) {
         return Ok(None);
     }
     let by_id = if dir == "DESC" { "-id" } else { "id" };

@@ -279,7 +279,7 @@ fn list_plans(
         return Ok((walked_page(c, ids, 0, &order)?, counted));
     }
     // An `error` term sorted by a group key of the copy, the page within the key's first value
-    // (its estimate at least twice the reach): that value's list in id order (`key_first_value`),
+    // (its estimate at least twice the cap): that value's list in id order (`key_first_value`),
     // instead of sorting every match.
     if split.is_some() {
         let mut probe = |c: &mut dyn Conn, g: &Filter| -> Result<Option<u64>, ArchiveError> {
@@ -291,9 +291,16 @@ fn list_plans(
         let mut list = |c: &mut dyn Conn, g: &Filter, by: &str| {
             list_plans(c, g, Some(by), page, page_size, requested_cap)
         };
-        if let Some(items) =
-            crate::key_first_value::page(c, f, &order, offset, page_size, &mut probe, &mut list)?
-        {
+        if let Some(items) = crate::key_first_value::page(
+            c,
+            f,
+            &order,
+            offset,
+            page_size,
+            requested_cap,
+            &mut probe,
+            &mut list,
+        )? {
             return Ok((items, counted));
         }
     }
