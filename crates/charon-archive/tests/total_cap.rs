@@ -190,7 +190,7 @@ fn budget_edge(c: &mut dyn Conn) {
         (f, Source::records(d, cond, p).with_budget(budget))
     };
     // `rare` lies beyond a budget of 150 newest records: nothing proven.
-    let (_, w) = source("rare", 150);
+    let (_, mut w) = source("rare", 150);
     assert_eq!(w.page_ids(c, true, 10).expect("page"), None, "rare, newest");
     assert!(!w.count_over(c, 5).expect("count"), "rare count");
     // A budget of 150 oldest records holds `rare`'s first page.
@@ -210,7 +210,7 @@ fn budget_edge(c: &mut dyn Conn) {
     );
     // `every`: 150 newest hold 150 matches, so 10 of them are the page and a cap of 149 is passed,
     // a cap of 150 is not.
-    let (f, w) = source("every", 150);
+    let (f, mut w) = source("every", 150);
     let (cond, p) = f.to_sql(d).expect("cond");
     for (order, desc) in [("id DESC", true), ("id ASC", false)] {
         let want = plain_pages::ids(
