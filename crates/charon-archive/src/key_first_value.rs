@@ -31,9 +31,13 @@ use crate::sql::Conn;
 use crate::total_cap::Total;
 
 /// The list plans of `ops` for a filter in an id order (`"id"` or `"-id"`): the page asked for
-/// and the filter's `total`.
-pub type IdList<'a> =
-    &'a mut dyn FnMut(&mut dyn Conn, &Filter, &str) -> Result<(Vec<Record>, Total), ArchiveError>;
+/// and the filter's `total` capped at the last argument.
+pub type IdList<'a> = &'a mut dyn FnMut(
+    &mut dyn Conn,
+    &Filter,
+    &str,
+    u64,
+) -> Result<(Vec<Record>, Total), ArchiveError>;
 
 /// An estimate of how many records match a filter (`None`: no estimate).
 pub type Estimate<'a> =
@@ -86,6 +90,7 @@ pub fn page(
         return Ok(None);
     }
     let by_id = if dir == "DESC" { "-id" } else { "id" };
-    let (items, total) = list(c, &within, by_id)?;
+    // The proof needs `reach` matches, not the cap's: the value's `total` capped at `reach`.
+    let (items, total) = list(c, &within, by_id, reach)?;
     Ok((u64::try_from(total.count).unwrap_or(0) >= reach).then_some(items))
 }

@@ -288,8 +288,8 @@ fn list_plans(
                 None => Ok(None),
             }
         };
-        let mut list = |c: &mut dyn Conn, g: &Filter, by: &str| {
-            list_plans(c, g, Some(by), page, page_size, requested_cap)
+        let mut list = |c: &mut dyn Conn, g: &Filter, by: &str, upto: u64| {
+            list_plans(c, g, Some(by), page, page_size, Some(upto))
         };
         if let Some(items) = crate::key_first_value::page(
             c,

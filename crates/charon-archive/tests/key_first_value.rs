@@ -104,7 +104,7 @@ fn check(c: &mut dyn Conn, when: &str) {
                     SIZE,
                     Some(CAP),
                     &mut |_, _| Ok(Some(u64::MAX)),
-                    &mut |c, g, by| ops::list_capped(c, g, Some(by), page, SIZE, Some(CAP)),
+                    &mut |c, g, by, upto| ops::list_capped(c, g, Some(by), page, SIZE, Some(upto)),
                 )
                 .expect("page");
                 // A filter with a term on the sorted column is sorted by id (one value): not tried.
