@@ -11,6 +11,7 @@
 mod indexer_wait;
 #[path = "support/pg_cluster.rs"]
 mod pg_cluster;
+#[allow(dead_code)]
 #[path = "support/plain_pages.rs"]
 mod plain_pages;
 #[path = "support/record.rs"]
