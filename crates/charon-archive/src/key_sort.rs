@@ -37,7 +37,7 @@ pub fn key_order(order: &str) -> Option<(&str, &str)> {
 
 /// Every value of `col` among the records matching `cond` (a condition of key terms and a vhost
 /// limit, valid on the summary), in `ORDER BY col dir` order, with its number of records.
-fn values(
+pub(crate) fn values(
     c: &mut dyn Conn,
     col: &str,
     dir: &str,
@@ -124,20 +124,14 @@ pub fn page_ids(
         }
         let skip = offset.saturating_sub(pos);
         let take = want.min(n.saturating_sub(skip));
-        // SQLite, without statistics, reads a value through its column's index even when the
-        // filter's own index holds fewer records (`original_queue=orders-7&sort=error_fingerprint`:
-        // the fingerprint's 100,000 records, 137 → 228 ms): the column is then written `+col`.
-        let unindexed = c.dialect() == Dialect::Sqlite
-            && !f.terms.is_empty()
-            && value_records(c, col, value.as_deref())? > matches;
-        let plus = if unindexed { "+" } else { "" };
-        let (is_value, mut p) = match value {
-            Some(v) => (format!("{plus}{col} = ?"), vec![Param::from(v.as_str())]),
-            None => (format!("{plus}{col} IS NULL"), Vec::new()),
-        };
-        let value_cond = format!("({cond}) AND {is_value}");
-        let mut all = params.to_vec();
-        all.append(&mut p);
+        // The value's matches are those of some statuses of the filter's term or of the value
+        // (the summary's per-status counts, `pure_status`): read in id order from that term's
+        // `(K, status, id)` index, without a record read for the other term.
+        let (value_cond, all) =
+            match crate::pure_status::condition(c, f, col, value.as_deref(), cond, params)? {
+                Some(found) => found,
+                None => value_condition(c, f, col, value.as_deref(), cond, params, matches)?,
+            };
         let skip_sql = crate::sql::offset(skip);
         let inner = format!(
             "SELECT id FROM {{from}} WHERE {{cond}} ORDER BY id {dir} LIMIT {take}{skip_sql}"
@@ -157,6 +151,32 @@ pub fn page_ids(
         pos = pos.saturating_add(n);
     }
     Ok(Some(ids))
+}
+
+/// `<cond> AND col = value` (with its parameters), the value's condition of [`page_ids`].
+fn value_condition(
+    c: &mut dyn Conn,
+    f: &Filter,
+    col: &str,
+    value: Option<&str>,
+    cond: &str,
+    params: &[Param],
+    matches: u64,
+) -> Result<(String, Vec<Param>), ArchiveError> {
+    // SQLite, without statistics, reads a value through its column's index even when the
+    // filter's own index holds fewer records (`original_queue=orders-7&sort=error_fingerprint`:
+    // the fingerprint's 100,000 records, 137 → 228 ms): the column is then written `+col`.
+    let unindexed = c.dialect() == Dialect::Sqlite
+        && !f.terms.is_empty()
+        && value_records(c, col, value)? > matches;
+    let plus = if unindexed { "+" } else { "" };
+    let (is_value, mut p) = match value {
+        Some(v) => (format!("{plus}{col} = ?"), vec![Param::from(v)]),
+        None => (format!("{plus}{col} IS NULL"), Vec::new()),
+    };
+    let mut all = params.to_vec();
+    all.append(&mut p);
+    Ok((format!("({cond}) AND {is_value}"), all))
 }
 
 /// How many records of every vhost hold `value` (`None`: NULL) in `col`, from the summary.

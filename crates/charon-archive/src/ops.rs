@@ -87,6 +87,21 @@ pub fn list_capped(
     page_size: u64,
     cap: Option<u64>,
 ) -> Result<(Vec<Record>, Total), ArchiveError> {
+    // A vhost limit the summary shows leaves out no match: the unlimited filter's plans, in one
+    // snapshot with the summary's counts (`vhost_limit`).
+    crate::vhost_limit::read(c, f, |c, f| list_plans(c, f, sort, page, page_size, cap))
+}
+
+/// [`list_capped`] once the vhost limit is settled.
+fn list_plans(
+    c: &mut dyn Conn,
+    f: &Filter,
+    sort: Option<&str>,
+    page: u64,
+    page_size: u64,
+    cap: Option<u64>,
+) -> Result<(Vec<Record>, Total), ArchiveError> {
+    let requested_cap = cap;
     let cap = crate::total_cap::cap_for(f, cap);
     // A text term with another term whose records are few, or mostly match: that term's
     // records walked in id order, each checked (`driving_set`): the page and the capped count.
@@ -262,6 +277,32 @@ pub fn list_capped(
     // value's records in id order (`key_sort`), instead of sorting every match.
     if let Some(ids) = crate::key_sort::page_ids(c, f, &cond, &params, &order, offset, page_size)? {
         return Ok((walked_page(c, ids, 0, &order)?, counted));
+    }
+    // An `error` term sorted by a group key of the copy, the page within the key's first value
+    // (its estimate at least twice the cap): that value's list in id order (`key_first_value`),
+    // instead of sorting every match.
+    if split.is_some() {
+        let mut probe = |c: &mut dyn Conn, g: &Filter| -> Result<Option<u64>, ArchiveError> {
+            match walk_source(c, g)? {
+                Some(mut w) => Ok(Some(estimate(c, &mut w)?)),
+                None => Ok(None),
+            }
+        };
+        let mut list = |c: &mut dyn Conn, g: &Filter, by: &str, upto: u64| {
+            list_plans(c, g, Some(by), page, page_size, Some(upto))
+        };
+        if let Some(items) = crate::key_first_value::page(
+            c,
+            f,
+            &order,
+            offset,
+            page_size,
+            requested_cap,
+            &mut probe,
+            &mut list,
+        )? {
+            return Ok((items, counted));
+        }
     }
     let text_page = f.terms.contains_key("body") || f.error_only().is_some();
     if let (true, Some(w)) = (by_id && text_page, &mut walk)

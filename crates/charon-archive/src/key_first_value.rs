@@ -1,0 +1,96 @@
+//! An `error` list sorted by a group key whose page lies in the key's first value (branch `k9b`,
+//! docs/archive.md "Twenty-ninth round (branch `k9b`)").
+//!
+//! A page of an `error` filter sorted by a group-key column `X` the error-text copy holds is
+//! `ORDER BY X dir, id dir`; the copy's plan (`key_copy::Split::page_ids_sorted`, s9a) reads
+//! every match's copy row to sort them: a needle in one record of ten over 1,000,000 records
+//! reads ~100,000 rows (`error=cause 5&sort=status&page=50`: 67–71 CPU ms on SQLite, 98–101 on
+//! PostgreSQL).
+//!
+//! **The rule**: `v`, the first value of `X` in the sort's order among the records of the
+//! filter's key terms and vhost limit (the summary's values), comes first in the order. If the
+//! filter with the term `X = v` has at least `offset + page_size` matches, the page lies wholly
+//! within `v`, and it is that filter's page in id order (`dir`) — which the list's id-order plans
+//! answer (the copy's walk, the driving set, …) without reading the other matches.
+//!
+//! Whether to try: only with a capped `total` (`total_cap`, the API's default: the value's list
+//! counts at most `cap + 1` of its matches, not all of them), and when the needle's walk, probing
+//! the copy for the filter with `X = v` (three probes of `text_walk::PROBE` rows, the median),
+//! estimates at least twice the cap there. A value with few or no matches (`sort=original_queue`,
+//! whose first value `orders-0` holds none of `cause 5`) is not tried, as proving it short reads
+//! its matches anyway; nor a needle whose matches number about the cap (`error=55 could`: its
+//! ~10,000 matches sorted cost what the value's capped count and page cost, 46–53 → 58–61 CPU ms
+//! when tried). A wrong estimate costs one id-order list; the page is then the copy's sort.
+//! Only the first value: a later value's page needs the exact counts of the values before it,
+//! which no plan has without reading their matches (docs: "measured, not built").
+
+use crate::error::ArchiveError;
+use crate::filter::Filter;
+use crate::record::Record;
+use crate::sql::Conn;
+use crate::total_cap::Total;
+
+/// The list plans of `ops` for a filter in an id order (`"id"` or `"-id"`): the page asked for
+/// and the filter's `total` capped at the last argument.
+pub type IdList<'a> = &'a mut dyn FnMut(
+    &mut dyn Conn,
+    &Filter,
+    &str,
+    u64,
+) -> Result<(Vec<Record>, Total), ArchiveError>;
+
+/// An estimate of how many records match a filter (`None`: no estimate).
+pub type Estimate<'a> =
+    &'a mut dyn FnMut(&mut dyn Conn, &Filter) -> Result<Option<u64>, ArchiveError>;
+
+/// The page (`offset`, `page_size`) of `f` in `order`, when `order` sorts by a group key of the
+/// copy, `f` has an `error` term and none on that key, and the page lies within the key's first
+/// value (see the module docs), the `total` capped at `cap`; `None` otherwise (another plan
+/// answers).
+#[allow(clippy::too_many_arguments)]
+pub fn page(
+    c: &mut dyn Conn,
+    f: &Filter,
+    order: &str,
+    offset: u64,
+    page_size: u64,
+    cap: Option<u64>,
+    estimate: Estimate<'_>,
+    list: IdList<'_>,
+) -> Result<Option<Vec<Record>>, ArchiveError> {
+    let Some((col, dir)) = crate::key_sort::key_order(order) else {
+        return Ok(None);
+    };
+    let reach = offset.saturating_add(page_size);
+    let Some(cap) = cap else {
+        return Ok(None);
+    };
+    if !f.terms.contains_key("error")
+        || f.terms.contains_key(col)
+        || !crate::key_copy::holds(&[col.to_string()])
+        || reach > cap
+        || page_size == 0
+    {
+        return Ok(None);
+    }
+    let mut keys = f.clone();
+    keys.terms
+        .retain(|k, _| crate::summary::KEY_COLUMNS.contains(&k.as_str()));
+    let (cond, params) = keys.to_sql(c.dialect())?;
+    let cond = cond.replace("+vhost", "vhost");
+    let Some((Some(first), _)) = crate::key_sort::values(c, col, dir, &cond, &params)?
+        .into_iter()
+        .next()
+    else {
+        return Ok(None);
+    };
+    let mut within = f.clone();
+    within.terms.insert(col.to_string(), first);
+    if estimate(c, &within)?.is_none_or(|n| n < cap.saturating_mul(2)) {
+        return Ok(None);
+    }
+    let by_id = if dir == "DESC" { "-id" } else { "id" };
+    // The proof needs `reach` matches, not the cap's: the value's `total` capped at `reach`.
+    let (items, total) = list(c, &within, by_id, reach)?;
+    Ok((u64::try_from(total.count).unwrap_or(0) >= reach).then_some(items))
+}
