@@ -42,23 +42,24 @@ pub fn leaves_none_out(c: &mut dyn Conn, f: &Filter) -> Result<bool, ArchiveErro
 }
 
 /// `read(c, f)` in one snapshot, with `f`'s vhost limit dropped when [`leaves_none_out`] says it
-/// leaves out no match; `f` as it is when it has no limit (no transaction then).
+/// leaves out no match. Without a limit too: a list's plans read the copy and the records above
+/// the search watermark in separate statements (`time_walk`'s walk, kept from the count's, and
+/// its records above the watermark), and a watermark the indexer moved between them left the
+/// records it passed out of both (a flaky `test_text_filter_totals_over_the_cap_are_lower_bounds`
+/// page, k9b's report).
 pub fn read<T>(
     c: &mut dyn Conn,
     f: &Filter,
     read: impl FnOnce(&mut dyn Conn, &Filter) -> Result<T, ArchiveError>,
 ) -> Result<T, ArchiveError> {
-    if f.vhosts.is_none() {
-        return read(c, f);
-    }
     c.batch(match c.dialect() {
         Dialect::Sqlite => "BEGIN",
         Dialect::Postgres => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
     })?;
-    let r = match leaves_none_out(c, f) {
-        Ok(true) => read(c, &f.clone().within(None)),
-        Ok(false) => read(c, f),
-        Err(e) => Err(e),
+    let r = match f.vhosts.is_some().then(|| leaves_none_out(c, f)) {
+        Some(Ok(true)) => read(c, &f.clone().within(None)),
+        Some(Ok(false)) | None => read(c, f),
+        Some(Err(e)) => Err(e),
     };
     match r {
         Ok(v) => {
