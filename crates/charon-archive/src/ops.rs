@@ -433,8 +433,11 @@ fn list_plans(
                 "created_at" => {
                     let (s, p) = hc.sorted_ids("created_at");
                     Some((
+                        // `created_at + 0`: sorted after the union, not merged from each part
+                        // read in time order (SQLite walked every record's time for the part
+                        // above the header index's watermark: 28 → 7 ms over 1M).
                         format!(
-                            "SELECT id, created_at FROM ({s}) AS m ORDER BY created_at {dir}, id {dir} LIMIT {n}"
+                            "SELECT id, created_at FROM ({s}) AS m ORDER BY created_at + 0 {dir}, id {dir} LIMIT {n}"
                         ),
                         p,
                     ))
