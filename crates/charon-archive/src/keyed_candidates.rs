@@ -23,7 +23,7 @@
 use crate::error::ArchiveError;
 use crate::filter::Filter;
 use crate::search_index::Field;
-use crate::sql::{Cell, Conn, Dialect, Param};
+use crate::sql::{Conn, Dialect, Param};
 
 /// The key columns SQLite reads from an index whose range the ids come from
 /// (`dead_letters_orig_queue`, `_queue`, `_status`, `_reason`, `_fingerprint`).
@@ -103,7 +103,7 @@ pub fn within(
     let bound = keyed.saturating_mul(RATIO).max(100_000).saturating_add(1);
     let t = Field::Error.table();
     let q = Param::from(query);
-    let candidates = count(
+    let candidates = crate::ops::count(
         c,
         &format!(
             "SELECT COUNT(*) FROM (SELECT rowid FROM {t} WHERE {t} MATCH ? LIMIT {bound}) AS n"
@@ -113,7 +113,7 @@ pub fn within(
     let sampled = candidates.min(SAMPLE);
     let mut p = vec![q];
     p.extend_from_slice(params);
-    let hits = count(
+    let hits = crate::ops::count(
         c,
         &format!(
             "SELECT COUNT(*) FROM dead_letter_error_text AS e WHERE e.id IN \
@@ -122,13 +122,6 @@ pub fn within(
         &p,
     )?;
     Ok(cheaper(keyed, candidates, hits, sampled, cap).then(|| (cond.clone(), params.clone())))
-}
-
-fn count(c: &mut dyn Conn, sql: &str, params: &[Param]) -> Result<i64, ArchiveError> {
-    Ok(c.query(sql, params)?
-        .first()
-        .and_then(|r| r.first())
-        .map_or(0, Cell::int))
 }
 
 #[cfg(test)]

@@ -108,7 +108,7 @@ fn newest_rows(
     // the copy's rows carry their summary group's other keys, from which the summary gives the
     // columns wherever one value goes with them (`by_summary`).
     let keyed = !held && crate::summary::groups_by(cols);
-    let group_keys: Vec<String> = COPY_KEYS.iter().map(|k| k.to_string()).collect();
+    let group_keys: Vec<String> = copy_keys().iter().map(|k| k.to_string()).collect();
     let copy_cols: &[String] = match (held, keyed) {
         (true, _) => cols,
         (false, true) => &group_keys,
@@ -176,17 +176,16 @@ fn newest_rows(
 }
 
 /// The copy's columns that, with `content_type` and `original_exchange`, make a record's group
-/// in the summary (`summary::KEY_COLUMNS`).
-const COPY_KEYS: [&str; 6] = [
-    "vhost",
-    "queue",
-    "original_queue",
-    "reason",
-    "error_fingerprint",
-    "status",
-];
+/// in the summary (`summary::KEY_COLUMNS`): the copy's key columns but its time.
+fn copy_keys() -> Vec<&'static str> {
+    crate::key_copy::KEY_COLUMNS
+        .iter()
+        .copied()
+        .filter(|k| *k != "created_at")
+        .collect()
+}
 
-/// `rows` (newest first, their values the [`COPY_KEYS`]) with the values of `cols` (summary key
+/// `rows` (newest first, their values the [`copy_keys`]) with the values of `cols` (summary key
 /// columns, some not in the copy) instead: where the summary's groups of a row's copy keys
 /// (with records) hold one combination of `cols`, every record of those keys has it (the
 /// summary is exact at every commit); the other rows' records are read ([`by_ids`]). The 1M
@@ -198,7 +197,8 @@ fn by_summary(
     select: &str,
     rows: Vec<Row>,
 ) -> Result<Vec<Row>, ArchiveError> {
-    let keys = COPY_KEYS.join(", ");
+    let copy_keys = copy_keys();
+    let keys = copy_keys.join(", ");
     let mut values: HashMap<Vec<Option<String>>, Option<Vec<Option<String>>>> = HashMap::new();
     for r in c.query(
         &format!(
@@ -207,8 +207,8 @@ fn by_summary(
         ),
         &[],
     )? {
-        let key: Vec<Option<String>> = (0..COPY_KEYS.len()).map(|i| r[i].opt_text()).collect();
-        let by: Vec<Option<String>> = (COPY_KEYS.len()..r.len())
+        let key: Vec<Option<String>> = (0..copy_keys.len()).map(|i| r[i].opt_text()).collect();
+        let by: Vec<Option<String>> = (copy_keys.len()..r.len())
             .map(|i| r[i].opt_text())
             .collect();
         values

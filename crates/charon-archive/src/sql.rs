@@ -210,7 +210,29 @@ pub fn transaction<C: Conn + ?Sized, T>(
     c: &mut C,
     f: impl FnOnce(&mut C) -> Result<T, ArchiveError>,
 ) -> Result<T, ArchiveError> {
-    c.batch("BEGIN")?;
+    transaction_from("BEGIN", c, f)
+}
+
+/// Runs the reads of `f` in one snapshot: SQLite's deferred `BEGIN` (its first read fixes the
+/// WAL snapshot), PostgreSQL's `REPEATABLE READ READ ONLY` (one snapshot for every statement).
+pub fn read_snapshot<C: Conn + ?Sized, T>(
+    c: &mut C,
+    f: impl FnOnce(&mut C) -> Result<T, ArchiveError>,
+) -> Result<T, ArchiveError> {
+    let begin = match c.dialect() {
+        Dialect::Sqlite => "BEGIN",
+        Dialect::Postgres => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+    };
+    transaction_from(begin, c, f)
+}
+
+/// [`transaction`] opened by the statement `begin`.
+fn transaction_from<C: Conn + ?Sized, T>(
+    begin: &str,
+    c: &mut C,
+    f: impl FnOnce(&mut C) -> Result<T, ArchiveError>,
+) -> Result<T, ArchiveError> {
+    c.batch(begin)?;
     match f(c) {
         Ok(v) => {
             c.batch("COMMIT")?;

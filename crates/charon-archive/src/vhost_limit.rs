@@ -17,13 +17,12 @@
 //!
 //! **One snapshot.** Between the summary's counts and the page's statements a record of another
 //! vhost could be archived; listed under the unlimited filter it would show the user a record it
-//! may not see. So the counts and the whole list run in one read transaction (SQLite: a deferred
-//! `BEGIN`, whose first read fixes the WAL snapshot; PostgreSQL: `REPEATABLE READ READ ONLY`, one
-//! snapshot for every statement), where the counts and the records agree.
+//! may not see. So [`read`] runs inside the list's one read snapshot (`sql::read_snapshot`,
+//! `ops::list_capped`), where the counts and the records agree.
 
 use crate::error::ArchiveError;
 use crate::filter::Filter;
-use crate::sql::{Conn, Dialect};
+use crate::sql::Conn;
 
 /// Whether `f` has a vhost limit that the summary shows leaves out none of its key terms'
 /// records (see the module docs).
@@ -41,34 +40,16 @@ pub fn leaves_none_out(c: &mut dyn Conn, f: &Filter) -> Result<bool, ArchiveErro
     Ok(crate::summary::records(c, &limited, &lp)? == crate::summary::records(c, &all, &ap)?)
 }
 
-/// `read(c, f)` in one snapshot, with `f`'s vhost limit dropped when [`leaves_none_out`] says it
-/// leaves out no match. Without a limit too: a list's plans read the copy and the records above
-/// the search watermark in separate statements (`time_walk`'s walk, kept from the count's, and
-/// its records above the watermark), and a watermark the indexer moved between them left the
-/// records it passed out of both (a flaky `test_text_filter_totals_over_the_cap_are_lower_bounds`
-/// page, k9b's report).
+/// `read(c, f)`, with `f`'s vhost limit dropped when [`leaves_none_out`] says it leaves out no
+/// match. The caller holds one read snapshot over both (module docs).
 pub fn read<T>(
     c: &mut dyn Conn,
     f: &Filter,
     read: impl FnOnce(&mut dyn Conn, &Filter) -> Result<T, ArchiveError>,
 ) -> Result<T, ArchiveError> {
-    c.batch(match c.dialect() {
-        Dialect::Sqlite => "BEGIN",
-        Dialect::Postgres => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
-    })?;
-    let r = match f.vhosts.is_some().then(|| leaves_none_out(c, f)) {
-        Some(Ok(true)) => read(c, &f.clone().within(None)),
-        Some(Ok(false)) | None => read(c, f),
-        Some(Err(e)) => Err(e),
-    };
-    match r {
-        Ok(v) => {
-            c.batch("COMMIT")?;
-            Ok(v)
-        }
-        Err(e) => {
-            let _ = c.batch("ROLLBACK");
-            Err(e)
-        }
+    if f.vhosts.is_some() && leaves_none_out(c, f)? {
+        read(c, &f.clone().within(None))
+    } else {
+        read(c, f)
     }
 }

@@ -29,7 +29,7 @@ use std::ops::Range;
 use bytes::Bytes;
 use charon_archive::driving_set::first_matches_within;
 use charon_archive::filter::{Filter, order_by};
-use charon_archive::ops::{self, Selection};
+use charon_archive::ops;
 use charon_archive::sql::{Conn, Dialect};
 use charon_archive::total_cap::Relation;
 use charon_archive::{Archive, NewRecord};
@@ -288,16 +288,7 @@ fn assert_list(c: &mut dyn Conn, f: &Filter, case: &Case, when: &str) {
 }
 
 fn change(c: &mut dyn Conn) {
-    let skip = plain_pages::ids(c, "SELECT id FROM dead_letters WHERE id % 4 = 1", &[]);
-    ops::skip(c, &Selection::Ids(skip), "carol", "ds").expect("skip");
-    let del = plain_pages::ids(c, "SELECT id FROM dead_letters WHERE id % 17 = 3", &[]);
-    ops::delete(c, &Selection::Ids(del), "carol", None).expect("delete");
-    c.exec(
-        "UPDATE dead_letters SET error_message = 'rewritten: cause 1' WHERE id % 13 = 5",
-        &[],
-    )
-    .expect("user update");
-    copy_scenario::user_insert(c, r#"{"x-h":"v0"}"#);
+    copy_scenario::changes(c, 4, "ds", "error_message = 'rewritten: cause 1'");
 }
 
 /// A fresh archive of this build with 400 records, none indexed yet.

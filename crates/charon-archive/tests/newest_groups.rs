@@ -26,7 +26,7 @@ use std::ops::Range;
 
 use bytes::Bytes;
 use charon_archive::filter::{Filter, group_by};
-use charon_archive::ops::{self, Selection};
+use charon_archive::ops;
 use charon_archive::sql::Conn;
 use charon_archive::time::format_ms;
 use charon_archive::{Archive, NewRecord};
@@ -220,16 +220,12 @@ fn check(c: &mut dyn Conn, when: &str) {
 }
 
 fn change(c: &mut dyn Conn) {
-    let skip = plain_pages::ids(c, "SELECT id FROM dead_letters WHERE id % 4 = 1", &[]);
-    ops::skip(c, &Selection::Ids(skip), "carol", "ng").expect("skip");
-    let del = plain_pages::ids(c, "SELECT id FROM dead_letters WHERE id % 17 = 3", &[]);
-    ops::delete(c, &Selection::Ids(del), "carol", None).expect("delete");
-    c.exec(
-        "UPDATE dead_letters SET error_message = 'rewritten: cause 1', original_queue = 'q9' WHERE id % 13 = 5",
-        &[],
-    )
-    .expect("user update");
-    copy_scenario::user_insert(c, r#"{"x-h":"v0"}"#);
+    copy_scenario::changes(
+        c,
+        4,
+        "ng",
+        "error_message = 'rewritten: cause 1', original_queue = 'q9'",
+    );
 }
 
 /// A fresh archive of this build with 400 records, none indexed yet.

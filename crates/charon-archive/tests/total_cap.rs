@@ -26,7 +26,7 @@ use std::ops::Range;
 
 use bytes::Bytes;
 use charon_archive::filter::{Filter, order_by};
-use charon_archive::ops::{self, Selection};
+use charon_archive::ops;
 use charon_archive::sql::Conn;
 use charon_archive::total_cap::Relation;
 use charon_archive::{Archive, NewRecord};
@@ -132,16 +132,12 @@ fn assert_pages(c: &mut dyn Conn, f: &Filter, sort: Option<&str>, cap: u64, what
 }
 
 fn change(c: &mut dyn Conn) {
-    let skip = plain_pages::ids(c, "SELECT id FROM dead_letters WHERE id % 4 = 1", &[]);
-    ops::skip(c, &Selection::Ids(skip), "carol", "tc").expect("skip");
-    let del = plain_pages::ids(c, "SELECT id FROM dead_letters WHERE id % 17 = 3", &[]);
-    ops::delete(c, &Selection::Ids(del), "carol", None).expect("delete");
-    c.exec(
-        "UPDATE dead_letters SET error_message = 'rewritten: cause 1', death_count = 3 WHERE id % 13 = 5",
-        &[],
-    )
-    .expect("user update");
-    copy_scenario::user_insert(c, r#"{"x-h":"v0"}"#);
+    copy_scenario::changes(
+        c,
+        4,
+        "tc",
+        "error_message = 'rewritten: cause 1', death_count = 3",
+    );
 }
 
 /// A fresh archive of this build with 400 records, none indexed yet.

@@ -124,7 +124,8 @@ fn assert_lists(c: &mut dyn Conn, when: &str) {
 }
 
 /// A record of `v2` archived after the counts (on the writer's connection) is not in the count
-/// the list reads for a user limited to `/` whose limit was dropped.
+/// the list reads for a user limited to `/` whose limit was dropped, in the list's one snapshot
+/// (`sql::read_snapshot`, as `ops::list_capped` runs it).
 fn assert_one_snapshot(a: &Archive) {
     let f = Filter::from_pairs([("original_queue", "q1")])
         .expect("filter")
@@ -135,18 +136,20 @@ fn assert_one_snapshot(a: &Archive) {
     });
     let (seen, dropped) = a
         .read(|c| {
-            vhost_limit::read(c, &f, |c, g| {
-                a.with(|w| {
-                    let late = NewRecord {
-                        stable_key: "vl:late".into(),
-                        vhost: "v2".into(),
-                        original_queue: Some("q1".into()),
-                        ..support::record(9999)
-                    };
-                    ops::insert_batch(w, &[late])
-                })?;
-                let (cond, p) = g.to_sql(c.dialect())?;
-                Ok((count(c, &cond, &p), g.vhosts.is_none()))
+            charon_archive::sql::read_snapshot(c, |c| {
+                vhost_limit::read(c, &f, |c, g| {
+                    a.with(|w| {
+                        let late = NewRecord {
+                            stable_key: "vl:late".into(),
+                            vhost: "v2".into(),
+                            original_queue: Some("q1".into()),
+                            ..support::record(9999)
+                        };
+                        ops::insert_batch(w, &[late])
+                    })?;
+                    let (cond, p) = g.to_sql(c.dialect())?;
+                    Ok((count(c, &cond, &p), g.vhosts.is_none()))
+                })
             })
         })
         .expect("read");

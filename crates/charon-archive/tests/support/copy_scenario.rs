@@ -74,6 +74,32 @@ pub(crate) fn user_insert(c: &mut dyn Conn, headers_json: &str) {
     .expect("user insert");
 }
 
+/// The changes the walking tests make (`driving_set`, `total_cap`, `newest_groups`,
+/// `keyed_candidates`): every record whose id is 1 modulo `skip_every` skipped (note `note`), every
+/// one 3 modulo 17 deleted, a user's `UPDATE dead_letters SET {user_set}` of every one 5 modulo
+/// 13, and a user's INSERT ([`user_insert`], headers `{"x-h":"v0"}`).
+#[allow(dead_code)]
+pub(crate) fn changes(c: &mut dyn Conn, skip_every: i64, note: &str, user_set: &str) {
+    use charon_archive::ops::{self, Selection};
+    let ids = |c: &mut dyn Conn, cond: &str| -> Vec<i64> {
+        c.query(&format!("SELECT id FROM dead_letters WHERE {cond}"), &[])
+            .expect("ids")
+            .iter()
+            .map(|r| r[0].int())
+            .collect()
+    };
+    let skip = ids(c, &format!("id % {skip_every} = 1"));
+    ops::skip(c, &Selection::Ids(skip), "carol", note).expect("skip");
+    let del = ids(c, "id % 17 = 3");
+    ops::delete(c, &Selection::Ids(del), "carol", None).expect("delete");
+    c.exec(
+        &format!("UPDATE dead_letters SET {user_set} WHERE id % 13 = 5"),
+        &[],
+    )
+    .expect("user update");
+    user_insert(c, r#"{"x-h":"v0"}"#);
+}
+
 /// The search index (migration 7) of records `id <= upto` as the indexer fills it, in SQL (the
 /// watermark not moved).
 pub(crate) fn search_fill_sql(d: charon_archive::sql::Dialect, upto: i64) -> String {
