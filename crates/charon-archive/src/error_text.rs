@@ -27,7 +27,8 @@
 //! covering index per match instead of the record. The candidates are SQLite's FTS5 matches (the
 //! needle's rarest trigrams, [`crate::rare_trigrams`]) plus the edited records
 //! (`dead_letter_search_scan`, whose FTS5 rows are gone while their copy is current), or on
-//! PostgreSQL a `LIKE` that migration 12's trigram indexes on the copy answer; a needle the index
+//! PostgreSQL a `LIKE` on the copy's `error_grams` that migration 29's trigram index answers
+//! (`crate::error_grams`; migration 12's indexes on the two columns before it); a needle the index
 //! cannot narrow (under 3 characters, or with a NUL on SQLite) checks every row of the copy.
 
 use crate::error::ArchiveError;
@@ -187,10 +188,11 @@ pub fn parts_within(
             }
             None => String::new(),
         },
-        Dialect::Postgres => {
-            let pattern = like_literal(needle);
-            format!("(e.error_message LIKE {pattern} OR e.error_stacktrace LIKE {pattern}) AND ")
-        }
+        // Migration 29's trigram index (`crate::error_grams`).
+        Dialect::Postgres => format!(
+            "e.error_grams LIKE {} AND ",
+            crate::error_grams::pattern(needle)
+        ),
     };
     indexed_params.push(Param::from(needle));
     indexed_params.push(Param::from(needle));
@@ -231,26 +233,6 @@ pub fn check_on_copy(d: Dialect, needle: &str) -> Option<(String, Vec<Param>)> {
         ),
         vec![Param::from(needle), Param::from(needle)],
     ))
-}
-
-/// PostgreSQL: the `LIKE` pattern of the candidates for `needle`, as a string literal in the
-/// statement's text: `'%…%'` with every character but letters, digits and spaces replaced by
-/// `_` (LIKE's one-character wildcard). A parameter would let a cached statement's generic plan
-/// choose without the pattern (it walked the whole copy backwards by id for a needle matching
-/// nothing: 460 ms instead of 0.4); the literal holds no quote, backslash or `?` (the driver's
-/// placeholder), and a `_` matches the character it replaces, so the candidates are a superset
-/// and the `strpos` check that follows decides exactly.
-fn like_literal(needle: &str) -> String {
-    let mut s = String::from("'%");
-    for ch in needle.chars() {
-        s.push(if ch.is_alphanumeric() || ch == ' ' {
-            ch
-        } else {
-            '_'
-        });
-    }
-    s.push_str("%'");
-    s
 }
 
 /// The filter's condition on `dead_letters` (`id IN (…)`, no other column of the record) and its
@@ -362,16 +344,4 @@ pub fn page_ids_by_time(
 /// [`count`] and [`page_ids`].
 pub fn fts_query(c: &mut dyn Conn, needle: &str) -> Result<Option<String>, ArchiveError> {
     crate::rare_trigrams::query(c, Field::Error, needle)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn like_literals_hold_no_quote_backslash_or_placeholder() {
-        assert_eq!(like_literal("cause 5"), "'%cause 5%'");
-        assert_eq!(like_literal("it's 100%_\\?"), "'%it_s 100____%'");
-        assert_eq!(like_literal("見つか"), "'%見つか%'");
-    }
 }

@@ -43,6 +43,11 @@ pub type IdList<'a> = &'a mut dyn FnMut(
 pub type Estimate<'a> =
     &'a mut dyn FnMut(&mut dyn Conn, &Filter) -> Result<Option<u64>, ArchiveError>;
 
+/// The values of a column among some matches of a filter (`crate::key_first_match::SAMPLE` of
+/// them at most; none: no sample).
+pub type Sample<'a> =
+    &'a mut dyn FnMut(&mut dyn Conn, &Filter, &str) -> Result<Vec<Option<String>>, ArchiveError>;
+
 /// The page (`offset`, `page_size`) of `f` in `order`, when `order` sorts by a group key of the
 /// copy, `f` has an `error` term and none on that key, and the page lies within the key's first
 /// value (see the module docs), the `total` capped at `cap`; `None` otherwise (another plan
@@ -56,6 +61,7 @@ pub fn page(
     page_size: u64,
     cap: Option<u64>,
     estimate: Estimate<'_>,
+    sample: Sample<'_>,
     list: IdList<'_>,
 ) -> Result<Option<Vec<Record>>, ArchiveError> {
     let Some((col, dir)) = crate::key_sort::key_order(order) else {
@@ -78,19 +84,62 @@ pub fn page(
         .retain(|k, _| crate::summary::KEY_COLUMNS.contains(&k.as_str()));
     let (cond, params) = keys.to_sql(c.dialect())?;
     let cond = cond.replace("+vhost", "vhost");
-    let Some((Some(first), _)) = crate::key_sort::values(c, col, dir, &cond, &params)?
-        .into_iter()
-        .next()
-    else {
+    let values = crate::key_sort::values(c, col, dir, &cond, &params)?;
+    let Some(first) = first_holding(c, f, col, dir, &values, cap, estimate, sample)? else {
         return Ok(None);
     };
     let mut within = f.clone();
     within.terms.insert(col.to_string(), first);
-    if estimate(c, &within)?.is_none_or(|n| n < cap.saturating_mul(2)) {
-        return Ok(None);
-    }
     let by_id = if dir == "DESC" { "-id" } else { "id" };
     // The proof needs `reach` matches, not the cap's: the value's `total` capped at `reach`.
     let (items, total) = list(c, &within, by_id, reach)?;
     Ok((u64::try_from(total.count).unwrap_or(0) >= reach).then_some(items))
+}
+
+/// The first of `values` (the key's in the sort's order) that holds enough matches of `f` for
+/// the page (its estimate at least twice the cap), when no value before it holds one: the first
+/// value itself, or the first value a sample of the matches holds with none before it
+/// (`crate::key_first_match`); `None` otherwise.
+#[allow(clippy::too_many_arguments)]
+fn first_holding(
+    c: &mut dyn Conn,
+    f: &Filter,
+    col: &str,
+    dir: &str,
+    values: &[(Option<String>, u64)],
+    cap: u64,
+    estimate: Estimate<'_>,
+    sample: Sample<'_>,
+) -> Result<Option<String>, ArchiveError> {
+    let enough = cap.saturating_mul(2);
+    let mut many = |c: &mut dyn Conn, v: Option<&str>| -> Result<bool, ArchiveError> {
+        let mut within = f.clone();
+        if let Some(v) = v {
+            within.terms.insert(col.to_string(), v.to_string());
+        }
+        Ok(estimate(c, &within)?.is_some_and(|n| n >= enough))
+    };
+    let Some((Some(first), _)) = values.first() else {
+        return Ok(None);
+    };
+    if many(c, Some(first))? {
+        return Ok(Some(first.clone()));
+    }
+    // A sample of the matches, only of a needle with many: a rare one's walk would read its
+    // whole budget for it.
+    if !many(c, None)? {
+        return Ok(None);
+    }
+    let sampled = sample(c, f, col)?;
+    let Some((at, Some(m))) = crate::key_first_match::first_sampled(values, &sampled) else {
+        return Ok(None);
+    };
+    if at == 0 || !many(c, Some(&m))? {
+        return Ok(None);
+    }
+    let before_null = values[..at].iter().any(|(v, _)| v.is_none());
+    Ok(
+        (crate::key_first_match::none_before(c, f, col, dir, &m, before_null)? == Some(true))
+            .then_some(m),
+    )
 }

@@ -285,14 +285,27 @@ fn list_plans(
         return Ok((walked_page(c, ids, 0, &order)?, counted));
     }
     // An `error` term sorted by a group key of the copy, the page within the key's first value
-    // (its estimate at least twice the cap): that value's list in id order (`key_first_value`),
-    // instead of sorting every match.
+    // (its estimate at least twice the cap) or the first a sample of the matches holds when no
+    // match lies before it (`key_first_match`): that value's list in id order
+    // (`key_first_value`), instead of sorting every match.
     if split.is_some() {
         let mut probe = |c: &mut dyn Conn, g: &Filter| -> Result<Option<u64>, ArchiveError> {
             match walk_source(c, g)? {
                 Some(mut w) => Ok(Some(estimate(c, &mut w)?)),
                 None => Ok(None),
             }
+        };
+        // The values of the walk's newest matches (`key_first_match`), on the copy only.
+        let mut sample = |c: &mut dyn Conn, g: &Filter, col: &str| {
+            let Some(w) = walk_source(c, g)?.filter(|w| w.on_copy()) else {
+                return Ok(Vec::new());
+            };
+            let (sql, p) = w.rows_sql(col, crate::key_first_match::SAMPLE);
+            let rows = c.query(&sql, &p)?;
+            Ok(rows
+                .iter()
+                .filter_map(|r| Some(r.first()?.opt_text()))
+                .collect())
         };
         let mut list = |c: &mut dyn Conn, g: &Filter, by: &str, upto: u64| {
             list_plans(c, g, Some(by), page, page_size, Some(upto))
@@ -305,12 +318,16 @@ fn list_plans(
             page_size,
             requested_cap,
             &mut probe,
+            &mut sample,
             &mut list,
         )? {
             return Ok((items, counted));
         }
     }
-    let text_page = f.terms.contains_key("body") || f.error_only().is_some();
+    // An `error` term with key terms too: the walk over the copy (`walk_source`).
+    let text_page = f.terms.contains_key("body")
+        || f.error_only().is_some()
+        || walk.as_ref().is_some_and(|w| w.on_copy());
     if let (true, Some(w)) = (by_id && text_page, &mut walk)
         && w.promising(c, reach)?
         && let Some(ids) = w.page_ids(c, desc, reach)?
@@ -602,15 +619,18 @@ pub(crate) fn walk_source(
         let mut g = f.clone();
         g.terms.remove("error");
         let (others, op) = g.to_sql_on(c)?;
-        p.extend(op);
+        p.extend(op.iter().cloned());
         let source = Source::copy(d, format!("{check} AND {others}"), p);
-        // One `error` term: its records above the watermark page beside the copy's walk.
-        return Ok(Some(
-            match (f.error_only(), crate::error_text::parts(d, needle, None)) {
-                (Some(_), Some(parts)) => source.with_above(parts.rest, parts.rest_params),
-                _ => source,
-            },
-        ));
+        // Its records above the watermark page beside the copy's walk, the other terms checked
+        // there too.
+        return Ok(Some(match crate::error_text::parts(d, needle, None) {
+            Some(parts) => {
+                let mut rp = parts.rest_params;
+                rp.extend(op);
+                source.with_above(format!("{} AND {others}", parts.rest), rp)
+            }
+            None => source,
+        }));
     }
     let (cond, p) = f.to_sql_checks_only(d)?;
     Ok(Some(Source::records(d, cond, p)))

@@ -151,7 +151,11 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (25, V25_HEADER_KEYS),
     (26, V26_COPY_KEY_GIN),
     (28, V28_CREATED_ID),
+    (29, V29_ERROR_GRAMS),
 ];
+
+/// Migration 29 (rendered per dialect by [`crate::error_grams::v29`]).
+const V29_ERROR_GRAMS: &str = "{V29_ERROR_GRAMS}";
 
 /// Migration 28 (rendered per dialect by [`crate::pg_created_id::v28`]).
 const V28_CREATED_ID: &str = "{V28_CREATED_ID}";
@@ -264,6 +268,9 @@ fn render(sql: &str, d: Dialect) -> String {
     if sql == V26_COPY_KEY_GIN {
         return crate::copy_key_gin::v26(d);
     }
+    if sql == V29_ERROR_GRAMS {
+        return crate::error_grams::v29(d);
+    }
     if sql == V28_CREATED_ID {
         return crate::pg_created_id::v28(d);
     }
@@ -351,7 +358,7 @@ fn migrate_list(c: &mut dyn Conn, list: &[(i64, &str)], target: i64) -> Result<(
 }
 
 /// PostgreSQL tables a migration rebuilds by copying (22, 24 and 25: the header index rows with
-/// their new columns). A copied table has an empty visibility map, so its index-only scans (the
+/// their new columns; 29: the error-text copy with its stored `error_grams`). A copied table has an empty visibility map, so its index-only scans (the
 /// header plans') fetch every row from the heap — 158–377 ms instead of 10–29 on 1M records —
 /// until autovacuum comes by; the opener vacuums it once instead (~2 s on 1M). (The migrations
 /// `ANALYZE` it themselves: the vacuum only sets the visibility map.)
@@ -359,6 +366,7 @@ const PG_COPIED: &[(i64, &str)] = &[
     (22, "dead_letter_search_header"),
     (24, "dead_letter_search_header"),
     (25, "dead_letter_search_header"),
+    (29, "dead_letter_error_text"),
 ];
 
 /// After migrations `applied`, `VACUUM` the tables they copied (PostgreSQL; outside
