@@ -85,21 +85,41 @@ pub fn page(
     let (cond, params) = keys.to_sql(c.dialect())?;
     let cond = cond.replace("+vhost", "vhost");
     let values = crate::key_sort::values(c, col, dir, &cond, &params)?;
-    let Some(first) = first_holding(c, f, col, dir, &values, cap, estimate, sample)? else {
+    let Some(tries) = first_holding(c, f, col, dir, &values, cap, estimate, sample)? else {
         return Ok(None);
     };
-    let mut within = f.clone();
-    within.terms.insert(col.to_string(), first);
     let by_id = if dir == "DESC" { "-id" } else { "id" };
-    // The proof needs `reach` matches, not the cap's: the value's `total` capped at `reach`.
-    let (items, total) = list(c, &within, by_id, reach)?;
-    Ok((u64::try_from(total.count).unwrap_or(0) >= reach).then_some(items))
+    for value in tries {
+        let mut within = f.clone();
+        within.terms.insert(col.to_string(), value);
+        // The proof needs `reach` matches, not the cap's: the value's `total` capped at `reach`
+        // (below it, exact).
+        let (items, total) = list(c, &within, by_id, reach)?;
+        let n = u64::try_from(total.count).unwrap_or(0);
+        if n >= reach {
+            return Ok(Some(items));
+        }
+        // A value with some matches but fewer than the page's reach: the page is not in one
+        // value.
+        if n > 0 {
+            return Ok(None);
+        }
+    }
+    Ok(None)
 }
 
-/// The first of `values` (the key's in the sort's order) that holds enough matches of `f` for
-/// the page (its estimate at least twice the cap), when no value before it holds one: the first
-/// value itself, or the first value a sample of the matches holds with none before it
-/// (`crate::key_first_match`); `None` otherwise.
+/// Values before the first a sample of the matches holds that are listed one by one (each
+/// shown empty by its list, or holding the page) instead of one range proof
+/// (`crate::key_first_match::none_before`).
+pub const LISTED_BEFORE: usize = 2;
+
+/// The values of `values` (the key's in the sort's order) whose lists in id order, tried in
+/// turn, give the page: each but the one holding it has no match of `f` (the caller's lists
+/// show it). The first value alone when its estimate is at least twice the cap; else, from a
+/// sample of the matches naming the first value `m` they hold, the values up to `m` when at
+/// most [`LISTED_BEFORE`] precede it (a status holding a few matches before the common one:
+/// `-status` lists SKIPPED, none, then REPLAYED's 200), or `m` alone once no match lies before
+/// it (`crate::key_first_match`); `None` otherwise.
 #[allow(clippy::too_many_arguments)]
 fn first_holding(
     c: &mut dyn Conn,
@@ -110,7 +130,7 @@ fn first_holding(
     cap: u64,
     estimate: Estimate<'_>,
     sample: Sample<'_>,
-) -> Result<Option<String>, ArchiveError> {
+) -> Result<Option<Vec<String>>, ArchiveError> {
     let enough = cap.saturating_mul(2);
     let mut many = |c: &mut dyn Conn, v: Option<&str>| -> Result<bool, ArchiveError> {
         let mut within = f.clone();
@@ -123,7 +143,7 @@ fn first_holding(
         return Ok(None);
     };
     if many(c, Some(first))? {
-        return Ok(Some(first.clone()));
+        return Ok(Some(vec![first.clone()]));
     }
     // A sample of the matches, only of a needle with many: a rare one's walk would read its
     // whole budget for it.
@@ -134,12 +154,18 @@ fn first_holding(
     let Some((at, Some(m))) = crate::key_first_match::first_sampled(values, &sampled) else {
         return Ok(None);
     };
-    if at == 0 || !many(c, Some(&m))? {
+    if at <= LISTED_BEFORE {
+        return Ok(values[..=at]
+            .iter()
+            .map(|(v, _)| v.clone())
+            .collect::<Option<Vec<String>>>());
+    }
+    if !many(c, Some(&m))? {
         return Ok(None);
     }
     let before_null = values[..at].iter().any(|(v, _)| v.is_none());
     Ok(
         (crate::key_first_match::none_before(c, f, col, dir, &m, before_null)? == Some(true))
-            .then_some(m),
+            .then(|| vec![m]),
     )
 }
