@@ -320,6 +320,17 @@ impl Split {
     /// copy and the first `reach` of the records above the watermark, merged by the caller.
     pub fn page_ids(&self, desc: bool, reach: u64) -> (String, Vec<Param>) {
         let dir = if desc { "DESC" } else { "ASC" };
+        if let Some((copy, mut p)) = self.stream_sql("e.id", desc, reach) {
+            p.extend_from_slice(&self.rest_params);
+            return (
+                format!(
+                    "{}SELECT id FROM ({copy}) AS p \
+                     UNION ALL SELECT id FROM (SELECT id FROM r WHERE {} ORDER BY id {dir} LIMIT {reach}) AS q",
+                    self.above, self.rest
+                ),
+                p,
+            );
+        }
         (
             format!(
                 "{}SELECT id FROM (SELECT e.id FROM dead_letter_error_text AS e WHERE {} ORDER BY e.id {dir} LIMIT {reach}) AS p \
@@ -390,7 +401,7 @@ impl Split {
         let list: String = cols.iter().map(|c| format!(", {c}")).collect();
         let e_list: String = cols.iter().map(|c| format!(", e.{c}")).collect();
         let (copy, mut p) = walk
-            .or_else(|| self.stream_rows(&e_list, reach))
+            .or_else(|| self.stream_sql(&format!("e.id, e.created_at{e_list}"), true, reach))
             .unwrap_or_else(|| {
                 (
                     format!(
@@ -412,14 +423,22 @@ impl Split {
         )
     }
 
-    /// SQLite: the copy's newest `reach` matches (`e_list`: `, e.col` each) read in the search
-    /// index's rowid order, newest first, each candidate's copy row checked, stopping at `reach`
-    /// — beside the edited records' (`dead_letter_search_scan`, no FTS5 row), newest first too.
+    /// Whether the copy's side reads the FTS5 candidates in rowid order ([`Split::page_ids`],
+    /// [`Split::newest_rows`]).
+    pub fn streams(&self) -> bool {
+        self.stream.is_some()
+    }
+
+    /// SQLite: the copy's first `reach` matches in id order (`desc`: newest first), selecting
+    /// `select` (columns of the alias `e`), read in the search index's rowid order, each
+    /// candidate's copy row checked, stopping at `reach` — beside the edited records'
+    /// (`dead_letter_search_scan`, no FTS5 row), in the same order.
     /// As `e.id IN (<rowids>) … ORDER BY e.id + 0 DESC`, every candidate was read and the
     /// matches sorted: `/groups?by=status&error=cause 5&original_queue=orders-5` over 1M read
     /// 100,200 candidates for 10,001 of 50,100 matches (70 ms); in order it reads ~20,000 (7 ms).
     /// `None` without an FTS5 query, or when the key's range chose the candidates.
-    fn stream_rows(&self, e_list: &str, reach: u64) -> Option<(String, Vec<Param>)> {
+    fn stream_sql(&self, select: &str, desc: bool, reach: u64) -> Option<(String, Vec<Param>)> {
+        let dir = if desc { "DESC" } else { "ASC" };
         let (q, checks, cp) = self.stream.as_ref()?;
         let t = crate::search_index::Field::Error.table();
         let mut p = vec![q.clone()];
@@ -427,12 +446,12 @@ impl Split {
         p.extend(cp.iter().cloned());
         Some((
             format!(
-                "SELECT * FROM (SELECT e.id, e.created_at{e_list} FROM {t} \
+                "SELECT * FROM (SELECT {select} FROM {t} \
                  CROSS JOIN dead_letter_error_text AS e ON e.id = {t}.rowid \
-                 WHERE {t} MATCH ? AND {checks} ORDER BY {t}.rowid DESC LIMIT {reach}) AS s \
-                 UNION ALL SELECT * FROM (SELECT e.id, e.created_at{e_list} FROM dead_letter_error_text AS e \
+                 WHERE {t} MATCH ? AND {checks} ORDER BY {t}.rowid {dir} LIMIT {reach}) AS s \
+                 UNION ALL SELECT * FROM (SELECT {select} FROM dead_letter_error_text AS e \
                  WHERE e.id IN (SELECT id FROM dead_letter_search_scan) AND {checks} \
-                 ORDER BY e.id DESC LIMIT {reach}) AS x"
+                 ORDER BY e.id {dir} LIMIT {reach}) AS x"
             ),
             p,
         ))

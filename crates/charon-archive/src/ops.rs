@@ -328,7 +328,12 @@ fn list_plans(
     let text_page = f.terms.contains_key("body")
         || f.error_only().is_some()
         || walk.as_ref().is_some_and(|w| w.on_copy());
-    if let (true, Some(w)) = (by_id && text_page, &mut walk)
+    // SQLite, an `error` term with key terms: the copy's first matches in id order read from
+    // the FTS5 candidates in their rowid order (`key_copy::Split::page_ids`), not a walk of the
+    // copy's rows (orders-15's page 50 of `cause 5`: ~10,000 candidates instead of 100,000 rows).
+    let streamed =
+        f.error_only().is_none() && split.as_ref().is_some_and(crate::key_copy::Split::streams);
+    if let (true, Some(w)) = (by_id && text_page && !streamed, &mut walk)
         && w.promising(c, reach)?
         && let Some(ids) = w.page_ids(c, desc, reach)?
     {

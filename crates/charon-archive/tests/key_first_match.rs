@@ -4,7 +4,8 @@
 //! every queue, whose trigrams `hot` shares none of), indexed, then 72 more above the search
 //! watermark, some of them `hot` in `q1`.
 //! - `key_first_match::none_before`, for every value as `m`, both directions and filters with
-//!   key terms and a vhost limit, says "none" exactly when plain SQL counts no match before `m`;
+//!   key terms and a vhost limit, says "none" exactly when plain SQL counts no match before `m`,
+//!   and `none_at` exactly when it counts none at `m`;
 //! - `key_first_value::page`, given exact estimates and a sample of the matches, answers only
 //!   pages that lie in the first value holding a match, and answers them as plain SQL does; a
 //!   sample that misses the first such value is answered only when at most
@@ -95,6 +96,21 @@ fn check_proofs(c: &mut dyn Conn, when: &str) {
                     got,
                     Some(before == 0),
                     "{f:?} {dir} before {m} ({when}): plain SQL counts {before}"
+                );
+                let mut q = p.clone();
+                q.push(Param::from(m.as_str()));
+                let at = count(
+                    c,
+                    &format!(
+                        "SELECT COUNT(*) FROM dead_letters WHERE {cond} AND original_queue = ?"
+                    ),
+                    &q,
+                );
+                let got = key_first_match::none_at(c, &f, "original_queue", &m).expect("at");
+                assert_eq!(
+                    got,
+                    Some(at == 0),
+                    "{f:?} at {m} ({when}): plain SQL counts {at}"
                 );
             }
         }
