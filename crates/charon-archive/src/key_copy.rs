@@ -344,10 +344,15 @@ impl Split {
     /// Every match as `(id, created_at)` rows, the copy's and the records above the watermark,
     /// at most `limit` of them (`crate::rare_time_page`).
     pub fn times(&self, limit: u64) -> (String, Vec<Param>) {
+        self.column_rows("created_at", limit)
+    }
+
+    /// [`Split::times`] with another column the copy holds: `(id, col)` rows.
+    pub fn column_rows(&self, col: &str, limit: u64) -> (String, Vec<Param>) {
         (
             format!(
-                "{}SELECT id, created_at FROM (SELECT e.id, e.created_at FROM dead_letter_error_text AS e WHERE {} \
-                 UNION ALL SELECT id, created_at FROM r WHERE {}) AS u LIMIT {limit}",
+                "{}SELECT id, {col} FROM (SELECT e.id, e.{col} FROM dead_letter_error_text AS e WHERE {} \
+                 UNION ALL SELECT id, {col} FROM r WHERE {}) AS u LIMIT {limit}",
                 self.above, self.copy, self.rest
             ),
             self.params(),

@@ -167,7 +167,13 @@ fn list_plans(
     // A page sorted by time of an `error` needle too rare for a walk to count it: the count
     // and the page from one read of its matches on the copy (`rare_time_page`), instead of the
     // count's read of the same matches and then a walk or a sort for the page.
-    let rare = match (order.starts_with("created_at "), walk.as_mut()) {
+    // The same for a page sorted by a group key the copy holds (`rare_time_page::key_page`).
+    let key_col = crate::key_sort::key_order(&order)
+        .filter(|(col, _)| crate::key_copy::holds(&[col.to_string()]));
+    let rare = match (
+        order.starts_with("created_at ") || key_col.is_some(),
+        walk.as_mut(),
+    ) {
         (true, Some(w)) if w.on_copy() => {
             estimate(c, w)? <= crate::rare_time_page::MOST
                 && !match cap {
@@ -177,10 +183,19 @@ fn list_plans(
         }
         _ => false,
     };
-    if let (true, Some(s)) = (rare, &split)
-        && let Some((ids, n)) =
+    let rare_page = match (rare, &split, key_col) {
+        (true, Some(s), Some((col, dir))) => {
+            let desc = dir == "DESC";
+            // SQLite sorts NULL first ascending, PostgreSQL last.
+            let nulls_first = (d == Dialect::Sqlite) != desc;
+            crate::rare_time_page::key_page(c, s, col, desc, nulls_first, early_reach)?
+        }
+        (true, Some(s), None) => {
             crate::rare_time_page::page(c, s, order.starts_with("created_at DESC"), early_reach)?
-    {
+        }
+        _ => None,
+    };
+    if let Some((ids, n)) = rare_page {
         let n = i64::try_from(n).unwrap_or(i64::MAX);
         let total = match cap {
             Some(cap) => Total::from_capped(n, cap),

@@ -3,7 +3,8 @@
 //! matches. On both backends, 1,000 records whose needle `rare thing` is only in 50 of the newest
 //! 400 (the walk's probe takes the median of three places, two of which hold none of them), a
 //! fifth of them in another vhost,
-//! times out of id order: every page sorted by `-created_at` and `created_at`, and the total at
+//! times out of id order: every page sorted by `-created_at` and `created_at` (and, stop 45, by
+//! `original_queue` — NULL in every 11th — and `queue`, both ways), and the total at
 //! caps 7, 100, 10,000 and none, equal plain SQL's — for an administrator, for a user limited to
 //! vhost `/`, with a `status` term, and with matches above the search watermark.
 
@@ -43,6 +44,8 @@ fn rec(i: usize) -> NewRecord {
     NewRecord {
         stable_key: format!("rt:{i}"),
         vhost: if i % 5 == 3 { "other" } else { "/" }.into(),
+        original_queue: (!i.is_multiple_of(11)).then(|| format!("q{}", i % 4)),
+        queue: format!("dlq-{}", i % 3),
         error_message: Some(format!("order {i} failed: {cause}")),
         created_at: t,
         ..support::record(i)
@@ -106,12 +109,23 @@ fn filters() -> Vec<Filter> {
     ]
 }
 
+/// By time, and by a group key the copy holds (`rare_time_page::key_page`), NULL among its
+/// values, both ways.
+const SORTS: [&str; 6] = [
+    "-created_at",
+    "created_at",
+    "original_queue",
+    "-original_queue",
+    "queue",
+    "-queue",
+];
+
 fn scenario(a: &Archive) {
     a.with(|c| insert(c, 0..1_000));
     indexer_wait::wait_caught_up(a);
     a.with(|c| {
         for f in filters() {
-            for sort in ["-created_at", "created_at"] {
+            for sort in SORTS {
                 assert_all_pages(c, &f, sort, "indexed");
             }
         }
@@ -121,7 +135,7 @@ fn scenario(a: &Archive) {
     a.with(|c| {
         insert(c, 1_000..1_060);
         for f in filters() {
-            for sort in ["-created_at", "created_at"] {
+            for sort in SORTS {
                 assert_all_pages(c, &f, sort, "matches above the watermark");
             }
         }
