@@ -43,6 +43,12 @@ pub type IdList<'a> = &'a mut dyn FnMut(
 pub type Estimate<'a> =
     &'a mut dyn FnMut(&mut dyn Conn, &Filter) -> Result<Option<u64>, ArchiveError>;
 
+/// The first `reach` ids of a filter in id order (`desc`: newest first) from one read without
+/// a count, where a plan gives them so (SQLite's FTS5 candidates in rowid order,
+/// `crate::key_copy::Split::page_ids`); `None`: no such plan (the list answers).
+pub type FirstIds<'a> =
+    &'a mut dyn FnMut(&mut dyn Conn, &Filter, bool, u64) -> Result<Option<Vec<i64>>, ArchiveError>;
+
 /// The values of a column among some matches of a filter (`crate::key_first_match::SAMPLE` of
 /// them at most; none: no sample).
 pub type Sample<'a> =
@@ -62,6 +68,7 @@ pub fn page(
     cap: Option<u64>,
     estimate: Estimate<'_>,
     sample: Sample<'_>,
+    first_ids: FirstIds<'_>,
     list: IdList<'_>,
 ) -> Result<Option<Vec<Record>>, ArchiveError> {
     let Some((col, dir)) = crate::key_sort::key_order(order) else {
@@ -98,6 +105,18 @@ pub fn page(
         }
         let mut within = f.clone();
         within.terms.insert(col.to_string(), value);
+        // The value's first `reach` ids from one read: as many prove the page within the value
+        // (no count: `orders-15`'s page 50, a reach of 5,000, saved its 7.6 ms walk).
+        if let Some(ids) = first_ids(c, &within, dir == "DESC", reach)? {
+            let n = ids.len() as u64;
+            if n >= reach {
+                return Ok(Some(crate::ops::walked_page(c, ids, offset, order)?));
+            }
+            if n > 0 {
+                return Ok(None);
+            }
+            continue;
+        }
         // The proof needs `reach` matches, not the cap's: the value's `total` capped at `reach`
         // (below it, exact).
         let (items, total) = list(c, &within, by_id, reach)?;

@@ -322,6 +322,39 @@ fn list_plans(
                 .filter_map(|r| Some(r.first()?.opt_text()))
                 .collect())
         };
+        // SQLite: a value's first ids from the FTS5 candidates in rowid order, in one read, not
+        // its list's count and page. A value with few records, or whose candidates come from
+        // its key's range (`keyed_candidates`), is left to its list (the driving set walks the
+        // former; REPLAYED's 200 newest matches: 31 ms listed, 49 by the range's first ids).
+        let mut first_ids = |c: &mut dyn Conn, g: &Filter, desc: bool, reach: u64| {
+            if c.dialect() != Dialect::Sqlite || !crate::key_copy::answers(g) {
+                return Ok(None);
+            }
+            let mut keys = g.clone();
+            keys.terms.retain(|k, _| k != "error");
+            let (kc, kp) = keys.to_sql(Dialect::Sqlite)?;
+            let keyed = summary::records(c, &kc.replace("+vhost", "vhost"), &kp)?;
+            if u64::try_from(keyed).unwrap_or(0) <= crate::driving_set::BUDGET.1 {
+                return Ok(None);
+            }
+            let s = copy_split(c, g, Some(reach))?;
+            if !s.streams() {
+                return Ok(None);
+            }
+            let (sql, p) = s.page_ids(desc, reach);
+            let mut ids: Vec<i64> = c
+                .query(&sql, &p)?
+                .iter()
+                .filter_map(|r| r.first()?.opt_int())
+                .collect();
+            ids.sort_unstable();
+            ids.dedup();
+            if desc {
+                ids.reverse();
+            }
+            ids.truncate(usize::try_from(reach).unwrap_or(usize::MAX));
+            Ok(Some(ids))
+        };
         let mut list = |c: &mut dyn Conn, g: &Filter, by: &str, upto: u64| {
             list_plans(c, g, Some(by), page, page_size, Some(upto))
         };
@@ -334,6 +367,7 @@ fn list_plans(
             requested_cap,
             &mut probe,
             &mut sample,
+            &mut first_ids,
             &mut list,
         )? {
             return Ok((items, counted));

@@ -106,6 +106,7 @@ fn check(c: &mut dyn Conn, when: &str) {
                     Some(CAP),
                     &mut |_, _| Ok(Some(u64::MAX)),
                     &mut |_, _, _| Ok(Vec::new()),
+                    &mut |_, _, _, _| Ok(None),
                     &mut |c, g, by, upto| ops::list_capped(c, g, Some(by), page, SIZE, Some(upto)),
                 )
                 .expect("page");
