@@ -428,6 +428,30 @@ impl Split {
         )
     }
 
+    /// SQLite: how many of the first [`crate::keyed_candidates::SAMPLE`] FTS5 candidates in
+    /// id order (`desc`: newest first) match — the share a [`Split::page_ids`] read meets first;
+    /// `None` without such a read.
+    pub fn stream_hits(
+        &self,
+        c: &mut dyn crate::sql::Conn,
+        desc: bool,
+    ) -> Result<Option<i64>, crate::error::ArchiveError> {
+        let Some((q, checks, cp)) = self.stream.as_ref() else {
+            return Ok(None);
+        };
+        let dir = if desc { "DESC" } else { "ASC" };
+        let t = crate::search_index::Field::Error.table();
+        let n = crate::keyed_candidates::SAMPLE;
+        let mut p = vec![q.clone()];
+        p.extend(cp.iter().cloned());
+        let sql = format!(
+            "SELECT COUNT(*) FROM (SELECT rowid AS id FROM {t} WHERE {t} MATCH ? \
+             ORDER BY rowid {dir} LIMIT {n}) AS s CROSS JOIN dead_letter_error_text AS e \
+             ON e.id = s.id WHERE {checks}"
+        );
+        Ok(Some(crate::ops::count(c, &sql, &p)?))
+    }
+
     /// Whether the copy's side reads the FTS5 candidates in rowid order ([`Split::page_ids`],
     /// [`Split::newest_rows`]).
     pub fn streams(&self) -> bool {

@@ -103,14 +103,21 @@ fn none_where(
     g.terms.remove("error");
     let (others, op) = g.to_sql_on(c)?;
     let (range, mut params) = key;
-    params.extend(op);
+    // SQLite: the key condition alone drives the index range; the other terms are checked on
+    // the few copy rows the intersection leaves (beside the range they drew SQLite to another
+    // term's index: `reason=rejected`, every record, 88 → 278 ms).
+    let within = (d == Dialect::Sqlite).then(|| (range.clone(), params.clone()));
+    params.extend(op.iter().cloned());
     let cond = format!("{range} AND {others}");
-    let within = (d == Dialect::Sqlite).then(|| (cond.clone(), params.clone()));
     let Some(parts) = crate::error_text::parts_within(d, needle, fts, within) else {
         return Ok(None);
     };
     let (indexed, mut p) = match d {
-        Dialect::Sqlite => (parts.indexed, parts.indexed_params),
+        Dialect::Sqlite => {
+            let mut p = parts.indexed_params;
+            p.extend(op);
+            (format!("{} AND {others}", parts.indexed), p)
+        }
         // The range is a condition of the trigram index's scan (its key columns), with the
         // needle's rarest trigram.
         Dialect::Postgres => {

@@ -323,9 +323,11 @@ fn list_plans(
                 .collect())
         };
         // SQLite: a value's first ids from the FTS5 candidates in rowid order, in one read, not
-        // its list's count and page. A value with few records, or whose candidates come from
-        // its key's range (`keyed_candidates`), is left to its list (the driving set walks the
-        // former; REPLAYED's 200 newest matches: 31 ms listed, 49 by the range's first ids).
+        // its list's count and page. A value with few records, or rare among the first
+        // candidates in the page's order, is left to its list (the driving set walks the
+        // former; REPLAYED's 200 newest matches: 31 ms listed, 49 by its key range's first ids).
+        // No `keyed_candidates` choice here: its count of the candidates is what this read
+        // avoids (`error=processed&sort=status&page=10`: 1M candidates counted, 123 ms).
         let mut first_ids = |c: &mut dyn Conn, g: &Filter, desc: bool, reach: u64| {
             if c.dialect() != Dialect::Sqlite || !crate::key_copy::answers(g) {
                 return Ok(None);
@@ -337,8 +339,12 @@ fn list_plans(
             if u64::try_from(keyed).unwrap_or(0) <= crate::driving_set::BUDGET.1 {
                 return Ok(None);
             }
-            let s = copy_split(c, g, Some(reach))?;
-            if !s.streams() {
+            let s = copy_split_streaming(c, g)?;
+            // At the share of the first candidates in the page's order, the read meets `reach`
+            // matches within `STREAM_MOST` candidates; else the list (a value rare among them).
+            let hits = s.stream_hits(c, desc)?.unwrap_or(0);
+            let read = reach.saturating_mul(crate::keyed_candidates::SAMPLE.unsigned_abs());
+            if hits <= 0 || read / hits.unsigned_abs() > STREAM_MOST {
                 return Ok(None);
             }
             let (sql, p) = s.page_ids(desc, reach);
@@ -808,6 +814,35 @@ pub(crate) fn copy_split(
 ) -> Result<crate::key_copy::Split, ArchiveError> {
     let (error_fts, cond, params) = error_condition(c, f, true)?;
     split(c, f, &cond, &params, &error_fts, cap)
+}
+
+/// Most FTS5 candidates a value's first ids are read from (`key_first_value`'s `first_ids`): ~15 ms
+/// of copy rows on SQLite.
+const STREAM_MOST: u64 = 40_000;
+
+/// [`copy_split`] whose SQLite candidates are never a key's range: the FTS5 candidates read in
+/// rowid order (`key_copy::Split::page_ids`).
+fn copy_split_streaming(
+    c: &mut dyn Conn,
+    f: &Filter,
+) -> Result<crate::key_copy::Split, ArchiveError> {
+    let (error_fts, cond, params) = error_condition(c, f, true)?;
+    let others = match &error_fts {
+        Some(_) => {
+            let mut g = f.clone();
+            g.terms.remove("error");
+            Some(g.to_sql_on(c)?)
+        }
+        None => None,
+    };
+    Ok(crate::key_copy::Split::new(
+        c.dialect(),
+        &cond,
+        &params,
+        error_fts,
+        others,
+        None,
+    ))
 }
 
 /// A filter `key_copy::answers` accepts, split between the copy and the records above the

@@ -51,6 +51,8 @@ fn filters() -> Vec<Filter> {
     vec![
         f(&[("error", "hot path")]),
         f(&[("error", "hot"), ("queue", "dlq-1")]),
+        // `q3`, before `q4` in the range, holds `hot` of dlq-1 only: the queue term decides.
+        f(&[("error", "hot"), ("queue", "dlq-0")]),
         f(&[("error", "hot path")]).within(Some(vec!["/".into()])),
         f(&[("error", "cold")]),
     ]
