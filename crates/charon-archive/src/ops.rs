@@ -299,11 +299,11 @@ fn list_plans(
     if let Some(ids) = crate::key_sort::page_ids(c, f, &cond, &params, &order, offset, page_size)? {
         return Ok((walked_page(c, ids, 0, &order)?, counted));
     }
-    // An `error` term sorted by a group key of the copy, the page within the key's first value
-    // (its estimate at least twice the cap) or the first a sample of the matches holds when no
-    // match lies before it (`key_first_match`): that value's list in id order
-    // (`key_first_value`), instead of sorting every match.
-    if split.is_some() {
+    // An `error` (or `body`) term sorted by a group key, the page within the key's first value
+    // (its estimate at least twice the cap) or, for an `error` term on the copy, the first a
+    // sample of the matches holds when no match lies before it (`key_first_match`): that
+    // value's list in id order (`key_first_value`), instead of sorting every match.
+    if split.is_some() || f.terms.contains_key("body") {
         let mut probe = |c: &mut dyn Conn, g: &Filter| -> Result<Option<u64>, ArchiveError> {
             match walk_source(c, g)? {
                 Some(mut w) => Ok(Some(estimate(c, &mut w)?)),

@@ -79,7 +79,14 @@ pub fn key_page(
         keyed.push((r.get(1).and_then(Cell::opt_text), id));
     }
     let n = keyed.len() as u64;
-    // Ascending with NULL first is `Option`'s own order; the others from it.
+    sort_keyed(&mut keyed, desc, nulls_first);
+    keyed.truncate(usize::try_from(reach).unwrap_or(usize::MAX));
+    Ok(Some((keyed.into_iter().map(|(_, id)| id).collect(), n)))
+}
+
+/// `(value, id)` rows in `ORDER BY value dir, id dir` as the backends order a group key (bytes;
+/// NULL first when `nulls_first`).
+pub(crate) fn sort_keyed(keyed: &mut [(Option<String>, i64)], desc: bool, nulls_first: bool) {
     keyed.sort_unstable_by(|a, b| {
         let (av, bv) = (&a.0, &b.0);
         let values = match (av, bv) {
@@ -94,6 +101,4 @@ pub fn key_page(
         let ids = if desc { b.1.cmp(&a.1) } else { a.1.cmp(&b.1) };
         values.then(ids)
     });
-    keyed.truncate(usize::try_from(reach).unwrap_or(usize::MAX));
-    Ok(Some((keyed.into_iter().map(|(_, id)| id).collect(), n)))
 }
