@@ -262,8 +262,7 @@ fn key_sorted_page(
         .filter_map(|r| Some((r.get(1)?.opt_text(), r.first()?.opt_int()?)))
         .collect();
     let desc = dir == "DESC";
-    // SQLite sorts NULL first ascending, PostgreSQL last.
-    let nulls_first = (c.dialect() == Dialect::Sqlite) != desc;
+    let nulls_first = crate::rare_time_page::nulls_first(c.dialect(), desc);
     crate::rare_time_page::sort_keyed(&mut keyed, desc, nulls_first);
     let total = Total::from_capped(i64::try_from(keyed.len()).unwrap_or(i64::MAX), cap);
     let reach = usize::try_from(offset.saturating_add(page_size)).unwrap_or(usize::MAX);

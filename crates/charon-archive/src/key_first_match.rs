@@ -99,9 +99,7 @@ fn none_where(
     {
         return Ok(None);
     }
-    let mut g = f.clone();
-    g.terms.remove("error");
-    let (others, op) = g.to_sql_on(c)?;
+    let (others, op) = crate::ops::others_sql(c, f)?;
     let (range, mut params) = key;
     // SQLite: the key condition alone drives the index range; the other terms are checked on
     // the few copy rows the intersection leaves (beside the range they drew SQLite to another

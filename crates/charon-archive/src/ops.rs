@@ -186,8 +186,7 @@ fn list_plans(
     let rare_page = match (rare, &split, key_col) {
         (true, Some(s), Some((col, dir))) => {
             let desc = dir == "DESC";
-            // SQLite sorts NULL first ascending, PostgreSQL last.
-            let nulls_first = (d == Dialect::Sqlite) != desc;
+            let nulls_first = crate::rare_time_page::nulls_first(d, desc);
             crate::rare_time_page::key_page(c, s, col, desc, nulls_first, early_reach)?
         }
         (true, Some(s), None) => {
@@ -676,9 +675,7 @@ pub(crate) fn walk_source(
     if let (true, Some(needle)) = (on_copy, f.terms.get("error"))
         && let Some((check, mut p)) = crate::error_text::check_on_copy(d, needle)
     {
-        let mut g = f.clone();
-        g.terms.remove("error");
-        let (others, op) = g.to_sql_on(c)?;
+        let (others, op) = others_sql(c, f)?;
         p.extend(op.iter().cloned());
         let source = Source::copy(d, format!("{check} AND {others}"), p);
         // Its records above the watermark page beside the copy's walk, the other terms checked
@@ -816,6 +813,17 @@ pub(crate) fn copy_split(
     split(c, f, &cond, &params, &error_fts, cap)
 }
 
+/// The condition (with its parameters) of `f`'s terms but its `error` term, valid on the copy
+/// and on `dead_letters` (the copy's other columns, the walk's and the proofs' other terms).
+pub(crate) fn others_sql(
+    c: &mut dyn Conn,
+    f: &Filter,
+) -> Result<(String, Vec<Param>), ArchiveError> {
+    let mut g = f.clone();
+    g.terms.remove("error");
+    g.to_sql_on(c)
+}
+
 /// Most FTS5 candidates a value's first ids are read from (`key_first_value`'s `first_ids`): ~15 ms
 /// of copy rows on SQLite.
 const STREAM_MOST: u64 = 40_000;
@@ -828,11 +836,7 @@ fn copy_split_streaming(
 ) -> Result<crate::key_copy::Split, ArchiveError> {
     let (error_fts, cond, params) = error_condition(c, f, true)?;
     let others = match &error_fts {
-        Some(_) => {
-            let mut g = f.clone();
-            g.terms.remove("error");
-            Some(g.to_sql_on(c)?)
-        }
+        Some(_) => Some(others_sql(c, f)?),
         None => None,
     };
     Ok(crate::key_copy::Split::new(
@@ -856,11 +860,7 @@ fn split(
     cap: Option<u64>,
 ) -> Result<crate::key_copy::Split, ArchiveError> {
     let others = match error_fts {
-        Some(_) => {
-            let mut g = f.clone();
-            g.terms.remove("error");
-            Some(g.to_sql_on(c)?)
-        }
+        Some(_) => Some(others_sql(c, f)?),
         None => None,
     };
     // SQLite: the needle's candidates from a key's index range when the key is small enough.

@@ -84,6 +84,12 @@ pub fn key_page(
     Ok(Some((keyed.into_iter().map(|(_, id)| id).collect(), n)))
 }
 
+/// Whether dialect `d` sorts NULL before every value in that direction (`desc`): SQLite first
+/// ascending, PostgreSQL first descending.
+pub(crate) fn nulls_first(d: crate::sql::Dialect, desc: bool) -> bool {
+    (d == crate::sql::Dialect::Sqlite) != desc
+}
+
 /// `(value, id)` rows in `ORDER BY value dir, id dir` as the backends order a group key (bytes;
 /// NULL first when `nulls_first`).
 pub(crate) fn sort_keyed(keyed: &mut [(Option<String>, i64)], desc: bool, nulls_first: bool) {
