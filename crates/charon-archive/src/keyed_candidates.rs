@@ -163,6 +163,16 @@ pub fn within(
     if let Some(d) = decisive(keyed, hits, cap) {
         bound = bound.min(d.max(SAMPLE));
     }
+    // A needle the walk's probe finds in at least twice the bound's records has at least the
+    // bound's candidates (they hold every match): not counted (`could`, in every record: 400,801
+    // candidates counted, 29 ms, for orders-7's choice). A wrong estimate only costs time.
+    let mut g = Filter::default();
+    g.terms.insert("error".into(), needle.into());
+    if let Some(mut w) = crate::ops::walk_source(c, &g)?
+        && crate::ops::estimate(c, &mut w)? >= u64::try_from(bound).unwrap_or(0).saturating_mul(2)
+    {
+        return Ok(cheaper(keyed, bound, hits, SAMPLE, cap).then(|| (cond.clone(), params.clone())));
+    }
     let candidates = crate::ops::count(
         c,
         &format!(

@@ -203,11 +203,23 @@ fn list_plans(
         let offset = page.saturating_sub(1).saturating_mul(page_size);
         return Ok((walked_page(c, ids, offset, &order)?, total));
     }
-    let walked_over = match (cap, &mut walk) {
-        (Some(cap), Some(w)) => w.promising(c, cap.saturating_add(1))? && w.count_over(c, cap)?,
+    // In another order than the id's or the time's (which `driving_set::list_page` answers
+    // whole, or not at all): the capped count from the driving set's walk when it proves one.
+    let driven = match cap {
+        Some(cap) if !order.starts_with("id ") && !order.starts_with("created_at ") => {
+            crate::driving_set::capped_total(c, f, cap)?
+        }
+        _ => None,
+    };
+    let walked_over = match (cap, &mut walk, driven) {
+        (Some(cap), Some(w), None) => {
+            w.promising(c, cap.saturating_add(1))? && w.count_over(c, cap)?
+        }
         _ => false,
     };
-    let total = if let (Some(cap), true) = (cap, walked_over) {
+    let total = if let Some(t) = driven {
+        t
+    } else if let (Some(cap), true) = (cap, walked_over) {
         Total::from_capped(
             i64::try_from(cap).unwrap_or(i64::MAX).saturating_add(1),
             cap,
@@ -698,7 +710,10 @@ pub(crate) fn walk_source(
 const DEEP: u64 = 1_000;
 
 /// How many records a walk's filter matches, estimated from its probe's share of all records.
-fn estimate(c: &mut dyn Conn, w: &mut crate::text_walk::Source) -> Result<u64, ArchiveError> {
+pub(crate) fn estimate(
+    c: &mut dyn Conn,
+    w: &mut crate::text_walk::Source,
+) -> Result<u64, ArchiveError> {
     let share = w.probe(c)?;
     let all = summary::records(c, "TRUE", &[])?;
     Ok(u64::try_from(all).unwrap_or(0).saturating_mul(share) / crate::text_walk::PROBE)

@@ -107,8 +107,32 @@ pub fn page_rows(
     }
     let n = usize::try_from(n).unwrap_or(usize::MAX);
     rows.truncate(n);
-    let Some(&(last, _)) = rows.last() else {
+    proven(c, rows, false, checks, desc, reach)
+}
+
+/// The walk's match count for a page of `reach` in time order: `reach` and its margin.
+pub fn walked(reach: u64) -> u64 {
+    reach.saturating_add(margin(reach))
+}
+
+/// The first `reach` matches in time order from `rows`, the first matches in id order
+/// (`desc`: newest first; at least [`walked`]`(reach)` of them, or every match when
+/// `complete`) as `(id, created_at)`, proven against the time index (module docs); `None`
+/// without a proof. `checks` is the filter's check on the record itself, for the strays.
+pub fn proven(
+    c: &mut dyn Conn,
+    mut rows: Vec<(i64, i64)>,
+    complete: bool,
+    checks: &(String, Vec<Param>),
+    desc: bool,
+    reach: u64,
+) -> Result<Option<Vec<(i64, i64)>>, ArchiveError> {
+    let (cond, p) = checks;
+    if !complete && (rows.len() as u64) < reach {
         return Ok(None);
+    }
+    let Some(&(last, _)) = rows.last() else {
+        return Ok(complete.then(Vec::new));
     };
     // In the page's order: `(created_at, id)`, both the same direction.
     rows.sort_unstable_by_key(|&(id, t)| (t, id));
@@ -116,6 +140,10 @@ pub fn page_rows(
         rows.reverse();
     }
     rows.truncate(usize::try_from(reach).unwrap_or(usize::MAX));
+    // Every match: the order's first `reach` of them, nothing beyond to prove against.
+    if complete {
+        return Ok(Some(rows));
+    }
     let Some(&(_, t)) = rows.last() else {
         return Ok(None);
     };
