@@ -12,8 +12,11 @@
 //! Here the **driving set** is the records of one other term, read in id order from its index
 //! alone — a header term's exact index range (`crate::header_index`), a time range's
 //! `dead_letters_created`, or a key column's `(X, id)` index (PostgreSQL: `queue`,
-//! `original_queue`, `error_fingerprint`, `status`, `reason`; SQLite: `queue`, `reason`, `status`)
-//! — its first
+//! `original_queue`, `error_fingerprint`, `status`, `reason`, with a status term other than
+//! `PENDING` the partial `(X, status, id)` range; SQLite: `queue`, `reason`, `status`, and since
+//! stop 46 `original_queue` and `error_fingerprint`, their `(X, status, id)` ranges merged in id
+//! order, [`STATUS_BEFORE_ID`]; of several key terms, the one with the fewest records by the
+//! summary) — its first
 //! [`budget`] + 1 ids. Those ids are checked in growing chunks against the whole filter but the
 //! driving term (an `error` needle on the narrow copy of the error texts, `crate::error_text`,
 //! for the records at or below the search watermark; every other record on `dead_letters`),
@@ -23,6 +26,9 @@
 //! - **`need` matches found** within the set's first ids: the first `need` matches in id order (a
 //!   prefix of the driving set's order holds the first matches of all), so a page and a count of
 //!   at least `need`;
+//! - on SQLite (stop 46), a page **sorted by time** from the first matches in id order, proven
+//!   against the time index as `crate::time_walk` proves a walk's, and the **capped count** of a
+//!   list in another order ([`capped_total`]);
 //! - else no proof (`None`): the caller's plans answer. The walk stops early when, after a
 //!   chunk, the share of matches found projects more rows than it holds (a needle rare among the
 //!   set's records: `error=cause 5&original_queue=orders-7`, 0 of 50,100): a wrong estimate costs
