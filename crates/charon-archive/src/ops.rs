@@ -552,6 +552,14 @@ fn list_plans(
     if let (Some(s), true) = (&split, crate::sparse_sort::is_sparse(&order)) {
         let checks = f.to_sql_checks_only(d)?;
         let mut driver = |c: &mut dyn Conn, col: &str, desc: bool, n: u64| -> Driven {
+            // The driving set's first matches first (stop 46: `error=could&original_queue=
+            // orders-7&sort=-replay_count` read orders-7's `could` candidates through the FTS5
+            // rowids' list for the common part, SQLite 144 ms).
+            if col == "id"
+                && let Some(ids) = crate::driving_set::first_matches(c, f, desc, n)?
+            {
+                return Ok(Some(listed_ids(d, &ids)));
+            }
             match (col, walk.as_mut().filter(|w| w.on_copy())) {
                 ("id", _) => Ok(Some(s.page_ids(desc, n))),
                 ("created_at", Some(w)) => {
@@ -739,6 +747,18 @@ fn driven_page(
 
 /// What a [`crate::sparse_sort::Driver`] answers.
 type Driven = Result<Option<(String, Vec<Param>)>, ArchiveError>;
+
+/// A statement selecting exactly the ids `ids` as a column `id` (from the database: literals),
+/// as [`timed_ids`] does.
+fn listed_ids(d: Dialect, ids: &[i64]) -> (String, Vec<Param>) {
+    let list = ids.iter().map(i64::to_string).collect::<Vec<_>>();
+    let sql = match d {
+        Dialect::Postgres => format!("SELECT unnest(ARRAY[{}]::BIGINT[]) AS id", list.join(", ")),
+        Dialect::Sqlite if ids.is_empty() => "SELECT 0 AS id WHERE 0".to_string(),
+        Dialect::Sqlite => format!("SELECT column1 AS id FROM (VALUES ({}))", list.join("), (")),
+    };
+    (sql, Vec::new())
+}
 
 /// A statement selecting exactly the rows `rows` as columns `id` and `created_at`: on
 /// PostgreSQL two arrays unnested (as `dead_letters WHERE id IN (…)` the planner filtered a whole

@@ -59,6 +59,9 @@ fn filters() -> Vec<Vec<(&'static str, String)>> {
         vec![("since", since.clone()), ("until", until)],
         vec![("since", since), ("status", "REPLAYED".into())],
         vec![("error", "failed 3".into())],
+        // An `error` term with a key term: the driving set lists the common part (stop 46).
+        vec![("error", "failed".into()), ("queue", "dlq-2".into())],
+        vec![("error", "failed 3".into()), ("reason", "expired".into())],
         vec![("queue", "nothing".into())],
     ]
 }
