@@ -15,7 +15,7 @@
 //! `original_queue`, `error_fingerprint`, `status`, `reason`, with a status term other than
 //! `PENDING` the partial `(X, status, id)` range; SQLite: `queue`, `reason`, `status`, and since
 //! stop 46 `original_queue` and `error_fingerprint`, their `(X, status, id)` ranges merged in id
-//! order, [`STATUS_BEFORE_ID`]; of several key terms, the one with the fewest records by the
+//! order, `choice::STATUS_BEFORE_ID`; of several key terms, the one with the fewest records by the
 //! summary) — its first
 //! [`budget`] + 1 ids. Those ids are checked in growing chunks against the whole filter but the
 //! driving term (an `error` needle on the narrow copy of the error texts, `crate::error_text`,
@@ -28,17 +28,21 @@
 //!   at least `need`;
 //! - (stop 46) a page **sorted by time** from the first matches in id order, proven against the
 //!   time index as `crate::time_walk` proves a walk's, and on SQLite the **capped count** of a
-//!   list in another order ([`capped_total`]);
+//!   list in another order (`capped_total`);
 //! - else no proof (`None`): the caller's plans answer. The walk stops early when, after a
 //!   chunk, the share of matches found projects more rows than it holds (a needle rare among the
 //!   set's records: `error=cause 5&original_queue=orders-7`, 0 of 50,100): a wrong estimate costs
 //!   time, never a wrong answer.
 
+mod choice;
+mod pages;
+
+pub use pages::{capped_total, list_page};
+
 use crate::error::ArchiveError;
 use crate::filter::Filter;
-use crate::record::Record;
 use crate::sql::{Cell, Conn, Dialect, Param};
-use crate::total_cap::Total;
+use choice::{Driver, STATUS_BEFORE_ID, chosen, driving_ids};
 
 /// Most ids of the driving set read and checked: (PostgreSQL, SQLite). A check is a primary-key
 /// read of the copy's or the record's row, ~1–3 µs on PostgreSQL over 1M records (the record's
@@ -54,136 +58,6 @@ pub fn budget(d: Dialect) -> u64 {
         Dialect::Postgres => BUDGET.0,
         Dialect::Sqlite => BUDGET.1,
     }
-}
-
-/// The term whose index gives the driving set.
-#[derive(Debug, Clone, PartialEq)]
-enum Driver {
-    /// `header.NAME=value`: the exact header index's range (and the records it does not cover).
-    Header(String, String),
-    /// `since`/`until`: `dead_letters_created`.
-    Range,
-    /// A key column with an `(X, id)` index.
-    Key(&'static str),
-}
-
-/// The key columns whose records an index gives in id order per value: PostgreSQL's `(X, id)`
-/// indexes (migrations 5, 16, 18 and `dead_letters_reason`), SQLite's `(queue, id)`,
-/// `(reason, id)` and `(status, id)`, then SQLite's `original_queue` and `error_fingerprint`,
-/// whose indexes hold the status before the id: their ids are merged in id order from one range
-/// per status ([`STATUS_BEFORE_ID`]).
-fn keyed(d: Dialect) -> &'static [&'static str] {
-    match d {
-        Dialect::Postgres => &[
-            "original_queue",
-            "queue",
-            "error_fingerprint",
-            "reason",
-            "status",
-        ],
-        Dialect::Sqlite => &[
-            "queue",
-            "reason",
-            "status",
-            "original_queue",
-            "error_fingerprint",
-        ],
-    }
-}
-
-/// SQLite's key columns whose index is `(X, status, id)` with no `(X, id)` beside it (stop 46):
-/// a value's ids in id order are the merge of its ranges `X = v AND status = s`, each in id order
-/// — one `UNION ALL` whose `ORDER BY id` SQLite answers by merging its arms (`MERGE (UNION ALL)`)
-/// and stopping at the `LIMIT`, no sort. A status with no record of the value is an empty range
-/// (one index descent). `orders-7` (50,100 records over 1M), its newest 12,001 ids: 0.8 ms; by
-/// the value's whole range sorted, ~10 ms and every entry read.
-const STATUS_BEFORE_ID: &[&str] = &["original_queue", "error_fingerprint"];
-
-/// The driving term of `f`, when `f` has a text term and another term an index walks in id
-/// order: a header term first (its range is exact and read index-only), then a time range, then
-/// a key column.
-fn driver(d: Dialect, f: &Filter) -> Option<Driver> {
-    if !crate::total_cap::applies(f) {
-        return None;
-    }
-    if let Some((k, v)) = f.terms.iter().find(|(k, v)| {
-        k.strip_prefix("header.")
-            .is_some_and(|n| n.len() + v.len() <= crate::header_index::MAX_BYTES)
-    }) {
-        let name = k.strip_prefix("header.").unwrap_or_default();
-        return Some(Driver::Header(name.to_string(), v.clone()));
-    }
-    if f.terms.contains_key("since") || f.terms.contains_key("until") {
-        return Some(Driver::Range);
-    }
-    keyed(d)
-        .iter()
-        .find(|k| f.terms.contains_key(**k))
-        .map(|k| Driver::Key(k))
-}
-
-/// [`driver`], a key term chosen among several by the fewest records (stop 46): the summary's
-/// exact count of each key term's value (on SQLite, `original_queue` and `error_fingerprint`
-/// with the filter's `status` term: their merged ranges are then that one status's range). The
-/// first key in [`keyed`]'s order can be the largest set: `status=PENDING` (600,000 records)
-/// before `original_queue=orders-7` (its 50,000 PENDING ones), or `status=REPLAYED` (202,001)
-/// before orders-7's 100 REPLAYED records.
-fn chosen(c: &mut dyn Conn, f: &Filter, cols: &[&str]) -> Result<Option<Driver>, ArchiveError> {
-    let d = c.dialect();
-    let first = driver(d, f);
-    if !matches!(first, Some(Driver::Key(_))) {
-        return Ok(first);
-    }
-    // SQLite's merged keys drive only a check on the copy (~0.5 µs a row): a check reading
-    // each record (~4 µs) costs more than the text plans (`body=%00%00%00%00&original_queue=
-    // orders-7`, every record a match: 23 → 55 ms; `/groups?by=content_type`, 24 → 62 ms).
-    let on_copy = f.terms.contains_key("error")
-        && !f.terms.contains_key("body")
-        && crate::key_copy::answers(f)
-        && cols
-            .iter()
-            .all(|c| crate::key_copy::KEY_COLUMNS.contains(c));
-    let drives = |k: &&str| {
-        f.terms.contains_key(*k)
-            && (on_copy || d != Dialect::Sqlite || !STATUS_BEFORE_ID.contains(k))
-    };
-    let mut best: Option<(i64, &'static str)> = None;
-    for col in keyed(d).iter().copied().filter(drives) {
-        let (cond, p) = key_set_filter(d, f, col).to_sql_checks_only(d)?;
-        let n = crate::summary::records(c, &cond, &p)?;
-        if best.is_none_or(|(m, _)| n < m) {
-            best = Some((n, col));
-        }
-    }
-    Ok(best.map(|(_, col)| Driver::Key(col)))
-}
-
-/// PostgreSQL's keys with a partial `(X, status, id)` index of the statuses but `PENDING`
-/// (migration 18).
-const PG_STATUS_PARTIAL: &[&str] = &["queue", "original_queue", "error_fingerprint"];
-
-/// The terms of `f` whose records are the driving set of key `col`: `col`'s, with the `status`
-/// term for SQLite's merged keys ([`STATUS_BEFORE_ID`]) and for PostgreSQL's keys whose partial
-/// `(X, status, id)` index holds that status in id order (not `PENDING`: its `(X, id)` index
-/// would read each record's status; stop 46, `error=could&status=REPLAYED&sort=original_queue`
-/// paged `orders-0`'s 101 REPLAYED records through the copy's trigram index, 141 ms).
-fn key_set_filter(d: Dialect, f: &Filter, col: &str) -> Filter {
-    let mut g = Filter::default();
-    let with_status = match d {
-        Dialect::Sqlite => STATUS_BEFORE_ID.contains(&col),
-        Dialect::Postgres => {
-            PG_STATUS_PARTIAL.contains(&col)
-                && f.terms
-                    .get("status")
-                    .is_some_and(|s| crate::pg_partial::carries_not_pending(d, s))
-        }
-    };
-    for (k, v) in &f.terms {
-        if k == col || (with_status && k == "status") {
-            g.terms.insert(k.clone(), v.clone());
-        }
-    }
-    g
 }
 
 /// The first `need` matches of `f` in id order (`desc`: newest first) when a walk of its driving
@@ -286,267 +160,6 @@ fn first_rows_within(
         return Ok(Some(found));
     }
     Ok(whole.then_some(found))
-}
-
-/// A list's page and capped `total` (`ops::list_capped` with `cap`) from the driving set's walk,
-/// for a page in id order (or by a group key, from a set walked whole: [`key_sorted_page`]);
-/// `None` (the list's other plans) without a cap, in another order, or when the walk proves
-/// nothing. Its first `max(cap + 1, reach)` matches give both: the page (a
-/// prefix of the matches in id order) and the count (over `cap`: a lower bound).
-pub fn list_page(
-    c: &mut dyn Conn,
-    f: &Filter,
-    sort: Option<&str>,
-    page: u64,
-    page_size: u64,
-    cap: Option<u64>,
-) -> Result<Option<(Vec<Record>, Total)>, ArchiveError> {
-    let Some(cap) = cap else {
-        return Ok(None);
-    };
-    if driver(c.dialect(), f).is_none() {
-        return Ok(None);
-    }
-    // Sorted by a group key every match holds at one value: the id order (`key_sort`).
-    let order = crate::key_sort::constant_key_order(c, f, &crate::filter::order_by(sort)?)?;
-    let offset = page.saturating_sub(1).saturating_mul(page_size);
-    if order.starts_with("created_at ") {
-        return time_page(c, f, &order, offset, page_size, cap);
-    }
-    if !order.starts_with("id ") {
-        return key_sorted_page(c, f, &order, offset, page_size, cap);
-    }
-    let reach = offset.saturating_add(page_size);
-    let need = cap.saturating_add(1).max(reach);
-    let Some(mut ids) = first_matches(c, f, order.starts_with("id DESC"), need)? else {
-        return Ok(None);
-    };
-    let total = Total::from_capped(i64::try_from(ids.len()).unwrap_or(i64::MAX), cap);
-    ids.truncate(usize::try_from(reach).unwrap_or(usize::MAX));
-    Ok(Some((
-        crate::ops::walked_page(c, ids, offset, &order)?,
-        total,
-    )))
-}
-
-/// [`list_page`] sorted by time (stop 46): the driving set's first matches in id order with their
-/// `created_at`, as many as the capped count and the page need, the page proven against the
-/// time index as `crate::time_walk` proves a walk's (`original_queue=orders-7&error=could&
-/// sort=-created_at&page=50` on SQLite: the copy's count of orders-7's `could` candidates and a
-/// sort of its matches, 182 ms, against ~15; on PostgreSQL `…&sort=created_at&page=100`, past
-/// the copy walk's budget, 1.16 s against 31 ms). On PostgreSQL only since its driving sets check
-/// an `error` needle on the copy: through the records' id ranges it cost more than its plans
-/// (`error=could&status=SKIPPED&sort=-created_at&page=100` 15 → 42 ms; now 23).
-fn time_page(
-    c: &mut dyn Conn,
-    f: &Filter,
-    order: &str,
-    offset: u64,
-    page_size: u64,
-    cap: u64,
-) -> Result<Option<(Vec<Record>, Total)>, ArchiveError> {
-    let desc = order.starts_with("created_at DESC");
-    let reach = offset.saturating_add(page_size);
-    let need = crate::time_walk::walked(reach).max(cap.saturating_add(1));
-    let Some(rows) = first_rows(c, f, desc, need, &["created_at"])? else {
-        return Ok(None);
-    };
-    let total = Total::from_capped(i64::try_from(rows.len()).unwrap_or(i64::MAX), cap);
-    let complete = (rows.len() as u64) < need;
-    let rows: Vec<(i64, i64)> = rows
-        .iter()
-        .filter_map(|r| Some((r.first()?.opt_int()?, r.get(1)?.opt_int()?)))
-        .collect();
-    let checks = f.to_sql_checks_only(c.dialect())?;
-    let Some(page) = crate::time_walk::proven(c, rows, complete, &checks, desc, reach)? else {
-        return Ok(None);
-    };
-    let ids = page.into_iter().map(|(id, _)| id).collect();
-    Ok(Some((
-        crate::ops::walked_page(c, ids, offset, order)?,
-        total,
-    )))
-}
-
-/// The capped `total` of `f` (`cap`) from its driving set's first `cap + 1` matches, for a list
-/// whose page other plans find (a sort by status: `key_first_value` pages a value's list, whose
-/// driving set answers; the count of the whole filter went to the copy's candidates,
-/// `original_queue=orders-7&error=could&sort=status&page=20` 145 of 180 ms); `None` when the
-/// walk proves nothing.
-pub fn capped_total(c: &mut dyn Conn, f: &Filter, cap: u64) -> Result<Option<Total>, ArchiveError> {
-    // SQLite only: PostgreSQL's plans count these faster than its driving set's range checks
-    // (`error=could&status=SKIPPED&sort=error_fingerprint` 20 → 48 ms, measured).
-    if c.dialect() != Dialect::Sqlite || driver(c.dialect(), f).is_none() {
-        return Ok(None);
-    }
-    Ok(first_matches(c, f, true, cap.saturating_add(1))?
-        .map(|ids| Total::from_capped(i64::try_from(ids.len()).unwrap_or(i64::MAX), cap)))
-}
-
-/// [`list_page`] sorted by a group key (stop 45): only a driving set walked whole gives every
-/// match, whose `(id, key)` rows are then sorted as the backend orders the key
-/// (`error=cause 5&since=<the last 2,000 records>&sort=original_queue`, 200 matches: the copy's
-/// sort of every `cause 5` match before, SQLite 58 ms, PostgreSQL 91–109).
-fn key_sorted_page(
-    c: &mut dyn Conn,
-    f: &Filter,
-    order: &str,
-    offset: u64,
-    page_size: u64,
-    cap: u64,
-) -> Result<Option<(Vec<Record>, Total)>, ArchiveError> {
-    let Some((col, dir)) = crate::key_sort::key_order(order) else {
-        return Ok(None);
-    };
-    let Some(rows) = first_rows(c, f, false, u64::MAX, &[col])? else {
-        return Ok(None);
-    };
-    let mut keyed: Vec<(Option<String>, i64)> = rows
-        .iter()
-        .filter_map(|r| Some((r.get(1)?.opt_text(), r.first()?.opt_int()?)))
-        .collect();
-    let desc = dir == "DESC";
-    let nulls_first = crate::rare_time_page::nulls_first(c.dialect(), desc);
-    crate::rare_time_page::sort_keyed(&mut keyed, desc, nulls_first);
-    let total = Total::from_capped(i64::try_from(keyed.len()).unwrap_or(i64::MAX), cap);
-    let reach = usize::try_from(offset.saturating_add(page_size)).unwrap_or(usize::MAX);
-    let ids: Vec<i64> = keyed.into_iter().take(reach).map(|(_, id)| id).collect();
-    Ok(Some((
-        crate::ops::walked_page(c, ids, offset, order)?,
-        total,
-    )))
-}
-
-/// The first `budget + 1` ids of the driving set in id order (`desc`: newest first); `None` for a
-/// time range of more than `budget` records (its newest ids would be sorted from the whole
-/// range on SQLite; a walk of part of it is left to `crate::text_walk`).
-fn driving_ids(
-    c: &mut dyn Conn,
-    f: &Filter,
-    driver: &Driver,
-    desc: bool,
-    budget: u64,
-) -> Result<Option<Vec<i64>>, ArchiveError> {
-    let d = c.dialect();
-    let dir = if desc { "DESC" } else { "ASC" };
-    let limit = budget.saturating_add(1);
-    let (sql, p) = match driver {
-        Driver::Header(name, value) => {
-            let wm = crate::header_index::watermark(c)?;
-            match crate::header_index::page_ids_at(d, name, value, wm, desc, limit) {
-                Some(q) => q,
-                None => return Ok(None),
-            }
-        }
-        Driver::Range => {
-            let mut g = Filter::default();
-            for k in ["since", "until"] {
-                if let Some(v) = f.terms.get(k) {
-                    g.terms.insert(k.to_string(), v.clone());
-                }
-            }
-            let (cond, p) = g.to_sql_checks_only(d)?;
-            let n = c
-                .query(
-                    &format!(
-                        "SELECT {}",
-                        crate::total_cap::limited(
-                            &format!("SELECT id FROM dead_letters WHERE {cond}"),
-                            budget
-                        )
-                    ),
-                    &p,
-                )?
-                .first()
-                .and_then(|r| r.first())
-                .map_or(0, Cell::int);
-            if u64::try_from(n).unwrap_or(u64::MAX) > budget {
-                return Ok(None);
-            }
-            (format!("SELECT id FROM dead_letters WHERE {cond}"), p)
-        }
-        Driver::Key(col) => {
-            let merged = d == Dialect::Sqlite && STATUS_BEFORE_ID.contains(col);
-            let mut g = Filter::default();
-            if let Some(v) = f.terms.get(*col) {
-                g.terms.insert((*col).to_string(), v.clone());
-            }
-            let (cond, p) = g.to_sql_checks_only(d)?;
-            if let (true, Some(s)) = (merged, f.terms.get("status")) {
-                // One status: its range of the `(X, status, id)` index, in id order.
-                let mut p = p;
-                p.push(Param::from(s.as_str()));
-                (
-                    format!(
-                        "SELECT id FROM dead_letters WHERE {cond} AND status = ? \
-                         ORDER BY id {dir} LIMIT {limit}"
-                    ),
-                    p,
-                )
-            } else if merged {
-                status_merge(c, &cond, &p, dir, limit)?
-            } else {
-                let (cond, p) = key_set_filter(d, f, col).to_sql_checks_only(d)?;
-                (
-                    format!(
-                        "SELECT id FROM dead_letters WHERE {cond} ORDER BY id {dir} LIMIT {limit}"
-                    ),
-                    p,
-                )
-            }
-        }
-    };
-    let mut ids: Vec<i64> = c
-        .query(&sql, &p)?
-        .iter()
-        .filter_map(|r| r.first().and_then(Cell::opt_int))
-        .collect();
-    ids.sort_unstable();
-    ids.dedup();
-    if desc {
-        ids.reverse();
-    }
-    ids.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
-    Ok(Some(ids))
-}
-
-/// The ids of `cond` (one key term of [`STATUS_BEFORE_ID`], with its parameters `p`) in id
-/// order `dir`, the first `limit`: one arm per status merged (see there). The statuses are the
-/// five the archive writes, and any other the summary counts for the value (a status written by
-/// hand in SQL): a status the summary has not counted yet (a record replayed or skipped since)
-/// is among the five, so no record is left out whatever changed between the two statements.
-fn status_merge(
-    c: &mut dyn Conn,
-    cond: &str,
-    p: &[Param],
-    dir: &str,
-    limit: u64,
-) -> Result<(String, Vec<Param>), ArchiveError> {
-    let mut statuses: Vec<String> = crate::record::status::ALL
-        .iter()
-        .map(|s| (*s).to_string())
-        .collect();
-    let known = vec!["?"; statuses.len()].join(", ");
-    let mut sp = p.to_vec();
-    sp.extend(statuses.iter().map(|s| Param::from(s.as_str())));
-    let rows = c.query(
-        &format!(
-            "SELECT DISTINCT status FROM dead_letter_groups WHERE {cond} AND status NOT IN ({known})"
-        ),
-        &sp,
-    )?;
-    statuses.extend(rows.iter().filter_map(|r| r.first()?.opt_text()));
-    let arm = format!("SELECT id FROM dead_letters WHERE {cond} AND status = ?");
-    let sql = format!(
-        "{} ORDER BY id {dir} LIMIT {limit}",
-        vec![arm.as_str(); statuses.len()].join(" UNION ALL ")
-    );
-    let mut params = Vec::with_capacity(statuses.len() * (p.len() + 1));
-    for s in &statuses {
-        params.extend_from_slice(p);
-        params.push(Param::from(s.as_str()));
-    }
-    Ok((sql, params))
 }
 
 /// How a chunk of the driving set's ids is checked against the filter but its driving term.
@@ -689,53 +302,5 @@ fn id_list(d: Dialect, col: &str, ids: &[i64]) -> String {
     match d {
         Dialect::Postgres => format!("{col} = ANY('{{{}}}'::bigint[])", list.join(",")),
         Dialect::Sqlite => format!("{col} IN ({})", list.join(",")),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn filter(pairs: &[(&str, &str)]) -> Filter {
-        Filter::from_pairs(pairs.iter().copied()).expect("filter")
-    }
-
-    #[test]
-    fn the_driver_is_a_header_then_a_range_then_an_indexed_key() {
-        let pg = Dialect::Postgres;
-        assert_eq!(driver(pg, &filter(&[("original_queue", "q")])), None);
-        assert_eq!(
-            driver(
-                pg,
-                &filter(&[("error", "x"), ("status", "S"), ("header.a", "b")])
-            ),
-            Some(Driver::Header("a".into(), "b".into()))
-        );
-        assert_eq!(
-            driver(
-                pg,
-                &filter(&[("body", "x"), ("status", "S"), ("since", "0")])
-            ),
-            Some(Driver::Range)
-        );
-        assert_eq!(
-            driver(pg, &filter(&[("error", "x"), ("original_queue", "q")])),
-            Some(Driver::Key("original_queue"))
-        );
-        assert_eq!(
-            driver(
-                Dialect::Sqlite,
-                &filter(&[("error", "x"), ("original_queue", "q")])
-            ),
-            Some(Driver::Key("original_queue"))
-        );
-        assert_eq!(
-            driver(
-                Dialect::Sqlite,
-                &filter(&[("error", "x"), ("original_queue", "q"), ("reason", "r")])
-            ),
-            Some(Driver::Key("reason"))
-        );
-        assert_eq!(driver(pg, &filter(&[("error", "x")])), None);
     }
 }
