@@ -99,7 +99,7 @@ pub fn capped_total(c: &mut dyn Conn, f: &Filter, cap: u64) -> Result<Option<Tot
     // SQLite only: PostgreSQL's plans counted these faster than its driving set did while that
     // checked needles through the records' id ranges (`error=could&status=SKIPPED&sort=
     // error_fingerprint` 20 → 48 ms, measured). Measured again with the copy checks (stop 46,
-    // the 42 PostgreSQL list requests in another order): four 8–12 ms faster, seven 5–8 ms
+    // the 42 PostgreSQL list requests in another order): four 7–12 ms faster, seven 5–9 ms
     // slower, none over 50 either way — not taken.
     if c.dialect() != Dialect::Sqlite || driver(c.dialect(), f).is_none() {
         return Ok(None);
