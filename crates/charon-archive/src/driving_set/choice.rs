@@ -190,27 +190,14 @@ pub(super) fn driving_ids(
             (format!("SELECT id FROM dead_letters WHERE {cond}"), p)
         }
         Driver::Key(col) => {
-            let merged = d == Dialect::Sqlite && STATUS_BEFORE_ID.contains(col);
-            let mut g = Filter::default();
-            if let Some(v) = f.terms.get(*col) {
-                g.terms.insert((*col).to_string(), v.clone());
-            }
+            // The key's set (with the status term where its index holds it, `key_set_filter`):
+            // one index range in id order, or SQLite's ranges of every status merged.
+            let g = key_set_filter(d, f, col);
             let (cond, p) = g.to_sql_checks_only(d)?;
-            if let (true, Some(s)) = (merged, f.terms.get("status")) {
-                // One status: its range of the `(X, status, id)` index, in id order.
-                let mut p = p;
-                p.push(Param::from(s.as_str()));
-                (
-                    format!(
-                        "SELECT id FROM dead_letters WHERE {cond} AND status = ? \
-                         ORDER BY id {dir} LIMIT {limit}"
-                    ),
-                    p,
-                )
-            } else if merged {
+            let merged = d == Dialect::Sqlite && STATUS_BEFORE_ID.contains(col);
+            if merged && !g.terms.contains_key("status") {
                 status_merge(c, &cond, &p, dir, limit)?
             } else {
-                let (cond, p) = key_set_filter(d, f, col).to_sql_checks_only(d)?;
                 (
                     format!(
                         "SELECT id FROM dead_letters WHERE {cond} ORDER BY id {dir} LIMIT {limit}"

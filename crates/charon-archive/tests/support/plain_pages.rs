@@ -15,6 +15,15 @@ pub(crate) fn ids(c: &mut dyn Conn, sql: &str, p: &[Param]) -> Vec<i64> {
         .collect()
 }
 
+/// Page `page` (1-based) of `size` ids of `all`, the plain query's ids in the list's order.
+pub(crate) fn page_of(all: &[i64], page: u64, size: u64) -> Vec<i64> {
+    all.iter()
+        .copied()
+        .skip((page - 1) as usize * size as usize)
+        .take(size as usize)
+        .collect()
+}
+
 /// `ops::list(f, sort)`'s total and pages `pages` of `size` equal the plain sorted query's;
 /// `what` names the case in a failure.
 pub(crate) fn assert_pages(
@@ -35,13 +44,11 @@ pub(crate) fn assert_pages(
     for &page in pages {
         let (recs, total) = ops::list(c, f, sort, page, size).expect("list");
         assert_eq!(total, all.len() as i64, "total {what}");
-        let want: Vec<i64> = all
-            .iter()
-            .copied()
-            .skip((page - 1) as usize * size as usize)
-            .take(size as usize)
-            .collect();
         let have: Vec<i64> = recs.iter().map(|r| r.id).collect();
-        assert_eq!(have, want, "page {page} {sort:?} {what}");
+        assert_eq!(
+            have,
+            page_of(&all, page, size),
+            "page {page} {sort:?} {what}"
+        );
     }
 }
