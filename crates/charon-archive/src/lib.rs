@@ -95,6 +95,7 @@ pub mod time_walk;
 pub mod total_cap;
 pub mod vhost_limit;
 pub mod wal_sync;
+pub mod window_walk;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 

@@ -114,6 +114,11 @@ fn list_plans(
     if let Some(page) = crate::driving_set::list_page(c, f, sort, page, page_size, cap)? {
         return Ok(page);
     }
+    // An `error` needle in a time window of more records than that: the copy walked in id
+    // order between the window's ends (`window_walk`).
+    if let Some(page) = crate::window_walk::list_page(c, f, sort, page, page_size, cap)? {
+        return Ok(page);
+    }
     // An `error` term alone is counted and paged from the narrow copy of the error texts
     // (migration 12); with terms of the copy's other columns, from the copy too (migration 13).
     // Header terms without an `error` one stay on `dead_letters`: a covering index such as

@@ -121,11 +121,35 @@ pub fn walked(reach: u64) -> u64 {
 /// without a proof. `checks` is the filter's check on the record itself, for the strays.
 pub fn proven(
     c: &mut dyn Conn,
+    rows: Vec<(i64, i64)>,
+    complete: bool,
+    checks: &(String, Vec<Param>),
+    desc: bool,
+    reach: u64,
+) -> Result<Option<Vec<(i64, i64)>>, ArchiveError> {
+    proven_within(c, rows, complete, checks, desc, reach, None)
+}
+
+/// Where a walk that did not start at the end of the ids ran (`crate::window_walk`): the
+/// records of a time window (`window`, a condition on `dead_letters` and its parameters) walked
+/// from id `start` on (down from it for a newest-first walk). The window's records beyond
+/// `start` were not walked either: a stray there is a record before the page's last in the order
+/// at `t` itself too (its id is on the other side of the page's ids).
+pub struct Within<'a> {
+    pub window: &'a (String, Vec<Param>),
+    pub start: i64,
+}
+
+/// [`proven`] for a walk [`Within`] a window: the strays are read among the window's records
+/// only, on both sides of the walk.
+pub fn proven_within(
+    c: &mut dyn Conn,
     mut rows: Vec<(i64, i64)>,
     complete: bool,
     checks: &(String, Vec<Param>),
     desc: bool,
     reach: u64,
+    within: Option<&Within<'_>>,
 ) -> Result<Option<Vec<(i64, i64)>>, ArchiveError> {
     let (cond, p) = checks;
     if !complete && (rows.len() as u64) < reach {
@@ -147,7 +171,7 @@ pub fn proven(
     let Some(&(_, t)) = rows.last() else {
         return Ok(None);
     };
-    let Some(strays) = strays(c, desc, last, t)? else {
+    let Some(strays) = strays(c, desc, last, t, within)? else {
         return Ok(None);
     };
     if !strays.is_empty() {
@@ -179,31 +203,50 @@ pub fn proven(
 
 /// Most records beyond the walk's last id with a time before the page's last a walk takes in
 /// (a record whose time a user's SQL moved, the SQLite bench's first record): more, no proof.
-const STRAYS: u64 = 64;
+pub const STRAYS: u64 = 64;
 
 /// The records beyond id `last` (below it for `desc`, else above) with a time before `t` in the
 /// order (greater for `desc`, else smaller) as `(id, created_at)`, when at most [`STRAYS`]; `None`
 /// when more. Read from `dead_letters_created` alone, which holds `(created_at, id)` on both
-/// backends (SQLite's rowid; PostgreSQL's `INCLUDE (id)`, migration 28).
+/// backends (SQLite's rowid; PostgreSQL's `INCLUDE (id)`, migration 28). [`Within`] a window:
+/// among its records, and those beyond its walk's `start` at `t` too.
 fn strays(
     c: &mut dyn Conn,
     desc: bool,
     last: i64,
     t: i64,
+    within: Option<&Within<'_>>,
 ) -> Result<Option<Vec<(i64, i64)>>, ArchiveError> {
-    let (before, beyond) = if desc { (">", "<") } else { ("<", ">") };
+    let (before, beyond, ahead) = if desc {
+        (">", "<", ">")
+    } else {
+        ("<", ">", "<")
+    };
     let from = match c.dialect() {
         Dialect::Sqlite => "dead_letters INDEXED BY dead_letters_created",
         Dialect::Postgres => "dead_letters",
     };
     // The bounds as literals: a cached statement's generic plan could walk the primary key
     // over every id beyond `last` instead.
+    let (cond, p) = match within {
+        None => (
+            format!("created_at {before} {t} AND id {beyond} {last}"),
+            &[][..],
+        ),
+        Some(w) => (
+            format!(
+                "{} AND created_at {before}= {t} AND (id {ahead} {} OR id {beyond} {last} AND created_at {before} {t})",
+                w.window.0, w.start
+            ),
+            &w.window.1[..],
+        ),
+    };
     let rows = c.query(
         &format!(
-            "SELECT id, created_at FROM {from} WHERE created_at {before} {t} AND id {beyond} {last} LIMIT {}",
+            "SELECT id, created_at FROM {from} WHERE {cond} LIMIT {}",
             STRAYS + 1
         ),
-        &[],
+        p,
     )?;
     let rows: Vec<(i64, i64)> = rows
         .iter()
