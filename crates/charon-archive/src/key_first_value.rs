@@ -21,8 +21,14 @@
 //! its matches anyway; nor a needle whose matches number about the cap (`error=55 could`: its
 //! ~10,000 matches sorted cost what the value's capped count and page cost, 46–53 → 58–61 CPU ms
 //! when tried). A wrong estimate costs one id-order list; the page is then the copy's sort.
-//! Only the first value: a later value's page needs the exact counts of the values before it,
-//! which no plan has without reading their matches (docs: "measured, not built").
+//!
+//! **Pages spanning values** (stop 47): a value tried holding some matches but fewer than the
+//! page's reach does not end the try. Its list's count is then exact (it is capped at the reach),
+//! so its matches are skipped, or the first of the page taken from its tail, and the page goes on
+//! in the value that follows, up to [`SPANNED`] values after the tries: each value's slice of
+//! the page is its list in id order from the matches still to skip (`value_slice`). Before, such
+//! a page sorted every match (`error=could&original_queue=orders-7&sort=-error_fingerprint&
+//! page=30`: the bench's fingerprint, first in the order, holds orders-7's newest 100 records).
 
 use crate::error::ArchiveError;
 use crate::filter::Filter;
@@ -30,12 +36,14 @@ use crate::record::Record;
 use crate::sql::Conn;
 use crate::total_cap::Total;
 
-/// The list plans of `ops` for a filter in an id order (`"id"` or `"-id"`): the page asked for
-/// and the filter's `total` capped at the last argument.
+/// The list plans of `ops` for a filter in an id order (`"id"` or `"-id"`): page `page` of
+/// `page_size` records (the next arguments) and the filter's `total` capped at the last.
 pub type IdList<'a> = &'a mut dyn FnMut(
     &mut dyn Conn,
     &Filter,
     &str,
+    u64,
+    u64,
     u64,
 ) -> Result<(Vec<Record>, Total), ArchiveError>;
 
@@ -96,40 +104,92 @@ pub fn page(
     };
     let by_id = if dir == "DESC" { "-id" } else { "id" };
     let last = tries.len().saturating_sub(1);
-    for (i, value) in tries.into_iter().enumerate() {
-        // A value before the last (which a sample shows holds matches) shown empty in one
+    // After the tries, the values that follow the last in the key's order (stop 47): a page
+    // past a value holding fewer matches than its reach continues in the next.
+    let after = values
+        .iter()
+        .position(|(v, _)| v.as_deref() == tries.last().map(String::as_str))
+        .map_or(0, |at| at + 1);
+    let following = values
+        .iter()
+        .skip(after)
+        .take(SPANNED)
+        .map(|(v, _)| v.clone());
+    let sequence = tries.into_iter().map(Some).chain(following);
+    // The matches of the values before still to skip, and the page's records still wanted.
+    let mut skip = offset;
+    let mut items: Vec<Record> = Vec::new();
+    for (i, value) in sequence.enumerate() {
+        // A value without records' key (`NULL`) has no term to list it by.
+        let Some(value) = value else {
+            return Ok(None);
+        };
+        // A value before the last try (which a sample shows holds matches) shown empty in one
         // statement, without its list.
         if i < last && crate::key_first_match::none_at(c, f, col, &value)? == Some(true) {
             continue;
         }
+        let want = page_size.saturating_sub(items.len() as u64);
         let mut within = f.clone();
         within.terms.insert(col.to_string(), value);
-        // The value's first `reach` ids from one read: as many prove the page within the value
-        // (no count: `orders-15`'s page 50, a reach of 5,000, saved its 7.6 ms walk).
-        if let Some(ids) = first_ids(c, &within, dir == "DESC", reach)? {
-            let n = ids.len() as u64;
-            if n >= reach {
-                return Ok(Some(crate::ops::walked_page(c, ids, offset, order)?));
-            }
-            if n > 0 {
-                return Ok(None);
-            }
-            continue;
-        }
-        // The proof needs `reach` matches, not the cap's: the value's `total` capped at `reach`
-        // (below it, exact).
-        let (items, total) = list(c, &within, by_id, reach)?;
-        let n = u64::try_from(total.count).unwrap_or(0);
-        if n >= reach {
+        let (got, n) = value_slice(c, &within, order, by_id, skip, want, first_ids, list)?;
+        items.extend(got);
+        if items.len() as u64 >= page_size {
             return Ok(Some(items));
         }
-        // A value with some matches but fewer than the page's reach: the page is not in one
-        // value.
-        if n > 0 {
+        // A value holding the rest of the page gave fewer records than it counts: no answer.
+        if n >= skip.saturating_add(want) {
             return Ok(None);
         }
+        // The value's every match (`n`, exact: fewer than it was asked for) is before the page
+        // or in it.
+        skip = skip.saturating_sub(n);
     }
     Ok(None)
+}
+
+/// Values listed after the tries' last, in the key's order, when a page is not filled by the
+/// values before (stop 47: `error=could&original_queue=orders-7&sort=-error_fingerprint&page=30`,
+/// whose first value, the bench's fingerprint, holds 100 matches; SQLite 205 ms and PostgreSQL
+/// 127 by sorting every match).
+pub const SPANNED: usize = 2;
+
+/// The records `skip..skip + want` of `within` (one value's term added) in id order (`by_id`),
+/// and how many match it: exactly, when fewer than `skip + want`; else at least that many. From
+/// the value's first ids in one read (`first_ids`) where a plan gives them, else from its lists
+/// in id order with pages of `want` (the one holding `skip`, and the next when the slice runs
+/// into it), their `total` capped at `skip + want`.
+#[allow(clippy::too_many_arguments)]
+fn value_slice(
+    c: &mut dyn Conn,
+    within: &Filter,
+    order: &str,
+    by_id: &str,
+    skip: u64,
+    want: u64,
+    first_ids: FirstIds<'_>,
+    list: IdList<'_>,
+) -> Result<(Vec<Record>, u64), ArchiveError> {
+    let reach = skip.saturating_add(want);
+    // The value's first `reach` ids from one read: as many prove the page within the value
+    // (no count: `orders-15`'s page 50, a reach of 5,000, saved its 7.6 ms walk).
+    if let Some(ids) = first_ids(c, within, by_id == "-id", reach)? {
+        let n = ids.len() as u64;
+        return Ok((crate::ops::walked_page(c, ids, skip, order)?, n));
+    }
+    // The proof needs `reach` matches, not the cap's: the value's `total` capped at `reach`
+    // (below it, exact).
+    let page = skip / want.max(1) + 1;
+    let (first, total) = list(c, within, by_id, page, want, reach)?;
+    let n = u64::try_from(total.count).unwrap_or(0);
+    let at = usize::try_from(skip - (page - 1) * want).unwrap_or(usize::MAX);
+    let mut got: Vec<Record> = first.into_iter().skip(at).collect();
+    if (got.len() as u64) < want && n > page * want {
+        let (next, _) = list(c, within, by_id, page + 1, want, reach)?;
+        got.extend(next);
+    }
+    got.truncate(usize::try_from(want).unwrap_or(usize::MAX));
+    Ok((got, n))
 }
 
 /// Values before the first a sample of the matches holds that are listed one by one (each

@@ -377,7 +377,7 @@ fn list_plans(
             ids.truncate(usize::try_from(reach).unwrap_or(usize::MAX));
             Ok(Some(ids))
         };
-        let mut list = |c: &mut dyn Conn, g: &Filter, by: &str, upto: u64| {
+        let mut list = |c: &mut dyn Conn, g: &Filter, by: &str, page, page_size, upto: u64| {
             list_plans(c, g, Some(by), page, page_size, Some(upto))
         };
         if let Some(items) = crate::key_first_value::page(

@@ -6,10 +6,11 @@
 //! - `key_first_match::none_before`, for every value as `m`, both directions and filters with
 //!   key terms and a vhost limit, says "none" exactly when plain SQL counts no match before `m`,
 //!   and `none_at` exactly when it counts none at `m`;
-//! - `key_first_value::page`, given exact estimates and a sample of the matches, answers only
-//!   pages that lie in the first value holding a match, and answers them as plain SQL does; a
-//!   sample that misses the first such value is answered only when at most
-//!   `key_first_value::LISTED_BEFORE` values precede the first it holds (they are listed);
+//! - `key_first_value::page`, given exact estimates and a sample of the matches, answers the
+//!   pages that lie in the first value holding a match (a sample that misses that value: when at
+//!   most `key_first_value::LISTED_BEFORE` values precede the first it holds, which are listed),
+//!   and since stop 47 may answer pages spanning it and the values after it; whatever it
+//!   answers is plain SQL's page;
 //! - `ops::list_capped` (its own walk, sample and estimates) gives plain SQL's pages.
 
 #[path = "support/indexer_wait.rs"]
@@ -214,13 +215,15 @@ fn check_pages(c: &mut dyn Conn, when: &str) {
                         &mut |_, _, _| Ok(sample.clone()),
                         // The lists answer (`ops::list_capped` below takes the one-read ids).
                         &mut |_, _, _, _| Ok(None),
-                        &mut |c, g, by, upto| {
-                            ops::list_capped(c, g, Some(by), page, SIZE, Some(upto))
+                        &mut |c, g, by, page, size, upto| {
+                            ops::list_capped(c, g, Some(by), page, size, Some(upto))
                         },
                     )
                     .expect("page");
+                    // The page within the value found answers; one spanning it and the values
+                    // after it may too (stop 47), and then with plain SQL's page.
                     let answers = found && held >= offset + SIZE;
-                    assert_eq!(got.is_some(), answers, "{what}: {first} holds {held}");
+                    assert!(got.is_some() || !answers, "{what}: {first} holds {held}");
                     if let Some(items) = got {
                         let have: Vec<i64> = items.iter().map(|r| r.id).collect();
                         assert_eq!(have, want, "{what}");

@@ -4,8 +4,8 @@
 //! 60 more above the search watermark. For `error` filters (alone, with a key term, under a vhost
 //! limit) sorted by `status`, `original_queue` and `queue` both ways, pages 1–4 of 5 with a cap of
 //! 20: `key_first_value::page`, told every value is worth a try, answers exactly when the first
-//! value holds the page (plain SQL's count of the filter with that value's term) and then with
-//! plain SQL's page; and `ops::list_capped` (its own estimate) gives plain SQL's pages.
+//! value, with the `SPANNED` values after it (stop 47), holds the page (plain SQL's counts of the
+//! filter with each value's term) and then with plain SQL's page; and `ops::list_capped` (its own estimate) gives plain SQL's pages.
 
 #[path = "support/indexer_wait.rs"]
 mod indexer_wait;
@@ -73,21 +73,32 @@ fn check(c: &mut dyn Conn, when: &str) {
             keys.terms.retain(|k, _| k != "error");
             let (kc, kp) = keys.to_sql(c.dialect()).expect("keys");
             let dir = if sort.starts_with('-') { "DESC" } else { "ASC" };
-            let first = c
+            let values: Vec<String> = c
                 .query(
                     &format!(
-                        "SELECT {col} FROM dead_letters WHERE {kc} ORDER BY {col} {dir} LIMIT 1"
+                        "SELECT DISTINCT {col} FROM dead_letters WHERE {kc} ORDER BY {col} {dir}"
                     ),
                     &kp,
                 )
-                .expect("first")[0][0]
-                .text();
-            let mut within = f.clone();
-            within.terms.insert(col.to_string(), first.clone());
-            let (wc, wp) = within.to_sql(c.dialect()).expect("within");
-            let in_first =
-                plain_pages::ids(c, &format!("SELECT id FROM dead_letters WHERE {wc}"), &wp).len()
-                    as u64;
+                .expect("values")
+                .iter()
+                .map(|r| r[0].text())
+                .collect();
+            let first = values[0].clone();
+            // The matches of the first value and of the `SPANNED` values after it (stop 47: a
+            // page past the first value goes on in those).
+            let mut held = Vec::new();
+            for v in values.iter().take(1 + key_first_value::SPANNED) {
+                let mut within = f.clone();
+                within.terms.insert(col.to_string(), v.clone());
+                let (wc, wp) = within.to_sql(c.dialect()).expect("within");
+                held.push(
+                    plain_pages::ids(c, &format!("SELECT id FROM dead_letters WHERE {wc}"), &wp)
+                        .len() as u64,
+                );
+            }
+            let in_first = held[0];
+            let in_spanned: u64 = held.iter().sum();
             for page in 1..=4_u64 {
                 let offset = (page - 1) * SIZE;
                 let want: Vec<i64> = all
@@ -107,15 +118,17 @@ fn check(c: &mut dyn Conn, when: &str) {
                     &mut |_, _| Ok(Some(u64::MAX)),
                     &mut |_, _, _| Ok(Vec::new()),
                     &mut |_, _, _, _| Ok(None),
-                    &mut |c, g, by, upto| ops::list_capped(c, g, Some(by), page, SIZE, Some(upto)),
+                    &mut |c, g, by, page, size, upto| {
+                        ops::list_capped(c, g, Some(by), page, size, Some(upto))
+                    },
                 )
                 .expect("page");
                 // A filter with a term on the sorted column is sorted by id (one value): not tried.
-                let holds = !f.terms.contains_key(col) && in_first >= offset + SIZE;
+                let holds = !f.terms.contains_key(col) && in_spanned >= offset + SIZE;
                 assert_eq!(
                     got.is_some(),
                     holds,
-                    "{what}: the first value {first} holds {in_first}"
+                    "{what}: the first value {first} holds {in_first}, with the next {in_spanned}"
                 );
                 if let Some(items) = got {
                     let have: Vec<i64> = items.iter().map(|r| r.id).collect();
