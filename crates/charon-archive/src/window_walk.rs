@@ -138,7 +138,7 @@ pub fn list_page_within(
         m => m.max((hi - lo) / 32),
     };
     let (lo, hi) = (lo.saturating_sub(margin), hi.saturating_add(margin));
-    let Some((mut rows, complete)) = w.walk(c, lo, hi, desc, need)? else {
+    let Some((mut rows, complete)) = w.walk(c, (lo, hi), margin, desc, need)? else {
         return Ok(None);
     };
     // A page in id order, or an exact count: every match of the window's records outside the
@@ -259,12 +259,13 @@ impl Walk {
 
     /// The first `need` matches among the ids `lo..=hi` in id order (`desc`: from `hi` down) as
     /// `(id, created_at)`, and whether the walk reached the other end (fewer than `need`: every
-    /// match there); `None` when it gives up.
+    /// match there); `None` when it gives up. Its first `lead` ids are the margin beyond the
+    /// window's end it starts from.
     fn walk(
         &self,
         c: &mut dyn Conn,
-        lo: i64,
-        hi: i64,
+        (lo, hi): (i64, i64),
+        lead: i64,
         desc: bool,
         need: u64,
     ) -> Result<Option<Walked>, ArchiveError> {
@@ -279,8 +280,13 @@ impl Walk {
         }
         let copy_hi = hi.min(self.wm);
         if lo <= copy_hi {
-            let Some(found) =
-                self.copy_walk(c, lo, copy_hi, desc, need.saturating_sub(rows.len() as u64))?
+            let Some(found) = self.copy_walk(
+                c,
+                (lo, copy_hi),
+                lead,
+                desc,
+                need.saturating_sub(rows.len() as u64),
+            )?
             else {
                 return Ok(None);
             };
@@ -323,12 +329,13 @@ impl Walk {
     }
 
     /// The copy's first `need` matches among `lo..=hi` in id order, in chunks (module docs);
-    /// `None` when the matches found project more than the budget's rows.
+    /// `None` when the matches found project more than the budget's rows (the `lead` ids of the
+    /// margin walked first, in the first chunk, not counted in the share).
     fn copy_walk(
         &self,
         c: &mut dyn Conn,
-        lo: i64,
-        hi: i64,
+        (lo, hi): (i64, i64),
+        lead: i64,
         desc: bool,
         need: u64,
     ) -> Result<Option<Vec<(i64, i64)>>, ArchiveError> {
@@ -339,7 +346,8 @@ impl Walk {
         let (cond, p) = &self.copy;
         let mut found: Vec<(i64, i64)> = Vec::new();
         let mut walked = 0i64;
-        let mut span = self.limits.first_span.max(1);
+        // The first chunk takes the margin too: its ids lie beyond the window's ends.
+        let mut span = self.limits.first_span.max(1).saturating_add(lead);
         while found.len() < need_n && walked < hi - lo + 1 {
             let (a, b) = if desc {
                 ((hi - walked - span + 1).max(lo), hi - walked)
@@ -361,11 +369,13 @@ impl Walk {
             if found.len() >= need_n {
                 break;
             }
-            // The rows the walk needs at the share found so far, at most the range's.
+            // The rows the walk needs at the share found so far past the margin (`lead`), at
+            // most the range's.
+            let core = (walked - lead).max(0) as f64;
             let projected = if found.is_empty() {
                 range
             } else {
-                ((need as f64) * (walked as f64) / (found.len() as f64)).min(range)
+                (lead as f64 + (need as f64) * core / (found.len() as f64)).min(range)
             };
             if projected > budget {
                 return Ok(None);
