@@ -69,6 +69,18 @@ const CASES: &[&[(&str, &str)]] = &[
         ("status", "PENDING"),
     ],
     &[("error", "cause 0")],
+    // A time window with the key (stop 47: the key's range still gives the candidates).
+    &[
+        ("error", "cause 0"),
+        ("original_queue", "q3"),
+        ("since", "1700000000150"),
+    ],
+    &[
+        ("error", "cause 0"),
+        ("original_queue", "q1"),
+        ("since", "1700000000100"),
+        ("until", "1700000000500"),
+    ],
 ];
 
 fn filter(pairs: &[(&str, &str)]) -> Filter {
@@ -195,6 +207,25 @@ fn assert_choice(c: &mut dyn Conn, when: &str) {
         choose(c, ("original_queue", "q3")),
         "a key no candidate is in: the range ({when})"
     );
+    // With a time window too (stop 47): the key's range alone, the window on the copy's rows.
+    let f = filter(&[
+        ("error", "cause 0"),
+        ("original_queue", "q3"),
+        ("since", "1700000000150"),
+    ]);
+    let mut g = f.clone();
+    g.terms.remove("error");
+    let others = g.to_sql_on(c).expect("others");
+    let range =
+        charon_archive::keyed_candidates::within(c, &f, "cause 0", None, &others, Some(10_000))
+            .expect("within");
+    if c.dialect() == Dialect::Sqlite {
+        let (cond, _) = range.expect("the range, windowed");
+        assert!(
+            !cond.contains("created_at"),
+            "the key's range alone: {cond}"
+        );
+    }
     assert!(
         !choose(c, ("status", "PENDING")),
         "a key of most records and candidates: the candidates ({when})"
