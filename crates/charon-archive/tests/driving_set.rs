@@ -42,13 +42,7 @@ fn rec(i: usize) -> NewRecord {
         headers: serde_json::json!({"x-h": format!("v{}", i % 2)}).to_string(),
         payload: Bytes::from(format!("body-{} of {i}", i % 5)),
         error_message: Some(format!("order {i} failed: cause {}", i % 3)),
-        // Times with ties (three records a step) and a little out of id order, as batches of
-        // several connections are, and a few far out of it (a user's SQL, a clock moved): the
-        // time pages' proofs meet strays, which a page needs.
-        created_at: 1_700_000_000_000 + (i / 3) as i64 * 4
-            - (i % 5) as i64 * 3
-            - if i % 37 == 36 { 100_000 } else { 0 }
-            + if i % 41 == 3 { 100_000 } else { 0 },
+        created_at: support::strayed_time(i),
         ..support::record(i)
     }
 }

@@ -34,6 +34,7 @@ use charon_archive::total_cap::Relation;
 use charon_archive::window_walk::{Limits, list_page_within};
 use charon_archive::{Archive, NewRecord};
 
+/// `support::strayed_time`'s origin.
 const BASE: i64 = 1_700_000_000_000;
 
 fn rec(i: usize) -> NewRecord {
@@ -43,13 +44,8 @@ fn rec(i: usize) -> NewRecord {
         original_queue: (!i.is_multiple_of(13)).then(|| format!("q{}", i % 4)),
         payload: Bytes::from(format!("body-{} of {i}", i % 5)),
         error_message: Some(format!("order {i} failed: cause {}", i % 3)),
-        // Three records a step, a little out of id order (batches of several connections), and
-        // a few 100 s early or late (a user's SQL): windows whose first or last record by time
-        // is far from the others in id.
-        created_at: BASE + (i / 3) as i64 * 4
-            - (i % 5) as i64 * 3
-            - if i % 37 == 36 { 100_000 } else { 0 }
-            + if i % 41 == 3 { 100_000 } else { 0 },
+        // Windows whose first or last record by time is far from the others in id.
+        created_at: support::strayed_time(i),
         ..support::record(i)
     }
 }

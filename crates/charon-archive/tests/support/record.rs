@@ -51,3 +51,16 @@ pub(crate) fn spread(prefix: &str, i: usize) -> NewRecord {
         ..record(i)
     }
 }
+
+/// Record `i`'s time among records three a ms-step apart (ties), a little out of id order, as
+/// batches of several connections are, and a few 100 s early (`i % 37 == 36`) or late
+/// (`i % 41 == 3`), as a user's SQL or a moved clock leaves them: time pages' proofs meet strays,
+/// and a window's first or last record by time can lie far from the others in id
+/// (`driving_set.rs`, `window_walk.rs`).
+#[allow(dead_code)]
+pub(crate) fn strayed_time(i: usize) -> i64 {
+    1_700_000_000_000 + (i / 3) as i64 * 4
+        - (i % 5) as i64 * 3
+        - if i % 37 == 36 { 100_000 } else { 0 }
+        + if i % 41 == 3 { 100_000 } else { 0 }
+}
