@@ -152,6 +152,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (26, V26_COPY_KEY_GIN),
     (28, V28_CREATED_ID),
     (29, V29_ERROR_GRAMS),
+    (30, V30_GROUP_BOUNDS_FROM),
 ];
 
 /// Migration 29 (rendered per dialect by [`crate::error_grams::v29`]).
@@ -174,6 +175,9 @@ const V24_HEADER_TIMES: &str = "{V24_HEADER_TIMES}";
 
 /// Migration 23 (rendered per dialect by [`crate::search_forget::v23`]).
 const V23_SEARCH_FORGET: &str = "{V23_SEARCH_FORGET}";
+
+/// Migration 30 (rendered per dialect by [`crate::group_bounds::v30`]).
+const V30_GROUP_BOUNDS_FROM: &str = "{V30_GROUP_BOUNDS_FROM}";
 
 /// Migration 21 (rendered per dialect by [`crate::group_bounds::v21`]).
 const V21_GROUP_BOUNDS: &str = "{V21_GROUP_BOUNDS}";
@@ -258,6 +262,9 @@ fn render(sql: &str, d: Dialect) -> String {
     }
     if sql == V21_GROUP_BOUNDS {
         return crate::group_bounds::v21(d);
+    }
+    if sql == V30_GROUP_BOUNDS_FROM {
+        return crate::group_bounds::v30(d);
     }
     if sql == V24_HEADER_TIMES {
         return crate::header_groups::v24(d);

@@ -236,6 +236,9 @@ pub enum Bounds {
     /// Through the group summary per second and `dead_letters_created` (migration 21,
     /// `crate::group_bounds`): the expression index is gone.
     Seconds,
+    /// The same, the walk from the group's bound before the statement too (migration 30,
+    /// `crate::group_bounds::bound_from`).
+    SecondsFrom,
 }
 
 /// PostgreSQL: the new oldest (`newest`: false) or newest bound of summary row `g`'s group.
@@ -247,6 +250,7 @@ fn postgres_bound(keys: Keys, bounds: Bounds, newest: bool) -> String {
             format!("(SELECT {agg}(created_at) FROM dead_letters WHERE {same})")
         }
         Bounds::Seconds => crate::group_bounds::bound(newest),
+        Bounds::SecondsFrom => crate::group_bounds::bound_from(newest),
     }
 }
 
