@@ -42,15 +42,29 @@ fn same_group() -> String {
 /// The new oldest (`newest`: false) or newest time of summary row `g`'s group, a scalar
 /// subquery for the summary's remove triggers (`crate::summary::Bounds::Seconds`).
 pub(crate) fn bound(newest: bool) -> String {
-    let (cmp, edge, dir) = if newest {
-        ("<=", "s.second * 1000 + 999", "DESC")
+    walk_bound(newest, false)
+}
+
+/// [`bound`] (`own`: false) or [`bound_from`] (`own`: true): the walk of `dead_letters_created`
+/// from the group's edge second, or from the later of it and the group's own bound.
+fn walk_bound(newest: bool, own: bool) -> String {
+    let (cmp, edge, dir, keep, mine) = if newest {
+        ("<=", "s.second * 1000 + 999", "DESC", "LEAST", "g.newest")
     } else {
-        (">=", "s.second * 1000", "ASC")
+        (">=", "s.second * 1000", "ASC", "GREATEST", "g.oldest")
+    };
+    let second = format!(
+        "(SELECT {edge} FROM dead_letter_group_seconds AS s WHERE s.group_key = g.group_key AND s.records > 0 \
+         ORDER BY s.second {dir} LIMIT 1)"
+    );
+    let from = if own {
+        format!("{keep}({second}, {mine})")
+    } else {
+        second
     };
     format!(
-        "(SELECT x.created_at FROM dead_letters AS x WHERE x.created_at {cmp} \
-         (SELECT {edge} FROM dead_letter_group_seconds AS s WHERE s.group_key = g.group_key AND s.records > 0 \
-         ORDER BY s.second {dir} LIMIT 1) AND {same} ORDER BY x.created_at {dir} LIMIT 1)",
+        "(SELECT x.created_at FROM dead_letters AS x WHERE x.created_at {cmp} {from} AND {same} \
+         ORDER BY x.created_at {dir} LIMIT 1)",
         same = same_group(),
     )
 }
@@ -66,17 +80,7 @@ pub(crate) fn bound(newest: bool) -> String {
 /// that held 20,000 of them, walked over all those moved before at each step (PostgreSQL: 263 ms
 /// a statement of 500, most of it in this walk; docs/archive.md "Migration 30").
 pub(crate) fn bound_from(newest: bool) -> String {
-    let (cmp, edge, dir, keep, own) = if newest {
-        ("<=", "s.second * 1000 + 999", "DESC", "LEAST", "g.newest")
-    } else {
-        (">=", "s.second * 1000", "ASC", "GREATEST", "g.oldest")
-    };
-    format!(
-        "(SELECT x.created_at FROM dead_letters AS x WHERE x.created_at {cmp} {keep}(\
-         (SELECT {edge} FROM dead_letter_group_seconds AS s WHERE s.group_key = g.group_key AND s.records > 0 \
-         ORDER BY s.second {dir} LIMIT 1), {own}) AND {same} ORDER BY x.created_at {dir} LIMIT 1)",
-        same = same_group(),
-    )
+    walk_bound(newest, true)
 }
 
 /// Migration 30's version.
