@@ -115,6 +115,18 @@ impl Filter {
         self.terms.is_empty()
     }
 
+    /// The filter's time window alone: its `since` and `until` terms, no vhost limit (empty
+    /// without them).
+    pub fn window(&self) -> Filter {
+        let mut g = Filter::default();
+        for k in ["since", "until"] {
+            if let Some(v) = self.terms.get(k) {
+                g.terms.insert(k.to_string(), v.clone());
+            }
+        }
+        g
+    }
+
     /// The same filter limited to `vhosts` (`None`: no limit).
     pub fn within(mut self, vhosts: Option<Vec<String>>) -> Filter {
         self.vhosts = vhosts;

@@ -109,14 +109,16 @@ fn list_plans(
 ) -> Result<(Vec<Record>, Total), ArchiveError> {
     let requested_cap = cap;
     let cap = crate::total_cap::cap_for(f, cap);
+    // Sorted by a group key all matches share (the summary's one value): the id order (s9a).
+    let order = crate::key_sort::constant_key_order(c, f, &order_by(sort)?)?;
     // A text term with another term whose records are few, or mostly match: that term's
     // records walked in id order, each checked (`driving_set`): the page and the capped count.
-    if let Some(page) = crate::driving_set::list_page(c, f, sort, page, page_size, cap)? {
+    if let Some(page) = crate::driving_set::list_page(c, f, &order, page, page_size, cap)? {
         return Ok(page);
     }
     // An `error` needle in a time window of more records than that: the copy walked in id
     // order between the window's ends (`window_walk`).
-    if let Some(page) = crate::window_walk::list_page(c, f, sort, page, page_size, cap)? {
+    if let Some(page) = crate::window_walk::list_page(c, f, &order, page, page_size, cap)? {
         return Ok(page);
     }
     // An `error` term alone is counted and paged from the narrow copy of the error texts
@@ -133,8 +135,6 @@ fn list_plans(
         None
     };
     let error_fts = error_fts.filter(|_| f.error_only().is_some());
-    // Sorted by a group key all matches share (the summary's one value): the id order (s9a).
-    let order = crate::key_sort::constant_key_order(c, f, &order_by(sort)?)?;
     // One `header.NAME=value` term: counted and paged from the exact header index (migration 9).
     let d = c.dialect();
     let header = match f.header_only() {

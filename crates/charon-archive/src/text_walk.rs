@@ -138,10 +138,7 @@ impl Source {
             &self.span_rows_sql("id, created_at", self.budget, limit, !desc),
             &self.params,
         )?;
-        Ok(rows
-            .iter()
-            .filter_map(|r| Some((r.first()?.opt_int()?, r.get(1)?.opt_int()?)))
-            .collect())
+        Ok(crate::time_walk::id_times(&rows))
     }
 
     /// The probe: how many of [`PROBE`] rows match, at three places — the newest, and a quarter

@@ -96,10 +96,7 @@ pub fn page_rows(
         ),
         p,
     )?;
-    rows.extend(
-        up.iter()
-            .filter_map(|r| Some((r.first()?.opt_int()?, r.get(1)?.opt_int()?))),
-    );
+    rows.extend(id_times(&up));
     // The first `n` of both in id order are the first `n` of all; `last` the walk's end.
     rows.sort_unstable_by_key(|&(id, _)| id);
     if desc {
@@ -151,7 +148,6 @@ pub fn proven_within(
     reach: u64,
     within: Option<&Within<'_>>,
 ) -> Result<Option<Vec<(i64, i64)>>, ArchiveError> {
-    let (cond, p) = checks;
     if !complete && (rows.len() as u64) < reach {
         return Ok(None);
     }
@@ -178,20 +174,7 @@ pub fn proven_within(
         // The few records beyond `last` with a time before `t`: those that match join the
         // page's candidates. The new `reach`-th is at or before the old one in the order, so
         // every record beyond `last` before it is among them.
-        let list = strays
-            .iter()
-            .map(|(id, _)| id.to_string())
-            .collect::<Vec<_>>()
-            .join(", ");
-        let matching = c.query(
-            &format!("SELECT id FROM dead_letters WHERE id IN ({list}) AND {cond}"),
-            p,
-        )?;
-        let matching: std::collections::HashSet<i64> = matching
-            .iter()
-            .filter_map(|r| r.first().and_then(Cell::opt_int))
-            .collect();
-        rows.extend(strays.into_iter().filter(|(id, _)| matching.contains(id)));
+        rows.extend(matching(c, &strays, checks)?);
         rows.sort_unstable_by_key(|&(id, t)| (t, id));
         if desc {
             rows.reverse();
@@ -222,10 +205,7 @@ fn strays(
     } else {
         ("<", ">", "<")
     };
-    let from = match c.dialect() {
-        Dialect::Sqlite => "dead_letters INDEXED BY dead_letters_created",
-        Dialect::Postgres => "dead_letters",
-    };
+    let from = by_time(c.dialect());
     // The bounds as literals: a cached statement's generic plan could walk the primary key
     // over every id beyond `last` instead.
     let (cond, p) = match within {
@@ -248,11 +228,46 @@ fn strays(
         ),
         p,
     )?;
-    let rows: Vec<(i64, i64)> = rows
-        .iter()
-        .filter_map(|r| Some((r.first()?.opt_int()?, r.get(1)?.opt_int()?)))
-        .collect();
+    let rows = id_times(&rows);
     Ok((rows.len() as u64 <= STRAYS).then_some(rows))
+}
+
+/// `dead_letters` read through its time index `dead_letters_created` (SQLite needs telling).
+pub(crate) fn by_time(d: Dialect) -> &'static str {
+    match d {
+        Dialect::Sqlite => "dead_letters INDEXED BY dead_letters_created",
+        Dialect::Postgres => "dead_letters",
+    }
+}
+
+/// Rows of `id, created_at` as pairs.
+pub(crate) fn id_times(rows: &[Vec<Cell>]) -> Vec<(i64, i64)> {
+    rows.iter()
+        .filter_map(|r| Some((r.first()?.opt_int()?, r.get(1)?.opt_int()?)))
+        .collect()
+}
+
+/// The records of `strays` (`(id, created_at)`, a few) that match `checks` (the filter's check
+/// on the record itself and its parameters), as `(id, created_at)`.
+pub(crate) fn matching(
+    c: &mut dyn Conn,
+    strays: &[(i64, i64)],
+    checks: &(String, Vec<Param>),
+) -> Result<Vec<(i64, i64)>, ArchiveError> {
+    if strays.is_empty() {
+        return Ok(Vec::new());
+    }
+    let list = strays
+        .iter()
+        .map(|(id, _)| id.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let (cond, p) = checks;
+    let rows = c.query(
+        &format!("SELECT id, created_at FROM dead_letters WHERE id IN ({list}) AND {cond}"),
+        p,
+    )?;
+    Ok(id_times(&rows))
 }
 
 #[cfg(test)]

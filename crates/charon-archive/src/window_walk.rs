@@ -36,6 +36,7 @@ use crate::error::ArchiveError;
 use crate::filter::Filter;
 use crate::record::Record;
 use crate::sql::{Cell, Conn, Dialect, Param};
+use crate::time_walk::id_times;
 use crate::total_cap::Total;
 
 /// Most rows a walk reads: (PostgreSQL, SQLite). ~0.17 and ~0.09 µs a copy row warm over 1M
@@ -64,12 +65,12 @@ pub fn applies(f: &Filter) -> bool {
 }
 
 /// A list's page and capped `total` (`ops::list_capped` with `cap`) by the walk (module docs),
-/// sorted by id or by time; `None` (the list's other plans) otherwise, or when the walk gives up
-/// or proves nothing.
+/// in `order` (`filter::order_by`'s, after `key_sort::constant_key_order`) by id or by time;
+/// `None` (the list's other plans) otherwise, or when the walk gives up or proves nothing.
 pub fn list_page(
     c: &mut dyn Conn,
     f: &Filter,
-    sort: Option<&str>,
+    order: &str,
     page: u64,
     page_size: u64,
     cap: Option<u64>,
@@ -79,7 +80,7 @@ pub fn list_page(
         first_span: FIRST_SPAN,
         margin: MARGIN,
     };
-    list_page_within(c, f, sort, page, page_size, cap, limits)
+    list_page_within(c, f, order, page, page_size, cap, limits)
 }
 
 /// The least number of ids the walk's range takes beyond each end (and at least a 32nd of the
@@ -101,7 +102,7 @@ pub struct Limits {
 pub fn list_page_within(
     c: &mut dyn Conn,
     f: &Filter,
-    sort: Option<&str>,
+    order: &str,
     page: u64,
     page_size: u64,
     cap: Option<u64>,
@@ -113,7 +114,6 @@ pub fn list_page_within(
     if !applies(f) {
         return Ok(None);
     }
-    let order = crate::key_sort::constant_key_order(c, f, &crate::filter::order_by(sort)?)?;
     let time = order.starts_with("created_at ");
     if !time && !order.starts_with("id ") {
         return Ok(None);
@@ -180,7 +180,7 @@ pub fn list_page_within(
             .collect()
     };
     Ok(Some((
-        crate::ops::walked_page(c, ids, offset, &order)?,
+        crate::ops::walked_page(c, ids, offset, order)?,
         total,
     )))
 }
@@ -211,14 +211,8 @@ impl Walk {
         others.terms.remove("error");
         let (rest, rp) = others.to_sql_on(c)?;
         p.extend(rp);
-        let mut g = Filter::default();
-        for k in ["since", "until"] {
-            if let Some(v) = f.terms.get(k) {
-                g.terms.insert(k.to_string(), v.clone());
-            }
-        }
         Ok(Some(Walk {
-            window: g.to_sql_checks_only(d)?,
+            window: f.window().to_sql_checks_only(d)?,
             copy: (format!("{check} AND {rest}"), p),
             checks: f.to_sql_checks_only(d)?,
             wm: crate::header_index::watermark(c)?,
@@ -226,18 +220,10 @@ impl Walk {
         }))
     }
 
-    /// `dead_letters` read through its time index.
-    fn by_time(d: Dialect) -> &'static str {
-        match d {
-            Dialect::Sqlite => "dead_letters INDEXED BY dead_letters_created",
-            Dialect::Postgres => "dead_letters",
-        }
-    }
-
     /// The ids of the window's first and last record by time, lower first; `None` for an empty
     /// window (the other plans answer it from the time index at once).
     fn ends(&self, c: &mut dyn Conn) -> Result<Option<(i64, i64)>, ArchiveError> {
-        let from = Self::by_time(c.dialect());
+        let from = crate::time_walk::by_time(c.dialect());
         let (cond, p) = &self.window;
         let one = |dir: &str| {
             format!("(SELECT id FROM {from} WHERE {cond} ORDER BY created_at {dir} LIMIT 1)")
@@ -325,7 +311,7 @@ impl Walk {
             ),
             p,
         )?;
-        Ok(pairs(&rows))
+        Ok(id_times(&rows))
     }
 
     /// The copy's first `need` matches among `lo..=hi` in id order, in chunks (module docs);
@@ -364,7 +350,7 @@ impl Walk {
                 ),
                 p,
             )?;
-            found.extend(pairs(&rows));
+            found.extend(id_times(&rows));
             walked += b - a + 1;
             if found.len() >= need_n {
                 break;
@@ -394,7 +380,7 @@ impl Walk {
         lo: i64,
         hi: i64,
     ) -> Result<Option<Vec<(i64, i64)>>, ArchiveError> {
-        let from = Self::by_time(c.dialect());
+        let from = crate::time_walk::by_time(c.dialect());
         let (cond, p) = &self.window;
         let rows = c.query(
             &format!(
@@ -403,34 +389,14 @@ impl Walk {
             ),
             p,
         )?;
-        let strays = pairs(&rows);
+        let strays = id_times(&rows);
         if strays.len() as u64 > crate::time_walk::STRAYS {
             return Ok(None);
         }
-        if strays.is_empty() {
-            return Ok(Some(strays));
-        }
-        let list = strays
-            .iter()
-            .map(|(id, _)| id.to_string())
-            .collect::<Vec<_>>()
-            .join(", ");
-        let (checks, cp) = &self.checks;
-        let rows = c.query(
-            &format!("SELECT id, created_at FROM dead_letters WHERE id IN ({list}) AND {checks}"),
-            cp,
-        )?;
-        Ok(Some(pairs(&rows)))
+        Ok(Some(crate::time_walk::matching(c, &strays, &self.checks)?))
     }
 }
 
 /// A walk's matches as `(id, created_at)` in its order, and whether it reached its range's other
 /// end (every match of the range).
 type Walked = (Vec<(i64, i64)>, bool);
-
-/// Rows of `id, created_at` as pairs.
-fn pairs(rows: &[Vec<Cell>]) -> Vec<(i64, i64)> {
-    rows.iter()
-        .filter_map(|r| Some((r.first()?.opt_int()?, r.get(1)?.opt_int()?)))
-        .collect()
-}

@@ -160,7 +160,7 @@ fn check(c: &mut dyn Conn, when: &str) {
                     };
                     for page in [1_u64, 3] {
                         for (limits, answers) in LIMITS {
-                            let got = list_page_within(c, &f, sort, page, 10, Some(cap), *limits)
+                            let got = list_page_within(c, &f, &order, page, 10, Some(cap), *limits)
                                 .expect("walk");
                             let Some((recs, total)) = got else {
                                 assert!(!answers, "no answer, page {page} cap {cap}: {what}");
@@ -246,9 +246,17 @@ fn ties(c: &mut dyn Conn, when: &str) {
             ("until", until.as_str()),
         ])
         .expect("filter");
-        let (recs, total) = list_page_within(c, &f, Some(sort), 1, 10, Some(7), limits)
-            .expect("walk")
-            .expect("an answer");
+        let (recs, total) = list_page_within(
+            c,
+            &f,
+            &order_by(Some(sort)).expect("order"),
+            1,
+            10,
+            Some(7),
+            limits,
+        )
+        .expect("walk")
+        .expect("an answer");
         let have: Vec<i64> = recs.iter().map(|r| r.id).collect();
         assert_eq!(have, want.to_vec(), "{sort} ({when})");
         assert_eq!(

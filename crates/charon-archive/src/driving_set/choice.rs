@@ -163,13 +163,7 @@ pub(super) fn driving_ids(
             }
         }
         Driver::Range => {
-            let mut g = Filter::default();
-            for k in ["since", "until"] {
-                if let Some(v) = f.terms.get(k) {
-                    g.terms.insert(k.to_string(), v.clone());
-                }
-            }
-            let (cond, p) = g.to_sql_checks_only(d)?;
+            let (cond, p) = f.window().to_sql_checks_only(d)?;
             let n = c
                 .query(
                     &format!(

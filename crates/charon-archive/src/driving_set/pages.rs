@@ -11,14 +11,16 @@ use crate::sql::{Conn, Dialect};
 use crate::total_cap::Total;
 
 /// A list's page and capped `total` (`ops::list_capped` with `cap`) from the driving set's walk,
-/// for a page in id order (or by a group key, from a set walked whole: [`key_sorted_page`]);
+/// for a page in `order` (`filter::order_by`'s, a group key every match holds at one value
+/// already the id order: `key_sort::constant_key_order`) by id (or by a group key, from a set
+/// walked whole: [`key_sorted_page`]);
 /// `None` (the list's other plans) without a cap, in another order, or when the walk proves
 /// nothing. Its first `max(cap + 1, reach)` matches give both: the page (a
 /// prefix of the matches in id order) and the count (over `cap`: a lower bound).
 pub fn list_page(
     c: &mut dyn Conn,
     f: &Filter,
-    sort: Option<&str>,
+    order: &str,
     page: u64,
     page_size: u64,
     cap: Option<u64>,
@@ -29,14 +31,12 @@ pub fn list_page(
     if driver(c.dialect(), f).is_none() {
         return Ok(None);
     }
-    // Sorted by a group key every match holds at one value: the id order (`key_sort`).
-    let order = crate::key_sort::constant_key_order(c, f, &crate::filter::order_by(sort)?)?;
     let offset = page.saturating_sub(1).saturating_mul(page_size);
     if order.starts_with("created_at ") {
-        return time_page(c, f, &order, offset, page_size, cap);
+        return time_page(c, f, order, offset, page_size, cap);
     }
     if !order.starts_with("id ") {
-        return key_sorted_page(c, f, &order, offset, page_size, cap);
+        return key_sorted_page(c, f, order, offset, page_size, cap);
     }
     let reach = offset.saturating_add(page_size);
     let need = cap.saturating_add(1).max(reach);
@@ -46,7 +46,7 @@ pub fn list_page(
     let total = Total::from_capped(i64::try_from(ids.len()).unwrap_or(i64::MAX), cap);
     ids.truncate(usize::try_from(reach).unwrap_or(usize::MAX));
     Ok(Some((
-        crate::ops::walked_page(c, ids, offset, &order)?,
+        crate::ops::walked_page(c, ids, offset, order)?,
         total,
     )))
 }
@@ -75,10 +75,7 @@ fn time_page(
     };
     let total = Total::from_capped(i64::try_from(rows.len()).unwrap_or(i64::MAX), cap);
     let complete = (rows.len() as u64) < need;
-    let rows: Vec<(i64, i64)> = rows
-        .iter()
-        .filter_map(|r| Some((r.first()?.opt_int()?, r.get(1)?.opt_int()?)))
-        .collect();
+    let rows = crate::time_walk::id_times(&rows);
     let checks = f.to_sql_checks_only(c.dialect())?;
     let Some(page) = crate::time_walk::proven(c, rows, complete, &checks, desc, reach)? else {
         return Ok(None);
